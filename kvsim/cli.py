@@ -1,0 +1,158 @@
+"""Command line: ``kvsim validate | run | catalog``.
+
+Bad input (scenario files, CLI arguments) prints one clear message and exits with status 2;
+it never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import kvsim
+from kvsim.units import format_quantity
+from kvsim.yaml_io import SpecError
+
+EXIT_BAD_INPUT = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except SpecError as exc:
+        print(f"kvsim {args.command}: invalid input\n" + "\n".join(f"  {p}" for p in exc.problems),
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("kvsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # the reader of our output went away (e.g. `kvsim run ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvsim", description="Discrete-event simulator of LLM inference serving.")
+    parser.add_argument("--version", action="version", version=f"kvsim {kvsim.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = sub.add_parser("validate", help="check a scenario file without running it")
+    validate.add_argument("scenario", type=Path, help="scenario YAML file")
+    validate.set_defaults(handler=_validate)
+
+    run = sub.add_parser("run", help="run a scenario and write its results")
+    run.add_argument("scenario", type=Path, help="scenario YAML file")
+    run.add_argument("--out", type=Path, default=None,
+                     help="results folder (default: results/<scenario name>)")
+    run.add_argument("--seed", type=_seed, default=None, help="root seed (overrides the scenario's)")
+    run.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    run.set_defaults(handler=_run)
+
+    catalog = sub.add_parser("catalog", help="list the accelerators, nodes and models kvsim knows")
+    catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "models"],
+                         help="one family only (default: all)")
+    catalog.add_argument("--json", action="store_true", help="full entries as JSON, sources included")
+    catalog.set_defaults(handler=_catalog)
+    return parser
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from kvsim.scenario.load import load_scenario
+    from kvsim.sim import check_scenario
+
+    scenario = load_scenario(args.scenario)
+    sizings = check_scenario(scenario)
+    spec = scenario.spec
+    print(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
+          f"{len(scenario.points)} sweep point(s), {spec.duration:g} s simulated "
+          f"({spec.warmup:g} s warm-up)")
+    for (point, name), s in sizings.items():
+        if point != 0:
+            continue
+        print(f"  {name}: {s.spec.nodes} x {s.node.name} = {s.cards} x {s.accelerator.name} as "
+              f"{s.instances} instance(s) of tp={s.tp}; {s.model.name} {s.dtype}: "
+              f"{format_quantity(s.weight_bytes_per_card, 'bytes')} weights/card, KV pool "
+              f"{format_quantity(s.kv_budget_bytes_per_card, 'bytes')}/card = "
+              f"{s.kv_tokens_per_instance:,} tokens/instance")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kvsim.report import comparison_table, write_results
+    from kvsim.scenario.load import load_scenario
+    from kvsim.sim import run_scenario
+
+    scenario = load_scenario(args.scenario)
+    show_progress = not args.no_progress and sys.stderr.isatty()
+    result = run_scenario(scenario, seed=args.seed, progress=show_progress)
+    out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
+    print(comparison_table(result))
+    try:
+        written = write_results(result, out, source_text=args.scenario.read_text(encoding="utf-8"))
+    except OSError as exc:
+        print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("results written: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "scenario"
+
+
+def _catalog(args: argparse.Namespace) -> int:
+    from kvsim.hardware import accelerator_catalog, node_catalog
+    from kvsim.models import model_catalog
+
+    families = {"accelerators": accelerator_catalog(), "nodes": node_catalog(), "models": model_catalog()}
+    chosen = [args.family] if args.family else list(families)
+    if args.json:
+        payload = {f: {n: families[f][n].model_dump(mode="json") for n in families[f].names()} for f in chosen}
+        print(json.dumps(payload, indent=2))
+        return 0
+    for family in chosen:
+        print(f"{family}:")
+        catalog = families[family]
+        for name in catalog.names():
+            print(f"  {name:18s} {_describe(family, catalog[name])}")
+        print()
+    print("(units: decimal GB/TB = 1e9/1e12 bytes, GiB = 2^30; sources: kvsim catalog --json)")
+    return 0
+
+
+def _describe(family: str, spec) -> str:
+    if family == "accelerators":
+        peaks = ", ".join(f"{d} {format_quantity(v, 'flops')}" for d, v in spec.flops.items())
+        link = (f"scale-up {format_quantity(spec.scale_up_bandwidth, 'bandwidth')}/direction"
+                if spec.scale_up_bandwidth else f"no scale-up link ({spec.host_link})")
+        return (f"{spec.vendor} {format_quantity(spec.memory_bytes, 'bytes')} {spec.memory_kind} "
+                f"@ {format_quantity(spec.memory_bandwidth, 'bandwidth')}; {peaks}; {link}")
+    if family == "nodes":
+        return (f"{spec.accelerators_per_node} x {spec.accelerator}; DRAM "
+                f"{format_quantity(spec.host_dram_bytes, 'bytes')}; {spec.nvme.count} NVMe; "
+                f"{spec.nics.count} x {spec.nics.bandwidth * 8 / 1e9:g} Gbit/s NIC")
+    kind = ("MLA" if spec.mla else "GQA") + (" MoE" if spec.moe else "")
+    return (f"{spec.hf_id}: {spec.total_params / 1e9:.1f} B params ({spec.active_params / 1e9:.1f} B active), "
+            f"{kind}, KV {spec.kv_bytes_per_token('bf16') / 1024:.0f} KiB/token (bf16)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

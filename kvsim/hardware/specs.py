@@ -1,0 +1,124 @@
+"""Immutable descriptions of accelerators and server nodes.
+
+Figures are SI floats: bytes, bytes/s (per direction for links), FLOP/s (dense, no sparsity),
+watts, US dollars. Every catalog entry carries a ``sources`` map naming where its figures come
+from (see ``kvsim/hardware/data/*.yaml``).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Seconds, Watts
+
+__all__ = ["EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "DTYPE_BYTES"]
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
+"""Bytes per element of each supported number format."""
+
+
+class EfficiencySpec(FrozenSpec):
+    """Achieved fractions of peak and fixed costs used by the roofline step-time model.
+
+    Attributes
+    ----------
+    compute : float
+        Model FLOPs utilisation achieved by a compute-bound iteration (fraction of dense peak).
+    memory : float
+        Fraction of peak memory bandwidth achieved by a memory-bound iteration.
+    interconnect : float
+        Fraction of nominal scale-up (or PCIe) bandwidth achieved by collectives.
+    iteration_overhead_s : float
+        Fixed time per engine iteration (scheduling, kernel launches, sampling), seconds.
+    collective_latency_s : float
+        Latency of one collective hop (ring step), seconds.
+    """
+
+    compute: Fraction = 0.6
+    memory: Fraction = 0.8
+    interconnect: Fraction = 0.8
+    iteration_overhead_s: Seconds = 0.002
+    collective_latency_s: Seconds = 10e-6
+
+
+class AcceleratorSpec(FrozenSpec):
+    """One accelerator card.
+
+    Attributes
+    ----------
+    memory_bytes : float
+        Device memory capacity, bytes.
+    memory_bandwidth : float
+        Peak device memory bandwidth, bytes/s.
+    flops : dict[str, float]
+        Dense peak FLOP/s per number format (``bf16``, ``fp8``, ``fp4``).
+    scale_up_bandwidth : float or None
+        Card-to-card link bandwidth per direction (NVLink, HCCS/UB), bytes/s; None if the card
+        has no scale-up link and peers talk over PCIe.
+    host_link_bandwidth : float
+        Card-to-host link bandwidth per direction (PCIe), bytes/s.
+    """
+
+    name: str = ""
+    vendor: str
+    memory_bytes: Bytes
+    memory_kind: str
+    memory_bandwidth: Bandwidth
+    flops: dict[str, FlopRate]
+    scale_up_bandwidth: Bandwidth | None = None
+    host_link: str
+    host_link_bandwidth: Bandwidth
+    tdp_w: Watts | None = None
+    price_usd: float | None = None
+    efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _known_dtypes(self) -> "AcceleratorSpec":
+        unknown = sorted(set(self.flops) - set(DTYPE_BYTES))
+        if unknown:
+            raise ValueError(f"unknown number format(s) in flops: {unknown}; known: {sorted(DTYPE_BYTES)}")
+        if not self.flops:
+            raise ValueError("flops must give the dense peak of at least one number format")
+        return self
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; raises KeyError naming what the card supports."""
+        if dtype not in self.flops:
+            raise KeyError(f"{self.name} has no {dtype} peak in the catalog (has: {', '.join(self.flops)})")
+        return self.flops[dtype]
+
+    @property
+    def peer_bandwidth(self) -> float:
+        """Bandwidth used for card-to-card collectives, bytes/s per direction."""
+        return self.scale_up_bandwidth if self.scale_up_bandwidth is not None else self.host_link_bandwidth
+
+
+class NvmeSpec(FrozenSpec):
+    """Local NVMe drives of a node (all identical)."""
+
+    count: int = Field(ge=0)
+    capacity_bytes: Bytes
+    read_bandwidth: Bandwidth
+    write_bandwidth: Bandwidth
+
+
+class NicSpec(FrozenSpec):
+    """Scale-out network interfaces of a node (all identical)."""
+
+    count: int = Field(ge=0)
+    bandwidth: Bandwidth
+
+
+class NodeSpec(FrozenSpec):
+    """A server: a number of identical accelerators plus host memory, drives and NICs."""
+
+    name: str = ""
+    accelerator: str
+    accelerators_per_node: int = Field(gt=0)
+    host_dram_bytes: Bytes
+    host_dram_bandwidth: Bandwidth
+    nvme: NvmeSpec
+    nics: NicSpec
+    price_usd: float | None = None
+    sources: dict[str, str]

@@ -1,0 +1,69 @@
+"""A paged KV block pool in one instance's device memory.
+
+Sequences hold whole blocks of ``block_size_tokens`` tokens, as paged-attention engines do.
+The engine asks the pool to grow a sequence's allocation to cover a token count and releases
+it when the sequence finishes or is preempted. The pool only counts blocks (one integer per
+sequence, kept on the sequence as ``kv_blocks``), never individual block objects: one call per
+sequence per iteration at most, never per block.
+
+This is the seam where later work adds prefix-addressed blocks, host/NVMe/remote tiers and
+sharing; the engine only relies on :meth:`grow`, :meth:`release` and the counters.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["BlockPool", "HoldsBlocks"]
+
+
+class HoldsBlocks(Protocol):
+    kv_blocks: int
+
+
+class BlockPool:
+    """Fixed-capacity pool of KV blocks.
+
+    Parameters
+    ----------
+    num_blocks : int
+        Blocks that fit in the instance's KV budget.
+    block_size_tokens : int
+        Tokens per block.
+    """
+
+    def __init__(self, num_blocks: int, block_size_tokens: int):
+        if num_blocks < 1 or block_size_tokens < 1:
+            raise ValueError("a block pool needs at least one block of at least one token")
+        self.num_blocks = num_blocks
+        self.block_size_tokens = block_size_tokens
+        self.free_blocks = num_blocks
+
+    @property
+    def used_blocks(self) -> int:
+        return self.num_blocks - self.free_blocks
+
+    @property
+    def utilization(self) -> float:
+        """Fraction of blocks in use, 0..1."""
+        return (self.num_blocks - self.free_blocks) / self.num_blocks
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks needed to hold ``tokens`` tokens."""
+        return -(-tokens // self.block_size_tokens)
+
+    def grow(self, holder: HoldsBlocks, tokens: int) -> bool:
+        """Make ``holder`` hold enough blocks for ``tokens`` tokens; False (and no change) if full."""
+        extra = -(-tokens // self.block_size_tokens) - holder.kv_blocks
+        if extra <= 0:
+            return True
+        if extra > self.free_blocks:
+            return False
+        self.free_blocks -= extra
+        holder.kv_blocks += extra
+        return True
+
+    def release(self, holder: HoldsBlocks) -> None:
+        """Return all of ``holder``'s blocks to the pool."""
+        self.free_blocks += holder.kv_blocks
+        holder.kv_blocks = 0

@@ -1,0 +1,63 @@
+"""Per-request records held in columnar numpy arrays (one array per field, not one object per request)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["RequestRecords"]
+
+_FLOAT_FIELDS = ("arrival_s", "admit_s", "first_token_s", "finish_s")
+_INT_FIELDS = ("input_tokens", "output_tokens", "preemptions", "instance")
+
+
+class RequestRecords:
+    """Growable columnar table of request milestones.
+
+    Times are seconds of simulated time; a milestone not reached is NaN. ``instance`` is the
+    index of the instance that served the request (-1 before routing).
+    """
+
+    fields = _FLOAT_FIELDS + _INT_FIELDS
+
+    def __init__(self, capacity: int = 1024):
+        capacity = max(int(capacity), 16)
+        self.n = 0
+        for name in _FLOAT_FIELDS:
+            setattr(self, name, np.full(capacity, np.nan))
+        for name in _INT_FIELDS:
+            setattr(self, name, np.zeros(capacity, dtype=np.int64))
+
+    def _grow(self) -> None:
+        capacity = len(self.arrival_s) * 2
+        for name in self.fields:
+            old = getattr(self, name)
+            new = np.full(capacity, np.nan) if old.dtype.kind == "f" else np.zeros(capacity, dtype=old.dtype)
+            new[: self.n] = old[: self.n]
+            setattr(self, name, new)
+
+    def add(self, arrival_s: float, input_tokens: int, output_tokens: int) -> int:
+        """Append a request; returns its id (row index)."""
+        if self.n == len(self.arrival_s):
+            self._grow()
+        i = self.n
+        self.arrival_s[i] = arrival_s
+        self.input_tokens[i] = input_tokens
+        self.output_tokens[i] = output_tokens
+        self.instance[i] = -1
+        self.n += 1
+        return i
+
+    def column(self, name: str) -> np.ndarray:
+        """A view of the filled part of one field."""
+        return getattr(self, name)[: self.n]
+
+    def to_frame(self) -> pd.DataFrame:
+        """The records as a DataFrame (a copy), one row per request, with derived latencies."""
+        frame = pd.DataFrame({name: self.column(name).copy() for name in self.fields})
+        frame.insert(0, "request_id", np.arange(self.n, dtype=np.int64))
+        frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
+        frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
+        decode_steps = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
+        frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_steps
+        return frame

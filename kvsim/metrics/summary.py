@@ -1,0 +1,101 @@
+"""Per-system summary metrics over the measurement window ``[warmup, duration]``.
+
+Conventions (all times in seconds, rates per second of simulated time):
+
+- Latency statistics cover requests that *arrived* in the window and completed before the end.
+  Requests still unfinished at the end are counted in ``requests_unfinished`` (a sign of
+  saturation: their latencies are not in the percentiles).
+- ``requests_per_s`` and ``goodput_requests_per_s`` count completions *in* the window.
+- ``output_tokens_per_s`` counts every token emitted in the window; ``input_tokens_per_s``
+  counts prompt tokens of prefills that completed in the window (recomputation not counted).
+- TPOT of a request is ``(finish - first token) / (output tokens - 1)``; one-token requests have none.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvsim.metrics.records import RequestRecords
+
+__all__ = ["latency_stats", "summarize", "LATENCY_KEYS", "SCALAR_KEYS"]
+
+LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s")
+SCALAR_KEYS = (
+    "requests_completed", "output_tokens_per_s", "input_tokens_per_s", "requests_per_s",
+    "goodput_requests_per_s", "kv_utilization_mean",
+)
+
+
+def latency_stats(values: np.ndarray) -> dict[str, float | None]:
+    """Mean, p50, p90, p99 of ``values`` (seconds); None when there are none."""
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return {"mean": None, "p50": None, "p90": None, "p99": None}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def summarize(
+    records: RequestRecords,
+    window_start_s: float,
+    window_end_s: float,
+    output_tokens_in_window: int,
+    input_tokens_in_window: int,
+    kv_utilization_mean: float,
+    slo: dict[str, float | None],
+) -> dict[str, Any]:
+    """The summary metrics of one system run.
+
+    Parameters
+    ----------
+    records : RequestRecords
+    window_start_s, window_end_s : float
+        Measurement window, seconds.
+    output_tokens_in_window, input_tokens_in_window : int
+        Tokens counted inside the window.
+    kv_utilization_mean : float
+        Time-weighted mean fraction of KV blocks in use over the window (all instances).
+    slo : dict
+        Per-request thresholds in seconds: ``ttft_s``, ``tpot_s``, ``e2e_s`` (None = no limit).
+    """
+    span = window_end_s - window_start_s
+    arrival = records.column("arrival_s")
+    first = records.column("first_token_s")
+    finish = records.column("finish_s")
+    outputs = records.column("output_tokens")
+    done = ~np.isnan(finish)
+    measured = done & (arrival >= window_start_s)
+    ttft = first - arrival
+    e2e = finish - arrival
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
+    completed_in_window = done & (finish >= window_start_s)
+    meets = completed_in_window.copy()
+    for key, values in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e)):
+        limit = slo.get(key)
+        if limit is not None:
+            meets &= np.nan_to_num(values, nan=0.0) <= limit
+    summary: dict[str, Any] = {
+        "requests_arrived": int(np.count_nonzero(arrival >= window_start_s)),
+        "requests_completed": int(np.count_nonzero(completed_in_window)),
+        "requests_unfinished": int(np.count_nonzero(~done & (arrival >= window_start_s))),
+        "output_tokens_per_s": output_tokens_in_window / span,
+        "input_tokens_per_s": input_tokens_in_window / span,
+        "requests_per_s": int(np.count_nonzero(completed_in_window)) / span,
+        "goodput_requests_per_s": int(np.count_nonzero(meets)) / span,
+        "ttft_s": latency_stats(ttft[measured]),
+        "tpot_s": latency_stats(tpot[measured]),
+        "e2e_s": latency_stats(e2e[measured]),
+        "kv_utilization_mean": kv_utilization_mean,
+        "preemptions": int(records.column("preemptions")[measured].sum()),
+    }
+    slo_met = {}
+    for key in LATENCY_KEYS:
+        limit = slo.get(key)
+        if limit is not None:
+            p99 = summary[key]["p99"]
+            slo_met[key.replace("_s", "_p99")] = p99 is not None and p99 <= limit
+    summary["slo_met"] = slo_met
+    return summary

@@ -1,0 +1,206 @@
+"""LLM architecture specs and the quantities derived from them.
+
+The architecture numbers are those of a Hugging Face ``config.json``. From them this module
+derives parameter counts, weight bytes, KV-cache bytes per token and FLOPs per token. The
+formulas follow ``../shared/reference/hardware_facts.md`` (section 3 and its appendix):
+
+- GQA/MHA attention params: ``h*nh*hd + 2*h*nkv*hd + nh*hd*h`` (+ ``2*hd`` for q/k norms)
+- MLA attention params: ``h*q_lora + q_lora + q_lora*nh*(nope+rope) + h*(kv_lora+rope) + kv_lora
+  + kv_lora*nh*(nope+v) + nh*v*h``
+- dense MLP ``3*h*I``; MoE layer ``(E+shared)*3*h*moe_I + h*E`` router (+ ``E`` bias)
+- KV bytes/token: GQA ``2*L*nkv*hd*b``; MLA ``L*(kv_lora + rope)*b``
+- linear FLOPs/token ``2 * (active params - input embedding)`` (lm_head included)
+- attention FLOPs per (query token, context token) pair: ``2*L*nh*(d_qk + d_v)``
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from kvsim.hardware.specs import DTYPE_BYTES
+from kvsim.spec_types import FrozenSpec
+
+__all__ = ["ModelSpec", "MlaSpec", "MoeSpec"]
+
+
+class MlaSpec(FrozenSpec):
+    """Multi-head latent attention (DeepSeek-V2/V3) dimensions."""
+
+    q_lora_rank: int = Field(gt=0)
+    kv_lora_rank: int = Field(gt=0)
+    qk_nope_head_dim: int = Field(gt=0)
+    qk_rope_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+
+
+class MoeSpec(FrozenSpec):
+    """Mixture-of-experts feed-forward layers."""
+
+    num_experts: int = Field(gt=0)
+    experts_per_token: int = Field(gt=0)
+    expert_intermediate_size: int = Field(gt=0)
+    shared_experts: int = Field(default=0, ge=0)
+    first_dense_layers: int = Field(default=0, ge=0)
+    router_bias: bool = False
+
+    @model_validator(mode="after")
+    def _k_le_e(self) -> "MoeSpec":
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token cannot exceed num_experts")
+        return self
+
+
+class ModelSpec(FrozenSpec):
+    """Architecture of a decoder-only transformer, as in its ``config.json``."""
+
+    name: str = ""
+    hf_id: str
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    tie_word_embeddings: bool = False
+    qk_norm: bool = False
+    mla: MlaSpec | None = None
+    moe: MoeSpec | None = None
+    sources: dict[str, str]
+
+    # ---- parameter counts ------------------------------------------------------------------
+    def _attention_params(self) -> int:
+        h, nh = self.hidden_size, self.num_attention_heads
+        if self.mla is not None:
+            m = self.mla
+            return (
+                h * m.q_lora_rank + m.q_lora_rank
+                + m.q_lora_rank * nh * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+                + h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+                + m.kv_lora_rank * nh * (m.qk_nope_head_dim + m.v_head_dim)
+                + nh * m.v_head_dim * h
+            )
+        hd = self.head_dim
+        params = h * nh * hd + 2 * h * self.num_kv_heads * hd + nh * hd * h
+        return params + (2 * hd if self.qk_norm else 0)
+
+    def _dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.intermediate_size
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed expert (0 for a dense model)."""
+        return 3 * self.hidden_size * self.moe.expert_intermediate_size if self.moe else 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.moe.first_dense_layers if self.moe else 0
+
+    def _router_params(self) -> int:
+        m = self.moe
+        return self.hidden_size * m.num_experts + (m.num_experts if m.router_bias else 0)
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding table parameters."""
+        return self.vocab_size * self.hidden_size
+
+    def _non_expert_params(self) -> int:
+        """Everything but routed experts: embeddings, attention, norms, dense MLPs, shared experts."""
+        h = self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        per_layer_common = self._attention_params() + 2 * h
+        total = self.embedding_params + lm_head + h + self.num_layers * per_layer_common
+        if self.moe is None:
+            return total + self.num_layers * self._dense_mlp_params()
+        total += self.moe.first_dense_layers * self._dense_mlp_params()
+        total += self.num_moe_layers * (self.moe.shared_experts * self.expert_params + self._router_params())
+        return total
+
+    @property
+    def total_params(self) -> int:
+        """All parameters (all experts)."""
+        routed = self.num_moe_layers * self.moe.num_experts * self.expert_params if self.moe else 0
+        return self._non_expert_params() + routed
+
+    @property
+    def active_params(self) -> int:
+        """Parameters used per token (routed experts: ``experts_per_token`` of them)."""
+        routed = self.num_moe_layers * self.moe.experts_per_token * self.expert_params if self.moe else 0
+        return self._non_expert_params() + routed
+
+    # ---- bytes -----------------------------------------------------------------------------
+    def weight_bytes(self, dtype: str) -> float:
+        """Bytes of all weights stored in ``dtype``."""
+        return self.total_params * DTYPE_BYTES[dtype]
+
+    def moe_weight_bytes_read(self, tokens: float, dtype: str) -> float:
+        """Weight bytes one forward pass over ``tokens`` tokens must read from memory.
+
+        Dense weights are read once. For an MoE model only the routed experts some token chose
+        are read; with uniform routing the expected number of distinct experts a layer touches
+        is ``E * (1 - (1 - k/E) ** tokens)``.
+        """
+        if self.moe is None:
+            return self.weight_bytes(dtype)
+        if tokens <= 0:
+            return self._non_expert_params() * DTYPE_BYTES[dtype]
+        e, k = self.moe.num_experts, self.moe.experts_per_token
+        touched = e * (1.0 - (1.0 - k / e) ** tokens)
+        routed = self.num_moe_layers * touched * self.expert_params
+        return (self._non_expert_params() + routed) * DTYPE_BYTES[dtype]
+
+    def kv_bytes_per_token(self, dtype: str, tp: int = 1) -> float:
+        """KV-cache bytes one token occupies on *each* card of a TP group of ``tp`` cards.
+
+        GQA heads are split across cards; when ``tp`` exceeds the KV head count engines replicate
+        heads, so each card holds at least one. MLA's latent is not split by head: every card of
+        the group holds the whole latent.
+        """
+        b = DTYPE_BYTES[dtype]
+        if self.mla is not None:
+            return self.num_layers * (self.mla.kv_lora_rank + self.mla.qk_rope_head_dim) * b
+        heads_per_card = max(self.num_kv_heads / tp, 1.0)
+        return 2.0 * self.num_layers * heads_per_card * self.head_dim * b
+
+    def kv_bytes_per_token_total(self, dtype: str) -> float:
+        """KV-cache bytes per token of the unsplit model (what a transfer of the cache moves)."""
+        return self.kv_bytes_per_token(dtype, tp=1)
+
+    # ---- FLOPs -----------------------------------------------------------------------------
+    @property
+    def lm_head_flops(self) -> float:
+        """FLOPs of the output projection (logits) for one sampled position."""
+        return 2.0 * self.vocab_size * self.hidden_size
+
+    @property
+    def body_flops_per_token(self) -> float:
+        """Matrix-multiply FLOPs of the transformer body for one token (no embedding, no lm_head).
+
+        Engines compute logits only where a token is sampled, so the lm_head is counted
+        separately (:attr:`lm_head_flops`).
+        """
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        return 2.0 * (self.active_params - self.embedding_params - lm_head)
+
+    @property
+    def linear_flops_per_token(self) -> float:
+        """Body plus lm_head FLOPs for one token: ``2 * (active params - input embedding)``.
+
+        For a model with tied embeddings the lm_head still costs its multiply, so it is added back.
+        """
+        return self.body_flops_per_token + self.lm_head_flops
+
+    def attention_flops_per_pair(self, decode: bool) -> float:
+        """Attention FLOPs for one (query token, context token) pair (QK^T and PV).
+
+        MLA prefill runs in MHA form (d_qk = nope + rope, d_v); MLA decode runs absorbed, on the
+        latent (d_qk = kv_lora + rope, d_v = kv_lora).
+        """
+        nh, layers = self.num_attention_heads, self.num_layers
+        if self.mla is None:
+            return 2.0 * layers * nh * (2 * self.head_dim)
+        m = self.mla
+        if decode:
+            return 2.0 * layers * nh * (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank)
+        return 2.0 * layers * nh * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)

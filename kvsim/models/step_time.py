@@ -1,0 +1,164 @@
+"""Execution-time predictors: how long one engine iteration takes.
+
+An engine iteration is one batched forward pass mixing prefill chunks and decode steps. The
+predictor sees only the aggregate shape of the batch (:class:`BatchShape`), so a measured table
+or a learned model can replace the roofline without touching the engine.
+
+Roofline (per card of a TP group of ``t`` cards)::
+
+    compute_s  = FLOPs / (t * peak_flops * efficiency.compute)
+    memory_s   = (weight_bytes_read / t + kv_bytes_per_card) / (memory_bandwidth * efficiency.memory)
+    comm_s     = 2 * layers * [2 (t-1)/t * activation_bytes / (peer_bw * efficiency.interconnect)
+                               + collective_latency_s]                 (ring all-reduce, t > 1)
+    iteration  = max(compute_s, memory_s) + comm_s + efficiency.iteration_overhead_s
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from kvsim.hardware.specs import DTYPE_BYTES, AcceleratorSpec
+from kvsim.models.llm import ModelSpec
+
+__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown"]
+
+ACTIVATION_DTYPE = "bf16"  # activations travel in 16-bit even when weights are FP8
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """What one iteration computes, aggregated over its sequences.
+
+    Attributes
+    ----------
+    prefill_tokens : int
+        Prompt tokens computed this iteration (all prefill chunks).
+    prefill_pairs : float
+        Attention (query, context) pairs of the prefill chunks: a chunk of ``c`` tokens after
+        ``p`` cached tokens contributes ``c*p + c*(c+1)/2``.
+    prefill_context_tokens : int
+        Tokens of earlier context the prefill chunks read from the KV cache (sum of ``p``).
+    decode_seqs : int
+        Sequences taking one decode step.
+    decode_context_tokens : int
+        Sum over decode sequences of the context each attends to (including the new token).
+    sampled_seqs : int
+        Sequences that emit a token this iteration (decodes plus prefills that complete).
+    """
+
+    prefill_tokens: int = 0
+    prefill_pairs: float = 0.0
+    prefill_context_tokens: int = 0
+    decode_seqs: int = 0
+    decode_context_tokens: int = 0
+    sampled_seqs: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prefill_tokens + self.decode_seqs
+
+    @staticmethod
+    def prefill_chunk_pairs(chunk_tokens: int, cached_tokens: int) -> float:
+        """Attention pairs of a causal chunk of ``chunk_tokens`` after ``cached_tokens``."""
+        return chunk_tokens * cached_tokens + chunk_tokens * (chunk_tokens + 1) / 2.0
+
+
+class StepTimeModel(Protocol):
+    """Anything that predicts the duration of one engine iteration, in seconds."""
+
+    def iteration_time_s(self, batch: BatchShape) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StepBreakdown:
+    """Components of one iteration's time, seconds."""
+
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_s >= self.memory_s else "memory"
+
+
+class RooflineStepTime:
+    """Roofline predictor for one instance (a TP group of identical cards).
+
+    Parameters
+    ----------
+    model : ModelSpec
+    accelerator : AcceleratorSpec
+    tp : int
+        Tensor-parallel degree (cards per instance).
+    dtype : str
+        Weight and compute number format (selects the dense peak).
+    kv_dtype : str
+        KV-cache number format.
+    """
+
+    def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str):
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        self.model = model
+        self.accelerator = accelerator
+        self.tp = tp
+        self.dtype = dtype
+        self.kv_dtype = kv_dtype
+        eff = accelerator.efficiency
+        self._flops_per_s = tp * accelerator.peak_flops(dtype) * eff.compute
+        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # per card
+        self._kv_bytes_per_token_card = model.kv_bytes_per_token(kv_dtype, tp)
+        self._body_flops = model.body_flops_per_token
+        self._lm_head_flops = model.lm_head_flops
+        self._attn_prefill = model.attention_flops_per_pair(decode=False)
+        self._attn_decode = model.attention_flops_per_pair(decode=True)
+        self._dense_weights = model.moe is None
+        self._weight_bytes = model.weight_bytes(dtype)
+        self._overhead_s = eff.iteration_overhead_s
+        if tp > 1:
+            allreduces = 2 * model.num_layers
+            bytes_per_token = model.hidden_size * DTYPE_BYTES[ACTIVATION_DTYPE]
+            ring = 2.0 * (tp - 1) / tp
+            self._comm_s_per_token = allreduces * ring * bytes_per_token / (
+                accelerator.peer_bandwidth * eff.interconnect
+            )
+            self._comm_fixed_s = allreduces * eff.collective_latency_s
+        else:
+            self._comm_s_per_token = 0.0
+            self._comm_fixed_s = 0.0
+
+    def weight_bytes_read(self, tokens: int) -> float:
+        """Weight bytes the whole instance reads in one iteration over ``tokens`` tokens."""
+        if self._dense_weights:
+            return self._weight_bytes
+        return self.model.moe_weight_bytes_read(tokens, self.dtype)
+
+    def breakdown(self, batch: BatchShape) -> StepBreakdown:
+        """Time components of one iteration (seconds)."""
+        tokens = batch.tokens
+        flops = (
+            self._body_flops * tokens
+            + self._lm_head_flops * batch.sampled_seqs
+            + self._attn_prefill * batch.prefill_pairs
+            + self._attn_decode * batch.decode_context_tokens
+        )
+        kv_tokens = batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens
+        bytes_per_card = self.weight_bytes_read(tokens) / self.tp + kv_tokens * self._kv_bytes_per_token_card
+        comm = self._comm_fixed_s + self._comm_s_per_token * tokens if self.tp > 1 else 0.0
+        return StepBreakdown(
+            compute_s=flops / self._flops_per_s,
+            memory_s=bytes_per_card / self._bytes_per_s,
+            comm_s=comm,
+            overhead_s=self._overhead_s,
+        )
+
+    def iteration_time_s(self, batch: BatchShape) -> float:
+        """Duration of one iteration of ``batch``, seconds."""
+        return self.breakdown(batch).total_s

@@ -1,0 +1,98 @@
+"""Side-by-side text tables: one column per system, plus each system's ratio to the baseline."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kvsim.sim.result import RunResult
+
+__all__ = ["comparison_table", "ROWS"]
+
+
+def _get(*keys: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(summary: dict[str, Any]) -> float | None:
+        value: Any = summary
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    return read
+
+
+# (label, reader, scale for display, format)
+ROWS: list[tuple[str, Callable[[dict[str, Any]], Any], float, str]] = [
+    ("requests completed", _get("requests_completed"), 1.0, "{:.0f}"),
+    ("requests unfinished at end", _get("requests_unfinished"), 1.0, "{:.0f}"),
+    ("throughput (requests/s)", _get("requests_per_s"), 1.0, "{:.2f}"),
+    ("goodput (requests/s in SLO)", _get("goodput_requests_per_s"), 1.0, "{:.2f}"),
+    ("output tokens/s", _get("output_tokens_per_s"), 1.0, "{:.0f}"),
+    ("input tokens/s", _get("input_tokens_per_s"), 1.0, "{:.0f}"),
+    ("TTFT mean (s)", _get("ttft_s", "mean"), 1.0, "{:.3f}"),
+    ("TTFT p50 (s)", _get("ttft_s", "p50"), 1.0, "{:.3f}"),
+    ("TTFT p99 (s)", _get("ttft_s", "p99"), 1.0, "{:.3f}"),
+    ("TPOT mean (ms)", _get("tpot_s", "mean"), 1e3, "{:.1f}"),
+    ("TPOT p50 (ms)", _get("tpot_s", "p50"), 1e3, "{:.1f}"),
+    ("TPOT p99 (ms)", _get("tpot_s", "p99"), 1e3, "{:.1f}"),
+    ("E2E p50 (s)", _get("e2e_s", "p50"), 1.0, "{:.2f}"),
+    ("E2E p99 (s)", _get("e2e_s", "p99"), 1.0, "{:.2f}"),
+    ("KV pool utilization (mean)", _get("kv_utilization_mean"), 100.0, "{:.1f}%"),
+    ("preemptions", _get("preemptions"), 1.0, "{:.0f}"),
+]
+
+
+def _cell(value: Any, scale: float, fmt: str) -> str:
+    if value is None:
+        return "-"
+    return fmt.format(value * scale)
+
+
+def _ratio(value: Any, base: Any) -> str:
+    if value is None or base is None:
+        return "-"
+    if base == 0:
+        return "-" if value == 0 else "inf"
+    return f"{value / base:.2f}x"
+
+
+def comparison_table(result: RunResult) -> str:
+    """A text table per sweep point: metrics by system, and each system's ratio to the baseline."""
+    baseline = result.baseline
+    systems = list(result.scenario.spec.systems)
+    others = [s for s in systems if s != baseline]
+    blocks = []
+    for point in result.points():
+        runs = {s: result.run(s, point) for s in systems}
+        header = ["metric"] + systems + [f"{s}/{baseline}" for s in others]
+        rows = [header]
+        for label, read, scale, fmt in ROWS:
+            values = {s: read(runs[s].summary) for s in systems}
+            rows.append([label] + [_cell(values[s], scale, fmt) for s in systems]
+                        + [_ratio(values[s], values[baseline]) for s in others])
+        hardware = ["hardware"] + [
+            f"{r.sizing.cards}x {r.sizing.accelerator.name}, {r.sizing.instances} inst tp{r.sizing.tp}"
+            for r in runs.values()
+        ] + [""] * len(others)
+        rows.insert(1, hardware)
+        slo = runs[baseline].summary.get("slo_met", {})
+        if slo:
+            rows.append(["SLO p99 met (" + ", ".join(slo) + ")"]
+                        + [_slo_cell(runs[s].summary["slo_met"]) for s in systems] + [""] * len(others))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+        lines = []
+        params = runs[baseline].params
+        if params:
+            lines.append("sweep point " + ", ".join(f"{k} = {v}" for k, v in params.items()))
+        for n, row in enumerate(rows):
+            lines.append("  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i])
+                                   for i, cell in enumerate(row)))
+            if n == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        blocks.append("\n".join(lines))
+    title = (f"scenario {result.scenario.name}: seed {result.seed}, "
+             f"measured over [{result.scenario.spec.warmup:g} s, {result.scenario.spec.duration:g} s] "
+             f"of simulated time; ratios are system / {baseline}")
+    return title + "\n\n" + "\n\n".join(blocks) + "\n"
+
+
+def _slo_cell(met: dict[str, bool]) -> str:
+    return "yes" if met and all(met.values()) else ("no (" + ", ".join(k for k, ok in met.items() if not ok) + ")")

@@ -1,0 +1,243 @@
+"""Read a scenario file into validated specs; every problem names file, line and field path.
+
+Loading checks, before anything runs: the schema (types, units, unknown keys), references into
+the catalogs (model, node, accelerator, number format), the sweep's values, and files named by
+empirical length distributions. Sizing checks that need the model and the hardware together
+(weights fit, TP divides the node) live in :mod:`kvsim.sim.sizing`, called by ``validate``/``run``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from kvsim.catalog import Catalog
+from kvsim.hardware import AcceleratorSpec, NodeSpec, accelerator_catalog, node_catalog
+from kvsim.models import ModelSpec, model_catalog
+from kvsim.scenario.schema import ScenarioSpec
+from kvsim.scenario.sweep import grid_points, set_path
+from kvsim.spec_types import STRICT_UNITS
+from kvsim.yaml_io import (
+    Located, Path, SpecError, dotted_path, errors_from_validation, load_yaml, register_union_tags,
+    validation_problems,
+)
+
+__all__ = ["Catalogs", "ScenarioPoint", "Scenario", "load_scenario", "parse_scenario"]
+
+register_union_tags(["poisson", "gamma", "closed_loop", "fixed", "uniform", "lognormal", "empirical"])
+
+
+@dataclass(frozen=True)
+class Catalogs:
+    """The catalogs a scenario sees: shipped entries plus its own ``catalog:`` section."""
+
+    accelerators: Catalog[AcceleratorSpec]
+    nodes: Catalog[NodeSpec]
+    models: Catalog[ModelSpec]
+
+
+@dataclass(frozen=True)
+class ScenarioPoint:
+    """One point of the sweep grid (the only point when there is no sweep).
+
+    ``params`` maps each swept field path to its value as written in the file.
+    """
+
+    index: int
+    params: dict[str, Any]
+    spec: ScenarioSpec
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario: its spec, the raw data it came from, catalogs and sweep points."""
+
+    spec: ScenarioSpec
+    raw: dict[str, Any]
+    located: Located
+    catalogs: Catalogs
+    points: list[ScenarioPoint] = field(default_factory=list)
+    base_dir: FsPath | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def system_names(self) -> list[str]:
+        return list(self.spec.systems)
+
+    def problem(self, path: Path, message: str) -> str:
+        return self.located.problem(path, message)
+
+    def with_changes(self, changes: dict[str, Any] | None = None, **by_field: Any) -> "Scenario":
+        """A new scenario with fields changed by dotted path; values may be unit strings or SI numbers.
+
+        Examples
+        --------
+        >>> s2 = scenario.with_changes({"workload.arrival.rate": "10/s", "sweep": {}})
+        """
+        raw = self.raw
+        for dotted, value in {**(changes or {}), **by_field}.items():
+            try:
+                raw = set_path(raw, dotted, value)
+            except ValueError as exc:
+                raise SpecError([f"{self.located.filename}: {dotted}: {exc}"]) from None
+        located = Located(raw, self.located.filename, self.located.lines)
+        return build_scenario(raw, located, self.base_dir, strict=False)
+
+
+def load_scenario(path: str | FsPath) -> Scenario:
+    """Read and validate a scenario file.
+
+    Raises
+    ------
+    SpecError
+        With one ``file:line: field: message`` line per problem.
+    """
+    path = FsPath(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError([f"{path}: cannot read scenario file: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise SpecError([f"{path}: not a UTF-8 text file"]) from None
+    return parse_scenario(text, str(path), path.parent)
+
+
+def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPath | None = None) -> Scenario:
+    """Validate scenario YAML given as text (files it names resolve against ``base_dir``)."""
+    located = load_yaml(text, filename)
+    if not isinstance(located.data, dict):
+        raise SpecError([f"{filename}:1: the scenario must be a mapping of fields (name, duration, ...)"])
+    base = FsPath(base_dir) if base_dir is not None else None
+    raw = _resolve_files(located.data, located, base)
+    return build_scenario(raw, located, base, strict=True)
+
+
+def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | None, strict: bool) -> Scenario:
+    context = {STRICT_UNITS: strict}
+    try:
+        spec = ScenarioSpec.model_validate(raw, context=context)
+    except ValidationError as exc:
+        raise SpecError(errors_from_validation(exc, located)) from None
+    catalogs = Catalogs(
+        accelerators=accelerator_catalog().extended(spec.catalog.accelerators, located, ("catalog", "accelerators")),
+        nodes=node_catalog().extended(spec.catalog.nodes, located, ("catalog", "nodes")),
+        models=model_catalog().extended(spec.catalog.models, located, ("catalog", "models")),
+    )
+    problems = _reference_problems(spec, catalogs, located.problem)
+    if problems:
+        raise SpecError(problems)
+    points = []
+    for index, params in enumerate(grid_points(spec.sweep)):
+        if not params:
+            points.append(ScenarioPoint(index, {}, spec))
+            continue
+        points.append(ScenarioPoint(index, params, _point_spec(raw, params, located, catalogs, context)))
+    return Scenario(spec, raw, located, catalogs, points, base_dir)
+
+
+def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> ScenarioSpec:
+    point_raw = raw
+    for dotted, value in params.items():
+        try:
+            point_raw = set_path(point_raw, dotted, value)
+        except ValueError as exc:
+            raise SpecError([located.problem(("sweep", dotted), str(exc))]) from None
+    point_raw = {**point_raw, "sweep": {}}
+    label = ", ".join(f"{k}={v}" for k, v in params.items())
+
+    def sweep_problem(path: Path, message: str) -> str:
+        dotted = dotted_path(path)
+        key = next((k for k in params if dotted.startswith(k)), next(iter(params)))
+        return located.problem(("sweep", key), f"at sweep point [{label}]: {dotted}: {message}")
+
+    try:
+        spec = ScenarioSpec.model_validate(point_raw, context=context)
+    except ValidationError as exc:
+        raise SpecError([sweep_problem(p, m) for p, m in validation_problems(exc, point_raw)]) from None
+    problems = _reference_problems(spec, catalogs, sweep_problem)
+    if problems:
+        raise SpecError(problems)
+    return spec
+
+
+def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list[str]:
+    problems = []
+    if spec.model not in catalogs.models:
+        problems.append(problem(("model",), catalogs.models.unknown_message(spec.model)))
+    for name, system in spec.systems.items():
+        path = ("systems", name)
+        if system.model is not None and system.model not in catalogs.models:
+            problems.append(problem(path + ("model",), catalogs.models.unknown_message(system.model)))
+        if system.node not in catalogs.nodes:
+            problems.append(problem(path + ("node",), catalogs.nodes.unknown_message(system.node)))
+            continue
+        node = catalogs.nodes[system.node]
+        if node.accelerator not in catalogs.accelerators:
+            problems.append(problem(path + ("node",), f"node {system.node!r}: "
+                                    + catalogs.accelerators.unknown_message(node.accelerator)))
+            continue
+        accelerator = catalogs.accelerators[node.accelerator]
+        dtype = spec.system_dtype(name)
+        if dtype not in accelerator.flops:
+            where = path + ("dtype",) if system.dtype else ("dtype",)
+            problems.append(problem(where, f"{accelerator.name} (node {system.node}) has no {dtype} peak in the "
+                                    f"catalog; it lists: {', '.join(accelerator.flops)}"))
+    return problems
+
+
+def _resolve_files(data: dict[str, Any], located: Located, base_dir: FsPath | None) -> dict[str, Any]:
+    """Read ``file:`` of empirical length distributions into ``values`` (a new dict is returned)."""
+    workload = data.get("workload")
+    if not isinstance(workload, dict):
+        return data
+    out = copy.deepcopy(data)
+    for key in ("input_tokens", "output_tokens"):
+        dist = workload.get(key)
+        if not (isinstance(dist, dict) and dist.get("kind") == "empirical" and "file" in dist):
+            continue
+        path = ("workload", key, "file")
+        if "values" in dist:
+            raise SpecError([located.problem(path, "give either file or values, not both")])
+        out["workload"][key]["values"] = _read_lengths(dist["file"], dist.get("column"), base_dir, located, path)
+    return out
+
+
+def _read_lengths(name: Any, column: Any, base_dir: FsPath | None, located: Located, path: Path) -> list[int]:
+    if not isinstance(name, str):
+        raise SpecError([located.problem(path, "expected a file path")])
+    file = FsPath(name)
+    if not file.is_absolute() and base_dir is not None:
+        file = base_dir / file
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError([located.problem(path, f"cannot read {file}: {exc.strerror or exc}")]) from None
+    try:
+        if file.suffix == ".csv":
+            if not column:
+                raise ValueError("a CSV file needs column: NAME")
+            header = text.splitlines()[0].split(",")
+            if column not in header:
+                raise ValueError(f"no column {column!r}; columns: {', '.join(header)}")
+            values = np.loadtxt(file, delimiter=",", skiprows=1, usecols=header.index(column), dtype=float)
+        elif file.suffix == ".jsonl":
+            if not column:
+                raise ValueError("a JSONL file needs column: FIELD")
+            values = np.array([json.loads(line)[column] for line in text.splitlines() if line.strip()], dtype=float)
+        else:
+            values = np.array(text.split(), dtype=float)
+    except (ValueError, KeyError, IndexError, json.JSONDecodeError) as exc:
+        raise SpecError([located.problem(path, f"cannot read token lengths from {file}: {exc}")]) from None
+    values = values[values >= 1]
+    if values.size == 0:
+        raise SpecError([located.problem(path, f"{file} holds no lengths >= 1 token")])
+    return values.astype(np.int64).tolist()

@@ -1,0 +1,104 @@
+"""The scenario file's schema: immutable specs validated from YAML.
+
+A scenario names a model and a workload, and one or more *systems* that serve the same request
+stream side by side. Quantities carry units in the file (``300 s``, ``20/s``, ``96 GiB``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from kvsim.serving.specs import InstanceSpec, RouterKind
+from kvsim.spec_types import FrozenSpec, Seconds
+from kvsim.workload import WorkloadSpec
+
+__all__ = ["ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntries", "Dtype"]
+
+Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
+
+
+class SloSpec(FrozenSpec):
+    """Service-level objectives. A request counts toward goodput if it meets every threshold given."""
+
+    ttft_p99: Seconds | None = None
+    tpot_p99: Seconds | None = None
+    e2e_p99: Seconds | None = None
+
+
+class SystemSpec(FrozenSpec):
+    """One hardware configuration serving the scenario's workload.
+
+    ``model``, ``dtype`` and ``kv_dtype`` default to the scenario's.
+    """
+
+    node: str
+    nodes: int = Field(default=1, ge=1)
+    instance: InstanceSpec = Field(default_factory=InstanceSpec)
+    instances: int | None = Field(default=None, ge=1)
+    router: RouterKind = "least_outstanding"
+    model: str | None = None
+    dtype: Dtype | None = None
+    kv_dtype: Dtype | None = None
+
+
+class CompareSpec(FrozenSpec):
+    baseline: str
+
+
+class CatalogEntries(FrozenSpec):
+    """Parts defined or overridden by the scenario (``base: NAME`` starts from a shipped entry)."""
+
+    accelerators: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class ScenarioSpec(FrozenSpec):
+    """A whole scenario file."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    seed: int = Field(default=0, ge=0)
+    duration: Seconds
+    warmup: Seconds = 0.0
+    model: str
+    dtype: Dtype = "bf16"
+    kv_dtype: Dtype | None = None
+    workload: WorkloadSpec
+    slo: SloSpec = Field(default_factory=SloSpec)
+    systems: dict[str, SystemSpec] = Field(min_length=1)
+    compare: CompareSpec | None = None
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    catalog: CatalogEntries = Field(default_factory=CatalogEntries)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ScenarioSpec":
+        if not self.duration > 0:
+            raise ValueError("duration must be positive")
+        if self.warmup >= self.duration:
+            raise ValueError(f"warmup ({self.warmup:g} s) must be shorter than duration ({self.duration:g} s)")
+        if self.compare is not None and self.compare.baseline not in self.systems:
+            raise ValueError(
+                f"compare.baseline {self.compare.baseline!r} is not one of the systems: {', '.join(self.systems)}"
+            )
+        for key, values in self.sweep.items():
+            if not values:
+                raise ValueError(f"sweep.{key} has no values")
+        return self
+
+    @property
+    def baseline(self) -> str:
+        """The system others are compared against (the first one unless ``compare`` says)."""
+        return self.compare.baseline if self.compare else next(iter(self.systems))
+
+    def system_model(self, system: str) -> str:
+        return self.systems[system].model or self.model
+
+    def system_dtype(self, system: str) -> str:
+        return self.systems[system].dtype or self.dtype
+
+    def system_kv_dtype(self, system: str) -> str:
+        spec = self.systems[system]
+        return spec.kv_dtype or self.kv_dtype or spec.dtype or self.dtype

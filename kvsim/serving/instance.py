@@ -1,0 +1,146 @@
+"""An inference instance: one TP group of cards running the engine loop as a SimPy process.
+
+The loop is one event per engine iteration: form a batch, wait its predicted duration, apply
+it. When there is nothing to run it sleeps until a request is submitted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+from kvsim.kv.block_pool import BlockPool
+from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
+from kvsim.metrics.records import RequestRecords
+from kvsim.models.step_time import StepTimeModel
+from kvsim.serving.scheduler import BatchScheduler, SchedulerEvents, Sequence
+
+__all__ = ["Instance", "SystemCounters"]
+
+
+class SystemCounters:
+    """Windowed totals shared by the instances of one system."""
+
+    def __init__(self, window_start_s: float):
+        self.output_tokens = WindowCounter(window_start_s)
+        self.input_tokens = WindowCounter(window_start_s)
+        self.iterations = 0
+        self.busy_s = 0.0
+
+
+class _RecordingEvents(SchedulerEvents):
+    """Writes scheduler milestones into the columnar records and counters."""
+
+    def __init__(self, records: RequestRecords, counters: SystemCounters, instance: "Instance"):
+        self.records = records
+        self.counters = counters
+        self.instance = instance
+
+    def admitted(self, seq: Sequence, now: float) -> None:
+        self.records.admit_s[seq.rid] = now
+
+    def first_token(self, seq: Sequence, now: float) -> None:
+        self.records.first_token_s[seq.rid] = now
+
+    def prompt_done(self, seq: Sequence, now: float) -> None:
+        self.counters.input_tokens.add(now, seq.prompt_tokens)
+
+    def tokens_emitted(self, count: int, now: float) -> None:
+        self.counters.output_tokens.add(now, count)
+
+    def preempted(self, seq: Sequence) -> None:
+        self.records.preemptions[seq.rid] += 1
+
+    def finished(self, seq: Sequence, now: float) -> None:
+        self.records.finish_s[seq.rid] = now
+        self.instance.in_system.set(now, self.instance.in_system.value - 1)
+        if seq.on_finish is not None:
+            seq.on_finish(seq, now)
+
+
+class Instance:
+    """One serving instance (a TP group) with its KV pool, scheduler and engine loop.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    index : int
+        Position of this instance in its system (recorded per request).
+    step_model : StepTimeModel
+        Predicts each iteration's duration in seconds.
+    pool : BlockPool
+        KV blocks available to this instance.
+    max_batched_tokens, max_num_seqs : int
+        Batching limits.
+    records : RequestRecords
+    counters : SystemCounters
+    in_system : TimeWeightedLevel
+        Requests in the system (shared by all instances), for Little's-law checks.
+    window_start_s : float
+        End of warm-up, seconds.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        index: int,
+        step_model: StepTimeModel,
+        pool: BlockPool,
+        max_batched_tokens: int,
+        max_num_seqs: int,
+        records: RequestRecords,
+        counters: SystemCounters,
+        in_system: TimeWeightedLevel,
+        window_start_s: float,
+    ):
+        self.env = env
+        self.index = index
+        self.step_model = step_model
+        self.pool = pool
+        self.records = records
+        self.counters = counters
+        self.in_system = in_system
+        self.kv_utilization = TimeWeightedLevel(window_start_s)
+        self.scheduler = BatchScheduler(
+            pool, max_batched_tokens, max_num_seqs, _RecordingEvents(records, counters, self)
+        )
+        self._wake: simpy.Event | None = None
+        self.process = env.process(self._run())
+
+    @property
+    def outstanding(self) -> int:
+        """Requests assigned here and not yet finished."""
+        return self.scheduler.outstanding
+
+    def submit(self, seq: Sequence) -> None:
+        """Hand a request to this instance (at the current simulated time)."""
+        self.records.instance[seq.rid] = self.index
+        self.in_system.set(self.env.now, self.in_system.value + 1)
+        self.scheduler.add(seq)
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
+    def _run(self):
+        env = self.env
+        scheduler = self.scheduler
+        step_time = self.step_model.iteration_time_s
+        counters = self.counters
+        level = self.kv_utilization
+        pool = self.pool
+        while True:
+            batch = scheduler.schedule(env.now)
+            if batch is None:
+                self._wake = env.event()
+                yield self._wake
+                self._wake = None
+                continue
+            level.set(env.now, pool.utilization)
+            duration_s = step_time(batch.shape)
+            if not duration_s > 0 or math.isinf(duration_s):
+                raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
+            yield env.timeout(duration_s)
+            counters.iterations += 1
+            counters.busy_s += duration_s
+            scheduler.complete(batch, env.now)
+            level.set(env.now, pool.utilization)

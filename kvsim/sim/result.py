@@ -1,0 +1,128 @@
+"""Results of a scenario run, as plain dictionaries and pandas DataFrames."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+import kvsim
+from kvsim.metrics.records import RequestRecords
+from kvsim.metrics.summary import LATENCY_KEYS
+
+if TYPE_CHECKING:
+    from kvsim.scenario.load import Scenario
+    from kvsim.sim.sizing import SystemSizing
+
+__all__ = ["SystemRun", "RunResult"]
+
+
+@dataclass
+class SystemRun:
+    """One system simulated at one sweep point."""
+
+    system: str
+    point_index: int
+    params: dict[str, Any]
+    sizing: "SystemSizing"
+    records: RequestRecords
+    summary: dict[str, Any]
+    in_system_mean: float
+    iterations: int
+    busy_s: float
+    wall_s: float
+
+    def describe(self) -> dict[str, Any]:
+        """Hardware facts of the run, SI units."""
+        s = self.sizing
+        return {
+            "node": s.node.name, "nodes": s.spec.nodes, "accelerator": s.accelerator.name,
+            "cards": s.cards, "instances": s.instances, "tp": s.tp, "model": s.model.name,
+            "dtype": s.dtype, "kv_dtype": s.kv_dtype,
+            "weight_bytes_per_card": s.weight_bytes_per_card,
+            "kv_capacity_bytes_per_card": s.kv_budget_bytes_per_card,
+            "kv_capacity_tokens_per_instance": s.kv_tokens_per_instance,
+        }
+
+
+@dataclass
+class RunResult:
+    """All runs of a scenario: every system at every sweep point."""
+
+    scenario: "Scenario"
+    seed: int
+    runs: list[SystemRun] = field(default_factory=list)
+
+    @property
+    def swept(self) -> bool:
+        return bool(self.scenario.spec.sweep)
+
+    @property
+    def baseline(self) -> str:
+        return self.scenario.spec.baseline
+
+    def run(self, system: str, point_index: int = 0) -> SystemRun:
+        for run in self.runs:
+            if run.system == system and run.point_index == point_index:
+                return run
+        raise KeyError(f"no run of system {system!r} at point {point_index}")
+
+    def points(self) -> list[int]:
+        return sorted({r.point_index for r in self.runs})
+
+    def summary_dict(self) -> dict[str, Any]:
+        """The ``summary.json`` structure.
+
+        Without a sweep: ``systems -> name -> metrics``. With a sweep: ``systems -> name -> list``
+        of one entry per point, each with ``params`` and the metrics.
+        """
+        systems: dict[str, Any] = {}
+        for run in self.runs:
+            entry = {**run.summary, "hardware": run.describe()}
+            if self.swept:
+                systems.setdefault(run.system, []).append({"params": run.params, **entry})
+            else:
+                systems[run.system] = entry
+        return {
+            "scenario": self.scenario.name,
+            "seed": self.seed,
+            "kvsim_version": kvsim.__version__,
+            "duration_s": self.scenario.spec.duration,
+            "warmup_s": self.scenario.spec.warmup,
+            "baseline": self.baseline,
+            "sweep": {k: list(v) for k, v in self.scenario.spec.sweep.items()},
+            "systems": systems,
+        }
+
+    def summary_frame(self) -> pd.DataFrame:
+        """One row per (point, system): swept parameters, then flat metrics (``ttft_s_p99`` ...)."""
+        rows = []
+        for run in self.runs:
+            row: dict[str, Any] = {"point": run.point_index, "system": run.system}
+            row.update(run.params)
+            for key, value in run.summary.items():
+                if key in LATENCY_KEYS:
+                    for stat, number in value.items():
+                        row[f"{key}_{stat}"] = number
+                elif key == "slo_met":
+                    for name, ok in value.items():
+                        row[f"slo_met_{name}"] = ok
+                else:
+                    row[key] = value
+            row["cards"] = run.sizing.cards
+            rows.append(row)
+        frame = pd.DataFrame(rows)
+        return frame.astype({c: float for c in frame.columns if c.endswith(("_mean", "_p50", "_p90", "_p99"))})
+
+    def requests_frame(self) -> pd.DataFrame:
+        """Every request of every run, with ``system``, ``point`` and swept parameters as columns."""
+        frames = []
+        for run in self.runs:
+            frame = run.records.to_frame()
+            frame.insert(0, "system", run.system)
+            frame.insert(1, "point", run.point_index)
+            for col, (key, value) in enumerate(run.params.items()):
+                frame.insert(2 + col, key, str(value))
+            frames.append(frame)
+        return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,169 @@
+"""Build live objects from specs and run them: one SimPy environment per (sweep point, system).
+
+Every system of a point serves the same request stream: open-loop requests are drawn once per
+point from the scenario seed; closed-loop clients draw from per-client streams.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from kvsim.kv.block_pool import BlockPool
+from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.metrics.records import RequestRecords
+from kvsim.metrics.summary import summarize
+from kvsim.rng import RandomStreams
+from kvsim.scenario.load import Scenario, ScenarioPoint
+from kvsim.scenario.schema import ScenarioSpec
+from kvsim.serving.instance import Instance, SystemCounters
+from kvsim.serving.router import ROUTERS
+from kvsim.serving.scheduler import Sequence
+from kvsim.sim.result import RunResult, SystemRun
+from kvsim.sim.sizing import SizingError, SystemSizing, size_system
+from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
+from kvsim.yaml_io import SpecError
+
+__all__ = ["check_scenario", "run_scenario", "simulate_system"]
+
+
+def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
+    """Size every system at every sweep point; raise :class:`SpecError` naming each that cannot run."""
+    sizings: dict[tuple[int, str], SystemSizing] = {}
+    problems: list[str] = []
+    for point in scenario.points:
+        for name in point.spec.systems:
+            try:
+                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
+            except SizingError as exc:
+                message = exc.message
+                if point.params:
+                    label = ", ".join(f"{k}={v}" for k, v in point.params.items())
+                    message = f"at sweep point [{label}]: {message}"
+                problem = scenario.problem(exc.path, message)
+                if problem not in problems:
+                    problems.append(problem)
+    if problems:
+        raise SpecError(problems)
+    return sizings
+
+
+@dataclass
+class _Progress:
+    bar: Any = None
+
+    def advance(self, simulated_s: float) -> None:
+        if self.bar is not None:
+            self.bar.update(simulated_s)
+
+
+def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = False) -> RunResult:
+    """Run every system at every sweep point.
+
+    Parameters
+    ----------
+    scenario : Scenario
+    seed : int, optional
+        Overrides the scenario's root seed.
+    progress : bool
+        Show a progress bar (simulated seconds) on standard error.
+    """
+    sizings = check_scenario(scenario)
+    root_seed = scenario.spec.seed if seed is None else int(seed)
+    runs: list[SystemRun] = []
+    total = sum(p.spec.duration * len(p.spec.systems) for p in scenario.points)
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=round(total, 3), unit="sim-s", desc=scenario.name, leave=False, dynamic_ncols=True)
+    tracker = _Progress(bar)
+    try:
+        for point in scenario.points:
+            streams = RandomStreams(root_seed)
+            requests = None
+            if not point.spec.workload.closed_loop:
+                requests = open_loop_requests(point.spec.workload, point.spec.duration, streams)
+            for name in point.spec.systems:
+                if bar is not None:
+                    bar.set_postfix_str(f"{name} {_label(point)}".strip())
+                runs.append(simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker))
+    finally:
+        if bar is not None:
+            bar.close()
+    return RunResult(scenario=scenario, seed=root_seed, runs=runs)
+
+
+def _label(point: ScenarioPoint) -> str:
+    return " ".join(f"{k.split('.')[-1]}={v}" for k, v in point.params.items())
+
+
+def simulate_system(
+    point: ScenarioPoint,
+    name: str,
+    sizing: SystemSizing,
+    requests: RequestArrays | None,
+    streams: RandomStreams,
+    progress: _Progress | None = None,
+) -> SystemRun:
+    """Simulate system ``name`` at one sweep point and summarise it."""
+    spec: ScenarioSpec = point.spec
+    started = time.perf_counter()
+    env = simpy.Environment()
+    warmup, duration = spec.warmup, spec.duration
+    records = RequestRecords(len(requests) if requests is not None else 4096)
+    counters = SystemCounters(warmup)
+    in_system = TimeWeightedLevel(warmup)
+    inst = sizing.spec.instance
+    step_model = sizing.step_model()
+    instances = [
+        Instance(env, i, step_model, BlockPool(sizing.kv_blocks_per_instance, inst.block_size_tokens),
+                 inst.max_batched_tokens, inst.max_num_seqs, records, counters, in_system, warmup)
+        for i in range(sizing.instances)
+    ]
+    router = ROUTERS[sizing.spec.router]()
+    if requests is not None:
+        env.process(_open_loop(env, requests, records, instances, router))
+    else:
+        for client in range(spec.workload.arrival.clients):
+            env.process(_client(env, ClientStream(spec.workload, client, streams), records, instances, router))
+    slices = 50
+    for k in range(1, slices + 1):
+        env.run(until=duration * k / slices)
+        if progress is not None:
+            progress.advance(duration / slices)
+    kv_mean = sum(i.kv_utilization.mean(duration) for i in instances) / len(instances)
+    slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99}
+    summary = summarize(records, warmup, duration, counters.output_tokens.in_window,
+                        counters.input_tokens.in_window, kv_mean, slo)
+    return SystemRun(
+        system=name, point_index=point.index, params=dict(point.params), sizing=sizing, records=records,
+        summary=summary, in_system_mean=in_system.mean(duration), iterations=counters.iterations,
+        busy_s=counters.busy_s, wall_s=time.perf_counter() - started,
+    )
+
+
+def _open_loop(env: simpy.Environment, requests: RequestArrays, records: RequestRecords, instances, router):
+    n = len(requests)
+    for rid, (t, n_in, n_out) in enumerate(zip(requests.arrival_s.tolist(), requests.input_tokens.tolist(),
+                                               requests.output_tokens.tolist())):
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        records.add(t, n_in, n_out)
+        instances[router.choose(instances)].submit(Sequence(rid, n_in, n_out))
+    assert records.n == n
+
+
+def _client(env: simpy.Environment, stream: ClientStream, records: RequestRecords, instances, router):
+    while True:
+        think_s, n_in, n_out = stream.next_request()
+        if think_s > 0:
+            yield env.timeout(think_s)
+        done = env.event()
+        rid = records.add(env.now, n_in, n_out)
+        seq = Sequence(rid, n_in, n_out, on_finish=lambda _seq, _now, ev=done: ev.succeed())
+        instances[router.choose(instances)].submit(seq)
+        yield done

@@ -1,0 +1,75 @@
+"""Building blocks for immutable, validated ``*Spec`` objects.
+
+Specs are plain data (pydantic models, frozen, unknown keys refused). Fields that carry a
+physical quantity accept a unit string at the YAML boundary and hold an SI float afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import (
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationInfo,
+)
+
+from kvsim.units import parse_quantity
+
+__all__ = [
+    "FrozenSpec", "Bytes", "Bandwidth", "Seconds", "Rate", "FlopRate", "Watts",
+    "PositiveFloat", "Fraction", "STRICT_UNITS",
+]
+
+
+class FrozenSpec(BaseModel):
+    """Base of every spec: immutable, strict about unknown keys, no side effects."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+STRICT_UNITS = "strict_units"
+"""Validation-context key: set it for text read from files, where a bare number is refused."""
+
+
+def _quantity(dimension: str):
+    def convert(value: object, info: ValidationInfo) -> object:
+        from_file = bool(info.context and info.context.get(STRICT_UNITS))
+        if not from_file and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)  # Python callers pass SI numbers directly
+        return parse_quantity(value, dimension)
+
+    return BeforeValidator(convert)
+
+
+def _non_negative(value: float) -> float:
+    if value < 0:
+        raise ValueError(f"must not be negative (got {value:g})")
+    return value
+
+
+def _positive(value: float) -> float:
+    if not value > 0:
+        raise ValueError(f"must be positive (got {value:g})")
+    return value
+
+
+def _fraction(value: float) -> float:
+    if not 0 < value <= 1:
+        raise ValueError(f"must be in (0, 1] (got {value:g})")
+    return value
+
+
+_si = PlainSerializer(float, return_type=float)
+
+Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative), _si]
+"""Bytes: ``"96 GiB"``, ``"48 GB"`` or a plain number of bytes."""
+Bandwidth = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive), _si]
+"""Bytes per second: ``"4 TB/s"``, ``"400 Gbit/s"``."""
+Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative), _si]
+"""Seconds: ``"300 s"``, ``"50 ms"``, ``"3 us"``."""
+Rate = Annotated[float, _quantity("rate"), AfterValidator(_positive), _si]
+"""Events per second: ``"20/s"``."""
+FlopRate = Annotated[float, _quantity("flops"), AfterValidator(_positive), _si]
+"""FLOP per second: ``"148 TFLOPS"``."""
+Watts = Annotated[float, _quantity("power"), AfterValidator(_positive), _si]
+PositiveFloat = Annotated[float, AfterValidator(_positive)]
+Fraction = Annotated[float, AfterValidator(_fraction)]

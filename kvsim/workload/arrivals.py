@@ -1,0 +1,76 @@
+"""Request arrival processes: open-loop (Poisson, Gamma) and closed-loop (fixed concurrency)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import Field
+
+from kvsim.spec_types import FrozenSpec, PositiveFloat, Rate, Seconds
+
+__all__ = ["PoissonArrivals", "GammaArrivals", "ClosedLoop", "ArrivalSpec", "open_loop_arrival_times"]
+
+
+class PoissonArrivals(FrozenSpec):
+    """Open loop: exponential inter-arrival times at ``rate`` requests/s."""
+
+    kind: Literal["poisson"] = "poisson"
+    rate: Rate
+
+    def interarrivals(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.exponential(1.0 / self.rate, size=n)
+
+
+class GammaArrivals(FrozenSpec):
+    """Open loop: Gamma inter-arrival times with mean ``1/rate`` and coefficient of variation ``cv``.
+
+    ``cv = 1`` is Poisson; ``cv > 1`` is burstier (shape ``1/cv^2``).
+    """
+
+    kind: Literal["gamma"] = "gamma"
+    rate: Rate
+    cv: PositiveFloat
+
+    def interarrivals(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        shape = 1.0 / self.cv**2
+        return rng.gamma(shape, scale=1.0 / (self.rate * shape), size=n)
+
+
+class ClosedLoop(FrozenSpec):
+    """Closed loop: ``clients`` users, each sending its next request when the previous one completes.
+
+    ``think_time`` is the pause between a completion and the next request: fixed, or exponential
+    with that mean.
+    """
+
+    kind: Literal["closed_loop"] = "closed_loop"
+    clients: int = Field(gt=0)
+    think_time: Seconds = 0.0
+    think_distribution: Literal["fixed", "exponential"] = "fixed"
+
+    def think_times(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.think_distribution == "exponential" and self.think_time > 0:
+            return rng.exponential(self.think_time, size=n)
+        return np.full(n, self.think_time)
+
+
+ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, ClosedLoop], Field(discriminator="kind")]
+
+
+def open_loop_arrival_times(
+    spec: PoissonArrivals | GammaArrivals, duration_s: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Arrival times in ``[0, duration_s)``, seconds, ascending."""
+    expected = spec.rate * duration_s
+    chunk = max(16, int(expected + 6.0 * np.sqrt(expected + 1.0)) + 16)
+    times: list[np.ndarray] = []
+    last = 0.0
+    while True:
+        t = last + np.cumsum(spec.interarrivals(rng, chunk))
+        times.append(t)
+        last = float(t[-1])
+        if last >= duration_s:
+            break
+    out = np.concatenate(times)
+    return out[out < duration_s]
