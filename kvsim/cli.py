@@ -101,9 +101,12 @@ def _run(args: argparse.Namespace) -> int:
     from kvsim.sim import run_scenario
 
     scenario = load_scenario(args.scenario)
+    out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
+    if out.exists() and not out.is_dir():
+        print(f"kvsim run: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
+        return EXIT_BAD_INPUT
     show_progress = not args.no_progress and sys.stderr.isatty()
     result = run_scenario(scenario, seed=args.seed, progress=show_progress)
-    out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
     print(comparison_table(result))
     try:
         written = write_results(result, out, source_text=args.scenario.read_text(encoding="utf-8"))

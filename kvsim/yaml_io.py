@@ -86,6 +86,7 @@ def load_yaml(text: str, filename: str) -> Located:
     located = Located(data=None, filename=filename)
     if root is None:
         located.data = {}
+        located.lines[()] = 1
         return located
     problems: list[str] = []
     _walk(root, (), located.lines, problems, filename)

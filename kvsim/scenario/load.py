@@ -170,7 +170,7 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> S
 
 
 def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list[str]:
-    problems = []
+    problems = [problem(path, message) for path, message in spec.consistency_problems()]
     if spec.model not in catalogs.models:
         problems.append(problem(("model",), catalogs.models.unknown_message(spec.model)))
     for name, system in spec.systems.items():
@@ -188,7 +188,12 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
         accelerator = catalogs.accelerators[node.accelerator]
         dtype = spec.system_dtype(name)
         if dtype not in accelerator.flops:
-            where = path + ("dtype",) if system.dtype else ("dtype",)
+            if system.dtype:
+                where = path + ("dtype",)
+            elif "dtype" in spec.model_fields_set:
+                where = ("dtype",)
+            else:
+                where = path + ("node",)  # the default dtype: blame the choice of hardware
             problems.append(problem(where, f"{accelerator.name} (node {system.node}) has no {dtype} peak in the "
                                     f"catalog; it lists: {', '.join(accelerator.flops)}"))
     return problems

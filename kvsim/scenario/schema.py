@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from kvsim.serving.specs import InstanceSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
@@ -73,20 +73,25 @@ class ScenarioSpec(FrozenSpec):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
 
-    @model_validator(mode="after")
-    def _consistent(self) -> "ScenarioSpec":
+    def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
+        """Checks across fields, as ``(field path, message)``; the loader reports them with lines.
+
+        They are not a pydantic validator because a whole-model validator cannot say which
+        field is wrong, and the message must point at it.
+        """
+        problems: list[tuple[tuple[str, ...], str]] = []
         if not self.duration > 0:
-            raise ValueError("duration must be positive")
-        if self.warmup >= self.duration:
-            raise ValueError(f"warmup ({self.warmup:g} s) must be shorter than duration ({self.duration:g} s)")
+            problems.append((("duration",), "must be positive"))
+        elif self.warmup >= self.duration:
+            problems.append((("warmup",), f"warmup ({self.warmup:g} s) must be shorter than "
+                                          f"duration ({self.duration:g} s)"))
         if self.compare is not None and self.compare.baseline not in self.systems:
-            raise ValueError(
-                f"compare.baseline {self.compare.baseline!r} is not one of the systems: {', '.join(self.systems)}"
-            )
+            problems.append((("compare", "baseline"), f"{self.compare.baseline!r} is not one of the systems: "
+                                                      f"{', '.join(self.systems)}"))
         for key, values in self.sweep.items():
             if not values:
-                raise ValueError(f"sweep.{key} has no values")
-        return self
+                problems.append((("sweep", key), "has no values"))
+        return problems
 
     @property
     def baseline(self) -> str:
