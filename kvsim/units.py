@@ -84,7 +84,7 @@ DIMENSIONS: dict[str, Dimension] = {
     ),
     "flops": Dimension("flops", "FLOP/s", _FLOPS, allow_bare=False),
     "flop": Dimension("flop", "FLOP", _FLOP, allow_bare=True),
-    "power": Dimension("power", "W", {"W": 1.0, "kW": 1e3}, allow_bare=False),
+    "power": Dimension("power", "W", {f"{p}W": f for p, f in _DECIMAL.items()}, allow_bare=False),
 }
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"

@@ -31,7 +31,14 @@ class EfficiencySpec(FrozenSpec):
     iteration_overhead_s : float
         Fixed time per engine iteration (scheduling, kernel launches, sampling), seconds.
     collective_latency_s : float
-        Latency of one collective hop (ring step), seconds.
+        Fixed latency of one all-reduce, seconds.
+
+    Defaults, used where a catalog entry gives no figure: ``compute`` 0.6 is InferSim's
+    default MFU for H20 (alibaba/InferSim ``hardware/gpu.py``); ``memory`` 0.8 is the
+    ``mem_bw_empirical_scaling_factor`` aiconfigurator uses for every NVIDIA GPU;
+    ``interconnect`` 0.8 is InferSim's NVLink/RDMA derate; ``collective_latency_s`` 10 us is
+    aiconfigurator's ``p2p_latency``; ``iteration_overhead_s`` 2 ms is an assumption (scheduling,
+    kernel launches and sampling per iteration), to be calibrated.
     """
 
     compute: Fraction = 0.6

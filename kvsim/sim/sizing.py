@@ -77,6 +77,11 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
     if node.accelerators_per_node % tp != 0:
         raise SizingError(path + ("instance", "tp"), f"tp={tp} must divide the {node.accelerators_per_node} "
                           f"cards of node {node.name} (an instance stays inside one node)")
+    heads = (model.num_attention_heads, model.num_kv_heads)
+    if model.num_attention_heads % tp or (model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads):
+        raise SizingError(path + ("instance", "tp"), (
+            f"tp={tp} does not split {model.name}'s {heads[0]} attention heads / {heads[1]} KV heads "
+            "evenly (engines need heads divisible by tp, or tp divisible by the KV heads)"))
     available = system.nodes * node.accelerators_per_node // tp
     instances = system.instances if system.instances is not None else available
     if instances > available:

@@ -1,0 +1,306 @@
+"""The command line on valid input: ``kvsim validate``, ``kvsim run`` and its result files, ``kvsim catalog``.
+
+Scenarios are tiny (20 s simulated, 1 instance per system, a low Poisson rate) so a run takes
+well under a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+import kvsim
+from kvsim.cli import main
+
+SCENARIO = """\
+name: cli-tiny
+seed: 11
+duration: 20 s
+warmup: 5 s
+model: qwen3-8b
+dtype: bf16
+workload:
+  arrival: {kind: poisson, rate: 2/s}
+  input_tokens: {kind: lognormal, median: 256, sigma: 0.5, max: 1024}
+  output_tokens: {kind: lognormal, median: 64, sigma: 0.5, max: 256}
+slo: {ttft_p99: 2 s, tpot_p99: 100 ms}
+systems:
+  h20: {node: h20-8x, instances: 1, instance: {tp: 1}}
+  l20: {node: l20-8x, instances: 1, instance: {tp: 1}}
+compare: {baseline: l20}
+"""
+DURATION, WARMUP = 20.0, 5.0
+SWEEP = "sweep:\n  workload.arrival.rate: [1/s, 3/s]\n"
+
+SCALAR_KEYS = ["requests_completed", "output_tokens_per_s", "input_tokens_per_s", "requests_per_s",
+               "goodput_requests_per_s", "kv_utilization_mean"]
+LATENCY_KEYS = ["ttft_s", "tpot_s", "e2e_s"]
+STATS = ["mean", "p50", "p90", "p99"]
+
+
+def _main(*argv) -> tuple[int, str, str]:
+    """Run the CLI in-process, capturing stdout/stderr (usable from module-scoped fixtures)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse --version / errors
+            rc = exc.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def single_run(tmp_path_factory):
+    """One `kvsim run --out DIR --seed 3` of the two-system scenario, shared by the tests below."""
+    base = tmp_path_factory.mktemp("run")
+    scenario = base / "tiny.yaml"
+    scenario.write_text(SCENARIO, encoding="utf-8")
+    out_dir = base / "out"
+    rc, out, err = _main("run", scenario, "--out", out_dir, "--seed", "3")
+    return {"rc": rc, "stdout": out, "stderr": err, "out": out_dir}
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sweep")
+    scenario = base / "tiny_sweep.yaml"
+    scenario.write_text(SCENARIO + SWEEP, encoding="utf-8")
+    out_dir = base / "out"
+    rc, out, err = _main("run", scenario, "--out", out_dir, "--seed", "3")
+    return {"rc": rc, "stdout": out, "stderr": err, "out": out_dir}
+
+
+def _check_metrics(metrics: dict) -> None:
+    """Every required key present, numbers finite, percentiles ordered, rates consistent."""
+    for key in SCALAR_KEYS + LATENCY_KEYS:
+        assert key in metrics, key
+    for key in SCALAR_KEYS:
+        value = metrics[key]
+        assert isinstance(value, (int, float)) and not isinstance(value, bool), (key, value)
+        assert math.isfinite(value) and value >= 0, (key, value)
+    assert isinstance(metrics["requests_completed"], int)
+    assert metrics["requests_completed"] > 0
+    # completions per second of the measurement window
+    assert metrics["requests_per_s"] == pytest.approx(metrics["requests_completed"] / (DURATION - WARMUP))
+    assert metrics["goodput_requests_per_s"] <= metrics["requests_per_s"] + 1e-12
+    assert metrics["output_tokens_per_s"] > 0 and metrics["input_tokens_per_s"] > 0
+    assert 0 < metrics["kv_utilization_mean"] <= 1
+    for key in LATENCY_KEYS:
+        stats = metrics[key]
+        assert set(STATS) <= set(stats), (key, stats)
+        for stat in STATS:
+            assert isinstance(stats[stat], float) and math.isfinite(stats[stat]) and stats[stat] > 0, (key, stats)
+        assert stats["p50"] <= stats["p90"] <= stats["p99"], (key, stats)
+    # a request's first token comes no later than its last
+    assert metrics["ttft_s"]["p50"] <= metrics["e2e_s"]["p99"]
+    assert metrics["ttft_s"]["mean"] <= metrics["e2e_s"]["mean"]
+
+
+# --------------------------------------------------------------------------- validate
+
+
+def test_validate_prints_per_system_sizing(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO, encoding="utf-8")
+    rc, out, err = _main("validate", path)
+    assert rc == 0, err
+    assert err == ""
+    assert "valid scenario 'cli-tiny'" in out
+    assert "2 system(s)" in out and "1 sweep point(s)" in out
+    lines = {line.strip().split(":")[0]: line for line in out.splitlines()[1:]}
+    assert set(lines) == {"h20", "l20"}
+    assert "1 x h20-8x" in lines["h20"] and "1 x l20-8x" in lines["l20"]
+    for line in lines.values():
+        assert "tp=1" in line and "qwen3-8b bf16" in line
+        assert "weights/card" in line and "tokens/instance" in line
+    # a 48 GB L20 leaves a smaller KV pool than a 96 GB H20 for the same weights
+    tokens = {name: int(re.search(r"= ([\d,]+) tokens/instance", line).group(1).replace(",", ""))
+              for name, line in lines.items()}
+    assert tokens["h20"] > tokens["l20"] > 0
+
+
+# --------------------------------------------------------------------------- run: table
+
+
+def test_run_exits_0_and_prints_a_ratio_table(single_run):
+    assert single_run["rc"] == 0, single_run["stderr"]
+    assert "Traceback" not in single_run["stderr"]
+    table = single_run["stdout"]
+    header = next(line for line in table.splitlines() if line.startswith("metric"))
+    assert header.split() == ["metric", "h20", "l20", "h20/l20"]  # baseline l20 from compare:
+    assert "seed 3" in table
+    assert re.search(r"\d+\.\d\dx", table), "ratio cells look like 1.23x"
+    assert "results written:" in table
+
+
+def test_table_ratio_matches_the_summary(single_run):
+    # the "throughput" row: h20 value, l20 value, h20/l20 ratio
+    row = next(line for line in single_run["stdout"].splitlines() if line.startswith("throughput"))
+    h20, l20, ratio = row.split()[-3:]
+    summary = json.loads((single_run["out"] / "summary.json").read_text())
+    rps = {name: summary["systems"][name]["requests_per_s"] for name in ("h20", "l20")}
+    assert float(h20) == pytest.approx(rps["h20"], abs=0.006)
+    assert float(l20) == pytest.approx(rps["l20"], abs=0.006)
+    assert ratio == f"{rps['h20'] / rps['l20']:.2f}x"
+
+
+# --------------------------------------------------------------------------- run: summary.json
+
+
+def test_summary_json_top_level(single_run):
+    summary = json.loads((single_run["out"] / "summary.json").read_text(encoding="utf-8"))
+    assert summary["scenario"] == "cli-tiny"
+    assert summary["seed"] == 3  # --seed overrides the file's seed 11
+    assert summary["kvsim_version"] == kvsim.__version__
+    assert set(summary["systems"]) == {"h20", "l20"}
+
+
+def test_summary_json_metrics(single_run):
+    summary = json.loads((single_run["out"] / "summary.json").read_text(encoding="utf-8"))
+    for name, metrics in summary["systems"].items():
+        assert isinstance(metrics, dict), name  # no sweep: one entry per system, not a list
+        _check_metrics(metrics)
+
+
+# --------------------------------------------------------------------------- run: requests.parquet
+
+
+def test_requests_parquet(single_run):
+    frame = pd.read_parquet(single_run["out"] / "requests.parquet")
+    for column in ["system", "arrival_s", "first_token_s", "finish_s", "input_tokens", "output_tokens",
+                   "preemptions"]:
+        assert column in frame.columns, column
+    assert set(frame["system"]) == {"h20", "l20"}
+    by_system = {name: group.reset_index(drop=True) for name, group in frame.groupby("system")}
+    # one row per request per system: both systems serve the same open-loop request stream
+    assert len(by_system["h20"]) == len(by_system["l20"]) > 0
+    for column in ("arrival_s", "input_tokens", "output_tokens"):
+        assert by_system["h20"][column].tolist() == by_system["l20"][column].tolist(), column
+    assert frame["arrival_s"].between(0, DURATION, inclusive="left").all()
+    assert (frame["input_tokens"] >= 1).all() and (frame["input_tokens"] <= 1024).all()
+    assert (frame["output_tokens"] >= 1).all() and (frame["output_tokens"] <= 256).all()
+    assert (frame["preemptions"] >= 0).all()
+    # milestones in order wherever they were reached
+    first = frame.dropna(subset=["first_token_s"])
+    assert len(first) > 0
+    assert (first["first_token_s"] >= first["arrival_s"]).all()
+    done = frame.dropna(subset=["finish_s"])
+    assert done["first_token_s"].notna().all()
+    assert (done["finish_s"] >= done["first_token_s"]).all()
+    # the summary's completed count is the rows that finished inside the window
+    summary = json.loads((single_run["out"] / "summary.json").read_text(encoding="utf-8"))
+    for name, group in by_system.items():
+        completed = int((group["finish_s"] >= WARMUP).sum())
+        assert completed == summary["systems"][name]["requests_completed"], name
+
+
+# --------------------------------------------------------------------------- run: scenario.yaml
+
+
+def test_resolved_scenario_yaml(single_run):
+    resolved = yaml.safe_load((single_run["out"] / "scenario.yaml").read_text(encoding="utf-8"))
+    assert resolved["name"] == "cli-tiny"
+    assert resolved["seed"] == 3  # the seed actually used, not the file's 11
+    assert resolved["duration"] == DURATION and resolved["warmup"] == WARMUP  # SI seconds
+    assert resolved["workload"]["arrival"]["rate"] == 2.0
+    assert resolved["slo"]["tpot_p99"] == pytest.approx(0.1)
+    assert set(resolved["systems"]) == {"h20", "l20"}
+    parts = resolved["resolved_catalog"]
+    assert set(parts["accelerators"]) == {"h20", "l20"}
+    assert set(parts["nodes"]) == {"h20-8x", "l20-8x"}
+    assert set(parts["models"]) == {"qwen3-8b"}
+    # resolved parts carry numbers, not just names
+    assert parts["accelerators"]["h20"]["memory_bytes"] > parts["accelerators"]["l20"]["memory_bytes"] > 0
+
+
+# --------------------------------------------------------------------------- run: sweep
+
+
+def test_sweep_run_writes_one_entry_per_point(sweep_run):
+    assert sweep_run["rc"] == 0, sweep_run["stderr"]
+    summary = json.loads((sweep_run["out"] / "summary.json").read_text(encoding="utf-8"))
+    assert summary["seed"] == 3
+    assert set(summary["systems"]) == {"h20", "l20"}
+    for name, entries in summary["systems"].items():
+        assert isinstance(entries, list) and len(entries) == 2, name
+        assert [e["params"] for e in entries] == [{"workload.arrival.rate": "1/s"},
+                                                  {"workload.arrival.rate": "3/s"}]
+        for entry in entries:
+            _check_metrics(entry)
+        # three times the load completes more requests in the same window
+        assert entries[1]["requests_completed"] > entries[0]["requests_completed"]
+
+
+def test_sweep_run_table_and_requests(sweep_run):
+    table = sweep_run["stdout"]
+    assert table.count("sweep point") == 2
+    assert "workload.arrival.rate = 1/s" in table and "workload.arrival.rate = 3/s" in table
+    frame = pd.read_parquet(sweep_run["out"] / "requests.parquet")
+    assert set(frame["point"]) == {0, 1}
+    assert set(frame.groupby(["system", "point"]).size().index) == {("h20", 0), ("h20", 1), ("l20", 0), ("l20", 1)}
+    counts = frame.groupby("point").size()
+    assert counts[1] > counts[0]
+
+
+# --------------------------------------------------------------------------- run: default --out
+
+
+def test_default_out_is_results_scenario_name_under_cwd(tmp_path, monkeypatch):
+    scenario = tmp_path / "elsewhere" / "tiny.yaml"
+    scenario.parent.mkdir()
+    scenario.write_text(SCENARIO, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _main("run", scenario)
+    assert rc == 0, err
+    out_dir = tmp_path / "results" / "cli-tiny"
+    for name in ("summary.json", "requests.parquet", "scenario.yaml"):
+        assert (out_dir / name).is_file(), name
+    assert not (scenario.parent / "results").exists()  # relative to the CWD, not the scenario file
+    # without --seed, the file's seed is used
+    assert json.loads((out_dir / "summary.json").read_text())["seed"] == 11
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def test_catalog_lists_parts():
+    rc, out, err = _main("catalog")
+    assert rc == 0, err
+    names = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert {"h20", "l20", "h20-8x", "l20-8x", "qwen3-8b"} <= names
+    assert "accelerators:" in out and "nodes:" in out and "models:" in out
+
+
+def test_catalog_one_family():
+    rc, out, err = _main("catalog", "models")
+    assert rc == 0, err
+    names = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert "qwen3-8b" in names and "h20" not in names
+
+
+def test_catalog_json_carries_sources():
+    rc, out, err = _main("catalog", "--json")
+    assert rc == 0, err
+    payload = json.loads(out)
+    assert set(payload) == {"accelerators", "nodes", "models"}
+    assert {"h20", "l20"} <= set(payload["accelerators"])
+    assert "qwen3-8b" in payload["models"]
+    for family, entries in payload.items():
+        for name, entry in entries.items():
+            assert "sources" in entry, (family, name)
+    for family, name in (("accelerators", "h20"), ("accelerators", "l20"), ("models", "qwen3-8b")):
+        assert payload[family][name]["sources"], (family, name)
+
+
+def test_version_flag():
+    rc, out, err = _main("--version")
+    assert rc == 0
+    assert kvsim.__version__ in out

@@ -1,0 +1,288 @@
+"""RooflineStepTime against hand-computed iteration times.
+
+Every expected value is written out from the architecture numbers (hardware_facts.md section 3)
+and the accelerator figures (section 1, efficiencies from section 5 as the catalog states them),
+not obtained by calling the helpers the step-time model itself uses.
+"""
+
+import pytest
+
+from kvsim.hardware import accelerator_catalog
+from kvsim.models import model_catalog
+from kvsim.models.step_time import BatchShape, RooflineStepTime
+
+ACC = accelerator_catalog()
+MODELS = model_catalog()
+
+REL = 1e-9  # the arithmetic is the same up to floating-point reassociation
+
+# ---- hardware, as the catalog is documented to state it ----------------------------------------
+H20_BW, H20_MEM_EFF = 4.0e12, 0.66
+H20_BF16, H20_FP8, H20_MFU = 148e12, 296e12, 0.6
+H20_NVLINK, H20_LINK_EFF = 450e9, 0.8
+L20_BW, L20_MEM_EFF = 864e9, 0.8
+L20_BF16, L20_MFU = 119.5e12, 0.6
+L20_PCIE, L20_LINK_EFF = 32e9, 0.78
+OVERHEAD_S = 2e-3
+COLLECTIVE_LATENCY_S = 10e-6
+
+# ---- Qwen3-8B by hand: 36 layers, hidden 4096, 32 q / 8 kv heads of 128, FFN 12288, vocab 151936
+Q8_L, Q8_H, Q8_NH, Q8_NKV, Q8_HD, Q8_FFN, Q8_V = 36, 4096, 32, 8, 128, 12288, 151_936
+Q8_PARAMS = (
+    2 * Q8_V * Q8_H  # input embedding + untied lm_head
+    + Q8_L * (
+        2 * Q8_H * Q8_NH * Q8_HD  # q and o projections
+        + 2 * Q8_H * Q8_NKV * Q8_HD  # k and v projections
+        + 2 * Q8_HD  # q/k RMSNorm
+        + 3 * Q8_H * Q8_FFN  # gate, up, down
+        + 2 * Q8_H  # two RMSNorms
+    )
+    + Q8_H  # final norm
+)
+Q8_WEIGHT_BYTES_BF16 = 2 * Q8_PARAMS
+Q8_BODY_FLOPS = 2 * (Q8_PARAMS - 2 * Q8_V * Q8_H)  # per token, no embedding, no lm_head
+Q8_LM_HEAD_FLOPS = 2 * Q8_V * Q8_H  # per sampled sequence
+Q8_ATTN_PER_PAIR = 2 * Q8_L * Q8_NH * (Q8_HD + Q8_HD)  # QK^T and PV: 589,824
+Q8_KV_BF16 = 2 * Q8_L * Q8_NKV * Q8_HD * 2  # 147,456 B/token
+
+# ---- Qwen3-32B by hand: 64 layers, hidden 5120, 64 q / 8 kv heads of 128, FFN 25600
+Q32_L, Q32_H, Q32_NH, Q32_NKV, Q32_HD, Q32_FFN, Q32_V = 64, 5120, 64, 8, 128, 25600, 151_936
+Q32_PARAMS = (
+    2 * Q32_V * Q32_H
+    + Q32_L * (2 * Q32_H * Q32_NH * Q32_HD + 2 * Q32_H * Q32_NKV * Q32_HD + 2 * Q32_HD
+               + 3 * Q32_H * Q32_FFN + 2 * Q32_H)
+    + Q32_H
+)
+
+
+def test_hand_numbers_agree_with_published_figures():
+    # Guards the hand arithmetic itself: facts table 8.19 B / 32.8 B params, 144 KiB/token.
+    assert Q8_PARAMS == 8_190_735_360
+    assert Q32_PARAMS / 1e9 == pytest.approx(32.8, abs=0.05)
+    assert Q8_KV_BF16 == 147_456
+    assert Q8_ATTN_PER_PAIR / 1e6 == pytest.approx(0.590, abs=5e-4)
+
+
+def test_catalog_figures_used_below():
+    # If the catalog changes a figure, this is the test that says which.
+    h20, l20 = ACC["h20"], ACC["l20"]
+    assert (h20.memory_bandwidth, h20.efficiency.memory) == (H20_BW, H20_MEM_EFF)
+    assert (h20.flops["bf16"], h20.flops["fp8"], h20.efficiency.compute) == (H20_BF16, H20_FP8, H20_MFU)
+    assert (h20.scale_up_bandwidth, h20.efficiency.interconnect) == (H20_NVLINK, H20_LINK_EFF)
+    assert (l20.memory_bandwidth, l20.efficiency.memory) == (L20_BW, L20_MEM_EFF)
+    assert (l20.flops["bf16"], l20.efficiency.compute) == (L20_BF16, L20_MFU)
+    assert l20.scale_up_bandwidth is None
+    assert (l20.host_link_bandwidth, l20.efficiency.interconnect) == (L20_PCIE, L20_LINK_EFF)
+    for acc in (h20, l20):
+        assert acc.efficiency.iteration_overhead_s == OVERHEAD_S
+        assert acc.efficiency.collective_latency_s == COLLECTIVE_LATENCY_S
+
+
+def _roofline(model, acc, tp=1, dtype="bf16", kv_dtype="bf16"):
+    return RooflineStepTime(MODELS[model], ACC[acc], tp=tp, dtype=dtype, kv_dtype=kv_dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# single card
+# ---------------------------------------------------------------------------------------------
+
+
+def test_qwen3_8b_h20_single_decode_step():
+    step = _roofline("qwen3-8b", "h20")
+    batch = BatchShape(decode_seqs=1, decode_context_tokens=1000, sampled_seqs=1)
+    memory_s = (Q8_WEIGHT_BYTES_BF16 + 1000 * 147_456) / (4.0e12 * 0.66)
+    compute_s = (Q8_BODY_FLOPS + Q8_LM_HEAD_FLOPS + 1000 * Q8_ATTN_PER_PAIR) / (148e12 * 0.6)
+    b = step.breakdown(batch)
+    assert b.memory_s == pytest.approx(memory_s, rel=REL)  # ~6.26 ms
+    assert b.compute_s == pytest.approx(compute_s, rel=REL)  # ~0.18 ms
+    assert b.comm_s == 0.0
+    assert b.bound == "memory"
+    assert step.iteration_time_s(batch) == pytest.approx(max(memory_s, compute_s) + 2e-3, rel=REL)
+
+
+def test_qwen3_8b_h20_big_prefill_is_compute_bound():
+    step = _roofline("qwen3-8b", "h20")
+    c = 4096
+    causal_pairs = c * (c + 1) / 2  # each token attends to itself and all earlier ones
+    assert BatchShape.prefill_chunk_pairs(c, 0) == causal_pairs == 8_390_656
+    batch = BatchShape(prefill_tokens=c, prefill_pairs=causal_pairs, sampled_seqs=1)
+    compute_s = (c * Q8_BODY_FLOPS + Q8_LM_HEAD_FLOPS + causal_pairs * Q8_ATTN_PER_PAIR) / (148e12 * 0.6)
+    memory_s = (Q8_WEIGHT_BYTES_BF16 + c * Q8_KV_BF16) / (4.0e12 * 0.66)  # KV of the chunk is written
+    b = step.breakdown(batch)
+    assert b.compute_s == pytest.approx(compute_s, rel=REL)  # ~0.70 s
+    assert b.memory_s == pytest.approx(memory_s, rel=REL)
+    assert b.bound == "compute"
+    assert step.iteration_time_s(batch) == pytest.approx(compute_s + 2e-3, rel=REL)
+
+
+def test_prefill_chunk_after_cache_pairs_and_kv_reads():
+    # A chunk of c tokens after p cached ones: each attends to all p plus the causal part.
+    c, p = 512, 1000
+    assert BatchShape.prefill_chunk_pairs(c, p) == c * p + c * (c + 1) / 2
+    step = _roofline("qwen3-8b", "h20")
+    cold = BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2)
+    warm = BatchShape(prefill_tokens=c, prefill_pairs=c * p + c * (c + 1) / 2, prefill_context_tokens=p)
+    d_compute = step.breakdown(warm).compute_s - step.breakdown(cold).compute_s
+    d_memory = step.breakdown(warm).memory_s - step.breakdown(cold).memory_s
+    assert d_compute == pytest.approx(c * p * Q8_ATTN_PER_PAIR / (148e12 * 0.6), rel=1e-6)
+    assert d_memory == pytest.approx(p * Q8_KV_BF16 / (4.0e12 * 0.66), rel=1e-6)  # cached KV is read
+
+
+def test_lm_head_counted_only_for_sampled_sequences():
+    # A prefill chunk that does not finish the prompt emits no token, so computes no logits.
+    step = _roofline("qwen3-8b", "h20")
+    unsampled = BatchShape(prefill_tokens=256, prefill_pairs=256 * 257 / 2, sampled_seqs=0)
+    sampled = BatchShape(prefill_tokens=256, prefill_pairs=256 * 257 / 2, sampled_seqs=1)
+    delta = step.breakdown(sampled).compute_s - step.breakdown(unsampled).compute_s
+    assert delta == pytest.approx(2 * 151_936 * 4096 / (148e12 * 0.6), rel=1e-6)
+
+
+def test_memory_bound_decode_grows_with_context_by_kv_bytes():
+    step = _roofline("qwen3-8b", "h20")
+    short = BatchShape(decode_seqs=16, decode_context_tokens=16 * 1000, sampled_seqs=16)
+    long = BatchShape(decode_seqs=16, decode_context_tokens=16 * 3000, sampled_seqs=16)
+    delta = step.iteration_time_s(long) - step.iteration_time_s(short)
+    assert delta == pytest.approx(16 * 2000 * Q8_KV_BF16 / (4.0e12 * 0.66), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# tensor parallelism
+# ---------------------------------------------------------------------------------------------
+
+
+def test_qwen3_32b_h20_tp4_decode_with_all_reduce():
+    t, seqs, ctx = 4, 32, 2000
+    step = _roofline("qwen3-32b", "h20", tp=t)
+    batch = BatchShape(decode_seqs=seqs, decode_context_tokens=seqs * ctx, sampled_seqs=seqs)
+
+    body = 2 * (Q32_PARAMS - 2 * Q32_V * Q32_H)
+    lm_head = 2 * Q32_V * Q32_H
+    attn = 2 * Q32_L * Q32_NH * 2 * Q32_HD
+    compute_s = (seqs * body + seqs * lm_head + seqs * ctx * attn) / (t * 148e12 * 0.6)
+    kv_per_card = 2 * Q32_L * (Q32_NKV // t) * Q32_HD * 2  # 2 of the 8 KV heads per card
+    memory_s = (2 * Q32_PARAMS / t + seqs * ctx * kv_per_card) / (4.0e12 * 0.66)
+    # Ring all-reduce after attention and after the MLP of every layer: each card sends and
+    # receives 2(t-1)/t of the activations (tokens x hidden x 2 bytes) over NVLink.
+    activation_bytes = seqs * Q32_H * 2
+    comm_s = 2 * Q32_L * (2 * (t - 1) / t * activation_bytes / (450e9 * 0.8) + 10e-6)
+
+    b = step.breakdown(batch)
+    assert b.compute_s == pytest.approx(compute_s, rel=REL)
+    assert b.memory_s == pytest.approx(memory_s, rel=REL)
+    assert b.comm_s == pytest.approx(comm_s, rel=REL)
+    assert b.bound == "memory"
+    # Communication is not hidden under the roofline: it adds to it.
+    assert step.iteration_time_s(batch) == pytest.approx(max(compute_s, memory_s) + comm_s + 2e-3, rel=REL)
+
+
+def test_l20_tp2_all_reduce_uses_pcie():
+    # The L20 has no NVLink, so its collectives run over PCIe Gen4 x16 (32 GB/s, 78% achieved).
+    t, c = 2, 2048
+    step = _roofline("qwen3-8b", "l20", tp=t)
+    batch = BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2, sampled_seqs=1)
+    comm_s = 2 * Q8_L * (2 * (t - 1) / t * c * Q8_H * 2 / (32e9 * 0.78) + 10e-6)
+    compute_s = (c * Q8_BODY_FLOPS + Q8_LM_HEAD_FLOPS + c * (c + 1) / 2 * Q8_ATTN_PER_PAIR) / (t * 119.5e12 * 0.6)
+    b = step.breakdown(batch)
+    assert b.comm_s == pytest.approx(comm_s, rel=REL)  # ~49 ms; ~4 ms over H20 NVLink
+    assert b.compute_s == pytest.approx(compute_s, rel=REL)
+    assert step.iteration_time_s(batch) == pytest.approx(max(compute_s, b.memory_s) + comm_s + 2e-3, rel=REL)
+
+
+def test_tp1_has_no_communication_and_tp_below_one_refused():
+    batch = BatchShape(prefill_tokens=1024, prefill_pairs=1024 * 1025 / 2, sampled_seqs=1)
+    assert _roofline("qwen3-8b", "l20", tp=1).breakdown(batch).comm_s == 0.0
+    with pytest.raises(ValueError):
+        _roofline("qwen3-8b", "h20", tp=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# H20 vs L20
+# ---------------------------------------------------------------------------------------------
+
+
+def test_h20_vs_l20_memory_bound_decode_ratio():
+    # Same model, same bytes; only achieved bandwidth differs once the fixed overhead is removed.
+    batch = BatchShape(decode_seqs=8, decode_context_tokens=8 * 1000, sampled_seqs=8)
+    h20 = _roofline("llama-3.1-8b", "h20").breakdown(batch)
+    l20 = _roofline("llama-3.1-8b", "l20").breakdown(batch)
+    assert h20.bound == l20.bound == "memory"
+    ratio = (l20.total_s - 2e-3) / (h20.total_s - 2e-3)
+    assert ratio == pytest.approx((4.0e12 * 0.66) / (864e9 * 0.8), rel=REL)  # ~3.82
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE and MLA
+# ---------------------------------------------------------------------------------------------
+
+
+def test_qwen3_235b_fp8_tp8_single_decode_reads_active_weights_and_replicated_kv():
+    L, h, nh, nkv, hd, V, E, k, moe_ffn = 94, 4096, 64, 4, 128, 151_936, 128, 8, 1536
+    non_expert = 2 * V * h + h + L * (2 * h * nh * hd + 2 * h * nkv * hd + 2 * hd + 2 * h + h * E)
+    active = non_expert + L * k * 3 * h * moe_ffn  # one token visits k experts per layer
+    t, ctx = 8, 4000
+    step = _roofline("qwen3-235b-a22b", "h20", tp=t, dtype="fp8", kv_dtype="fp8")
+    batch = BatchShape(decode_seqs=1, decode_context_tokens=ctx, sampled_seqs=1)
+    kv_per_card = 2 * L * 1 * hd * 1  # 4 KV heads over 8 cards: one (replicated) head per card
+    memory_s = (active * 1 / t + ctx * kv_per_card) / (4.0e12 * 0.66)
+    b = step.breakdown(batch)
+    assert b.memory_s == pytest.approx(memory_s, rel=1e-9)
+    assert b.bound == "memory"
+    # Compute uses the FP8 peak of all 8 cards.
+    body = 2 * (active - 2 * V * h)
+    compute_s = (body + 2 * V * h + ctx * 2 * L * nh * 2 * hd) / (t * 296e12 * 0.6)
+    assert b.compute_s == pytest.approx(compute_s, rel=1e-9)
+
+
+def test_moe_large_batch_reads_more_expert_weights_than_one_token():
+    step = _roofline("qwen3-235b-a22b", "h20", tp=8, dtype="fp8", kv_dtype="fp8")
+    one = step.breakdown(BatchShape(decode_seqs=1, decode_context_tokens=1, sampled_seqs=1)).memory_s
+    many = step.breakdown(BatchShape(decode_seqs=256, decode_context_tokens=256, sampled_seqs=256)).memory_s
+    # 256 tokens touch nearly all 128 experts: ~235 GB vs ~22 GB of weights.
+    assert many / one > 5
+
+
+def test_deepseek_mla_decode_and_prefill_attention_costs():
+    t = 8
+    step = _roofline("deepseek-r1", "h20", tp=t, dtype="fp8", kv_dtype="fp8")
+    rate = t * 296e12 * 0.6
+    base = BatchShape(decode_seqs=4, decode_context_tokens=4 * 1000, sampled_seqs=4)
+    more_ctx = BatchShape(decode_seqs=4, decode_context_tokens=4 * 1000 + 10_000, sampled_seqs=4)
+    d_decode = step.breakdown(more_ctx).compute_s - step.breakdown(base).compute_s
+    # Absorbed MLA decode: 2 * 61 * 128 * (512 + 64 + 512) FLOP per pair (16.99 MFLOP).
+    assert d_decode == pytest.approx(10_000 * 2 * 61 * 128 * 1088 / rate, rel=1e-6)
+
+    p0 = BatchShape(prefill_tokens=1000, prefill_pairs=1000 * 1001 / 2)
+    p1 = BatchShape(prefill_tokens=1000, prefill_pairs=1000 * 1001 / 2 + 1e6)
+    d_prefill = step.breakdown(p1).compute_s - step.breakdown(p0).compute_s
+    # MHA-form MLA prefill: 2 * 61 * 128 * (128 + 64 + 128) FLOP per pair (4.997 MFLOP).
+    assert d_prefill == pytest.approx(1e6 * 2 * 61 * 128 * 320 / rate, rel=1e-6)
+
+    # MLA KV is the whole latent on every card: 61 * 576 bytes/token at FP8, not split by 8.
+    d_memory = step.breakdown(more_ctx).memory_s - step.breakdown(base).memory_s
+    assert d_memory == pytest.approx(10_000 * 61 * 576 / (4.0e12 * 0.66), rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# bounds and errors
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("acc", ["h20", "l20"])
+def test_bound_memory_for_small_decode_compute_for_large_prefill(acc):
+    step = _roofline("llama-3.1-8b", acc)
+    decode = BatchShape(decode_seqs=4, decode_context_tokens=4 * 2000, sampled_seqs=4)
+    prefill = BatchShape(prefill_tokens=8192, prefill_pairs=8192 * 8193 / 2, sampled_seqs=1)
+    assert step.breakdown(decode).bound == "memory"
+    assert step.breakdown(prefill).bound == "compute"
+
+
+def test_missing_dtype_raises_key_error_naming_what_the_card_has():
+    with pytest.raises(KeyError) as info:
+        _roofline("qwen3-8b", "ascend-950pr", dtype="bf16")
+    message = str(info.value)
+    assert "bf16" in message
+    assert "fp8" in message and "fp4" in message
+    # The format the card does have works.
+    assert _roofline("qwen3-8b", "ascend-950pr", dtype="fp8", kv_dtype="fp8").iteration_time_s(
+        BatchShape(decode_seqs=1, decode_context_tokens=10, sampled_seqs=1)
+    ) > 0
