@@ -3,7 +3,7 @@
 See :mod:`kvsim.api` for the notebook-facing functions re-exported here.
 """
 
-__version__ = "0.1.0"
+from kvsim._version import __version__
 
 from kvsim.api import RunResult, Scenario, check, comparison_table, load_scenario, parse_scenario, run  # noqa: E402
 from kvsim.yaml_io import SpecError  # noqa: E402

@@ -23,7 +23,7 @@ __all__ = [
 class FrozenSpec(BaseModel):
     """Base of every spec: immutable, strict about unknown keys, no side effects."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 STRICT_UNITS = "strict_units"
@@ -41,7 +41,7 @@ def _quantity(dimension: str):
 
 
 def _non_negative(value: float) -> float:
-    if value < 0:
+    if not value >= 0:  # also refuses NaN
         raise ValueError(f"must not be negative (got {value:g})")
     return value
 

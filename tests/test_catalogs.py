@@ -309,18 +309,19 @@ def test_qwen3_235b_params_by_hand():
 def test_moe_one_token_reads_non_expert_plus_k_experts():
     non_expert, expert, L, experts, k = _qwen3_235b_params_by_hand()
     model = MODELS["qwen3-235b-a22b"]
-    expected = (non_expert + L * k * expert) * 2  # bf16
-    assert model.moe_weight_bytes_read(1, "bf16") == pytest.approx(expected, rel=1e-12)
+    embedding = 151_936 * 4096  # looked up, not read in full
+    expected = (non_expert - embedding + L * k * expert) * 2  # bf16
+    assert model.weight_bytes_read(1, "bf16") == pytest.approx(expected, rel=1e-12)
     # fp8 halves it
-    assert model.moe_weight_bytes_read(1, "fp8") == pytest.approx(expected / 2, rel=1e-12)
+    assert model.weight_bytes_read(1, "fp8") == pytest.approx(expected / 2, rel=1e-12)
 
 
-def test_deepseek_one_token_reads_active_params():
-    # 3 dense layers + 58 MoE layers with 1 shared + 8 routed experts: one token reads exactly
-    # the "37.5 B active" weights.
+def test_deepseek_one_token_reads_active_params_less_the_embedding_table():
+    # 3 dense layers + 58 MoE layers with 1 shared + 8 routed experts: one token reads the
+    # "37.5 B active" weights, except the input embedding table, which is only looked up.
     model = MODELS["deepseek-r1"]
-    assert model.moe_weight_bytes_read(1, "fp8") == pytest.approx(model.active_params, rel=1e-12)
-    assert model.moe_weight_bytes_read(1, "fp8") / 1e9 == pytest.approx(37.5, abs=0.1)
+    embedding = 129_280 * 7168
+    assert model.weight_bytes_read(1, "fp8") == pytest.approx(model.active_params - embedding, rel=1e-12)
 
 
 @pytest.mark.parametrize("name", ["qwen3-235b-a22b", "deepseek-r1"])
@@ -328,21 +329,28 @@ def test_moe_weight_bytes_grow_with_tokens_towards_total(name):
     model = MODELS[name]
     total = model.weight_bytes("bf16")
     counts = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
-    reads = [model.moe_weight_bytes_read(n, "bf16") for n in counts]
+    reads = [model.weight_bytes_read(n, "bf16") for n in counts]
+    total -= model.embedding_params * 2  # the embedding table is looked up, never read whole
     # Strictly more distinct experts while far from saturation.
     assert all(b > a for a, b in zip(reads, reads[1:])), reads
     assert all(r <= total * (1 + 1e-12) for r in reads)
     # A huge batch touches every expert of every layer.
-    assert model.moe_weight_bytes_read(100_000, "bf16") == pytest.approx(total, rel=1e-9)
+    assert model.weight_bytes_read(100_000, "bf16") == pytest.approx(total, rel=1e-9)
     # ...and is still well short of that for a single token.
     assert reads[0] < 0.2 * total
 
 
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-32b", "llama-2-7b"])
 @pytest.mark.parametrize("tokens", [0, 1, 7, 4096])
-def test_dense_models_always_read_all_weights(name, tokens):
+def test_dense_models_always_read_all_weights_but_the_embedding_table(name, tokens):
     model = MODELS[name]
-    assert model.moe_weight_bytes_read(tokens, "bf16") == model.total_params * 2
+    untied_embedding = model.vocab_size * model.hidden_size
+    assert model.weight_bytes_read(tokens, "bf16") == (model.total_params - untied_embedding) * 2
+
+
+def test_tied_embedding_is_read_as_the_lm_head():
+    model = MODELS["qwen3-1.7b"]  # tie_word_embeddings: the table is the output projection too
+    assert model.weight_bytes_read(1, "bf16") == model.total_params * 2
 
 
 # ---------------------------------------------------------------------------------------------

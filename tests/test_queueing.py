@@ -83,7 +83,7 @@ def test_littles_law_holds_on_the_simulated_system():
     frame = run.records.to_frame()
     warmup, duration = scenario.spec.warmup, scenario.spec.duration
     window = frame[frame.arrival_s >= warmup]
-    assert window.finish_s.notna().mean() > 0.95  # stable: the backlog at the end is small
+    assert window.finish_s.notna().all()  # the run drains: every arrival finishes
     arrival_rate = len(window) / (duration - warmup)
     mean_time_in_system = window.e2e_s.mean()
     assert run.in_system_mean == pytest.approx(arrival_rate * mean_time_in_system, rel=0.04)
@@ -130,7 +130,7 @@ def test_closed_loop_obeys_the_interactive_response_time_law():
     scenario = kvsim.parse_scenario(CLOSED.format(clients=clients, think=think_s), "closed.yaml")
     run = kvsim.run(scenario).runs[0]
     frame = run.records.to_frame()
-    window = frame[(frame.finish_s >= scenario.spec.warmup)]
+    window = frame[frame.finish_s.between(scenario.spec.warmup, scenario.spec.duration)]
     throughput = len(window) / (scenario.spec.duration - scenario.spec.warmup)
     response_s = window.e2e_s.mean()
     assert throughput == pytest.approx(clients / (response_s + think_s), rel=0.05)

@@ -39,7 +39,9 @@ Q8_PARAMS = (
     )
     + Q8_H  # final norm
 )
-Q8_WEIGHT_BYTES_BF16 = 2 * Q8_PARAMS
+# Bytes one pass reads: every matrix once; the input embedding table is only looked up (a few
+# rows), so it is not read in full. The untied lm_head is a real matrix and is read.
+Q8_WEIGHT_BYTES_BF16 = 2 * (Q8_PARAMS - Q8_V * Q8_H)
 Q8_BODY_FLOPS = 2 * (Q8_PARAMS - 2 * Q8_V * Q8_H)  # per token, no embedding, no lm_head
 Q8_LM_HEAD_FLOPS = 2 * Q8_V * Q8_H  # per sampled sequence
 Q8_ATTN_PER_PAIR = 2 * Q8_L * Q8_NH * (Q8_HD + Q8_HD)  # QK^T and PV: 589,824
@@ -160,7 +162,7 @@ def test_qwen3_32b_h20_tp4_decode_with_all_reduce():
     attn = 2 * Q32_L * Q32_NH * 2 * Q32_HD
     compute_s = (seqs * body + seqs * lm_head + seqs * ctx * attn) / (t * 148e12 * 0.6)
     kv_per_card = 2 * Q32_L * (Q32_NKV // t) * Q32_HD * 2  # 2 of the 8 KV heads per card
-    memory_s = (2 * Q32_PARAMS / t + seqs * ctx * kv_per_card) / (4.0e12 * 0.66)
+    memory_s = (2 * (Q32_PARAMS - Q32_V * Q32_H) / t + seqs * ctx * kv_per_card) / (4.0e12 * 0.66)
     # Ring all-reduce after attention and after the MLP of every layer: each card sends and
     # receives 2(t-1)/t of the activations (tokens x hidden x 2 bytes) over NVLink.
     activation_bytes = seqs * Q32_H * 2
@@ -223,7 +225,7 @@ def test_qwen3_235b_fp8_tp8_single_decode_reads_active_weights_and_replicated_kv
     step = _roofline("qwen3-235b-a22b", "h20", tp=t, dtype="fp8", kv_dtype="fp8")
     batch = BatchShape(decode_seqs=1, decode_context_tokens=ctx, sampled_seqs=1)
     kv_per_card = 2 * L * 1 * hd * 1  # 4 KV heads over 8 cards: one (replicated) head per card
-    memory_s = (active * 1 / t + ctx * kv_per_card) / (4.0e12 * 0.66)
+    memory_s = ((active - V * h) * 1 / t + ctx * kv_per_card) / (4.0e12 * 0.66)  # minus embedding lookup
     b = step.breakdown(batch)
     assert b.memory_s == pytest.approx(memory_s, rel=1e-9)
     assert b.bound == "memory"

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
+from kvsim.dtypes import DTYPE_BYTES
 from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Seconds, Watts
 
 __all__ = ["EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "DTYPE_BYTES"]
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp4": 0.5}
-"""Bytes per element of each supported number format."""
 
 
 class EfficiencySpec(FrozenSpec):

@@ -2,9 +2,10 @@
 
 Conventions (all times in seconds, rates per second of simulated time):
 
-- Latency statistics cover requests that *arrived* in the window and completed before the end.
-  Requests still unfinished at the end are counted in ``requests_unfinished`` (a sign of
-  saturation: their latencies are not in the percentiles).
+- Latency statistics cover requests that *arrived* in the window; the run drains after the
+  window, so slow requests are included, not censored. ``requests_unfinished`` counts window
+  arrivals still unfinished when the window closed (the backlog: a sign of saturation);
+  ``requests_undrained`` those the drain limit cut off (their latencies are missing).
 - ``requests_per_s`` and ``goodput_requests_per_s`` count completions *in* the window.
 - ``output_tokens_per_s`` counts every token emitted in the window; ``input_tokens_per_s``
   counts prompt tokens of prefills that completed in the window (recomputation not counted).
@@ -66,21 +67,23 @@ def summarize(
     finish = records.column("finish_s")
     outputs = records.column("output_tokens")
     done = ~np.isnan(finish)
-    measured = done & (arrival >= window_start_s)
+    arrived = arrival >= window_start_s
+    measured = done & arrived
     ttft = first - arrival
     e2e = finish - arrival
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
-    completed_in_window = done & (finish >= window_start_s)
+    completed_in_window = done & (finish >= window_start_s) & (finish <= window_end_s)
     meets = completed_in_window.copy()
     for key, values in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e)):
         limit = slo.get(key)
         if limit is not None:
             meets &= np.nan_to_num(values, nan=0.0) <= limit
     summary: dict[str, Any] = {
-        "requests_arrived": int(np.count_nonzero(arrival >= window_start_s)),
+        "requests_arrived": int(np.count_nonzero(arrived)),
         "requests_completed": int(np.count_nonzero(completed_in_window)),
-        "requests_unfinished": int(np.count_nonzero(~done & (arrival >= window_start_s))),
+        "requests_unfinished": int(np.count_nonzero(arrived & ~(finish <= window_end_s))),
+        "requests_undrained": int(np.count_nonzero(arrived & ~done)),
         "output_tokens_per_s": output_tokens_in_window / span,
         "input_tokens_per_s": input_tokens_in_window / span,
         "requests_per_s": int(np.count_nonzero(completed_in_window)) / span,

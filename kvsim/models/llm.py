@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from kvsim.hardware.specs import DTYPE_BYTES
+from kvsim.dtypes import DTYPE_BYTES
 from kvsim.spec_types import FrozenSpec
 
 __all__ = ["ModelSpec", "MlaSpec", "MoeSpec"]
@@ -67,6 +67,17 @@ class ModelSpec(FrozenSpec):
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
     sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _heads_consistent(self) -> "ModelSpec":
+        if self.mla is None:
+            if self.num_kv_heads > self.num_attention_heads:
+                raise ValueError(f"num_kv_heads ({self.num_kv_heads}) cannot exceed num_attention_heads "
+                                 f"({self.num_attention_heads})")
+            if self.num_attention_heads % self.num_kv_heads:
+                raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
+                                 f"num_kv_heads ({self.num_kv_heads})")
+        return self
 
     # ---- parameter counts ------------------------------------------------------------------
     def _attention_params(self) -> int:
@@ -134,21 +145,23 @@ class ModelSpec(FrozenSpec):
         """Bytes of all weights stored in ``dtype``."""
         return self.total_params * DTYPE_BYTES[dtype]
 
-    def moe_weight_bytes_read(self, tokens: float, dtype: str) -> float:
-        """Weight bytes one forward pass over ``tokens`` tokens must read from memory.
+    def weight_bytes_read(self, tokens: float, dtype: str) -> float:
+        """Weight bytes one forward pass over ``tokens`` tokens reads from memory.
 
-        Dense weights are read once. For an MoE model only the routed experts some token chose
-        are read; with uniform routing the expected number of distinct experts a layer touches
-        is ``E * (1 - (1 - k/E) ** tokens)``.
+        Every matrix is read once per pass. The input embedding is a table lookup of a few rows,
+        not a full read (unless it doubles as the lm_head, tied). For an MoE model only the
+        routed experts some token chose are read; with uniform routing the expected number of
+        distinct experts a layer touches is ``E * (1 - (1 - k/E) ** tokens)``.
         """
-        if self.moe is None:
-            return self.weight_bytes(dtype)
-        if tokens <= 0:
-            return self._non_expert_params() * DTYPE_BYTES[dtype]
-        e, k = self.moe.num_experts, self.moe.experts_per_token
-        touched = e * (1.0 - (1.0 - k / e) ** tokens)
-        routed = self.num_moe_layers * touched * self.expert_params
-        return (self._non_expert_params() + routed) * DTYPE_BYTES[dtype]
+        lookup_only = 0 if self.tie_word_embeddings else self.embedding_params
+        params = self._non_expert_params() - lookup_only
+        if self.moe is not None and tokens > 0:
+            e, k = self.moe.num_experts, self.moe.experts_per_token
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)
+            params += self.num_moe_layers * touched * self.expert_params
+        elif self.moe is None:
+            params = self.total_params - lookup_only
+        return params * DTYPE_BYTES[dtype]
 
     def kv_bytes_per_token(self, dtype: str, tp: int = 1) -> float:
         """KV-cache bytes one token occupies on *each* card of a TP group of ``tp`` cards.

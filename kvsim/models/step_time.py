@@ -8,6 +8,7 @@ Roofline (per card of a TP group of ``t`` cards)::
 
     compute_s  = FLOPs / (t * peak_flops * efficiency.compute)
     memory_s   = (weight_bytes_read / t + kv_bytes_per_card) / (memory_bandwidth * efficiency.memory)
+                 (weights read: every matrix once; the input embedding is only looked up)
     comm_s     = 2 * layers * [2 (t-1)/t * activation_bytes / (peer_bw * efficiency.interconnect)
                                + collective_latency_s]                 (ring all-reduce, t > 1)
     iteration  = max(compute_s, memory_s) + comm_s + efficiency.iteration_overhead_s
@@ -18,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from kvsim.hardware.specs import DTYPE_BYTES, AcceleratorSpec
+from kvsim.dtypes import DTYPE_BYTES
+from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models.llm import ModelSpec
 
 __all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown"]
@@ -120,7 +122,7 @@ class RooflineStepTime:
         self._attn_prefill = model.attention_flops_per_pair(decode=False)
         self._attn_decode = model.attention_flops_per_pair(decode=True)
         self._dense_weights = model.moe is None
-        self._weight_bytes = model.weight_bytes(dtype)
+        self._dense_bytes_read = model.weight_bytes_read(1, dtype)
         self._overhead_s = eff.iteration_overhead_s
         if tp > 1:
             allreduces = 2 * model.num_layers
@@ -137,8 +139,8 @@ class RooflineStepTime:
     def weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes the whole instance reads in one iteration over ``tokens`` tokens."""
         if self._dense_weights:
-            return self._weight_bytes
-        return self.model.moe_weight_bytes_read(tokens, self.dtype)
+            return self._dense_bytes_read
+        return self.model.weight_bytes_read(tokens, self.dtype)
 
     def breakdown(self, batch: BatchShape) -> StepBreakdown:
         """Time components of one iteration (seconds)."""

@@ -242,7 +242,11 @@ def _read_lengths(name: Any, column: Any, base_dir: FsPath | None, located: Loca
             values = np.array(text.split(), dtype=float)
     except (ValueError, KeyError, IndexError, json.JSONDecodeError) as exc:
         raise SpecError([located.problem(path, f"cannot read token lengths from {file}: {exc}")]) from None
-    values = values[values >= 1]
     if values.size == 0:
-        raise SpecError([located.problem(path, f"{file} holds no lengths >= 1 token")])
+        raise SpecError([located.problem(path, f"{file} holds no token lengths")])
+    bad = np.flatnonzero(~np.isfinite(values) | (values < 1) | (values != np.round(values)))
+    if bad.size:
+        raise SpecError([located.problem(path, (
+            f"{file}: {bad.size} of {values.size} values are not whole numbers >= 1 "
+            f"(first: {values[bad[0]]!r} at item {bad[0] + 1})"))])
     return values.astype(np.int64).tolist()

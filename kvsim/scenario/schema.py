@@ -18,6 +18,9 @@ __all__ = ["ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntri
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
 
+MAX_REQUESTS = 2e7
+"""Most open-loop requests one system may simulate (a guard against a typo in rate or duration)."""
+
 
 class SloSpec(FrozenSpec):
     """Service-level objectives. A request counts toward goodput if it meets every threshold given."""
@@ -56,13 +59,20 @@ class CatalogEntries(FrozenSpec):
 
 
 class ScenarioSpec(FrozenSpec):
-    """A whole scenario file."""
+    """A whole scenario file.
+
+    Requests arrive during ``[0, duration)``; metrics are measured over ``[warmup, duration]``.
+    After ``duration`` no request arrives and the run drains: it continues until every request
+    that arrived has finished, so latency percentiles are not biased toward the fast ones. The
+    drain stops after ``drain_limit`` (default: 10 x duration) of extra simulated time.
+    """
 
     name: str = Field(min_length=1)
     description: str = ""
     seed: int = Field(default=0, ge=0)
     duration: Seconds
     warmup: Seconds = 0.0
+    drain_limit: Seconds | None = None
     model: str
     dtype: Dtype = "bf16"
     kv_dtype: Dtype | None = None
@@ -91,7 +101,16 @@ class ScenarioSpec(FrozenSpec):
         for key, values in self.sweep.items():
             if not values:
                 problems.append((("sweep", key), "has no values"))
+        rate = getattr(self.workload.arrival, "rate", None)
+        if rate is not None and rate * self.duration > MAX_REQUESTS:
+            problems.append((("workload", "arrival", "rate"), (
+                f"{rate:g}/s over {self.duration:g} s is ~{rate * self.duration:.3g} requests; kvsim "
+                f"runs at most {MAX_REQUESTS:.0e} per system (shorten duration or lower the rate)")))
         return problems
+
+    @property
+    def drain_limit_s(self) -> float:
+        return self.drain_limit if self.drain_limit is not None else 10.0 * self.duration
 
     @property
     def baseline(self) -> str:

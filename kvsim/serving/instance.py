@@ -22,9 +22,9 @@ __all__ = ["Instance", "SystemCounters"]
 class SystemCounters:
     """Windowed totals shared by the instances of one system."""
 
-    def __init__(self, window_start_s: float):
-        self.output_tokens = WindowCounter(window_start_s)
-        self.input_tokens = WindowCounter(window_start_s)
+    def __init__(self, window_start_s: float, window_end_s: float):
+        self.output_tokens = WindowCounter(window_start_s, window_end_s)
+        self.input_tokens = WindowCounter(window_start_s, window_end_s)
         self.iterations = 0
         self.busy_s = 0.0
 
@@ -77,8 +77,8 @@ class Instance:
     counters : SystemCounters
     in_system : TimeWeightedLevel
         Requests in the system (shared by all instances), for Little's-law checks.
-    window_start_s : float
-        End of warm-up, seconds.
+    window_start_s, window_end_s : float
+        The measured window (end of warm-up, end of arrivals), seconds.
     """
 
     def __init__(
@@ -93,6 +93,7 @@ class Instance:
         counters: SystemCounters,
         in_system: TimeWeightedLevel,
         window_start_s: float,
+        window_end_s: float,
     ):
         self.env = env
         self.index = index
@@ -101,7 +102,7 @@ class Instance:
         self.records = records
         self.counters = counters
         self.in_system = in_system
-        self.kv_utilization = TimeWeightedLevel(window_start_s)
+        self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
         self.scheduler = BatchScheduler(
             pool, max_batched_tokens, max_num_seqs, _RecordingEvents(records, counters, self)
         )

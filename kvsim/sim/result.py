@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-import kvsim
+from kvsim._version import __version__
 from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.summary import LATENCY_KEYS
 
@@ -87,7 +87,7 @@ class RunResult:
         return {
             "scenario": self.scenario.name,
             "seed": self.seed,
-            "kvsim_version": kvsim.__version__,
+            "kvsim_version": __version__,
             "duration_s": self.scenario.spec.duration,
             "warmup_s": self.scenario.spec.warmup,
             "baseline": self.baseline,

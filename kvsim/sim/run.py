@@ -67,7 +67,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     ----------
     scenario : Scenario
     seed : int, optional
-        Overrides the scenario's root seed.
+        Overrides the root seed of every point (a swept ``seed`` otherwise gives each point its own).
     progress : bool
         Show a progress bar (simulated seconds) on standard error.
     """
@@ -83,7 +83,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     tracker = _Progress(bar)
     try:
         for point in scenario.points:
-            streams = RandomStreams(root_seed)
+            streams = RandomStreams(point.spec.seed if seed is None else int(seed))
             requests = None
             if not point.spec.workload.closed_loop:
                 requests = open_loop_requests(point.spec.workload, point.spec.duration, streams)
@@ -115,13 +115,13 @@ def simulate_system(
     env = simpy.Environment()
     warmup, duration = spec.warmup, spec.duration
     records = RequestRecords(len(requests) if requests is not None else 4096)
-    counters = SystemCounters(warmup)
-    in_system = TimeWeightedLevel(warmup)
+    counters = SystemCounters(warmup, duration)
+    in_system = TimeWeightedLevel(warmup, duration)
     inst = sizing.spec.instance
     step_model = sizing.step_model()
     instances = [
         Instance(env, i, step_model, BlockPool(sizing.kv_blocks_per_instance, inst.block_size_tokens),
-                 inst.max_batched_tokens, inst.max_num_seqs, records, counters, in_system, warmup)
+                 inst.max_batched_tokens, inst.max_num_seqs, records, counters, in_system, warmup, duration)
         for i in range(sizing.instances)
     ]
     router = ROUTERS[sizing.spec.router]()
@@ -129,19 +129,24 @@ def simulate_system(
         env.process(_open_loop(env, requests, records, instances, router))
     else:
         for client in range(spec.workload.arrival.clients):
-            env.process(_client(env, ClientStream(spec.workload, client, streams), records, instances, router))
+            env.process(_client(env, ClientStream(spec.workload, client, streams), records, instances, router,
+                                duration))
     slices = 50
     for k in range(1, slices + 1):
         env.run(until=duration * k / slices)
         if progress is not None:
             progress.advance(duration / slices)
-    kv_mean = sum(i.kv_utilization.mean(duration) for i in instances) / len(instances)
+    # Drain: no more arrivals; let every request in the system finish (bounded).
+    drain_end = duration + spec.drain_limit_s
+    while in_system.value > 0 and env.now < drain_end:
+        env.run(until=min(env.now + duration / slices, drain_end))
+    kv_mean = sum(i.kv_utilization.mean() for i in instances) / len(instances)
     slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99}
     summary = summarize(records, warmup, duration, counters.output_tokens.in_window,
                         counters.input_tokens.in_window, kv_mean, slo)
     return SystemRun(
         system=name, point_index=point.index, params=dict(point.params), sizing=sizing, records=records,
-        summary=summary, in_system_mean=in_system.mean(duration), iterations=counters.iterations,
+        summary=summary, in_system_mean=in_system.mean(), iterations=counters.iterations,
         busy_s=counters.busy_s, wall_s=time.perf_counter() - started,
     )
 
@@ -157,11 +162,14 @@ def _open_loop(env: simpy.Environment, requests: RequestArrays, records: Request
     assert records.n == n
 
 
-def _client(env: simpy.Environment, stream: ClientStream, records: RequestRecords, instances, router):
+def _client(env: simpy.Environment, stream: ClientStream, records: RequestRecords, instances, router,
+            stop_s: float):
     while True:
         think_s, n_in, n_out = stream.next_request()
         if think_s > 0:
             yield env.timeout(think_s)
+        if env.now >= stop_s:
+            return
         done = env.event()
         rid = records.add(env.now, n_in, n_out)
         seq = Sequence(rid, n_in, n_out, on_finish=lambda _seq, _now, ev=done: ev.succeed())

@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from kvsim.spec_types import FrozenSpec, PositiveFloat, Rate, Seconds
 
-__all__ = ["PoissonArrivals", "GammaArrivals", "ClosedLoop", "ArrivalSpec", "open_loop_arrival_times"]
+__all__ = [
+    "PoissonArrivals", "GammaArrivals", "ClosedLoop", "ArrivalSpec", "open_loop_arrival_times", "MAX_CV",
+]
+
+
+MAX_CV = 20.0
+"""Largest inter-arrival CV accepted: beyond it a finite run is dominated by a handful of bursts."""
 
 
 class PoissonArrivals(FrozenSpec):
@@ -20,6 +26,9 @@ class PoissonArrivals(FrozenSpec):
 
     def interarrivals(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.exponential(1.0 / self.rate, size=n)
+
+    def first_arrival(self, rng: np.random.Generator) -> float:
+        return float(rng.exponential(1.0 / self.rate))  # memoryless: equilibrium = ordinary
 
 
 class GammaArrivals(FrozenSpec):
@@ -32,9 +41,26 @@ class GammaArrivals(FrozenSpec):
     rate: Rate
     cv: PositiveFloat
 
+    @field_validator("cv")
+    @classmethod
+    def _bounded(cls, cv: float) -> float:
+        if cv > MAX_CV:
+            raise ValueError(f"cv above {MAX_CV:g} is not supported (got {cv:g})")
+        return cv
+
     def interarrivals(self, rng: np.random.Generator, n: int) -> np.ndarray:
         shape = 1.0 / self.cv**2
         return rng.gamma(shape, scale=1.0 / (self.rate * shape), size=n)
+
+    def first_arrival(self, rng: np.random.Generator) -> float:
+        """Time to the first arrival of the process *in equilibrium* (a stationary start).
+
+        Starting the renewal process fresh at t=0 would add ``(cv^2 - 1) / 2`` arrivals to any
+        window. The equilibrium residual is a uniform point inside a length-biased interval, and
+        the length-biased Gamma(k, theta) is Gamma(k + 1, theta).
+        """
+        shape = 1.0 / self.cv**2
+        return float(rng.uniform() * rng.gamma(shape + 1.0, scale=1.0 / (self.rate * shape)))
 
 
 class ClosedLoop(FrozenSpec):
@@ -64,13 +90,12 @@ def open_loop_arrival_times(
     """Arrival times in ``[0, duration_s)``, seconds, ascending."""
     expected = spec.rate * duration_s
     chunk = max(16, int(expected + 6.0 * np.sqrt(expected + 1.0)) + 16)
-    times: list[np.ndarray] = []
-    last = 0.0
-    while True:
+    first = spec.first_arrival(rng)
+    times: list[np.ndarray] = [np.array([first])]
+    last = first
+    while last < duration_s:
         t = last + np.cumsum(spec.interarrivals(rng, chunk))
         times.append(t)
         last = float(t[-1])
-        if last >= duration_s:
-            break
     out = np.concatenate(times)
     return out[out < duration_s]
