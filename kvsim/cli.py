@@ -98,12 +98,18 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from kvsim.report import comparison_table, write_results
     from kvsim.scenario.load import load_scenario
-    from kvsim.sim import run_scenario
+    from kvsim.sim import check_scenario, run_scenario
 
     scenario = load_scenario(args.scenario)
+    check_scenario(scenario)  # refuse what cannot run before touching the filesystem
     out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
     if out.exists() and not out.is_dir():
         print(f"kvsim run: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:  # fail before a long simulation, not after it
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     show_progress = not args.no_progress and sys.stderr.isatty()
     result = run_scenario(scenario, seed=args.seed, progress=show_progress)

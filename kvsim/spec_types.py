@@ -9,14 +9,15 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationInfo,
+    AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, SerializationInfo,
+    ValidationInfo,
 )
 
 from kvsim.units import parse_quantity
 
 __all__ = [
     "FrozenSpec", "Bytes", "Bandwidth", "Seconds", "Rate", "FlopRate", "Watts",
-    "PositiveFloat", "Fraction", "STRICT_UNITS",
+    "PositiveFloat", "Fraction", "STRICT_UNITS", "WITH_UNITS",
 ]
 
 
@@ -58,18 +59,30 @@ def _fraction(value: float) -> float:
     return value
 
 
-_si = PlainSerializer(float, return_type=float)
+WITH_UNITS = "with_units"
+"""Serialization-context key: dump quantities as SI unit strings (``"300.0 s"``) that a scenario
+file accepts back, instead of bare floats."""
 
-Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative), _si]
+
+def _si(unit: str) -> PlainSerializer:
+    def dump(value: float, info: SerializationInfo) -> float | str:
+        if info.context and info.context.get(WITH_UNITS):
+            return f"{float(value)!r} {unit}"
+        return float(value)
+
+    return PlainSerializer(dump)
+
+
+Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative), _si("B")]
 """Bytes: ``"96 GiB"``, ``"48 GB"`` or a plain number of bytes."""
-Bandwidth = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive), _si]
+Bandwidth = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive), _si("B/s")]
 """Bytes per second: ``"4 TB/s"``, ``"400 Gbit/s"``."""
-Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative), _si]
+Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative), _si("s")]
 """Seconds: ``"300 s"``, ``"50 ms"``, ``"3 us"``."""
-Rate = Annotated[float, _quantity("rate"), AfterValidator(_positive), _si]
+Rate = Annotated[float, _quantity("rate"), AfterValidator(_positive), _si("/s")]
 """Events per second: ``"20/s"``."""
-FlopRate = Annotated[float, _quantity("flops"), AfterValidator(_positive), _si]
+FlopRate = Annotated[float, _quantity("flops"), AfterValidator(_positive), _si("FLOP/s")]
 """FLOP per second: ``"148 TFLOPS"``."""
-Watts = Annotated[float, _quantity("power"), AfterValidator(_positive), _si]
+Watts = Annotated[float, _quantity("power"), AfterValidator(_positive), _si("W")]
 PositiveFloat = Annotated[float, AfterValidator(_positive)]
 Fraction = Annotated[float, AfterValidator(_fraction)]

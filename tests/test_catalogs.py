@@ -118,16 +118,19 @@ def test_required_model_present(name):
     assert name in MODELS, MODELS.unknown_message(name)
 
 
-# Section 1 of hardware_facts.md: memory (GB), bandwidth (B/s), dense bf16 / fp8 FLOP/s,
+# Section 1 of hardware_facts.md: memory, bandwidth (B/s), dense bf16 / fp8 FLOP/s,
 # scale-up link per direction (None = no NVLink), host link per direction (PCIe Gen5 x16 = 64 GB/s,
 # Gen4 x16 = 32 GB/s). RTX 4090 uses the FP32-accumulate rates (165 / 330) as the facts advise.
+# Memory of HBM parts is what the driver exposes (nvidia-smi MiB), which is what an engine can
+# allocate; the marketing "96 GB" / "80 GB" / "141 GB" understate it by 2-7%.
+MIB = 2**20
 ACCELERATOR_FACTS = {
-    "h20": (96e9, 4.0e12, 148e12, 296e12, 450e9, 64e9),
+    "h20": (97_871 * MIB, 4.0e12, 148e12, 296e12, 450e9, 64e9),
     "l20": (48e9, 864e9, 119.5e12, 239e12, None, 32e9),
     "l40s": (48e9, 864e9, 362e12, 733e12, None, 32e9),
     "rtx-4090": (24e9, 1008e9, 165e12, 330e12, None, 32e9),
-    "h100-sxm": (80e9, 3.35e12, 989e12, 1979e12, 450e9, 64e9),
-    "h200-sxm": (141e9, 4.8e12, 989e12, 1979e12, 450e9, 64e9),
+    "h100-sxm": (81_559 * MIB, 3.35e12, 989e12, 1979e12, 450e9, 64e9),
+    "h200-sxm": (143_771 * MIB, 4.8e12, 989e12, 1979e12, 450e9, 64e9),
 }
 
 
@@ -368,7 +371,7 @@ def test_extended_with_base_changes_one_field_and_keeps_the_rest():
     slow, h20 = catalog["h20-slow"], ACCELERATORS["h20"]
     assert slow.name == "h20-slow"
     assert slow.memory_bandwidth == 3e12
-    assert slow.memory_bytes == h20.memory_bytes == 96e9
+    assert slow.memory_bytes == h20.memory_bytes == 97_871 * 2**20
     assert slow.flops == h20.flops
     assert slow.efficiency == h20.efficiency
     assert slow.scale_up_bandwidth == h20.scale_up_bandwidth

@@ -19,6 +19,7 @@ import yaml
 
 import kvsim
 from kvsim.cli import main
+from kvsim.units import parse_quantity
 
 SCENARIO = """\
 name: cli-tiny
@@ -212,16 +213,20 @@ def test_resolved_scenario_yaml(single_run):
     resolved = yaml.safe_load((single_run["out"] / "scenario.yaml").read_text(encoding="utf-8"))
     assert resolved["name"] == "cli-tiny"
     assert resolved["seed"] == 3  # the seed actually used, not the file's 11
-    assert resolved["duration"] == DURATION and resolved["warmup"] == WARMUP  # SI seconds
-    assert resolved["workload"]["arrival"]["rate"] == 2.0
-    assert resolved["slo"]["tpot_p99"] == pytest.approx(0.1)
+    # quantities are written as SI unit strings, so the file is itself a valid scenario
+    assert parse_quantity(resolved["duration"], "time") == DURATION
+    assert parse_quantity(resolved["warmup"], "time") == WARMUP
+    assert parse_quantity(resolved["workload"]["arrival"]["rate"], "rate") == 2.0
+    assert parse_quantity(resolved["slo"]["tpot_p99"], "time") == pytest.approx(0.1)
     assert set(resolved["systems"]) == {"h20", "l20"}
-    parts = resolved["resolved_catalog"]
+    parts = resolved["catalog"]
     assert set(parts["accelerators"]) == {"h20", "l20"}
     assert set(parts["nodes"]) == {"h20-8x", "l20-8x"}
     assert set(parts["models"]) == {"qwen3-8b"}
-    # resolved parts carry numbers, not just names
-    assert parts["accelerators"]["h20"]["memory_bytes"] > parts["accelerators"]["l20"]["memory_bytes"] > 0
+    # resolved parts carry numbers and sources, not just names
+    h20_bytes = parse_quantity(parts["accelerators"]["h20"]["memory_bytes"], "bytes")
+    assert h20_bytes > parse_quantity(parts["accelerators"]["l20"]["memory_bytes"], "bytes") > 0
+    assert parts["accelerators"]["h20"]["sources"]["memory_bandwidth"]
 
 
 # --------------------------------------------------------------------------- run: sweep

@@ -33,7 +33,7 @@ def _sizing(model="qwen3-8b", dtype="bf16", node="h20-8x", tp=1):
 def test_kv_capacity_by_hand_for_qwen3_8b_on_h20():
     s = _sizing()
     weights = 8_190_735_360 * 2  # params x 2 bytes (bf16)
-    budget = 96e9 * 0.9 - weights - 2 * 2**30  # usable HBM - weights - activation reserve
+    budget = 97_871 * 2**20 * 0.9 - weights - 2 * 2**30  # usable HBM - weights - activation reserve
     assert s.kv_budget_bytes_per_card == pytest.approx(budget)
     assert s.kv_blocks_per_instance == int(budget // (147_456 * 16))
     assert s.instances == 8 and s.cards == 8

@@ -8,28 +8,32 @@ from typing import Any
 
 import yaml
 
+from kvsim._version import __version__
 from kvsim.report.table import comparison_table
 from kvsim.sim.result import RunResult
+from kvsim.spec_types import WITH_UNITS
 
 __all__ = ["write_results", "resolved_scenario"]
 
 
 def resolved_scenario(result: RunResult) -> dict[str, Any]:
-    """The scenario as run: every field with its default, in SI units, plus the catalog parts used."""
-    spec = result.scenario.spec.model_dump(mode="json")
+    """The scenario as run, itself a valid scenario: every field explicit, quantities as SI unit
+    strings, and the catalog parts it used written out in full under ``catalog:``."""
+    context = {WITH_UNITS: True}
+    spec = result.scenario.spec.model_dump(mode="json", context=context)
     spec["seed"] = result.seed
     for key in ("input_tokens", "output_tokens"):
         dist = spec["workload"][key]
         if dist.get("kind") == "empirical" and dist.get("file"):
-            dist["values"] = f"<{len(dist['values'])} values read from {dist['file']}>"
-    parts: dict[str, Any] = {"accelerators": {}, "nodes": {}, "models": {}}
+            del dist["values"]  # re-read from the (absolute) file rather than inlined
+    parts: dict[str, dict[str, Any]] = {"accelerators": {}, "nodes": {}, "models": {}}
     for run in result.runs:
         s = run.sizing
-        parts["accelerators"][s.accelerator.name] = s.accelerator.model_dump(mode="json")
-        parts["nodes"][s.node.name] = s.node.model_dump(mode="json")
-        parts["models"][s.model.name] = s.model.model_dump(mode="json")
-    spec["units"] = "SI: seconds, bytes, bytes/s, FLOP/s, 1/s"
-    spec["resolved_catalog"] = parts
+        for family, part in (("accelerators", s.accelerator), ("nodes", s.node), ("models", s.model)):
+            fields = part.model_dump(mode="json", context=context)
+            fields.pop("name")
+            parts[family][part.name] = fields
+    spec["catalog"] = parts
     return spec
 
 
@@ -45,7 +49,9 @@ def write_results(result: RunResult, out_dir: str | Path, source_text: str | Non
     result.requests_frame().to_parquet(requests, index=False)
     written.append(requests)
     resolved = out / "scenario.yaml"
-    resolved.write_text(yaml.safe_dump(resolved_scenario(result), sort_keys=False, allow_unicode=True),
+    header = (f"# Resolved by kvsim {__version__}: every field explicit, quantities in SI units, catalog\n"
+              f"# parts in full. Run it again with: kvsim run {resolved.name}\n")
+    resolved.write_text(header + yaml.safe_dump(resolved_scenario(result), sort_keys=False, allow_unicode=True),
                         encoding="utf-8")
     written.append(resolved)
     if source_text is not None:

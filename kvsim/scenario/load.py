@@ -212,11 +212,15 @@ def _resolve_files(data: dict[str, Any], located: Located, base_dir: FsPath | No
         path = ("workload", key, "file")
         if "values" in dist:
             raise SpecError([located.problem(path, "give either file or values, not both")])
-        out["workload"][key]["values"] = _read_lengths(dist["file"], dist.get("column"), base_dir, located, path)
+        values, resolved = _read_lengths(dist["file"], dist.get("column"), base_dir, located, path)
+        out["workload"][key]["values"] = values
+        out["workload"][key]["file"] = resolved  # absolute, so a resolved copy can be re-run
     return out
 
 
-def _read_lengths(name: Any, column: Any, base_dir: FsPath | None, located: Located, path: Path) -> list[int]:
+def _read_lengths(
+    name: Any, column: Any, base_dir: FsPath | None, located: Located, path: Path
+) -> tuple[list[int], str]:
     if not isinstance(name, str):
         raise SpecError([located.problem(path, "expected a file path")])
     file = FsPath(name)
@@ -249,4 +253,4 @@ def _read_lengths(name: Any, column: Any, base_dir: FsPath | None, located: Loca
         raise SpecError([located.problem(path, (
             f"{file}: {bad.size} of {values.size} values are not whole numbers >= 1 "
             f"(first: {values[bad[0]]!r} at item {bad[0] + 1})"))])
-    return values.astype(np.int64).tolist()
+    return values.astype(np.int64).tolist(), str(file.resolve())
