@@ -3,11 +3,13 @@
 from functools import cache
 
 from kvsim.catalog import Catalog, load_packaged
-from kvsim.hardware.specs import DTYPE_BYTES, AcceleratorSpec, EfficiencySpec, NicSpec, NodeSpec, NvmeSpec
+from kvsim.hardware.specs import (
+    DTYPE_BYTES, AcceleratorSpec, EfficiencySpec, NicSpec, NodeSpec, NvmeSpec, PoolNodeSpec,
+)
 
 __all__ = [
     "AcceleratorSpec", "NodeSpec", "NvmeSpec", "NicSpec", "EfficiencySpec", "DTYPE_BYTES",
-    "accelerator_catalog", "node_catalog",
+    "accelerator_catalog", "node_catalog", "pool_node_catalog", "PoolNodeSpec",
 ]
 
 
@@ -21,3 +23,9 @@ def accelerator_catalog() -> Catalog[AcceleratorSpec]:
 def node_catalog() -> Catalog[NodeSpec]:
     """The shipped node catalog."""
     return load_packaged("kvsim.hardware.data", "nodes.yaml", "node", NodeSpec)
+
+
+@cache
+def pool_node_catalog() -> Catalog[PoolNodeSpec]:
+    """The shipped catalog of remote KV pool nodes."""
+    return load_packaged("kvsim.hardware.data", "pool_nodes.yaml", "pool node", PoolNodeSpec)

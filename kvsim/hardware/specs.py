@@ -7,12 +7,16 @@ from (see ``kvsim/hardware/data/*.yaml``).
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Seconds, Watts
 
-__all__ = ["EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "DTYPE_BYTES"]
+__all__ = [
+    "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "DTYPE_BYTES",
+]
 
 
 
@@ -125,6 +129,34 @@ class NodeSpec(FrozenSpec):
     host_dram_bytes: Bytes
     host_dram_bandwidth: Bandwidth
     nvme: NvmeSpec
+    nics: NicSpec
+    price_usd: float | None = None
+    sources: dict[str, str]
+
+
+class PoolNodeSpec(FrozenSpec):
+    """A node of a remote KV storage pool, deployed and scaled apart from compute.
+
+    Attributes
+    ----------
+    medium : str
+        ``"dram"`` (a memory pool node) or ``"nvme"`` (a storage node with drives).
+    capacity_bytes : float
+        KV bytes the node can hold.
+    read_bandwidth, write_bandwidth : float
+        Aggregate media bandwidth of the node (all drives, or its DRAM), bytes/s.
+    access_latency_s : float
+        Media access latency added to each transfer (NVMe read ~tens of us, DRAM ~us).
+    nics : NicSpec
+        The node's network interfaces.
+    """
+
+    name: str = ""
+    medium: Literal["dram", "nvme"]
+    capacity_bytes: Bytes
+    read_bandwidth: Bandwidth
+    write_bandwidth: Bandwidth
+    access_latency_s: Seconds
     nics: NicSpec
     price_usd: float | None = None
     sources: dict[str, str]
