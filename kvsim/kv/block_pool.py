@@ -12,13 +12,14 @@ sharing; the engine only relies on :meth:`grow`, :meth:`release` and the counter
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 __all__ = ["BlockPool", "HoldsBlocks"]
 
 
 class HoldsBlocks(Protocol):
-    kv_blocks: int
+    kv_blocks: int       # pages the holder owns
+    shared_tokens: int   # leading tokens it reads from shared cached pages it does not own
 
 
 class BlockPool:
@@ -32,12 +33,13 @@ class BlockPool:
         Tokens per block.
     """
 
-    def __init__(self, num_blocks: int, block_size_tokens: int):
+    def __init__(self, num_blocks: int, block_size_tokens: int, reclaim: Callable[[int], None] | None = None):
         if num_blocks < 1 or block_size_tokens < 1:
             raise ValueError("a block pool needs at least one block of at least one token")
         self.num_blocks = num_blocks
         self.block_size_tokens = block_size_tokens
         self.free_blocks = num_blocks
+        self.reclaim = reclaim  # called with a page shortfall: may free cached pages via give/take
 
     @property
     def used_blocks(self) -> int:
@@ -53,10 +55,13 @@ class BlockPool:
         return -(-tokens // self.block_size_tokens)
 
     def grow(self, holder: HoldsBlocks, tokens: int) -> bool:
-        """Make ``holder`` hold enough blocks for ``tokens`` tokens; False (and no change) if full."""
-        extra = -(-tokens // self.block_size_tokens) - holder.kv_blocks
+        """Make ``holder`` own enough blocks for its first ``tokens`` tokens (beyond the
+        ``shared_tokens`` it reads from cached pages); False (and no change) if the pool is full."""
+        extra = -(-(tokens - holder.shared_tokens) // self.block_size_tokens) - holder.kv_blocks
         if extra <= 0:
             return True
+        if extra > self.free_blocks and self.reclaim is not None:
+            self.reclaim(extra - self.free_blocks)
         if extra > self.free_blocks:
             return False
         self.free_blocks -= extra
@@ -67,3 +72,18 @@ class BlockPool:
         """Return all of ``holder``'s blocks to the pool."""
         self.free_blocks += holder.kv_blocks
         holder.kv_blocks = 0
+
+    def take(self, pages: int) -> bool:
+        """Reserve ``pages`` for a cache outside any sequence (False, no change, if short)."""
+        if pages > self.free_blocks and self.reclaim is not None:
+            self.reclaim(pages - self.free_blocks)
+        if pages > self.free_blocks:
+            return False
+        self.free_blocks -= pages
+        return True
+
+    def give(self, pages: int) -> None:
+        """Return ``pages`` reserved with :meth:`take`."""
+        self.free_blocks += pages
+        if self.free_blocks > self.num_blocks:
+            raise RuntimeError("block pool released more pages than it holds")

@@ -18,7 +18,9 @@ import numpy as np
 from pydantic import ValidationError
 
 from kvsim.catalog import Catalog
-from kvsim.hardware import AcceleratorSpec, NodeSpec, accelerator_catalog, node_catalog
+from kvsim.hardware import (
+    AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
+)
 from kvsim.models import ModelSpec, model_catalog
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.scenario.sweep import grid_points, set_path
@@ -40,6 +42,7 @@ class Catalogs:
     accelerators: Catalog[AcceleratorSpec]
     nodes: Catalog[NodeSpec]
     models: Catalog[ModelSpec]
+    pool_nodes: Catalog[PoolNodeSpec]
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
         accelerators=accelerator_catalog().extended(spec.catalog.accelerators, located, ("catalog", "accelerators")),
         nodes=node_catalog().extended(spec.catalog.nodes, located, ("catalog", "nodes")),
         models=model_catalog().extended(spec.catalog.models, located, ("catalog", "models")),
+        pool_nodes=pool_node_catalog().extended(spec.catalog.pool_nodes, located, ("catalog", "pool_nodes")),
     )
     problems = _reference_problems(spec, catalogs, located.problem)
     if problems:
@@ -186,6 +190,13 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
                                     + catalogs.accelerators.unknown_message(node.accelerator)))
             continue
         accelerator = catalogs.accelerators[node.accelerator]
+        cache = system.kv_cache
+        if cache is not None and cache.remote is not None and cache.remote.pool_node not in catalogs.pool_nodes:
+            problems.append(problem(path + ("kv_cache", "remote", "pool_node"),
+                                    catalogs.pool_nodes.unknown_message(cache.remote.pool_node)))
+        if cache is not None and cache.dram is not None and cache.dram.capacity is None:
+            problems.append(problem(path + ("kv_cache", "dram"), "give the host DRAM set aside for KV, "
+                                    "e.g. capacity: 512 GiB"))
         dtype = spec.system_dtype(name)
         if dtype not in accelerator.flops:
             if system.dtype:

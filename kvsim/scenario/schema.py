@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from kvsim.serving.kv_config import KVCacheSpec
 from kvsim.serving.specs import InstanceSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
@@ -44,6 +45,7 @@ class SystemSpec(FrozenSpec):
     model: str | None = None
     dtype: Dtype | None = None
     kv_dtype: Dtype | None = None
+    kv_cache: KVCacheSpec | None = None
 
 
 class CompareSpec(FrozenSpec):
@@ -55,6 +57,7 @@ class CatalogEntries(FrozenSpec):
 
     accelerators: dict[str, dict[str, Any]] = Field(default_factory=dict)
     nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    pool_nodes: dict[str, dict[str, Any]] = Field(default_factory=dict)
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 

@@ -14,18 +14,23 @@ One call to :meth:`BatchScheduler.schedule` forms one engine iteration; one call
 Token accounting of a sequence: ``kv_tokens`` tokens have KV in the pool; while
 ``kv_tokens < prefill_target`` it is prefilling; a prefill that reaches its target emits a token;
 each decode step writes the KV of the last emitted token and emits the next one.
+
+Prefix caching and offload plug in through an optional :class:`AdmissionHook`: at admission it
+may find a cached prefix (``kv_tokens`` starts above zero, the prefix held as ``shared_tokens``
+outside the sequence's own pages), park the sequence while KV loads (``loading``), or let it
+compute while a load is in flight and hold its first token until the load lands (``gated``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from kvsim.kv.block_pool import BlockPool
 from kvsim.models.step_time import BatchShape
 
-__all__ = ["Sequence", "BatchScheduler", "Batch"]
+__all__ = ["Sequence", "BatchScheduler", "Batch", "SchedulerEvents", "AdmissionHook"]
 
 
 class Sequence:
@@ -33,20 +38,27 @@ class Sequence:
 
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
-        "kv_blocks", "preemptions", "admitted", "on_finish",
+        "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
+        "gated", "stalled",
     )
 
-    def __init__(self, rid: int, prompt_tokens: int, output_tokens: int, on_finish: Callable | None = None):
+    def __init__(self, rid: int, prompt_tokens: int, output_tokens: int, on_finish: Callable | None = None,
+                 hashes: Any = None):
         self.rid = rid
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
         self.generated = 0
         self.kv_tokens = 0
         self.prefill_target = prompt_tokens
-        self.kv_blocks = 0
+        self.kv_blocks = 0        # pages this sequence owns
+        self.shared_tokens = 0    # leading tokens held in shared cached blocks, not in own pages
         self.preemptions = 0
         self.admitted = False
         self.on_finish = on_finish
+        self.hashes = hashes      # prefix block ids of the prompt, or None
+        self.cache: Any = None    # the admission hook's per-sequence state
+        self.gated = False        # first token must wait for an in-flight load
+        self.stalled = False      # prefill computed, waiting for that load
 
     @property
     def total_tokens(self) -> int:
@@ -74,6 +86,24 @@ class SchedulerEvents:
     def finished(self, seq: Sequence, now: float) -> None: ...
 
 
+class AdmissionHook:
+    """Prefix caching and offload, as seen by the scheduler. The base class caches nothing."""
+
+    def admit(self, seq: Sequence, now: float) -> str | None:
+        """Prepare ``seq`` for admission (it has ``kv_tokens == 0`` and no pages).
+
+        Returns ``"run"`` (compute from ``seq.kv_tokens``), ``"load"`` (parked until the hook
+        calls :meth:`BatchScheduler.loaded`), or None (not now: the KV pool lacks room).
+        """
+        return "run"
+
+    def prompt_done(self, seq: Sequence, now: float) -> None:
+        """The prompt's KV is complete in HBM (the first token is about to be emitted)."""
+
+    def released(self, seq: Sequence, finished: bool) -> None:
+        """``seq`` gave back its pages: it finished, or was preempted (``finished=False``)."""
+
+
 class BatchScheduler:
     """Iteration-level batching policy of one instance.
 
@@ -84,34 +114,62 @@ class BatchScheduler:
     max_batched_tokens : int
         Token budget of one iteration (prefill chunk tokens + one per decode).
     max_num_seqs : int
-        Cap on running sequences.
+        Cap on running sequences (loading sequences count: they hold pages).
     events : SchedulerEvents
         Receives admission, first-token, preemption and completion milestones.
+    hook : AdmissionHook, optional
+        Prefix caching and offload; None computes every prompt in full.
     """
 
-    def __init__(self, pool: BlockPool, max_batched_tokens: int, max_num_seqs: int, events: SchedulerEvents):
+    def __init__(self, pool: BlockPool, max_batched_tokens: int, max_num_seqs: int, events: SchedulerEvents,
+                 hook: AdmissionHook | None = None):
         self.pool = pool
         self.max_batched_tokens = max_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.events = events
+        self.hook = hook
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        self.loading: dict[int, Sequence] = {}  # rid -> sequence parked while its KV loads
+        self.stalled = 0
 
     @property
     def outstanding(self) -> int:
         """Sequences assigned here and not finished."""
-        return len(self.waiting) + len(self.running)
+        return len(self.waiting) + len(self.running) + len(self.loading)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
     def _preempt(self, seq: Sequence) -> None:
         self.pool.release(seq)
+        if self.hook is not None:
+            self.hook.released(seq, finished=False)
+        if seq.stalled:
+            self.stalled -= 1
         seq.kv_tokens = 0
+        seq.shared_tokens = 0
+        seq.gated = seq.stalled = False
         seq.prefill_target = seq.prompt_tokens + seq.generated
         seq.preemptions += 1
         self.waiting.appendleft(seq)
         self.events.preempted(seq)
+
+    def loaded(self, seq: Sequence) -> None:
+        """A parked sequence's KV has arrived: it joins the running sequences."""
+        if self.loading.pop(seq.rid, None) is not None:
+            self.running.append(seq)
+
+    def ungate(self, seq: Sequence, now: float) -> None:
+        """An in-flight load under a computing sequence has landed."""
+        seq.gated = False
+        if seq.stalled and seq in self.running:
+            seq.stalled = False
+            self.stalled -= 1
+            self._emit_prefill_token(seq, now)
+            self.events.tokens_emitted(1, now)
+            if seq.generated >= seq.output_tokens:
+                self._finish_done(now)
 
     def schedule(self, now: float) -> Batch | None:
         """Form the next iteration, allocating its KV blocks; None if there is nothing to run."""
@@ -125,6 +183,9 @@ class BatchScheduler:
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
+            if seq.stalled:
+                i += 1
+                continue
             prefilling = seq.kv_tokens < seq.prefill_target
             chunk = min(seq.prefill_target - seq.kv_tokens, budget) if prefilling else 1
             while not pool.grow(seq, seq.kv_tokens + chunk):
@@ -151,23 +212,13 @@ class BatchScheduler:
                 continue
             break
         if not preempted:
-            waiting = self.waiting
-            while waiting and budget > 0 and len(running) < self.max_num_seqs:
-                seq = waiting[0]
-                chunk = min(seq.prefill_target, budget)
-                if not pool.grow(seq, chunk):
-                    break
-                waiting.popleft()
-                running.append(seq)
-                if not seq.admitted:
-                    seq.admitted = True
-                    self.events.admitted(seq, now)
-                batch.prefills.append((seq, chunk))
+            for seq, chunk in self._admit(batch, budget, now):
+                cached = seq.kv_tokens
                 prefill_tokens += chunk
-                prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, 0)
-                if chunk == seq.prefill_target:
+                prefill_context += cached
+                prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+                if cached + chunk == seq.prefill_target:
                     sampled += 1
-                budget -= chunk
         if not batch.prefills and not batch.decodes:
             return None
         batch.shape = BatchShape(
@@ -180,18 +231,63 @@ class BatchScheduler:
         )
         return batch
 
+    def _admit(self, batch: Batch, budget: int, now: float) -> list[tuple[Sequence, int]]:
+        """Admit waiting sequences into ``batch`` while limits allow; returns the new prefill chunks."""
+        admitted: list[tuple[Sequence, int]] = []
+        waiting, running, pool, hook = self.waiting, self.running, self.pool, self.hook
+        while waiting and budget > 0 and len(running) + len(self.loading) < self.max_num_seqs:
+            seq = waiting[0]
+            if hook is not None:
+                verdict = hook.admit(seq, now)
+                if verdict is None:
+                    break
+                if verdict == "load":
+                    waiting.popleft()
+                    self.loading[seq.rid] = seq
+                    self._mark_admitted(seq, now)
+                    continue
+            chunk = min(seq.prefill_target - seq.kv_tokens, budget)
+            if not pool.grow(seq, seq.kv_tokens + chunk):
+                if hook is not None:
+                    hook.released(seq, finished=False)
+                    seq.kv_tokens = seq.shared_tokens = 0
+                    seq.gated = False
+                break
+            waiting.popleft()
+            running.append(seq)
+            self._mark_admitted(seq, now)
+            batch.prefills.append((seq, chunk))
+            admitted.append((seq, chunk))
+            budget -= chunk
+        return admitted
+
+    def _mark_admitted(self, seq: Sequence, now: float) -> None:
+        if not seq.admitted:
+            seq.admitted = True
+            self.events.admitted(seq, now)
+
+    def _emit_prefill_token(self, seq: Sequence, now: float) -> None:
+        if seq.generated == 0:
+            self.events.prompt_done(seq, now)
+            self.events.first_token(seq, now)
+        seq.generated += 1
+
     def complete(self, batch: Batch, now: float) -> None:
         """Apply the results of ``batch``, which ended at time ``now`` (seconds)."""
         events = self.events
+        hook = self.hook
         finished = False
         emitted = 0
         for seq, chunk in batch.prefills:
             seq.kv_tokens += chunk
             if seq.kv_tokens == seq.prefill_target:
-                if seq.generated == 0:
-                    events.prompt_done(seq, now)
-                    events.first_token(seq, now)
-                seq.generated += 1
+                if hook is not None:
+                    hook.prompt_done(seq, now)
+                if seq.gated:  # computed, but the cached prefix under it is still loading
+                    seq.stalled = True
+                    self.stalled += 1
+                    continue
+                self._emit_prefill_token(seq, now)
                 emitted += 1
                 if seq.generated >= seq.output_tokens:
                     finished = True
@@ -204,11 +300,16 @@ class BatchScheduler:
         if emitted:
             events.tokens_emitted(emitted, now)
         if finished:
-            keep = []
-            for seq in self.running:
-                if seq.generated >= seq.output_tokens:
-                    self.pool.release(seq)
-                    events.finished(seq, now)
-                else:
-                    keep.append(seq)
-            self.running = keep
+            self._finish_done(now)
+
+    def _finish_done(self, now: float) -> None:
+        keep = []
+        for seq in self.running:
+            if seq.generated >= seq.output_tokens:
+                self.pool.release(seq)
+                if self.hook is not None:
+                    self.hook.released(seq, finished=True)
+                self.events.finished(seq, now)
+            else:
+                keep.append(seq)
+        self.running = keep

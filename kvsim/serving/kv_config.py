@@ -1,0 +1,75 @@
+"""How a system caches and moves KV: prefix caching in HBM and offload tiers below it.
+
+A system without ``kv_cache`` behaves exactly like an engine with prefix caching off: every
+prompt is computed in full and nothing is kept after a request finishes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from kvsim.spec_types import Bytes, FrozenSpec
+
+__all__ = ["EvictionKind", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
+
+EvictionKind = Literal["lru", "lfu", "s3fifo"]
+
+
+class TierSpec(FrozenSpec):
+    """A per-node offload tier (host DRAM or local NVMe).
+
+    ``capacity`` is the KV bytes set aside on each node; for NVMe it defaults to all the node's
+    drives, for DRAM it must be given (host memory is shared with everything else).
+    """
+
+    capacity: Bytes | None = None
+    eviction: EvictionKind = "lru"
+
+
+class RemotePoolSpec(FrozenSpec):
+    """A remote KV pool: ``nodes`` pool nodes of catalog type ``pool_node``, shared by all compute."""
+
+    pool_node: str
+    nodes: int = Field(default=1, ge=1)
+    eviction: EvictionKind = "lru"
+
+
+class KVCacheSpec(FrozenSpec):
+    """Prefix caching and KV offload of one system.
+
+    Attributes
+    ----------
+    hbm_eviction : str
+        Policy for cached prefix blocks kept in an instance's HBM after their requests finish.
+    dram, nvme : TierSpec or None
+        Per-node host-DRAM and local-NVMe tiers (None = tier absent).
+    remote : RemotePoolSpec or None
+        A remote pool reached over the scale-out network.
+    write_policy : str
+        ``write_through``: new prompt blocks are written down to every lower tier after prefill.
+        ``write_back``: blocks are written to the next tier down only when evicted.
+    gpu_direct : bool
+        NIC and NVMe DMA straight into device memory (GPU-Direct RDMA / GDS); otherwise data
+        bounces through host DRAM (an extra copy).
+    load_mode : str
+        ``overlap``: cached KV loads layer by layer while the suffix is computed; the first token
+        waits for whichever finishes last. ``before``: the load completes before compute starts.
+    load_policy : str
+        ``always``: load every cached block found. ``faster``: recompute a hit when the model
+        predicts recomputing it is faster than loading it over its path.
+    preemption : str
+        What happens to a sequence evicted for lack of HBM: ``recompute`` (drop its KV) or
+        ``swap`` (copy its KV to host DRAM and back).
+    """
+
+    hbm_eviction: EvictionKind = "lru"
+    dram: TierSpec | None = None
+    nvme: TierSpec | None = None
+    remote: RemotePoolSpec | None = None
+    write_policy: Literal["write_through", "write_back"] = "write_through"
+    gpu_direct: bool = True
+    load_mode: Literal["overlap", "before"] = "overlap"
+    load_policy: Literal["always", "faster"] = "faster"
+    preemption: Literal["recompute", "swap"] = "recompute"
