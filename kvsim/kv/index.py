@@ -1,0 +1,163 @@
+"""Cluster-wide index: which stores hold each KV block.
+
+A request's prompt is a chain of blocks whose ids hash the block *and* everything before it, so a
+prefix cache can use block k only if it also has blocks 0..k-1: :meth:`KVIndex.longest_prefix`
+stops at the first block no usable store holds. :meth:`KVIndex.tier_breakdown` then says where
+each of those blocks is cheapest to load from, by a caller-supplied rank (HBM < DRAM < NVMe <
+remote, or a cost that depends on who is reading).
+
+The index must agree with the stores. Stores evict on insert, so stores that an index tracks are
+changed only through :meth:`KVIndex.insert` and :meth:`KVIndex.remove`, which apply the change to
+the store and mirror it, evictions included. Pins, readers and lookups do not change membership
+and go to the store directly.
+
+Determinism: a block's locations are kept in the order the stores acquired it (a dict, not a
+set), and ties in rank go to the earliest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+from kvsim.kv.store import BlockStore
+
+__all__ = ["KVIndex"]
+
+Block = Hashable
+
+
+class KVIndex:
+    """Map block id -> the stores holding it, in the order they acquired it."""
+
+    def __init__(self) -> None:
+        # Inner dicts are ordered sets keyed by store (stores hash by identity).
+        self._where: dict[Block, dict[BlockStore, None]] = {}
+
+    def __len__(self) -> int:
+        """Distinct blocks held somewhere."""
+        return len(self._where)
+
+    def __contains__(self, block: object) -> bool:
+        return block in self._where
+
+    # -- raw bookkeeping ------------------------------------------------------------------------
+
+    def add(self, block: Block, store: BlockStore) -> None:
+        """Record that ``store`` holds ``block`` (idempotent)."""
+        where = self._where.get(block)
+        if where is None:
+            self._where[block] = {store: None}
+        else:
+            where[store] = None
+
+    def discard(self, block: Block, store: BlockStore) -> None:
+        """Record that ``store`` no longer holds ``block`` (no error if it was not recorded)."""
+        where = self._where.get(block)
+        if where is None:
+            return
+        where.pop(store, None)
+        if not where:
+            del self._where[block]
+
+    def locations(self, block: Block) -> tuple[BlockStore, ...]:
+        """Stores holding ``block``, in the order they acquired it; ``()`` if none."""
+        where = self._where.get(block)
+        return tuple(where) if where else ()
+
+    # -- store changes mirrored in the index ----------------------------------------------------
+
+    def insert(self, store: BlockStore, block: Block) -> list[Block] | None:
+        """Insert ``block`` into ``store`` and record it and any evictions.
+
+        Returns
+        -------
+        list or None
+            What :meth:`BlockStore.insert` returns: the evicted blocks, or ``None`` if the store
+            refused (full of pinned or read blocks; the index is then unchanged).
+        """
+        evicted = store.insert(block)
+        if evicted is None:
+            return None
+        for gone in evicted:
+            self.discard(gone, store)
+        self.add(block, store)
+        return evicted
+
+    def remove(self, store: BlockStore, block: Block) -> None:
+        """Remove ``block`` from ``store`` (errors as :meth:`BlockStore.remove`) and the index."""
+        store.remove(block)
+        self.discard(block, store)
+
+    # -- prefix queries -------------------------------------------------------------------------
+
+    def longest_prefix(
+        self,
+        hashes: Sequence[Block],
+        usable: Callable[[BlockStore], bool] | None = None,
+    ) -> int:
+        """Number of leading blocks of ``hashes`` held by at least one usable store.
+
+        Parameters
+        ----------
+        hashes : sequence
+            The request's prefix-chained block ids, first block first.
+        usable : callable, optional
+            ``usable(store)`` says whether the reader may load from ``store`` (e.g. only its own
+            node's tiers and the remote pool). All stores are usable by default.
+
+        Returns
+        -------
+        int
+            The count of leading blocks present; scanning stops at the first absent one, since a
+            prefix cache cannot use block k without blocks 0..k-1.
+        """
+        where_of = self._where
+        for i, block in enumerate(hashes):
+            where = where_of.get(block)
+            if not where:
+                return i
+            if usable is not None and not any(usable(store) for store in where):
+                return i
+        return len(hashes)
+
+    def tier_breakdown(
+        self,
+        hashes: Sequence[Block],
+        n: int,
+        rank: Callable[[BlockStore], float],
+        usable: Callable[[BlockStore], bool] | None = None,
+    ) -> list[BlockStore]:
+        """Best location of each of the first ``n`` blocks of ``hashes``.
+
+        Parameters
+        ----------
+        hashes : sequence
+            The request's block ids.
+        n : int
+            How many leading blocks to place, normally :meth:`longest_prefix`'s answer.
+        rank : callable
+            ``rank(store)``: lower is better (e.g. 0 HBM, 1 DRAM, 2 NVMe, 3 remote). Ties go
+            to the store that acquired the block first.
+        usable : callable, optional
+            As in :meth:`longest_prefix`.
+
+        Returns
+        -------
+        list of BlockStore
+            ``n`` stores, one per block.
+
+        Raises
+        ------
+        KeyError
+            If one of the first ``n`` blocks is held by no usable store.
+        """
+        if n > len(hashes):
+            raise ValueError(f"n={n} exceeds the {len(hashes)} blocks given")
+        best: list[BlockStore] = []
+        for block in hashes[:n]:
+            where = self._where.get(block, ())
+            candidates = [s for s in where if usable is None or usable(s)]
+            if not candidates:
+                raise KeyError(block)
+            best.append(min(candidates, key=rank))  # min keeps the first of equal ranks
+        return best

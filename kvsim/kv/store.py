@@ -1,0 +1,260 @@
+"""One storage tier instance holding whole KV blocks: an instance's HBM, a node's DRAM or NVMe,
+a remote pool.
+
+Blocks are identified by their prefix-chained hash (equal ids mean equal prefixes); the store
+only knows ids and counts bytes as ``blocks x block_bytes``. Which block leaves when room is
+needed is up to an eviction policy (:mod:`kvsim.kv.eviction`), chosen by its ``kind`` name.
+
+Two kinds of hold keep a block from being evicted or removed:
+
+- **pins** -- the block is being read or written (a transfer in flight). Counted: every
+  :meth:`BlockStore.pin` needs its :meth:`BlockStore.unpin`.
+- **readers** -- references to the one physical copy by sequences that use it in place. This is
+  the seam for byte sharing (DESIGN.md, "Reuse is not sharing"): ``physical_bytes`` counts each
+  stored block once, ``logical_bytes`` counts it once per reader, so ``logical - physical``
+  over the shared blocks is the memory that sharing saves inside one addressing domain. A copy
+  into another domain is a separate block in another store, and is counted there again. A
+  block with readers is in use (a refcount > 0, like vLLM's prefix-cache blocks), so it is not
+  evictable; with no readers it is merely cached.
+
+When the store is full and every block is held, :meth:`BlockStore.insert` refuses: it returns
+``None``, changes nothing, and counts a rejection. That is a normal condition under load
+(caching is best effort), hence a return value and not an exception; callers must test
+``is None``, since ``[]`` (stored, nothing evicted) is also falsy.
+
+Every operation is O(1) apart from the policy's victim search (see :mod:`kvsim.kv.eviction`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable
+
+from kvsim.kv.eviction import EVICTION_POLICIES, EvictionPolicy
+
+__all__ = ["BlockStore"]
+
+Block = Hashable
+
+
+def _whole_blocks(capacity_bytes: float, block_bytes: float) -> int:
+    """floor(capacity_bytes / block_bytes), forgiving floating-point error just below an integer.
+
+    A capacity written as ``n * block_bytes`` can divide to ``n - 1e-15``; it still holds n.
+    """
+    ratio = capacity_bytes / block_bytes
+    nearest = round(ratio)
+    if abs(ratio - nearest) <= 1e-9 * max(1.0, ratio):
+        return int(nearest)
+    return math.floor(ratio)
+
+
+class BlockStore:
+    """A fixed-capacity set of whole KV blocks in one tier, with an eviction policy.
+
+    Parameters
+    ----------
+    name : str
+        Label for reports and debugging (e.g. ``"node0.dram"``).
+    capacity_bytes : float
+        Bytes available for KV blocks; the store holds ``floor(capacity_bytes / block_bytes)``.
+    block_bytes : float
+        Bytes of one block (``block_tokens x`` KV bytes per token).
+    policy : str, optional
+        Eviction policy kind, a key of :data:`kvsim.kv.eviction.EVICTION_POLICIES`.
+
+    Attributes
+    ----------
+    hits, misses : int
+        Outcomes of :meth:`lookup`.
+    insertions : int
+        Blocks newly stored by :meth:`insert` (re-inserting a resident block is a touch).
+    evictions : int
+        Blocks evicted to make room.
+    removals : int
+        Blocks dropped by :meth:`remove`.
+    rejections : int
+        Inserts refused because the store was full of held blocks.
+    """
+
+    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru"):
+        if not block_bytes > 0 or not math.isfinite(block_bytes):
+            raise ValueError(f"block_bytes must be positive and finite, got {block_bytes}")
+        if not capacity_bytes >= 0 or not math.isfinite(capacity_bytes):
+            raise ValueError(f"capacity_bytes must be >= 0 and finite, got {capacity_bytes}")
+        if policy not in EVICTION_POLICIES:
+            known = sorted(EVICTION_POLICIES)
+            raise ValueError(f"unknown eviction policy {policy!r}; known: {known}")
+        self.name = name
+        self.block_bytes = float(block_bytes)
+        self.capacity_blocks = _whole_blocks(capacity_bytes, block_bytes)
+        self.policy_kind = policy
+        self._policy: EvictionPolicy = EVICTION_POLICIES[policy](self.capacity_blocks)
+        # Only blocks with a count > 0 are keys, so "in" answers "is it held?" in O(1).
+        self._pins: dict[Block, int] = {}
+        self._readers: dict[Block, int] = {}
+        self._reader_refs = 0
+        self.hits = 0
+        self.misses = 0
+        self.insertions = 0
+        self.evictions = 0
+        self.removals = 0
+        self.rejections = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"BlockStore({self.name!r}, {self.used_blocks}/{self.capacity_blocks} blocks, "
+            f"policy={self.policy_kind!r})"
+        )
+
+    # -- sizes ----------------------------------------------------------------------------------
+
+    @property
+    def used_blocks(self) -> int:
+        """Blocks stored (physical copies)."""
+        return len(self._policy)
+
+    @property
+    def free_blocks(self) -> int:
+        return self.capacity_blocks - len(self._policy)
+
+    @property
+    def capacity_bytes(self) -> float:
+        """Bytes usable for whole blocks (the constructor's capacity rounded down to blocks)."""
+        return self.capacity_blocks * self.block_bytes
+
+    @property
+    def used_bytes(self) -> float:
+        """Bytes occupied; the same as :attr:`physical_bytes`."""
+        return len(self._policy) * self.block_bytes
+
+    @property
+    def physical_bytes(self) -> float:
+        """Bytes of stored copies: one per block however many readers share it."""
+        return len(self._policy) * self.block_bytes
+
+    @property
+    def logical_bytes(self) -> float:
+        """Bytes the readers see: one block's bytes per reader reference."""
+        return self._reader_refs * self.block_bytes
+
+    @property
+    def pinned_blocks(self) -> int:
+        """Distinct blocks with at least one pin."""
+        return len(self._pins)
+
+    # -- membership and hits --------------------------------------------------------------------
+
+    def contains(self, block: Block) -> bool:
+        """Whether ``block`` is stored. No counters or recency change."""
+        return block in self._policy
+
+    __contains__ = contains
+
+    def __len__(self) -> int:
+        return len(self._policy)
+
+    def lookup(self, block: Block) -> bool:
+        """Whether ``block`` is stored, counting a hit (which the policy sees) or a miss."""
+        if block in self._policy:
+            self.hits += 1
+            self._policy.touch(block)
+            return True
+        self.misses += 1
+        return False
+
+    def is_evictable(self, block: Block) -> bool:
+        """True unless ``block`` is pinned or has readers."""
+        return block not in self._pins and block not in self._readers
+
+    # -- insert and remove ----------------------------------------------------------------------
+
+    def insert(self, block: Block) -> list[Block] | None:
+        """Store ``block``, evicting an unheld block if the store is full.
+
+        Returns
+        -------
+        list or None
+            The blocks evicted to make room (at most one, since one block is added); ``[]`` if
+            there was room or ``block`` was already stored (then it is only touched, as a hit
+            would be, without counting one). ``None`` if the store is full and every stored
+            block is pinned or read -- nothing is changed then (see the module docstring).
+        """
+        policy = self._policy
+        if block in policy:
+            policy.touch(block)
+            return []
+        evicted: list[Block] = []
+        # The store never exceeds its capacity, so one eviction always makes room.
+        if len(policy) >= self.capacity_blocks:
+            victim = policy.victim(self.is_evictable) if len(policy) else None
+            if victim is None:
+                self.rejections += 1
+                return None
+            policy.evict(victim)
+            self.evictions += 1
+            evicted.append(victim)
+        policy.insert(block)
+        self.insertions += 1
+        return evicted
+
+    def remove(self, block: Block) -> None:
+        """Drop stored ``block`` on purpose (moved elsewhere, invalidated).
+
+        Raises
+        ------
+        KeyError
+            If ``block`` is not stored.
+        ValueError
+            If ``block`` is pinned or has readers.
+        """
+        if block not in self._policy:
+            raise KeyError(block)
+        if not self.is_evictable(block):
+            raise ValueError(f"block {block!r} in {self.name} is pinned or read; cannot remove it")
+        self._policy.remove(block)
+        self.removals += 1
+
+    # -- holds ----------------------------------------------------------------------------------
+
+    def pin(self, block: Block) -> None:
+        """Hold stored ``block`` while it is being read or written (counted; KeyError if absent)."""
+        if block not in self._policy:
+            raise KeyError(block)
+        self._pins[block] = self._pins.get(block, 0) + 1
+
+    def unpin(self, block: Block) -> None:
+        """Release one pin of ``block`` (ValueError if it has none)."""
+        count = self._pins.get(block, 0)
+        if count == 0:
+            raise ValueError(f"block {block!r} in {self.name} is not pinned")
+        if count == 1:
+            del self._pins[block]
+        else:
+            self._pins[block] = count - 1
+
+    def pins(self, block: Block) -> int:
+        """Pins currently held on ``block``."""
+        return self._pins.get(block, 0)
+
+    def add_reader(self, block: Block) -> None:
+        """Take a reader reference to stored ``block`` (KeyError if absent)."""
+        if block not in self._policy:
+            raise KeyError(block)
+        self._readers[block] = self._readers.get(block, 0) + 1
+        self._reader_refs += 1
+
+    def drop_reader(self, block: Block) -> None:
+        """Give back one reader reference to ``block`` (ValueError if it has none)."""
+        count = self._readers.get(block, 0)
+        if count == 0:
+            raise ValueError(f"block {block!r} in {self.name} has no readers")
+        if count == 1:
+            del self._readers[block]
+        else:
+            self._readers[block] = count - 1
+        self._reader_refs -= 1
+
+    def readers(self, block: Block) -> int:
+        """Reader references currently held on ``block``."""
+        return self._readers.get(block, 0)
