@@ -198,6 +198,16 @@ class BlockStore:
         self.insertions += 1
         return evicted
 
+    def evict_one(self) -> Block | None:
+        """Evict the policy's victim among unheld blocks (to free room on demand); None if none."""
+        policy = self._policy
+        victim = policy.victim(self.is_evictable) if len(policy) else None
+        if victim is None:
+            return None
+        policy.evict(victim)
+        self.evictions += 1
+        return victim
+
     def remove(self, block: Block) -> None:
         """Drop stored ``block`` on purpose (moved elsewhere, invalidated).
 

@@ -9,30 +9,39 @@ __all__ = ["RequestRecords"]
 
 _FLOAT_FIELDS = ("arrival_s", "admit_s", "first_token_s", "finish_s")
 _INT_FIELDS = ("input_tokens", "output_tokens", "preemptions", "instance")
+_CACHE_INT_FIELDS = ("hit_tokens_hbm", "hit_tokens_dram", "hit_tokens_nvme", "hit_tokens_remote",
+                     "computed_tokens")
+_CACHE_FLOAT_FIELDS = ("loaded_bytes", "written_bytes")
 
 
 class RequestRecords:
     """Growable columnar table of request milestones.
 
     Times are seconds of simulated time; a milestone not reached is NaN. ``instance`` is the
-    index of the instance that served the request (-1 before routing).
+    index of the instance that served the request (-1 before routing). Cache columns:
+    ``hit_tokens_<tier>`` prompt tokens served from that tier's cached KV (counted at every
+    admission, so a recomputed request can hit again), ``computed_tokens`` prompt tokens
+    computed (recomputation included), ``loaded_bytes`` / ``written_bytes`` KV bytes moved
+    into HBM for it and written down from it.
     """
 
-    fields = _FLOAT_FIELDS + _INT_FIELDS
+    fields = _FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS
 
     def __init__(self, capacity: int = 1024):
         capacity = max(int(capacity), 16)
         self.n = 0
         for name in _FLOAT_FIELDS:
             setattr(self, name, np.full(capacity, np.nan))
-        for name in _INT_FIELDS:
+        for name in _INT_FIELDS + _CACHE_INT_FIELDS:
             setattr(self, name, np.zeros(capacity, dtype=np.int64))
+        for name in _CACHE_FLOAT_FIELDS:
+            setattr(self, name, np.zeros(capacity))
 
     def _grow(self) -> None:
         capacity = len(self.arrival_s) * 2
         for name in self.fields:
             old = getattr(self, name)
-            new = np.full(capacity, np.nan) if old.dtype.kind == "f" else np.zeros(capacity, dtype=old.dtype)
+            new = np.full(capacity, np.nan) if name in _FLOAT_FIELDS else np.zeros(capacity, dtype=old.dtype)
             new[: self.n] = old[: self.n]
             setattr(self, name, new)
 

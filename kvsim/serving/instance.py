@@ -14,7 +14,7 @@ from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.step_time import StepTimeModel
-from kvsim.serving.scheduler import BatchScheduler, SchedulerEvents, Sequence
+from kvsim.serving.scheduler import AdmissionHook, BatchScheduler, SchedulerEvents, Sequence
 
 __all__ = ["Instance", "SystemCounters"]
 
@@ -51,6 +51,9 @@ class _RecordingEvents(SchedulerEvents):
 
     def preempted(self, seq: Sequence) -> None:
         self.records.preemptions[seq.rid] += 1
+
+    def prefill_computed(self, seq: Sequence, tokens: int) -> None:
+        self.records.computed_tokens[seq.rid] += tokens
 
     def finished(self, seq: Sequence, now: float) -> None:
         self.records.finish_s[seq.rid] = now
@@ -94,6 +97,7 @@ class Instance:
         in_system: TimeWeightedLevel,
         window_start_s: float,
         window_end_s: float,
+        hook: AdmissionHook | None = None,
     ):
         self.env = env
         self.index = index
@@ -104,7 +108,7 @@ class Instance:
         self.in_system = in_system
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
         self.scheduler = BatchScheduler(
-            pool, max_batched_tokens, max_num_seqs, _RecordingEvents(records, counters, self)
+            pool, max_batched_tokens, max_num_seqs, _RecordingEvents(records, counters, self), hook
         )
         self._wake: simpy.Event | None = None
         self.process = env.process(self._run())
@@ -114,13 +118,17 @@ class Instance:
         """Requests assigned here and not yet finished."""
         return self.scheduler.outstanding
 
+    def wake(self) -> None:
+        """Resume the engine loop if it sleeps (a load landed, pages came free)."""
+        if self._wake is not None and not self._wake.triggered:
+            self._wake.succeed()
+
     def submit(self, seq: Sequence) -> None:
         """Hand a request to this instance (at the current simulated time)."""
         self.records.instance[seq.rid] = self.index
         self.in_system.set(self.env.now, self.in_system.value + 1)
         self.scheduler.add(seq)
-        if self._wake is not None and not self._wake.triggered:
-            self._wake.succeed()
+        self.wake()
 
     def _run(self):
         env = self.env

@@ -1,0 +1,6 @@
+"""Network: the cluster topology graph and flow-level bandwidth sharing between transfers."""
+
+from kvsim.network.flows import FlowNetwork, max_min_fair_rates
+from kvsim.network.topology import Edge, Topology, build_topology
+
+__all__ = ["FlowNetwork", "max_min_fair_rates", "Topology", "build_topology", "Edge"]
