@@ -160,15 +160,16 @@ class InstanceCache(AdmissionHook):
         after ``cached_tokens`` (for the ``faster`` load policy).
     record_hits : callable
         ``record_hits(seq, tier, tokens, loaded_bytes)`` for the per-request records.
-    wake : callable
-        Wakes the instance's engine loop (after a load lands or pages free up).
+    record_written : callable
+        ``record_written(seq, nbytes)``.
+
+    The instance sets :attr:`scheduler` and :attr:`wake` (its engine loop's alarm) once built.
     """
 
     def __init__(self, system: SystemCache, index: int, gpus: list[str], pool: BlockPool,
                  recompute_s: Callable[[int, int], float],
                  record_hits: Callable[[Sequence, str, int, float], None],
-                 record_written: Callable[[Sequence, float], None],
-                 wake: Callable[[], None]):
+                 record_written: Callable[[Sequence, float], None]):
         self.system = system
         self.node = system.instance_nodes[index]
         self.gpus = gpus
@@ -178,7 +179,7 @@ class InstanceCache(AdmissionHook):
         self.recompute_s = recompute_s
         self.record_hits = record_hits
         self.record_written = record_written
-        self.wake = wake
+        self.wake: Callable[[], None] = lambda: None
         self.scheduler: BatchScheduler | None = None
         self.inflight: dict = {}  # block -> event that fires when its bytes have landed
         pool.reclaim = self.reclaim
@@ -210,20 +211,26 @@ class InstanceCache(AdmissionHook):
         while local < n and sources[local] is self.hbm:
             local += 1
         if n > local and self.system.spec.load_policy == "faster":
+            # recompute beats loading: keep only the leading run already in this HBM
             tokens = (n - local) * g.block_tokens
-            if self.recompute_s(tokens, local * g.block_tokens) <= self._estimated_load_s(sources[local:n]):
+            remote = [src for src in sources[local:n] if src is not self.hbm]
+            if self.recompute_s(tokens, local * g.block_tokens) <= self._estimated_load_s(remote):
                 n = local
         hbm = self.hbm
         held = []
         pending: dict[int, simpy.Event] = {}
-        for block in hashes[:local]:
+        to_load = []
+        for k in range(n):
+            block = hashes[k]
+            if sources[k] is not hbm:
+                to_load.append((block, sources[k]))
+                continue
             hbm.lookup(block)
             hbm.add_reader(block)
             held.append(block)
             event = self.inflight.get(block)
             if event is not None:
                 pending[id(event)] = event
-        to_load = [(hashes[k], sources[k]) for k in range(local, n)]
         if to_load and not self.pool.take(len(to_load) * g.pages_per_block):
             for block in held:
                 hbm.drop_reader(block)
@@ -237,7 +244,7 @@ class InstanceCache(AdmissionHook):
             held.append(block)
         seq.cache = _SeqCache(blocks=held, hit_blocks=n)
         seq.kv_tokens = seq.shared_tokens = n * g.block_tokens
-        self.record_hits(seq, "hbm", local * g.block_tokens, 0.0)
+        self.record_hits(seq, "hbm", (n - len(to_load)) * g.block_tokens, 0.0)
         waits = list(pending.values())
         if to_load:
             waits.append(self._load(seq, to_load))

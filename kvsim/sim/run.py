@@ -22,6 +22,7 @@ from kvsim.scenario.schema import ScenarioSpec
 from kvsim.serving.instance import Instance, SystemCounters
 from kvsim.serving.router import ROUTERS
 from kvsim.serving.scheduler import Sequence
+from kvsim.sim.cache_build import build_instance_cache, build_system_cache
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
@@ -119,14 +120,23 @@ def simulate_system(
     in_system = TimeWeightedLevel(warmup, duration)
     inst = sizing.spec.instance
     step_model = sizing.step_model()
-    instances = [
-        Instance(env, i, step_model, BlockPool(sizing.kv_blocks_per_instance, inst.block_size_tokens),
-                 inst.max_batched_tokens, inst.max_num_seqs, records, counters, in_system, warmup, duration)
-        for i in range(sizing.instances)
-    ]
+    cache = None
+    if sizing.spec.kv_cache is not None:
+        block_tokens = requests.block_tokens if requests is not None and requests.block_tokens else \
+            spec.workload.block_tokens
+        cache = build_system_cache(env, sizing, block_tokens, warmup, duration)
+    instances = []
+    for i in range(sizing.instances):
+        pool = BlockPool(sizing.kv_blocks_per_instance, inst.block_size_tokens)
+        hook = build_instance_cache(cache, sizing, i, pool, records) if cache is not None else None
+        instance = Instance(env, i, step_model, pool, inst.max_batched_tokens, inst.max_num_seqs, records,
+                            counters, in_system, warmup, duration, hook)
+        if hook is not None:
+            hook.scheduler, hook.wake = instance.scheduler, instance.wake
+        instances.append(instance)
     router = ROUTERS[sizing.spec.router]()
     if requests is not None:
-        env.process(_open_loop(env, requests, records, instances, router))
+        env.process(_open_loop(env, requests, records, instances, router, cache is not None))
     else:
         for client in range(spec.workload.arrival.clients):
             env.process(_client(env, ClientStream(spec.workload, client, streams), records, instances, router,
@@ -151,14 +161,16 @@ def simulate_system(
     )
 
 
-def _open_loop(env: simpy.Environment, requests: RequestArrays, records: RequestRecords, instances, router):
+def _open_loop(env: simpy.Environment, requests: RequestArrays, records: RequestRecords, instances, router,
+               cached: bool):
     n = len(requests)
+    hashes = requests.hash_ids if cached and requests.hash_ids is not None else [None] * n
     for rid, (t, n_in, n_out) in enumerate(zip(requests.arrival_s.tolist(), requests.input_tokens.tolist(),
                                                requests.output_tokens.tolist())):
         if t > env.now:
             yield env.timeout(t - env.now)
         records.add(t, n_in, n_out)
-        instances[router.choose(instances)].submit(Sequence(rid, n_in, n_out))
+        instances[router.choose(instances)].submit(Sequence(rid, n_in, n_out, hashes=hashes[rid]))
     assert records.n == n
 
 

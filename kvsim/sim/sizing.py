@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvsim.hardware import AcceleratorSpec, NodeSpec
+from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
 from kvsim.models.step_time import RooflineStepTime
 from kvsim.scenario.load import Catalogs
@@ -47,6 +47,7 @@ class SystemSizing:
     kv_budget_bytes_per_card: float
     kv_bytes_per_token_per_card: float
     kv_blocks_per_instance: int
+    pool_node: PoolNodeSpec | None = None
 
     @property
     def tp(self) -> int:
@@ -101,17 +102,32 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
             "raise instance.tp, use a smaller dtype, or a card with more memory"))
     kv_per_token = model.kv_bytes_per_token(kv_dtype, tp)
     blocks = int(kv_budget // (kv_per_token * inst.block_size_tokens))
-    longest = spec.workload.input_tokens.max_tokens + spec.workload.output_tokens.max_tokens
+    max_in, max_out = spec.workload.max_input_tokens, spec.workload.max_output_tokens
+    longest = max_in + max_out if max_in is not None and max_out is not None else 0  # traces: checked on load
     if blocks * inst.block_size_tokens < longest:
         raise SizingError(path + ("node",), (
             f"the KV pool of one instance holds {blocks * inst.block_size_tokens} tokens "
             f"({format_quantity(kv_budget, 'bytes')} per card), fewer than the longest request "
             f"({longest} tokens of prompt + output); raise instance.tp or shorten workload lengths"))
-    if inst.max_batched_tokens < 1:
-        raise SizingError(path + ("instance", "max_batched_tokens"), "must be at least 1")
+    pool_node = None
+    cache = system.kv_cache
+    if cache is not None:
+        block_tokens = spec.workload.block_tokens
+        if block_tokens % inst.block_size_tokens:
+            raise SizingError(("workload", "block_tokens"), (
+                f"cache blocks of {block_tokens} tokens must be whole engine pages of "
+                f"{inst.block_size_tokens} tokens (systems.{name}.instance.block_size_tokens)"))
+        if cache.dram is not None and cache.dram.capacity > node.host_dram_bytes:
+            raise SizingError(path + ("kv_cache", "dram", "capacity"), (
+                f"{format_quantity(cache.dram.capacity, 'bytes')} exceeds the node's host DRAM "
+                f"({format_quantity(node.host_dram_bytes, 'bytes')})"))
+        if cache.nvme is not None and node.nvme.count == 0:
+            raise SizingError(path + ("kv_cache", "nvme"), f"node {node.name} has no NVMe drives")
+        if cache.remote is not None:
+            pool_node = catalogs.pool_nodes[cache.remote.pool_node]
     return SystemSizing(
         name=name, spec=system, node=node, accelerator=accelerator, model=model, dtype=dtype,
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
-        kv_blocks_per_instance=blocks,
+        kv_blocks_per_instance=blocks, pool_node=pool_node,
     )

@@ -1,4 +1,4 @@
-"""Request arrival processes: open-loop (Poisson, Gamma) and closed-loop (fixed concurrency)."""
+"""Request arrival processes: open-loop (Poisson, Gamma), closed-loop (fixed concurrency), trace replay."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from kvsim.spec_types import FrozenSpec, PositiveFloat, Rate, Seconds
+from kvsim.workload.traces import TraceSpec
 
 __all__ = [
     "PoissonArrivals", "GammaArrivals", "ClosedLoop", "ArrivalSpec", "open_loop_arrival_times", "MAX_CV",
@@ -81,7 +82,8 @@ class ClosedLoop(FrozenSpec):
         return np.full(n, self.think_time)
 
 
-ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, ClosedLoop], Field(discriminator="kind")]
+ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, ClosedLoop, TraceSpec], Field(discriminator="kind")]
+"""A workload's arrival source; ``trace`` (:class:`~kvsim.workload.traces.TraceSpec`) also supplies lengths."""
 
 
 def open_loop_arrival_times(

@@ -2,58 +2,218 @@
 
 Stream names (stable, so adding a component never shifts these draws):
 ``workload.arrival``, ``workload.input_tokens``, ``workload.output_tokens`` for open loop;
-``workload.client.<i>`` for closed-loop client ``i``.
+``workload.client.<i>`` for closed-loop client ``i``. Prefix structure draws only from
+``workload.prefix.*`` streams:
+
+- ``shared_documents``: ``workload.prefix.document_tokens`` (each document's length, drawn once),
+  ``workload.prefix.document`` and ``workload.prefix.suffix_tokens`` (open loop, one per request),
+  ``workload.prefix.client.<i>`` (closed-loop client ``i``: its documents and suffixes);
+- ``fixed_hit``: no randomness of its own (prompt lengths are ``input_tokens``);
+- ``multi_turn``: see :mod:`kvsim.workload.session`.
+
+So ``fixed_hit`` leaves every request's arrival, prompt and output length exactly as without a
+prefix, and ``shared_documents`` leaves arrivals and outputs (open loop) unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.rng import RandomStreams
 from kvsim.spec_types import FrozenSpec
 from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, open_loop_arrival_times
 from kvsim.workload.lengths import LengthSpec
+from kvsim.workload.requests import RequestArrays
+from kvsim.workload.reuse import DocumentLibrary, FixedHit, MultiTurn, PrefixSpec, SharedDocuments, SharedPrefix
+from kvsim.workload.traces import TRACE_FORMATS, TraceSpec
 
-__all__ = ["WorkloadSpec", "RequestArrays", "open_loop_requests", "ClientStream"]
+__all__ = ["WorkloadSpec", "RequestArrays", "open_loop_requests", "ClientStream", "ClientRequest"]
 
 
 class WorkloadSpec(FrozenSpec):
-    """Arrival process plus prompt and output length distributions (tokens)."""
+    """Arrival process, prompt and output length distributions (tokens), optional prefix structure.
+
+    Which length fields a workload takes depends on where prompts come from:
+
+    - ``arrival`` poisson / gamma / closed_loop, no ``prefix``: ``input_tokens`` and
+      ``output_tokens`` required (as always);
+    - ``prefix: shared_documents``: ``input_tokens`` omitted (a prompt is document + suffix),
+      ``output_tokens`` required;
+    - ``prefix: multi_turn``: ``input_tokens`` omitted (a prompt is the conversation so far),
+      ``output_tokens`` required, open-loop arrivals only (each arrival starts a session);
+    - ``prefix: fixed_hit``: ``input_tokens`` and ``output_tokens`` required;
+    - ``arrival: {kind: trace}``: ``input_tokens``, ``output_tokens`` and ``prefix`` omitted (the
+      trace gives lengths and its own ``hash_ids``, if any).
+
+    ``block_tokens`` is the block size of the prompts' ``hash_ids`` (default 16). With a trace it
+    defaults to the trace's own (512 for mooncake, 16 for bailian), and any other value is refused:
+    ids hashed over one block size mean nothing at another.
+    """
 
     arrival: ArrivalSpec
-    input_tokens: LengthSpec
-    output_tokens: LengthSpec
+    prefix: PrefixSpec | None = None
+    input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
+    output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
+    block_tokens: int = Field(default=16, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trace_block_size(cls, data: object) -> object:
+        if isinstance(data, dict) and "block_tokens" not in data:
+            native = TRACE_FORMATS.get(_trace_format(data.get("arrival")) or "")
+            if native is not None:
+                data = {**data, "block_tokens": native}
+        return data
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_fits_arrival(cls, prefix: object, info: ValidationInfo) -> object:
+        arrival = info.data.get("arrival")
+        if prefix is not None and isinstance(arrival, TraceSpec):
+            raise ValueError("must be omitted with a trace: the trace carries its own hash_ids (or none)")
+        if isinstance(prefix, MultiTurn) and isinstance(arrival, ClosedLoop):
+            raise ValueError("multi_turn sessions start by an open-loop arrival process (poisson or gamma), "
+                             "not closed_loop")
+        return prefix
+
+    @field_validator("input_tokens")
+    @classmethod
+    def _input_source(cls, value: object, info: ValidationInfo) -> object:
+        if "arrival" not in info.data or "prefix" not in info.data:
+            return value  # already invalid; that error is reported
+        arrival, prefix = info.data["arrival"], info.data["prefix"]
+        if isinstance(arrival, TraceSpec):
+            if value is not None:
+                raise ValueError("must be omitted: a trace gives every request's prompt length")
+        elif isinstance(prefix, (SharedDocuments, MultiTurn)):
+            if value is not None:
+                what = "document + suffix" if isinstance(prefix, SharedDocuments) else "the conversation so far"
+                raise ValueError(f"must be omitted: with prefix {prefix.kind} a prompt is {what}")
+        elif value is None:
+            raise ValueError("required (a length distribution, e.g. {kind: fixed, value: 1024})")
+        return value
+
+    @field_validator("output_tokens")
+    @classmethod
+    def _output_source(cls, value: object, info: ValidationInfo) -> object:
+        if "arrival" not in info.data:
+            return value
+        if isinstance(info.data["arrival"], TraceSpec):
+            if value is not None:
+                raise ValueError("must be omitted: a trace gives every request's output length")
+        elif value is None:
+            raise ValueError("required (a length distribution, e.g. {kind: fixed, value: 1})")
+        return value
+
+    @field_validator("block_tokens")
+    @classmethod
+    def _trace_native(cls, value: int, info: ValidationInfo) -> int:
+        arrival = info.data.get("arrival")
+        if isinstance(arrival, TraceSpec) and arrival.block_tokens is not None and value != arrival.block_tokens:
+            raise ValueError(f"a {arrival.format} trace hashes {arrival.block_tokens}-token blocks; "
+                             f"block_tokens {value} would mix block sizes (omit it or give {arrival.block_tokens})")
+        return value
 
     @property
     def closed_loop(self) -> bool:
         return isinstance(self.arrival, ClosedLoop)
 
+    @property
+    def trace(self) -> bool:
+        """Requests are replayed from a trace file (``arrival: {kind: trace}``)."""
+        return isinstance(self.arrival, TraceSpec)
 
-@dataclass(frozen=True)
-class RequestArrays:
-    """Open-loop requests, columnar: arrival times (s) and token counts."""
+    @property
+    def multi_turn(self) -> bool:
+        """Requests are turns of sessions: drive them with :func:`kvsim.workload.sessions`."""
+        return isinstance(self.prefix, MultiTurn)
 
-    arrival_s: np.ndarray
-    input_tokens: np.ndarray
-    output_tokens: np.ndarray
+    @property
+    def has_hashes(self) -> bool:
+        """Requests carry ``hash_ids`` (a prefix structure, or a trace that has them)."""
+        if self.trace:
+            return self.arrival.block_tokens is not None
+        return self.prefix is not None
 
-    def __len__(self) -> int:
-        return len(self.arrival_s)
+    @property
+    def max_output_tokens(self) -> int | None:
+        """Longest possible output, or None for a trace (known only once it is loaded)."""
+        return None if self.output_tokens is None else self.output_tokens.max_tokens
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        """Longest possible prompt, or None for a trace (known only once it is loaded)."""
+        if self.trace:
+            return None
+        if isinstance(self.prefix, SharedDocuments):
+            return self.prefix.max_prompt_tokens
+        if isinstance(self.prefix, MultiTurn):
+            return self.prefix.max_prompt_tokens(self.output_tokens.max_tokens)
+        return self.input_tokens.max_tokens
 
 
-def open_loop_requests(spec: WorkloadSpec, duration_s: float, streams: RandomStreams) -> RequestArrays:
-    """All requests arriving in ``[0, duration_s)`` for an open-loop workload."""
+def _trace_format(arrival: object) -> str | None:
+    if isinstance(arrival, TraceSpec):
+        return arrival.format
+    if isinstance(arrival, dict) and arrival.get("kind") == "trace" and isinstance(arrival.get("format"), str):
+        return arrival["format"]
+    return None
+
+
+def open_loop_requests(
+    spec: WorkloadSpec, duration_s: float, streams: RandomStreams, base_dir: str | Path | None = None
+) -> RequestArrays:
+    """All requests arriving in ``[0, duration_s)`` for an open-loop workload.
+
+    With a prefix structure the result carries ``hash_ids`` (and ``block_tokens``). With a trace
+    arrival the trace is read (``base_dir`` resolves a relative ``file``) and cut at ``duration_s``;
+    ``streams`` is then unused. ``multi_turn`` workloads are not a list of requests: use
+    :func:`kvsim.workload.sessions`.
+    """
     if spec.closed_loop:
         raise ValueError("open_loop_requests needs an open-loop arrival process")
+    if spec.trace:
+        requests = spec.arrival.load(base_dir)
+        return requests.select(requests.arrival_s < duration_s)
+    if spec.multi_turn:
+        raise ValueError("a multi_turn workload is a set of sessions: use kvsim.workload.sessions()")
     arrival_s = open_loop_arrival_times(spec.arrival, duration_s, streams.generator("workload.arrival"))
     n = len(arrival_s)
-    return RequestArrays(
-        arrival_s=arrival_s,
-        input_tokens=spec.input_tokens.sample(streams.generator("workload.input_tokens"), n),
-        output_tokens=spec.output_tokens.sample(streams.generator("workload.output_tokens"), n),
-    )
+    block = spec.block_tokens
+    if isinstance(spec.prefix, SharedDocuments):
+        outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
+        library = DocumentLibrary(spec.prefix, block, streams.generator("workload.prefix.document_tokens"))
+        documents = library.choose(streams.generator("workload.prefix.document"), n)
+        suffixes = spec.prefix.suffix_tokens.sample(streams.generator("workload.prefix.suffix_tokens"), n)
+        inputs = np.empty(n, dtype=np.int64)
+        hash_ids = []
+        for i, (d, s) in enumerate(zip(documents.tolist(), suffixes.tolist())):
+            inputs[i], ids = library.prompt(d, s, (i,))
+            hash_ids.append(ids)
+        return RequestArrays(arrival_s, inputs, outputs, hash_ids, block)
+    inputs = spec.input_tokens.sample(streams.generator("workload.input_tokens"), n)
+    outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
+    if isinstance(spec.prefix, FixedHit):
+        shared = SharedPrefix(spec.prefix, block)
+        hash_ids = [shared.prompt(tokens, (i,)) for i, tokens in enumerate(inputs.tolist())]
+        return RequestArrays(arrival_s, inputs, outputs, hash_ids, block)
+    return RequestArrays(arrival_s=arrival_s, input_tokens=inputs, output_tokens=outputs)
+
+
+class ClientRequest(NamedTuple):
+    """One closed-loop request: pause before sending it, lengths, and its prompt's block ids.
+
+    ``hash_ids`` is None when the workload has no prefix structure (every prompt unique).
+    """
+
+    think_time_s: float
+    input_tokens: int
+    output_tokens: int
+    hash_ids: np.ndarray | None
 
 
 class ClientStream:
@@ -61,6 +221,11 @@ class ClientStream:
 
     Client ``i`` always draws the same sequence for the same root seed, whatever the system
     serving it, so systems compared side by side see the same requests per client.
+
+    ``next_request()`` returns ``(think_time_s, input_tokens, output_tokens)``;
+    ``next_request_with_hashes()`` returns a :class:`ClientRequest` that adds the prompt's
+    ``hash_ids`` (block size ``spec.block_tokens``). Each call of either consumes one request of the
+    same sequence: a simulator that models prefix caching calls the second, others the first.
     """
 
     _CHUNK = 64
@@ -70,23 +235,61 @@ class ClientStream:
             raise ValueError("ClientStream needs a closed-loop arrival process")
         self._spec = spec
         self._arrival: ClosedLoop = spec.arrival
+        self._client = int(client)
         self._rng = streams.generator(f"workload.client.{client}")
-        self._buffer: list[tuple[float, int, int]] = []
+        self._buffer: list[tuple] = []
         self._first = True
+        self._sent = 0
+        self._library: DocumentLibrary | None = None
+        self._shared: SharedPrefix | None = None
+        if isinstance(spec.prefix, SharedDocuments):
+            self._library = DocumentLibrary(spec.prefix, spec.block_tokens,
+                                            streams.generator("workload.prefix.document_tokens"))
+            self._prefix_rng = streams.generator(f"workload.prefix.client.{client}")
+        elif isinstance(spec.prefix, FixedHit):
+            self._shared = SharedPrefix(spec.prefix, spec.block_tokens)
+
+    def _refill(self) -> None:
+        n = self._CHUNK
+        think = self._arrival.think_times(self._rng, n)
+        if self._library is None:
+            inputs = self._spec.input_tokens.sample(self._rng, n)
+            outputs = self._spec.output_tokens.sample(self._rng, n)
+            rows = zip(think.tolist(), inputs.tolist(), outputs.tolist(), [None] * n, [None] * n)
+        else:
+            outputs = self._spec.output_tokens.sample(self._rng, n)
+            documents = self._library.choose(self._prefix_rng, n)
+            suffixes = self._spec.prefix.suffix_tokens.sample(self._prefix_rng, n)
+            inputs = self._library.document_tokens[documents] + suffixes
+            rows = zip(think.tolist(), inputs.tolist(), outputs.tolist(), documents.tolist(), suffixes.tolist())
+        self._buffer = list(rows)[::-1]
+
+    def _next(self) -> tuple[float, int, int, int | None, int | None, int]:
+        if not self._buffer:
+            self._refill()
+        think_s, n_in, n_out, document, suffix = self._buffer.pop()
+        if self._first:
+            self._first = False
+            think_s = 0.0
+        index = self._sent
+        self._sent += 1
+        return think_s, n_in, n_out, document, suffix, index
 
     def next_request(self) -> tuple[float, int, int]:
         """``(think_time_s, input_tokens, output_tokens)`` of the client's next request.
 
         The first request of each client is sent at time 0 (no think time).
         """
-        if not self._buffer:
-            n = self._CHUNK
-            think = self._arrival.think_times(self._rng, n)
-            inputs = self._spec.input_tokens.sample(self._rng, n)
-            outputs = self._spec.output_tokens.sample(self._rng, n)
-            self._buffer = list(zip(think.tolist(), inputs.tolist(), outputs.tolist()))[::-1]
-        think_s, n_in, n_out = self._buffer.pop()
-        if self._first:
-            self._first = False
-            think_s = 0.0
+        think_s, n_in, n_out, _, _, _ = self._next()
         return think_s, n_in, n_out
+
+    def next_request_with_hashes(self) -> ClientRequest:
+        """The client's next request with its prompt's block ids (None without a prefix structure)."""
+        think_s, n_in, n_out, document, suffix, index = self._next()
+        key = ("client", self._client, index)
+        hash_ids = None
+        if self._library is not None:
+            _, hash_ids = self._library.prompt(document, suffix, key)
+        elif self._shared is not None:
+            hash_ids = self._shared.prompt(n_in, key)
+        return ClientRequest(think_s, n_in, n_out, hash_ids)

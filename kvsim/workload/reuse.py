@@ -1,0 +1,169 @@
+"""Prefix structures: how prompts share blocks, as ``kind:`` specs under ``workload.prefix``.
+
+- ``shared_documents``: ``documents`` documents (or system prompts) with Zipf popularity; a prompt is
+  one document followed by a suffix unique to the request.
+- ``multi_turn``: sessions; turn k's prompt is the whole conversation so far (system prompt, every
+  earlier message and output) plus a new message. Sessions need the runtime (turn k+1 is sent when
+  turn k completes, plus a think time): see :mod:`kvsim.workload.session`.
+- ``fixed_hit``: every prompt starts with one shared prefix covering ``hit_ratio`` of its tokens,
+  rounded down to whole blocks, followed by unique blocks. Meant for closed-loop "prefill-only"
+  benchmarks (``output_tokens: {kind: fixed, value: 1}``) at a known hit ratio.
+
+Block ids follow :mod:`kvsim.workload.prefix`. The source names below (``source_id(...)`` parts) are
+part of the contract only in that they make ids stable across runs; nothing outside this package
+should rebuild them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import Field, field_validator
+
+from kvsim.spec_types import FrozenSpec, Seconds
+from kvsim.workload.lengths import LengthSpec
+from kvsim.workload.prefix import BlockChain, floor_blocks, source_id
+
+__all__ = [
+    "SharedDocuments", "MultiTurn", "FixedHit", "PrefixSpec", "DocumentLibrary", "SharedPrefix",
+    "zipf_probabilities",
+]
+
+
+def zipf_probabilities(n: int, s: float) -> np.ndarray:
+    """``p[r-1] ∝ 1 / r**s`` for ranks ``r = 1..n`` (``s = 0`` is uniform)."""
+    weights = np.arange(1, n + 1, dtype=float) ** -float(s)
+    return weights / weights.sum()
+
+
+class SharedDocuments(FrozenSpec):
+    """``documents`` shared documents; each request reads one, then adds a suffix of its own.
+
+    Document ``d`` (0-based) has popularity rank ``d + 1``: ``P(d) ∝ 1 / (d + 1)**zipf_s``. Each
+    document's length is drawn once (``document_tokens``); each request draws its own
+    ``suffix_tokens``. The prompt is ``document + suffix`` tokens, so the workload's
+    ``input_tokens`` must be omitted. Requests reading the same document share exactly the
+    document's full blocks (the block holding the document's tail and the suffix's head, if the
+    document length is not a multiple of ``block_tokens``, is the request's own).
+    """
+
+    kind: Literal["shared_documents"] = "shared_documents"
+    documents: int = Field(ge=1)
+    zipf_s: float = Field(ge=0.0)
+    document_tokens: LengthSpec
+    suffix_tokens: LengthSpec
+
+    def probabilities(self) -> np.ndarray:
+        return zipf_probabilities(self.documents, self.zipf_s)
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.document_tokens.max_tokens + self.suffix_tokens.max_tokens
+
+
+class MultiTurn(FrozenSpec):
+    """Multi-turn sessions started by the workload's open-loop arrival process.
+
+    A session has ``turns`` turns (drawn once per session). Turn k's prompt is the system prompt
+    (``system_prompt_tokens``, the same tokens in every session; 0 = none), then for each earlier
+    turn its message and its output (``output_tokens`` of the workload), then turn k's new message
+    (``message_tokens``). Turn k+1 is sent ``think_time`` after turn k completes (fixed, or
+    exponential with that mean). The workload's ``input_tokens`` must be omitted.
+    """
+
+    kind: Literal["multi_turn"] = "multi_turn"
+    turns: LengthSpec
+    message_tokens: LengthSpec
+    system_prompt_tokens: int = Field(default=0, ge=0)
+    think_time: Seconds = 0.0
+    think_distribution: Literal["fixed", "exponential"] = "fixed"
+
+    def think_times(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.think_distribution == "exponential" and self.think_time > 0:
+            return rng.exponential(self.think_time, size=n)
+        return np.full(n, float(self.think_time))
+
+    def max_prompt_tokens(self, max_output_tokens: int) -> int:
+        """Longest possible prompt: the last turn of the longest session, every length at its max."""
+        turns = self.turns.max_tokens
+        return self.system_prompt_tokens + turns * self.message_tokens.max_tokens + (turns - 1) * max_output_tokens
+
+
+class FixedHit(FrozenSpec):
+    """Every prompt = a shared prefix of ``floor(hit_ratio * L / block_tokens)`` whole blocks + unique rest.
+
+    All requests draw their prefix from one shared token sequence, so a request whose prefix has k
+    blocks shares exactly k blocks with any request whose prefix has at least k blocks. With a warm
+    cache the hit ratio is ``hit_ratio`` up to block rounding (never above it). Prompt lengths come
+    from the workload's ``input_tokens``; ``hit_ratio: 0`` means no sharing at all.
+    """
+
+    kind: Literal["fixed_hit"] = "fixed_hit"
+    hit_ratio: float
+
+    @field_validator("hit_ratio")
+    @classmethod
+    def _in_unit_interval(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"must be in [0, 1] (got {value:g})")
+        return value
+
+    def shared_blocks(self, tokens: int, block_tokens: int) -> int:
+        """Whole shared blocks in a prompt of ``tokens`` tokens."""
+        return floor_blocks(self.hit_ratio, tokens, block_tokens)
+
+
+PrefixSpec = Annotated[Union[SharedDocuments, MultiTurn, FixedHit], Field(discriminator="kind")]
+
+
+@lru_cache(maxsize=1024)
+def _document_chain(block_tokens: int, document: int, tokens: int) -> BlockChain:
+    """The hashed chain of one document; a pure function of its arguments (memoised, never mutated:
+    callers fork it)."""
+    return BlockChain(block_tokens).append(source_id("shared_documents.document", document), tokens)
+
+
+class DocumentLibrary:
+    """The documents of a ``shared_documents`` workload: lengths (drawn once) and prompt building.
+
+    Document lengths come from stream ``workload.prefix.document_tokens``, so every user of the
+    library (open loop, each closed-loop client) sees the same documents for a given seed.
+    """
+
+    def __init__(self, spec: SharedDocuments, block_tokens: int, rng: np.random.Generator):
+        self.spec = spec
+        self.block_tokens = int(block_tokens)
+        self.document_tokens = spec.document_tokens.sample(rng, spec.documents)
+        self.probabilities = spec.probabilities()
+
+    def choose(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` document indices drawn by popularity."""
+        return rng.choice(self.spec.documents, size=n, p=self.probabilities)
+
+    def prompt(self, document: int, suffix_tokens: int, key: tuple[str | int, ...]) -> tuple[int, np.ndarray]:
+        """``(prompt tokens, block ids)`` of document ``document`` followed by unique suffix ``key``."""
+        chain = _document_chain(self.block_tokens, int(document), int(self.document_tokens[document])).fork()
+        chain.append(source_id("shared_documents.suffix", *key), int(suffix_tokens))
+        return chain.tokens, chain.hash_ids()
+
+
+class SharedPrefix:
+    """The one shared token sequence of ``fixed_hit``; its block ids are hashed once, as needed."""
+
+    def __init__(self, spec: FixedHit, block_tokens: int):
+        self.spec = spec
+        self.block_tokens = int(block_tokens)
+        self._chain = BlockChain(self.block_tokens)
+        self._source = source_id("fixed_hit.shared")
+
+    def prompt(self, tokens: int, key: tuple[str | int, ...]) -> np.ndarray:
+        """Block ids of a ``tokens``-long prompt: shared blocks, then blocks unique to ``key``."""
+        shared = self.spec.shared_blocks(int(tokens), self.block_tokens)
+        have = self._chain.tokens // self.block_tokens
+        if shared > have:
+            self._chain.append(self._source, (shared - have) * self.block_tokens, offset=self._chain.tokens)
+        chain = BlockChain.from_ids(self.block_tokens, self._chain.full_ids()[:shared])
+        chain.append(source_id("fixed_hit.unique", *key), int(tokens) - shared * self.block_tokens)
+        return chain.hash_ids()

@@ -1,0 +1,318 @@
+"""Trace replay: request logs read into :class:`RequestArrays`, with time scaling and windowing.
+
+Formats (see ``shared/traces/README.md``):
+
+- ``mooncake`` (FAST'25 JSONL): ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``
+  of **512-token** blocks, ``len(hash_ids) == ceil(input_length / 512)``.
+- ``azure_2023`` (Splitwise CSV): header ``TIMESTAMP,ContextTokens,GeneratedTokens``, wall-clock
+  timestamps such as ``2023-11-16 18:17:03.9799600``; no prefix information (``hash_ids`` is None).
+- ``bailian`` (Qwen-Bailian JSONL): ``chat_id``, ``parent_chat_id`` (-1 = first turn), ``timestamp``
+  (s), ``input_length``, ``output_length``, ``type``, ``turn``, ``hash_ids`` of **16-token** blocks,
+  ``len(hash_ids) == ceil(input_length / 16)``. Every row must have all eight fields. Replay is open
+  loop at the recorded times (which already contain the users' think times); the session fields
+  are validated but not used.
+
+Time. A row's trace time is its timestamp minus the earliest timestamp in the file (so the first
+request is at 0 s; rows are sorted stably by time if the file is not). The window keeps rows with
+``start_s <= trace time < start_s + duration_s`` (trace seconds, before scaling), then
+``max_requests`` keeps the first rows of the window. Arrival times are
+``(trace time - start_s) * time_scale``: ``time_scale = 0.5`` replays the window twice as fast (twice
+the request rate), ``2.0`` half as fast.
+
+Every bad row raises ``ValueError("<file>:<line>: <field>: <problem>")`` with the 1-based line number
+of the file (the CSV header is line 1). Extra JSON fields are ignored.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from kvsim.spec_types import FrozenSpec, PositiveFloat, Seconds
+from kvsim.workload.requests import RequestArrays
+
+__all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian"]
+
+TRACE_FORMATS: dict[str, int | None] = {"mooncake": 512, "azure_2023": None, "bailian": 16}
+"""Format name -> block size (tokens) of its ``hash_ids``, or None when it has none."""
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+class TraceSpec(FrozenSpec):
+    """Requests replayed from a trace file: arrival times *and* token counts come from the file.
+
+    Used as a workload's ``arrival:`` (``{kind: trace, format: mooncake, file: ..., time_scale: 1.0}``);
+    the workload then takes no ``input_tokens``, ``output_tokens`` or ``prefix``, and its
+    ``block_tokens`` is the format's (512 for mooncake, 16 for bailian). ``file`` is kept as written;
+    a relative path is resolved against the ``base_dir`` given to :meth:`load` (the scenario loader
+    passes the scenario file's folder, or rewrites ``file`` to an absolute path).
+    ``start``/``duration`` window the trace in its own time (before scaling).
+    """
+
+    kind: Literal["trace"] = "trace"
+    format: Literal["mooncake", "azure_2023", "bailian"]
+    file: str = Field(min_length=1)
+    time_scale: PositiveFloat = 1.0
+    start: Seconds = 0.0
+    duration: Seconds | None = None
+    max_requests: int | None = Field(default=None, ge=1)
+
+    @property
+    def block_tokens(self) -> int | None:
+        """Block size of the format's ``hash_ids`` (None for azure_2023, which has none)."""
+        return TRACE_FORMATS[self.format]
+
+    def path(self, base_dir: str | Path | None = None) -> Path:
+        file = Path(self.file)
+        return file if file.is_absolute() or base_dir is None else Path(base_dir) / file
+
+    def load(self, base_dir: str | Path | None = None) -> RequestArrays:
+        """Read the trace (reads the file: call it where file access belongs, once per run)."""
+        return load_trace(self.format, self.path(base_dir), time_scale=self.time_scale, start_s=self.start,
+                          duration_s=self.duration, max_requests=self.max_requests)
+
+
+def load_trace(format: str, path: str | Path, **window: Any) -> RequestArrays:
+    """Load a trace of the named format; keyword arguments as for :func:`load_mooncake`."""
+    loaders = {"mooncake": load_mooncake, "azure_2023": load_azure_2023, "bailian": load_bailian}
+    if format not in loaders:
+        raise ValueError(f"unknown trace format {format!r}; known: {', '.join(loaders)}")
+    return loaders[format](path, **window)
+
+
+# ---------------------------------------------------------------------------------------------
+# row checks
+# ---------------------------------------------------------------------------------------------
+
+
+class _RowError(ValueError):
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+        self.field, self.problem = field, problem
+
+
+def _get(row: dict, field: str) -> Any:
+    if field not in row:
+        raise _RowError(field, "missing")
+    return row[field]
+
+
+def _int(row: dict, field: str, minimum: int | None = None) -> int:
+    value = _get(row, field)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _RowError(field, f"expected an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise _RowError(field, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _number(row: dict, field: str) -> float:
+    value = _get(row, field)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise _RowError(field, f"expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _hash_ids(row: dict, input_tokens: int, block_tokens: int) -> np.ndarray:
+    value = _get(row, "hash_ids")
+    if not isinstance(value, list):
+        raise _RowError("hash_ids", f"expected a list of integers, got {type(value).__name__}")
+    for item in value:
+        if not isinstance(item, int) or isinstance(item, bool) or not _INT64_MIN <= item <= _INT64_MAX:
+            raise _RowError("hash_ids", f"expected 64-bit integers, got {item!r}")
+    expected = -(-input_tokens // block_tokens)
+    if len(value) != expected:
+        raise _RowError("hash_ids", f"has {len(value)} ids, but input_length {input_tokens} needs "
+                                    f"ceil({input_tokens}/{block_tokens}) = {expected}")
+    return np.array(value, dtype=np.int64)
+
+
+def _json_rows(path: Path):
+    """``(line number, dict)`` for every non-blank line of a JSONL file."""
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: row: not valid JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{line_no}: row: expected a JSON object, got {type(row).__name__}")
+            yield line_no, row
+
+
+def _finish(path: Path, times: list[float], inputs: list[int], outputs: list[int],
+            hashes: list[np.ndarray] | None, block_tokens: int | None, time_scale: float, start_s: float,
+            duration_s: float | None, max_requests: int | None) -> RequestArrays:
+    if not time_scale > 0 or not math.isfinite(time_scale):
+        raise ValueError(f"time_scale must be a positive number (got {time_scale})")
+    if start_s < 0 or (duration_s is not None and duration_s < 0):
+        raise ValueError(f"start_s and duration_s must not be negative (got {start_s}, {duration_s})")
+    if max_requests is not None and max_requests < 1:
+        raise ValueError(f"max_requests must be >= 1 (got {max_requests})")
+    if not times:
+        raise ValueError(f"{path}: holds no requests")
+    t = np.asarray(times, dtype=float)
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order[0]]
+    keep = t >= start_s
+    if duration_s is not None:
+        keep &= t < start_s + duration_s
+    index = order[keep]
+    if len(index) == 0:
+        end = "end" if duration_s is None else f"{start_s + duration_s:g} s"
+        raise ValueError(f"{path}: no request in the window [{start_s:g} s, {end}) of trace time "
+                         f"(the trace spans 0 to {t[-1]:g} s)")
+    if max_requests is not None:
+        index = index[:max_requests]
+    arrival = (t[keep][: len(index)] - start_s) * time_scale
+    return RequestArrays(
+        arrival_s=arrival,
+        input_tokens=np.asarray(inputs, dtype=np.int64)[index],
+        output_tokens=np.asarray(outputs, dtype=np.int64)[index],
+        hash_ids=None if hashes is None else [hashes[i] for i in index.tolist()],
+        block_tokens=None if hashes is None else block_tokens,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# loaders
+# ---------------------------------------------------------------------------------------------
+
+
+def load_mooncake(path: str | Path, *, time_scale: float = 1.0, start_s: float = 0.0,
+                  duration_s: float | None = None, max_requests: int | None = None) -> RequestArrays:
+    """Mooncake FAST'25 JSONL (``timestamp`` ms, 512-token ``hash_ids``) -> requests.
+
+    Parameters
+    ----------
+    path : str or Path
+    time_scale : float
+        Arrival times are multiplied by it (0.5 = twice the rate).
+    start_s, duration_s : float
+        Window in trace seconds (before scaling): ``start_s <= t < start_s + duration_s``.
+    max_requests : int, optional
+        Keep at most this many requests (the first of the window).
+    """
+    path = Path(path)
+    block = TRACE_FORMATS["mooncake"]
+    times: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    hashes: list[np.ndarray] = []
+    for line_no, row in _json_rows(path):
+        try:
+            times.append(_number(row, "timestamp") / 1000.0)
+            n_in = _int(row, "input_length", minimum=1)
+            outputs.append(_int(row, "output_length", minimum=1))
+            hashes.append(_hash_ids(row, n_in, block))
+            inputs.append(n_in)
+        except _RowError as exc:
+            raise ValueError(f"{path}:{line_no}: {exc}") from None
+    return _finish(path, times, inputs, outputs, hashes, block, time_scale, start_s, duration_s, max_requests)
+
+
+def load_bailian(path: str | Path, *, time_scale: float = 1.0, start_s: float = 0.0,
+                 duration_s: float | None = None, max_requests: int | None = None) -> RequestArrays:
+    """Qwen-Bailian JSONL (``timestamp`` s, 16-token ``hash_ids``, session fields) -> requests.
+
+    Arguments as for :func:`load_mooncake`.
+    """
+    path = Path(path)
+    block = TRACE_FORMATS["bailian"]
+    times: list[float] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    hashes: list[np.ndarray] = []
+    for line_no, row in _json_rows(path):
+        try:
+            _int(row, "chat_id")
+            _int(row, "parent_chat_id", minimum=-1)
+            times.append(_number(row, "timestamp"))
+            n_in = _int(row, "input_length", minimum=1)
+            outputs.append(_int(row, "output_length", minimum=1))
+            kind = _get(row, "type")
+            if not isinstance(kind, str):
+                raise _RowError("type", f"expected a string, got {kind!r}")
+            _int(row, "turn", minimum=1)
+            hashes.append(_hash_ids(row, n_in, block))
+            inputs.append(n_in)
+        except _RowError as exc:
+            raise ValueError(f"{path}:{line_no}: {exc}") from None
+    return _finish(path, times, inputs, outputs, hashes, block, time_scale, start_s, duration_s, max_requests)
+
+
+_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_WALL_CLOCK = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+
+
+def _wall_clock_ns(text: str) -> int:
+    """Nanoseconds since 0001-01-01 of a naive ``YYYY-MM-DD HH:MM:SS[.fffffffff]`` (exact integers)."""
+    match = _WALL_CLOCK.fullmatch(text.strip())
+    if match is None:
+        raise _RowError("TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS.fffffff', got {text!r}")
+    year, month, day, hour, minute, second, fraction = match.groups()
+    try:
+        days = dt.date(int(year), int(month), int(day)).toordinal()
+        dt.time(int(hour), int(minute), int(second))
+    except ValueError as exc:
+        raise _RowError("TIMESTAMP", f"{text!r}: {exc}") from None
+    seconds = ((days * 24 + int(hour)) * 60 + int(minute)) * 60 + int(second)
+    return seconds * 10**9 + int((fraction or "0").ljust(9, "0"))
+
+
+def _csv_int(value: str, field: str) -> int:
+    try:
+        number = int(value.strip())
+    except (ValueError, AttributeError):
+        raise _RowError(field, f"expected an integer, got {value!r}") from None
+    if number < 1:
+        raise _RowError(field, f"must be >= 1, got {number}")
+    return number
+
+
+def load_azure_2023(path: str | Path, *, time_scale: float = 1.0, start_s: float = 0.0,
+                    duration_s: float | None = None, max_requests: int | None = None) -> RequestArrays:
+    """Azure LLM inference trace 2023 CSV (wall-clock ``TIMESTAMP``, no prefixes) -> requests.
+
+    Arrival times are seconds from the earliest row (naive wall clock; no time zone is applied).
+    Arguments as for :func:`load_mooncake`; ``hash_ids`` and ``block_tokens`` are None.
+    """
+    path = Path(path)
+    stamps: list[int] = []
+    inputs: list[int] = []
+    outputs: list[int] = []
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header is None or [h.strip() for h in header] != list(_AZURE_COLUMNS):
+            raise ValueError(f"{path}:1: header: expected {','.join(_AZURE_COLUMNS)}, got "
+                             f"{','.join(header) if header else 'an empty file'}")
+        for row in reader:
+            line_no = reader.line_num
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            try:
+                if len(row) != len(_AZURE_COLUMNS):
+                    field = _AZURE_COLUMNS[len(row)] if len(row) < len(_AZURE_COLUMNS) else "row"
+                    raise _RowError(field, f"expected {len(_AZURE_COLUMNS)} columns, got {len(row)}")
+                stamps.append(_wall_clock_ns(row[0]))
+                inputs.append(_csv_int(row[1], "ContextTokens"))
+                outputs.append(_csv_int(row[2], "GeneratedTokens"))
+            except _RowError as exc:
+                raise ValueError(f"{path}:{line_no}: {exc}") from None
+    first = min(stamps) if stamps else 0
+    times = [(s - first) / 1e9 for s in stamps]  # exact integer difference, then one rounding
+    return _finish(path, times, inputs, outputs, None, None, time_scale, start_s, duration_s, max_requests)
