@@ -31,6 +31,9 @@ class EfficiencySpec(FrozenSpec):
         Fraction of peak memory bandwidth achieved by a memory-bound iteration.
     interconnect : float
         Fraction of nominal scale-up (or PCIe) bandwidth achieved by collectives.
+    host_copy : float
+        Fraction of the host link a pinned host<->device copy (cudaMemcpy, copy engine) reaches;
+        NIC and NVMe DMA straight to the device (GPU-Direct) does not pay it.
     iteration_overhead_s : float
         Fixed time per engine iteration (scheduling, kernel launches, sampling), seconds.
     collective_latency_s : float
@@ -39,7 +42,8 @@ class EfficiencySpec(FrozenSpec):
     Defaults, used where a catalog entry gives no figure: ``compute`` 0.6 is InferSim's
     default MFU for H20 (alibaba/InferSim ``hardware/gpu.py``); ``memory`` 0.8 is the
     ``mem_bw_empirical_scaling_factor`` aiconfigurator uses for every NVIDIA GPU;
-    ``interconnect`` 0.8 is InferSim's NVLink/RDMA derate; ``collective_latency_s`` 10 us is
+    ``interconnect`` 0.8 is InferSim's NVLink/RDMA derate; ``host_copy`` 0.87 is the pinned
+    copy-engine rate measured on PCIe Gen5 x16 (55.4 of 64 GB/s, nvbandwidth on H100); ``collective_latency_s`` 10 us is
     aiconfigurator's ``p2p_latency``; ``iteration_overhead_s`` 2 ms is an assumption (scheduling,
     kernel launches and sampling per iteration), to be calibrated.
     """
@@ -47,6 +51,7 @@ class EfficiencySpec(FrozenSpec):
     compute: Fraction = 0.6
     memory: Fraction = 0.8
     interconnect: Fraction = 0.8
+    host_copy: Fraction = 0.87
     iteration_overhead_s: Seconds = 0.002
     collective_latency_s: Seconds = 10e-6
 

@@ -169,23 +169,19 @@ class Topology:
         return list(self._paths[key])
 
     def path_latency_s(self, edges: Sequence[Edge]) -> float:
-        """Latency of a path, seconds: its edges' latencies plus one copy overhead per leg.
+        """Latency of a path, seconds: its edges' latencies plus one copy overhead per
+        host<->device copy.
 
-        A leg is a stretch of the path between host-DRAM visits; a leg that runs between host
-        DRAM and a GPU is a driver-issued copy (cudaMemcpy) and pays :data:`COPY_OVERHEAD_S`.
+        A KV path's leg between host DRAM and a GPU is a driver-issued copy (cudaMemcpy): it
+        crosses the GPU's copy-engine edge, and pays :data:`COPY_OVERHEAD_S` once.
         """
-        if not edges:
-            return 0.0
         total = 0.0
         for edge in edges:
             if not self.graph.has_edge(*edge):
                 raise KeyError(f"unknown topology edge {edge!r}")
-            total += self.graph.edges[edge]["latency_s"]
-        nodes = [edges[0][0]] + [v for _, v in edges]
-        cuts = [0] + [i for i in range(1, len(nodes) - 1) if self._kind(nodes[i]) == "dram"] + [len(nodes) - 1]
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            ends = sorted((self._kind(nodes[a]), self._kind(nodes[b])))
-            if ends == ["dram", "gpu"]:
+            attributes = self.graph.edges[edge]
+            total += attributes["latency_s"]
+            if attributes["kind"] == "copy_engine":
                 total += COPY_OVERHEAD_S
         return total
 
@@ -252,15 +248,18 @@ class Topology:
         self._check_kv_ends(src, gpu)
         node = self._owner(gpu)
         dram = self.dram(node)
+        h2d = (gpu, copy_engine(gpu, "h2d"))  # host -> device copies run at the copy-engine rate
         if self._owner(src) == node:
-            if src == dram or gpu_direct:
+            if src == dram:
+                return self.path(src, gpu) + [h2d]
+            if gpu_direct:
                 return self.path(src, gpu)
-            return self.path(src, dram) + self.path(dram, gpu)
+            return self.path(src, dram) + self.path(dram, gpu) + [h2d]
         remote, local = self._remote_nic(src, gpu), self._local_nic(gpu)
         edges = self.path(src, remote) + [(remote, FABRIC), (FABRIC, local)]
         if gpu_direct:
             return edges + self.path(local, gpu)
-        return edges + self.path(local, dram) + self.path(dram, gpu)
+        return edges + self.path(local, dram) + self.path(dram, gpu) + [h2d]
 
     def store_path(self, gpu: str, dst: str, gpu_direct: bool) -> list[Edge]:
         """Edges a KV store from ``gpu`` to media ``dst`` crosses (mirror of :meth:`load_path`)."""
@@ -273,16 +272,24 @@ class Topology:
         self._check_kv_ends(dst, gpu)
         node = self._owner(gpu)
         dram = self.dram(node)
+        d2h = (copy_engine(gpu, "d2h"), gpu)
         if self._owner(dst) == node:
-            if dst == dram or gpu_direct:
+            if dst == dram:
+                return [d2h] + self.path(gpu, dst)
+            if gpu_direct:
                 return self.path(gpu, dst)
-            return self.path(gpu, dram) + self.path(dram, dst)
+            return [d2h] + self.path(gpu, dram) + self.path(dram, dst)
         remote, local = self._remote_nic(dst, gpu), self._local_nic(gpu)
-        edges = self.path(gpu, local) if gpu_direct else self.path(gpu, dram) + self.path(dram, local)
+        edges = self.path(gpu, local) if gpu_direct else [d2h] + self.path(gpu, dram) + self.path(dram, local)
         return edges + [(local, FABRIC), (FABRIC, remote)] + self.path(remote, dst)
 
 
 # ---------------------------------------------------------------------- construction
+
+
+def copy_engine(gpu: str, direction: str) -> str:
+    """The virtual endpoint of a GPU's host<->device copy engine (``"h2d"`` or ``"d2h"``)."""
+    return f"{gpu}/{direction}"
 
 
 def _link(g: nx.DiGraph, u: str, v: str, cap_uv: float, cap_vu: float, lat_uv: float, lat_vu: float,
@@ -312,6 +319,13 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
         gpu, sw = f"{node}/gpu{i}", switches[i // GPUS_PER_SWITCH]
         g.add_node(gpu, kind="gpu", owner=node, switch=sw)
         _link(g, gpu, sw, pcie, pcie, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
+        # The copy engine a host<->device copy (cudaMemcpy from pinned memory) goes through: a
+        # dead-end edge no route crosses, appended to paths whose leg touches host DRAM.
+        copy_rate = pcie * acc.efficiency.host_copy
+        for direction in ("h2d", "d2h"):
+            g.add_node(copy_engine(gpu, direction), kind="copy_engine", owner=node)
+        g.add_edge(gpu, copy_engine(gpu, "h2d"), capacity_Bps=copy_rate, latency_s=0.0, kind="copy_engine")
+        g.add_edge(copy_engine(gpu, "d2h"), gpu, capacity_Bps=copy_rate, latency_s=0.0, kind="copy_engine")
     # Host memory, half-duplex: every access enters at imc and crosses the channels imc -> ddr.
     # The other edges only steer direction; at the channel figure they never bind on their own.
     bw = spec.host_dram_bandwidth

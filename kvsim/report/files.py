@@ -23,9 +23,13 @@ def resolved_scenario(result: RunResult) -> dict[str, Any]:
     spec = result.scenario.spec.model_dump(mode="json", context=context)
     spec["seed"] = result.seed
     for key in ("input_tokens", "output_tokens"):
-        dist = spec["workload"][key]
-        if dist.get("kind") == "empirical" and dist.get("file"):
+        dist = spec["workload"].get(key)
+        if dist and dist.get("kind") == "empirical" and dist.get("file"):
             del dist["values"]  # re-read from the (absolute) file rather than inlined
+    arrival = spec["workload"]["arrival"]
+    base_dir = result.scenario.base_dir
+    if arrival.get("kind") == "trace" and base_dir is not None:
+        arrival["file"] = str((base_dir / arrival["file"]).resolve())
     parts: dict[str, dict[str, Any]] = {"accelerators": {}, "nodes": {}, "models": {}}
     for run in result.runs:
         s = run.sizing

@@ -394,9 +394,34 @@ class InstanceCache(AdmissionHook):
         state = seq.cache
         if state is None:
             return
+        if finished and seq.sequence_hashes is not None:
+            self._cache_decoded(seq, state)
         for block in state.blocks:
             self.hbm.drop_reader(block)
         seq.cache = None
+
+    def _cache_decoded(self, seq: Sequence, state: _SeqCache) -> None:
+        """Keep the full blocks written while decoding (a next turn extends this conversation).
+
+        The sequence's own pages were just returned to the pool; the blocks worth keeping take
+        pages back from it (they are the same bytes, still in place).
+        """
+        g = self.geometry
+        hbm, index = self.hbm, self.system.index
+        first = seq.shared_tokens // g.block_tokens
+        full = min(seq.kv_tokens // g.block_tokens, len(seq.sequence_hashes))
+        new_blocks = []
+        for block in seq.sequence_hashes[first:full]:
+            if block in hbm:
+                continue
+            if not self.pool.take(g.pages_per_block):
+                break
+            if index.insert(hbm, block) is None:
+                self.pool.give(g.pages_per_block)
+                break
+            new_blocks.append(block)
+        if new_blocks and self.system.spec.write_policy == "write_through":
+            self._write_down(seq, new_blocks)
 
     # -- HBM pressure ------------------------------------------------------------------------
     def reclaim(self, shortfall_pages: int) -> None:

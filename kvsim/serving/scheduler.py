@@ -39,11 +39,11 @@ class Sequence:
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
-        "gated", "stalled",
+        "gated", "stalled", "sequence_hashes",
     )
 
     def __init__(self, rid: int, prompt_tokens: int, output_tokens: int, on_finish: Callable | None = None,
-                 hashes: Any = None):
+                 hashes: Any = None, sequence_hashes: Any = None):
         self.rid = rid
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
@@ -56,6 +56,7 @@ class Sequence:
         self.admitted = False
         self.on_finish = on_finish
         self.hashes = hashes      # prefix block ids of the prompt, or None
+        self.sequence_hashes = sequence_hashes  # ids of prompt + output (to cache decoded KV), or None
         self.cache: Any = None    # the admission hook's per-sequence state
         self.gated = False        # first token must wait for an in-flight load
         self.stalled = False      # prefill computed, waiting for that load

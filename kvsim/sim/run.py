@@ -26,6 +26,7 @@ from kvsim.sim.cache_build import build_instance_cache, build_system_cache
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
+from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
 
 __all__ = ["check_scenario", "run_scenario", "simulate_system"]
@@ -86,8 +87,13 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
         for point in scenario.points:
             streams = RandomStreams(point.spec.seed if seed is None else int(seed))
             requests = None
-            if not point.spec.workload.closed_loop:
-                requests = open_loop_requests(point.spec.workload, point.spec.duration, streams)
+            workload = point.spec.workload
+            if not workload.closed_loop and not workload.multi_turn:
+                try:
+                    requests = open_loop_requests(workload, point.spec.duration, streams,
+                                                  base_dir=scenario.base_dir)
+                except (OSError, ValueError) as exc:
+                    raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
             for name in point.spec.systems:
                 if bar is not None:
                     bar.set_postfix_str(f"{name} {_label(point)}".strip())
@@ -135,12 +141,16 @@ def simulate_system(
             hook.scheduler, hook.wake = instance.scheduler, instance.wake
         instances.append(instance)
     router = ROUTERS[sizing.spec.router]()
+    cached = cache is not None
     if requests is not None:
-        env.process(_open_loop(env, requests, records, instances, router, cache is not None))
+        env.process(_open_loop(env, requests, records, instances, router, cached))
+    elif spec.workload.multi_turn:
+        env.process(_sessions(env, sessions(spec.workload, duration, streams), records, instances, router,
+                              duration, cached))
     else:
         for client in range(spec.workload.arrival.clients):
             env.process(_client(env, ClientStream(spec.workload, client, streams), records, instances, router,
-                                duration))
+                                duration, cached))
     slices = 50
     for k in range(1, slices + 1):
         env.run(until=duration * k / slices)
@@ -174,16 +184,41 @@ def _open_loop(env: simpy.Environment, requests: RequestArrays, records: Request
     assert records.n == n
 
 
+def _submit_and_wait(env, records, instances, router, n_in, n_out, hashes=None, sequence_hashes=None):
+    done = env.event()
+    rid = records.add(env.now, n_in, n_out)
+    seq = Sequence(rid, n_in, n_out, on_finish=lambda _seq, _now, ev=done: ev.succeed(),
+                   hashes=hashes, sequence_hashes=sequence_hashes)
+    instances[router.choose(instances)].submit(seq)
+    return done
+
+
 def _client(env: simpy.Environment, stream: ClientStream, records: RequestRecords, instances, router,
-            stop_s: float):
+            stop_s: float, cached: bool):
     while True:
-        think_s, n_in, n_out = stream.next_request()
-        if think_s > 0:
-            yield env.timeout(think_s)
+        request = stream.next_request_with_hashes()
+        if request.think_time_s > 0:
+            yield env.timeout(request.think_time_s)
         if env.now >= stop_s:
             return
-        done = env.event()
-        rid = records.add(env.now, n_in, n_out)
-        seq = Sequence(rid, n_in, n_out, on_finish=lambda _seq, _now, ev=done: ev.succeed())
-        instances[router.choose(instances)].submit(seq)
-        yield done
+        yield _submit_and_wait(env, records, instances, router, request.input_tokens, request.output_tokens,
+                               request.hash_ids if cached else None)
+
+
+def _sessions(env: simpy.Environment, all_sessions, records: RequestRecords, instances, router, stop_s: float,
+              cached: bool):
+    for session in all_sessions:
+        if session.arrival_s > env.now:
+            yield env.timeout(session.arrival_s - env.now)
+        env.process(_session(env, session, records, instances, router, stop_s, cached))
+
+
+def _session(env, session, records, instances, router, stop_s: float, cached: bool):
+    for turn in session.turns():
+        if turn.think_time_s > 0:
+            yield env.timeout(turn.think_time_s)
+        if env.now >= stop_s:
+            return
+        yield _submit_and_wait(env, records, instances, router, turn.input_tokens, turn.output_tokens,
+                               turn.hash_ids if cached else None,
+                               turn.sequence_hash_ids if cached else None)
