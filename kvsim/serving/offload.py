@@ -156,8 +156,9 @@ class InstanceCache(AdmissionHook):
     pool : BlockPool
         The instance's page pool (shared by sequences and cached blocks).
     recompute_s : callable
-        ``recompute_s(tokens, cached_tokens)`` predicts the prefill time of ``tokens`` tokens
-        after ``cached_tokens`` (for the ``faster`` load policy).
+        ``recompute_s(tokens, cached_tokens)`` predicts the time of one prefill iteration of
+        ``tokens`` tokens after ``cached_tokens`` (for the ``faster`` load policy, which compares
+        loading a hit with the extra time recomputing it adds to the suffix's prefill).
     record_hits : callable
         ``record_hits(seq, tier, tokens, loaded_bytes)`` for the per-request records.
     record_written : callable
@@ -211,10 +212,15 @@ class InstanceCache(AdmissionHook):
         while local < n and sources[local] is self.hbm:
             local += 1
         if n > local and self.system.spec.load_policy == "faster":
-            # recompute beats loading: keep only the leading run already in this HBM
-            tokens = (n - local) * g.block_tokens
+            # Recomputing the blocks below HBM costs the extra prefill time they add to the
+            # suffix that must be computed anyway; if that beats the uncontended load time,
+            # keep only the leading run already in this HBM.
+            cached = local * g.block_tokens
+            suffix = seq.prefill_target - n * g.block_tokens
+            extra = (n - local) * g.block_tokens
+            marginal_s = self.recompute_s(extra + suffix, cached) - self.recompute_s(suffix, n * g.block_tokens)
             remote = [src for src in sources[local:n] if src is not self.hbm]
-            if self.recompute_s(tokens, local * g.block_tokens) <= self._estimated_load_s(remote):
+            if marginal_s <= self._estimated_load_s(remote):
                 n = local
         hbm = self.hbm
         held = []

@@ -1,0 +1,128 @@
+"""Prefix caching and KV offload end to end, against hand-computed transfer and prefill times.
+
+One client sends the same 8192-token document with a fresh 256-token suffix, one request at a
+time, to two instances in turn (round robin): request 0 computes everything on instance 0,
+request 1 is the first on instance 1 (a lower-tier hit, or a miss), request 2 is back on
+instance 0 (an HBM hit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvsim
+from kvsim.hardware import accelerator_catalog
+from kvsim.metrics.records import RequestRecords
+from kvsim.models.step_time import BatchShape
+from kvsim.network import topology as topo
+from kvsim.sim import check_scenario
+
+DOC, SUFFIX = 8192, 256
+KV_PER_TOKEN = 147_456  # Qwen3-8B bf16: 2 * 36 layers * 8 heads * 128 * 2 bytes
+
+SCENARIO = """
+name: offload-check
+seed: 2
+duration: 12 s
+warmup: 0 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: closed_loop, clients: 1, think_time: 1 s}}
+  prefix: {{kind: shared_documents, documents: 1, zipf_s: 1.0, document_tokens: {{kind: fixed, value: {doc}}},
+           suffix_tokens: {{kind: fixed, value: {suffix}}}}}
+  output_tokens: {{kind: fixed, value: 1}}
+systems:
+  s: {{node: h20-8x, instances: 2, router: round_robin, kv_cache: {cache}}}
+catalog:
+  pool_nodes:
+    slow-pool: {{base: nvme-storage-16x, read_bandwidth: 100 MB/s}}
+"""
+
+
+def _run(cache: str):
+    scenario = kvsim.parse_scenario(SCENARIO.format(doc=DOC, suffix=SUFFIX, cache=cache), "o.yaml")
+    run = kvsim.run(scenario).runs[0]
+    return run.records.to_frame(), check_scenario(scenario)[(0, "s")]
+
+
+def _suffix_prefill_s(sizing) -> float:
+    step = sizing.step_model()
+    return step.iteration_time_s(BatchShape(prefill_tokens=SUFFIX, prefill_pairs=BatchShape.prefill_chunk_pairs(
+        SUFFIX, DOC), prefill_context_tokens=DOC, sampled_seqs=1))
+
+
+def test_kv_cache_without_prefix_structure_reproduces_the_plain_run_exactly():
+    text = """
+name: same
+seed: 5
+duration: 30 s
+warmup: 5 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 6/s}
+  input_tokens: {kind: lognormal, median: 900, sigma: 0.8, max: 8000}
+  output_tokens: {kind: lognormal, median: 120, sigma: 0.6, max: 800}
+systems:
+  plain: {node: l20-8x, instances: 2}
+  cached: {node: l20-8x, instances: 2, kv_cache: {dram: {capacity: 64 GiB}}}
+"""
+    result = kvsim.run(kvsim.parse_scenario(text, "same.yaml"))
+    plain, cached = result.run("plain").records, result.run("cached").records
+    for name in RequestRecords.fields:
+        assert np.array_equal(plain.column(name), cached.column(name), equal_nan=True), name
+    assert result.run("plain").summary == result.run("cached").summary
+
+
+def test_hbm_hit_computes_only_the_suffix():
+    frame, sizing = _run("{}")
+    assert frame.hit_tokens_hbm.tolist()[:4] == [0, 0, DOC, DOC]
+    assert frame.computed_tokens.tolist()[:4] == [DOC + SUFFIX, DOC + SUFFIX, SUFFIX, SUFFIX]
+    # an HBM hit needs no transfer: TTFT is one prefill iteration of the suffix on the cached doc
+    assert frame.ttft_s[2] == pytest.approx(_suffix_prefill_s(sizing), rel=1e-9)
+    assert frame.loaded_bytes.sum() == 0 and frame.written_bytes.sum() == 0  # no lower tier
+
+
+def test_dram_hit_loaded_before_compute_costs_the_copy_time():
+    frame, sizing = _run("{dram: {capacity: 64 GiB}, load_mode: before, load_policy: always}")
+    assert frame.hit_tokens_dram[1] == DOC and frame.computed_tokens[1] == SUFFIX
+    h20 = accelerator_catalog()["h20"]
+    nbytes = DOC * KV_PER_TOKEN
+    # host DRAM -> GPU: a pinned copy at the copy-engine rate of PCIe Gen5, two PCIe hops and one
+    # cudaMemcpy overhead
+    load_s = nbytes / (h20.host_link_bandwidth * h20.efficiency.host_copy) + 2 * topo.PCIE_HOP_LATENCY_S \
+        + topo.COPY_OVERHEAD_S
+    assert frame.ttft_s[1] == pytest.approx(load_s + _suffix_prefill_s(sizing), rel=1e-9)
+    assert frame.loaded_bytes[1] == pytest.approx(nbytes)
+    # write-through: request 0 wrote its whole prompt's full blocks down to DRAM
+    assert frame.written_bytes[0] == pytest.approx((DOC + SUFFIX) * KV_PER_TOKEN)
+
+
+def test_layer_by_layer_overlap_hides_a_load_shorter_than_the_compute():
+    before, _ = _run("{dram: {capacity: 64 GiB}, load_mode: before, load_policy: always}")
+    overlap, sizing = _run("{dram: {capacity: 64 GiB}, load_mode: overlap, load_policy: always}")
+    assert overlap.ttft_s[1] < before.ttft_s[1]
+    # the 22 ms load is shorter than the 56 ms suffix prefill, so only the compute shows
+    assert overlap.ttft_s[1] == pytest.approx(_suffix_prefill_s(sizing), rel=1e-9)
+
+
+def test_remote_pool_over_gpu_direct_is_nic_bound_and_never_slower_than_bounce():
+    direct, sizing = _run("{remote: {pool_node: nvme-storage-16x}, load_mode: before, load_policy: always}")
+    bounce, _ = _run("{remote: {pool_node: nvme-storage-16x}, load_mode: before, load_policy: always, "
+                     "gpu_direct: false}")
+    assert direct.hit_tokens_remote[1] == DOC == bounce.hit_tokens_remote[1]
+    # one flow crosses one 200 Gbit/s NIC of the storage node: 25 GB/s is the bottleneck
+    nbytes = DOC * KV_PER_TOKEN
+    latency = topo.PCIE_HOP_LATENCY_S * 4 + topo.RDMA_LATENCY_S + 80e-6  # + the pool's NVMe access
+    expected = nbytes / 25e9 + _suffix_prefill_s(sizing)
+    assert direct.ttft_s[1] == pytest.approx(expected, abs=latency + 1e-6)
+    assert direct.ttft_s[1] <= bounce.ttft_s[1]
+
+
+def test_faster_policy_recomputes_when_the_load_would_be_slower():
+    always, _ = _run("{remote: {pool_node: slow-pool}, load_mode: before, load_policy: always}")
+    faster, _ = _run("{remote: {pool_node: slow-pool}, load_mode: before, load_policy: faster}")
+    # 1.2 GB at 100 MB/s is 12 s; recomputing 8192 tokens is ~1.5 s
+    assert always.hit_tokens_remote[1] == DOC and always.ttft_s[1] > 10
+    assert faster.hit_tokens_remote[1] == 0 and faster.computed_tokens[1] == DOC + SUFFIX
+    assert faster.ttft_s[1] < 2.0
