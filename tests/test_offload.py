@@ -71,7 +71,10 @@ systems:
     plain, cached = result.run("plain").records, result.run("cached").records
     for name in RequestRecords.fields:
         assert np.array_equal(plain.column(name), cached.column(name), equal_nan=True), name
-    assert result.run("plain").summary == result.run("cached").summary
+    plain_summary, cached_summary = result.run("plain").summary, dict(result.run("cached").summary)
+    cache = cached_summary.pop("cache")
+    assert plain_summary == cached_summary  # every foundation metric, exactly
+    assert cache["hit_rate"]["total"] == 0 and sum(cache["bytes_written"].values()) == 0
 
 
 def test_hbm_hit_computes_only_the_suffix():

@@ -27,6 +27,10 @@ class SystemCounters:
         self.input_tokens = WindowCounter(window_start_s, window_end_s)
         self.iterations = 0
         self.busy_s = 0.0
+        self.window_start_s = window_start_s
+        self.window_end_s = window_end_s
+        self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
+        self.compute_bound_in_window_s = 0.0
 
 
 class _RecordingEvents(SchedulerEvents):
@@ -134,7 +138,9 @@ class Instance:
         env = self.env
         scheduler = self.scheduler
         step_time = self.step_model.iteration_time_s
+        breakdown = getattr(self.step_model, "breakdown", None)
         counters = self.counters
+        start_s, end_s = counters.window_start_s, counters.window_end_s
         level = self.kv_utilization
         pool = self.pool
         while True:
@@ -145,11 +151,19 @@ class Instance:
                 self._wake = None
                 continue
             level.set(env.now, pool.utilization)
-            duration_s = step_time(batch.shape)
+            if breakdown is not None:
+                parts = breakdown(batch.shape)
+                duration_s, compute_bound = parts.total_s, parts.compute_s >= parts.memory_s
+            else:
+                duration_s, compute_bound = step_time(batch.shape), False
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
             yield env.timeout(duration_s)
             counters.iterations += 1
             counters.busy_s += duration_s
+            if start_s <= env.now <= end_s:
+                counters.busy_in_window_s += duration_s
+                if compute_bound:
+                    counters.compute_bound_in_window_s += duration_s
             scheduler.complete(batch, env.now)
             level.set(env.now, pool.utilization)

@@ -59,9 +59,10 @@ class KVCacheSpec(FrozenSpec):
     load_policy : str
         ``always``: load every cached block found. ``faster``: recompute a hit when the model
         predicts recomputing it is faster than loading it over its path.
-    preemption : str
-        What happens to a sequence evicted for lack of HBM: ``recompute`` (drop its KV) or
-        ``swap`` (copy its KV to host DRAM and back).
+
+    A sequence preempted for lack of HBM drops its own pages and is recomputed later (its prompt
+    blocks already filed in the HBM cache stay there and usually hit again). Swapping preempted
+    KV to host DRAM is not modelled yet.
     """
 
     hbm_eviction: EvictionKind = "lru"
@@ -72,4 +73,3 @@ class KVCacheSpec(FrozenSpec):
     gpu_direct: bool = True
     load_mode: Literal["overlap", "before"] = "overlap"
     load_policy: Literal["always", "faster"] = "faster"
-    preemption: Literal["recompute", "swap"] = "recompute"

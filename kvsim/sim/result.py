@@ -32,6 +32,7 @@ class SystemRun:
     iterations: int
     busy_s: float
     wall_s: float
+    timeseries: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         """Hardware facts of the run, SI units."""
@@ -102,7 +103,9 @@ class RunResult:
             row: dict[str, Any] = {"point": run.point_index, "system": run.system}
             row.update(run.params)
             for key, value in run.summary.items():
-                if key in LATENCY_KEYS:
+                if key == "cache":
+                    row.update(_flat_cache(value))
+                elif key in LATENCY_KEYS:
                     for stat, number in value.items():
                         row[f"{key}_{stat}"] = number
                 elif key == "slo_met":
@@ -115,6 +118,17 @@ class RunResult:
         frame = pd.DataFrame(rows)
         return frame.astype({c: float for c in frame.columns if c.endswith(("_mean", "_p50", "_p90", "_p99"))})
 
+    def timeseries_frame(self) -> pd.DataFrame:
+        """Sampled tier occupancy over time (bytes per tier), one row per sample per run."""
+        frames = []
+        for run in self.runs:
+            if run.timeseries:
+                frame = pd.DataFrame(run.timeseries)
+                frame.insert(0, "system", run.system)
+                frame.insert(1, "point", run.point_index)
+                frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
     def requests_frame(self) -> pd.DataFrame:
         """Every request of every run, with ``system``, ``point`` and swept parameters as columns."""
         frames = []
@@ -126,3 +140,17 @@ class RunResult:
                 frame.insert(2 + col, key, str(value))
             frames.append(frame)
         return pd.concat(frames, ignore_index=True)
+
+
+def _flat_cache(cache: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {}
+    for tier, rate in cache["hit_rate"].items():
+        row[f"hit_rate_{tier}"] = rate
+    for key in ("computed_tokens", "flops_avoided", "remote_read_Bps", "remote_write_Bps"):
+        row[key] = cache[key]
+    row["bytes_loaded"] = sum(cache["bytes_loaded"].values())
+    row["bytes_written"] = sum(cache["bytes_written"].values())
+    top = cache["busiest_links"][0] if cache["busiest_links"] else None
+    row["busiest_link"] = top["link"] if top else None
+    row["busiest_link_utilization"] = top["utilization_mean"] if top else 0.0
+    return row

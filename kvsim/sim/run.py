@@ -22,6 +22,8 @@ from kvsim.scenario.schema import ScenarioSpec
 from kvsim.serving.instance import Instance, SystemCounters
 from kvsim.serving.router import ROUTERS
 from kvsim.serving.scheduler import Sequence
+from kvsim.metrics.cache_summary import bound_resource, cache_summary
+from kvsim.serving.offload import TIERS
 from kvsim.sim.cache_build import build_instance_cache, build_system_cache
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
@@ -151,6 +153,11 @@ def simulate_system(
         for client in range(spec.workload.arrival.clients):
             env.process(_client(env, ClientStream(spec.workload, client, streams), records, instances, router,
                                 duration, cached))
+    occupancy: dict[str, TimeWeightedLevel] = {}
+    timeseries: list[dict] = []
+    if cache is not None:
+        occupancy = {tier: TimeWeightedLevel(warmup, duration) for tier in TIERS}
+        env.process(_sample_tiers(env, cache, occupancy, timeseries, duration / 200.0, duration))
     slices = 50
     for k in range(1, slices + 1):
         env.run(until=duration * k / slices)
@@ -164,11 +171,40 @@ def simulate_system(
     slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99}
     summary = summarize(records, warmup, duration, counters.output_tokens.in_window,
                         counters.input_tokens.in_window, kv_mean, slo)
+    span = duration - warmup
+    # an iteration that straddles the window start counts whole: clamp the fraction to 1
+    busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))
+    compute_share = counters.compute_bound_in_window_s / counters.busy_in_window_s if counters.busy_in_window_s else 0.0
+    summary["gpu_busy_fraction"] = busy
+    links: list[dict] = []
+    if cache is not None:
+        links = [{"link": f"{u}->{v}", **stats} for (u, v), stats in cache.network.link_report().items()
+                 if stats["bytes"] > 0]
+        model = sizing.model
+        summary["cache"] = cache_summary(
+            records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
+            cache.bytes_loaded, cache.bytes_written, links,
+            {tier: level.mean() for tier, level in occupancy.items()})
+    summary["bound"] = bound_resource(busy, compute_share, links)
     return SystemRun(
         system=name, point_index=point.index, params=dict(point.params), sizing=sizing, records=records,
         summary=summary, in_system_mean=in_system.mean(), iterations=counters.iterations,
-        busy_s=counters.busy_s, wall_s=time.perf_counter() - started,
+        busy_s=counters.busy_s, wall_s=time.perf_counter() - started, timeseries=timeseries,
     )
+
+
+def _sample_tiers(env: simpy.Environment, cache, occupancy: dict, rows: list, every_s: float, until_s: float):
+    """Tier occupancy over time: one sample per interval (bytes held per tier, all instances/nodes)."""
+    stores = {"hbm": cache.hbm, "dram": list(cache.dram.values()), "nvme": list(cache.nvme.values()),
+              "remote": cache.remote}
+    while env.now <= until_s:
+        row = {"time_s": env.now}
+        for tier, group in stores.items():
+            held = float(sum(store.used_bytes for store in group))
+            occupancy[tier].set(env.now, held)
+            row[f"{tier}_bytes"] = held
+        rows.append(row)
+        yield env.timeout(every_s)
 
 
 def _open_loop(env: simpy.Environment, requests: RequestArrays, records: RequestRecords, instances, router,

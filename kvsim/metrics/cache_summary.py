@@ -1,0 +1,88 @@
+"""Run-level metrics of prefix caching and offload, from the request records and tier counters.
+
+Units: tokens, FLOP, bytes, bytes/s, fractions. Rates are over the measurement window.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kvsim.metrics.records import RequestRecords
+
+__all__ = ["cache_summary", "bound_resource", "TIER_NAMES"]
+
+TIER_NAMES = ("hbm", "dram", "nvme", "remote")
+
+
+def cache_summary(
+    records: RequestRecords,
+    window_start_s: float,
+    window_end_s: float,
+    body_flops_per_token: float,
+    attention_flops_per_pair: float,
+    bytes_loaded: dict[str, float],
+    bytes_written: dict[str, float],
+    links: list[dict[str, Any]],
+    occupancy_mean_bytes: dict[str, float],
+) -> dict[str, Any]:
+    """Cache metrics of one system run.
+
+    Parameters
+    ----------
+    records : RequestRecords
+        With the cache columns filled.
+    window_start_s, window_end_s : float
+        Requests arriving in ``[window_start_s, window_end_s)`` are measured.
+    body_flops_per_token, attention_flops_per_pair : float
+        The model's prefill costs, to convert hit tokens into FLOPs avoided.
+    bytes_loaded, bytes_written : dict
+        Bytes moved from / to each lower tier during the whole run.
+    links : list of dict
+        Per link ``{"link", "capacity_Bps", "bytes", "utilization_mean"}``.
+    occupancy_mean_bytes : dict
+        Time-weighted mean bytes held per tier over the window.
+    """
+    span = window_end_s - window_start_s
+    arrival = records.column("arrival_s")
+    measured = arrival >= window_start_s
+    inputs = records.column("input_tokens")[measured].astype(float)
+    hits = {t: records.column(f"hit_tokens_{t}")[measured].astype(float) for t in TIER_NAMES}
+    # a recomputed request can hit again on re-admission; cap at its prompt for the rate
+    total_hit = np.minimum(sum(hits.values()), inputs)
+    prompt_tokens = inputs.sum()
+    hit_rate = {t: (hits[t].sum() / prompt_tokens if prompt_tokens else 0.0) for t in TIER_NAMES}
+    hit_rate["total"] = total_hit.sum() / prompt_tokens if prompt_tokens else 0.0
+    # prefill FLOPs a hit of H leading tokens avoids: H linear passes and H(H+1)/2 attention pairs
+    flops_avoided = float((total_hit * body_flops_per_token
+                           + attention_flops_per_pair * total_hit * (total_hit + 1) / 2).sum())
+    busiest = sorted(links, key=lambda l: (-l["utilization_mean"], l["link"]))[:5]
+    return {
+        "hit_rate": hit_rate,
+        "hit_tokens": {t: int(hits[t].sum()) for t in TIER_NAMES},
+        "computed_tokens": int(records.column("computed_tokens")[measured].sum()),
+        "flops_avoided": flops_avoided,
+        "bytes_loaded": dict(bytes_loaded),
+        "bytes_written": dict(bytes_written),
+        "remote_read_Bps": bytes_loaded.get("remote", 0.0) / span,
+        "remote_write_Bps": bytes_written.get("remote", 0.0) / span,
+        "tier_occupancy_mean_bytes": dict(occupancy_mean_bytes),
+        "busiest_links": busiest,
+    }
+
+
+def bound_resource(gpu_busy_fraction: float, compute_bound_share: float, links: list[dict[str, Any]],
+                   threshold: float = 0.6) -> str:
+    """Name the resource that limits a run: the busiest of GPU time and the network links.
+
+    GPU time splits into compute-bound and memory-bound iterations (``compute_bound_share`` of
+    the busy time). Below ``threshold`` utilisation everywhere, nothing saturates ("none").
+    """
+    top = max(links, key=lambda l: (l["utilization_mean"], l["link"]), default=None)
+    link_util = top["utilization_mean"] if top else 0.0
+    if max(gpu_busy_fraction, link_util) < threshold:
+        return "none"
+    if top is not None and link_util > gpu_busy_fraction:
+        return f"link {top['link']}"
+    return "gpu compute" if compute_bound_share >= 0.5 else "gpu memory bandwidth"
