@@ -222,3 +222,36 @@ def test_with_changes_invalid_value_names_the_line_of_the_field():
     with pytest.raises(kvsim.SpecError) as info:
         scenario.with_changes({"workload.arrival.rate": "-1/s"})
     assert info.value.problems[0].startswith(f"s.yaml:{rate_line}: workload.arrival.rate: ")
+
+
+def test_zipped_sweep_keys_move_fields_together():
+    from kvsim.scenario.sweep import grid_points
+
+    points = grid_points({"a.x, a.y": [[1, 10], [2, 20]], "b": ["p", "q"]})
+    assert points == [{"a.x": 1, "a.y": 10, "b": "p"}, {"a.x": 1, "a.y": 10, "b": "q"},
+                      {"a.x": 2, "a.y": 20, "b": "p"}, {"a.x": 2, "a.y": 20, "b": "q"}]
+
+
+def test_zipped_sweep_in_a_scenario_and_its_errors():
+    text = """
+name: zipped
+duration: 10 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 1/s}
+  input_tokens: {kind: fixed, value: 100}
+  output_tokens: {kind: fixed, value: 10}
+systems:
+  a: {node: h20-8x}
+sweep:
+  "workload.input_tokens.value, workload.output_tokens.value": [[200, 20], [400, 40]]
+"""
+    scenario = kvsim.parse_scenario(text, "z.yaml")
+    pairs = [(p.spec.workload.input_tokens.value, p.spec.workload.output_tokens.value) for p in scenario.points]
+    assert pairs == [(200, 20), (400, 40)]
+    bad = text.replace("[[200, 20], [400, 40]]", "[[200, 20], [400]]")
+    with pytest.raises(kvsim.SpecError, match=r"z\.yaml:12: .*one per field"):
+        kvsim.parse_scenario(bad, "z.yaml")
+    negative = text.replace("[[200, 20], [400, 40]]", "[[200, 20], [400, -4]]")
+    with pytest.raises(kvsim.SpecError, match=r"z\.yaml:12: .*sweep point"):
+        kvsim.parse_scenario(negative, "z.yaml")

@@ -23,7 +23,7 @@ from kvsim.hardware import (
 )
 from kvsim.models import ModelSpec, model_catalog
 from kvsim.scenario.schema import ScenarioSpec
-from kvsim.scenario.sweep import grid_points, set_path
+from kvsim.scenario.sweep import grid_points, set_path, zipped_paths
 from kvsim.spec_types import STRICT_UNITS
 from kvsim.yaml_io import (
     Located, Path, SpecError, dotted_path, errors_from_validation, load_yaml, register_union_tags,
@@ -140,7 +140,12 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     if problems:
         raise SpecError(problems)
     points = []
-    for index, params in enumerate(grid_points(spec.sweep)):
+    try:
+        grid = grid_points(spec.sweep)
+    except ValueError as exc:
+        key = str(exc).split(":", 1)[0].removeprefix("sweep.")
+        raise SpecError([located.problem(("sweep", key), str(exc).split(": ", 1)[1])]) from None
+    for index, params in enumerate(grid):
         if not params:
             points.append(ScenarioPoint(index, {}, spec))
             continue
@@ -154,13 +159,15 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> S
         try:
             point_raw = set_path(point_raw, dotted, value)
         except ValueError as exc:
-            raise SpecError([located.problem(("sweep", dotted), str(exc))]) from None
+            key = next((k for k in raw.get("sweep", {}) if dotted in zipped_paths(k)), dotted)
+            raise SpecError([located.problem(("sweep", key), str(exc))]) from None
     point_raw = {**point_raw, "sweep": {}}
     label = ", ".join(f"{k}={v}" for k, v in params.items())
 
     def sweep_problem(path: Path, message: str) -> str:
         dotted = dotted_path(path)
-        key = next((k for k in params if dotted.startswith(k)), next(iter(params)))
+        key = next((k for k in located.data.get("sweep", {}) if any(
+            dotted.startswith(p) for p in zipped_paths(k))), next(iter(located.data.get("sweep", {})), ""))
         return located.problem(("sweep", key), f"at sweep point [{label}]: {dotted}: {message}")
 
     try:

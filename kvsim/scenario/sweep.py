@@ -2,6 +2,9 @@
 
 ``sweep: {workload.arrival.rate: [5/s, 10/s], systems.h20.instance.tp: [1, 2]}`` makes four
 points, in row-major order of the keys as written (the last key varies fastest).
+
+Fields that must move together share one key, comma-separated, whose values are lists:
+``"a.x, a.y": [[1, 10], [2, 20]]`` is one grid axis of two points (x=1, y=10), (x=2, y=20).
 """
 
 from __future__ import annotations
@@ -45,9 +48,32 @@ def set_path(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
     return out
 
 
+def zipped_paths(key: str) -> list[str]:
+    """The field paths of a sweep key (one, or several joined by commas)."""
+    return [part.strip() for part in key.split(",")]
+
+
 def grid_points(sweep: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination of the sweep values, as ``{dotted path: value}`` dicts."""
+    """Every combination of the sweep values, as ``{dotted path: value}`` dicts.
+
+    Raises
+    ------
+    ValueError
+        If a value of a comma-joined key is not a list with one entry per path.
+    """
     if not sweep:
         return [{}]
-    keys = list(sweep)
-    return [dict(zip(keys, combo)) for combo in itertools.product(*(sweep[k] for k in keys))]
+    axes = []
+    for key, values in sweep.items():
+        paths = zipped_paths(key)
+        if len(paths) == 1:
+            axes.append([{key: value} for value in values])
+            continue
+        axis = []
+        for value in values:
+            if not isinstance(value, list) or len(value) != len(paths):
+                raise ValueError(f"sweep.{key}: each value must be a list of {len(paths)} "
+                                 f"(one per field), got {value!r}")
+            axis.append(dict(zip(paths, value)))
+        axes.append(axis)
+    return [{k: v for part in combo for k, v in part.items()} for combo in itertools.product(*axes)]
