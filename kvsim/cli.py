@@ -119,6 +119,15 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if scenario.spec.study is not None:
+        from kvsim.report.gap import gap_figure, gap_frame, gap_markdown
+
+        frame = gap_frame(result)
+        markdown = gap_markdown(result, frame)
+        print(markdown)
+        (out / "gap.md").write_text(markdown, encoding="utf-8")
+        frame.to_csv(out / "gap.csv", index=False)
+        written += [out / "gap.md", out / "gap.csv", gap_figure(result, out / "gap.png", frame)]
     print("results written: " + ", ".join(str(p) for p in written))
     return 0
 

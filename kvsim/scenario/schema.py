@@ -15,7 +15,9 @@ from kvsim.serving.specs import InstanceSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
 
-__all__ = ["ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntries", "Dtype"]
+__all__ = [
+    "ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntries", "Dtype", "GapStudySpec",
+]
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
 
@@ -61,6 +63,24 @@ class CatalogEntries(FrozenSpec):
     models: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
 
+class GapStudySpec(FrozenSpec):
+    """Compare a high-end and a low-end configuration under several KV-cache options.
+
+    ``configs`` maps an option's label to its ``[high system, low system]`` pair; the first
+    option is the reference (usually no cache). The gap is ``metric`` of high / of low, per
+    sweep point; ``x`` and ``panel`` name the sweep fields for the figure's axis and panels.
+    """
+
+    kind: Literal["gap"] = "gap"
+    high: str = "high"
+    low: str = "low"
+    configs: dict[str, list[str]] = Field(min_length=1)
+    metric: str = "input_tokens_per_s"
+    x: str | None = None
+    panel: str | None = None
+    panel_label: str | None = None
+
+
 class ScenarioSpec(FrozenSpec):
     """A whole scenario file.
 
@@ -85,6 +105,7 @@ class ScenarioSpec(FrozenSpec):
     compare: CompareSpec | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
+    study: GapStudySpec | None = None
 
     def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Checks across fields, as ``(field path, message)``; the loader reports them with lines.
@@ -104,6 +125,14 @@ class ScenarioSpec(FrozenSpec):
         for key, values in self.sweep.items():
             if not values:
                 problems.append((("sweep", key), "has no values"))
+        if self.study is not None:
+            for label, pair in self.study.configs.items():
+                if len(pair) != 2:
+                    problems.append((("study", "configs", label), "give [high system, low system]"))
+                    continue
+                for system in pair:
+                    if system not in self.systems:
+                        problems.append((("study", "configs", label), f"{system!r} is not one of the systems"))
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:
             problems.append((("workload", "arrival", "rate"), (

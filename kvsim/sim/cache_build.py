@@ -65,10 +65,11 @@ def build_instance_cache(system: SystemCache, sizing: SystemSizing, instance: in
             prefill_tokens=tokens, prefill_pairs=BatchShape.prefill_chunk_pairs(tokens, cached_tokens),
             prefill_context_tokens=cached_tokens, sampled_seqs=1))
 
-    hit_columns = {tier: getattr(records, f"hit_tokens_{tier}") for tier in ("hbm", "dram", "nvme", "remote")}
+    columns = {tier: f"hit_tokens_{tier}" for tier in ("hbm", "dram", "nvme", "remote")}
 
     def record_hits(seq: Sequence, tier: str, tokens: int, loaded_bytes: float) -> None:
-        hit_columns[tier][seq.rid] += tokens
+        # look the columns up on every call: the records grow (and reallocate) in closed loops
+        getattr(records, columns[tier])[seq.rid] += tokens
         records.loaded_bytes[seq.rid] += loaded_bytes
 
     def record_written(seq: Sequence, nbytes: float) -> None:

@@ -1,0 +1,117 @@
+"""The gap study: how far each KV-cache option narrows a high-end / low-end throughput gap.
+
+For every sweep point and every option (``study.configs``), the gap is the high system's
+``metric`` divided by the low system's. "Narrowed" is the share of the reference option's
+excess gap (gap - 1) that the option removes: 100% means parity, negative means it widened.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvsim.sim.result import RunResult
+
+__all__ = ["gap_frame", "gap_markdown", "gap_figure"]
+
+
+def _cell(summary: dict[str, Any], metric: str) -> dict[str, Any]:
+    cache = summary.get("cache") or {}
+    return {
+        metric: summary.get(metric),
+        "ttft_p50_s": summary["ttft_s"]["p50"],
+        "ttft_p99_s": summary["ttft_s"]["p99"],
+        "hit_rate": (cache.get("hit_rate") or {}).get("total", 0.0),
+        "bound": summary.get("bound"),
+    }
+
+
+def gap_frame(result: RunResult) -> pd.DataFrame:
+    """One row per (sweep point, option): both systems' figures, the gap and the narrowing."""
+    study = result.scenario.spec.study
+    if study is None:
+        raise ValueError("the scenario has no study section")
+    rows = []
+    reference = next(iter(study.configs))
+    for point in result.points():
+        gaps = {}
+        for label, (high, low) in study.configs.items():
+            h = _cell(result.run(high, point).summary, study.metric)
+            lo = _cell(result.run(low, point).summary, study.metric)
+            gap = h[study.metric] / lo[study.metric] if lo[study.metric] else float("inf")
+            gaps[label] = gap
+            row: dict[str, Any] = {"point": point, **result.run(high, point).params, "option": label}
+            row.update({f"{study.high}_{k}": v for k, v in h.items()})
+            row.update({f"{study.low}_{k}": v for k, v in lo.items()})
+            row["gap"] = gap
+            base = gaps[reference]
+            row["narrowed_pct"] = 100.0 * (base - gap) / (base - 1.0) if base != 1.0 else 0.0
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
+    """Markdown: a table per sweep point (one row per option) with the gap and the narrowing."""
+    study = result.scenario.spec.study
+    frame = gap_frame(result) if frame is None else frame
+    metric = study.metric
+    columns = ["option", f"{study.high}_{metric}", f"{study.low}_{metric}", "gap", "narrowed_pct",
+               f"{study.high}_ttft_p50_s", f"{study.high}_ttft_p99_s", f"{study.low}_ttft_p50_s",
+               f"{study.low}_ttft_p99_s", f"{study.high}_hit_rate", f"{study.low}_hit_rate",
+               f"{study.high}_bound", f"{study.low}_bound"]
+    header = ["option", f"{study.high} {metric}", f"{study.low} {metric}", "gap (x)", "narrowed (%)",
+              f"{study.high} TTFT p50 (s)", f"{study.high} TTFT p99 (s)", f"{study.low} TTFT p50 (s)",
+              f"{study.low} TTFT p99 (s)", f"{study.high} hit rate", f"{study.low} hit rate",
+              f"{study.high} bound by", f"{study.low} bound by"]
+    lines = [f"# Gap study: {result.scenario.name}", "",
+             f"gap = {study.high} {metric} / {study.low} {metric}; narrowed = share of the "
+             f"'{next(iter(study.configs))}' gap's excess over 1 that the option removes.", ""]
+    params = [c for c in frame.columns if c not in columns and c != "point"]
+    for point, rows in frame.groupby("point", sort=True):
+        label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
+        lines += [f"## {label}" if label else "## run", "",
+                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for _, row in rows.iterrows():
+            lines.append("| " + " | ".join(_fmt(row[c]) for c in columns) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
+    """PNG: the gap against ``study.x``, one panel per value of ``study.panel``, one line per option."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    study = result.scenario.spec.study
+    frame = gap_frame(result) if frame is None else frame
+    panels = list(dict.fromkeys(frame[study.panel])) if study.panel else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
+    for ax, panel in zip(axes[0], panels):
+        rows = frame if panel is None else frame[frame[study.panel] == panel]
+        for option in study.configs:
+            sub = rows[rows.option == option]
+            x = sub[study.x] if study.x else range(len(sub))
+            ax.plot(list(x), sub.gap.tolist(), marker="o", label=option)
+        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+        if study.x:
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(study.x.split(".")[-1])
+        name = study.panel_label or (study.panel or "").split(".")[-1]
+        ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name)
+    axes[0][0].set_ylabel(f"gap: {study.high} / {study.low} {study.metric}")
+    axes[0][-1].legend(title="KV cache")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
