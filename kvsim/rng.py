@@ -12,7 +12,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["RandomStreams"]
+__all__ = ["RandomStreams", "DerivedStreams"]
 
 
 def _name_key(name: str) -> tuple[int, ...]:
@@ -45,3 +45,24 @@ class RandomStreams:
         """A fresh generator for stream ``name``; calling twice restarts the same sequence."""
         sequence = np.random.SeedSequence(entropy=self.seed, spawn_key=_name_key(name))
         return np.random.Generator(np.random.PCG64(sequence))
+
+
+class DerivedStreams(RandomStreams):
+    """The streams of ``parent`` under a name prefix: same names, independent draws.
+
+    ``DerivedStreams(streams, "prewarm").generator("workload.arrival")`` is the parent's stream
+    ``"prewarm.workload.arrival"``: a workload generated from it follows the same distributions
+    as the real one without repeating its requests. Names in ``shared`` (e.g. the stream that
+    decides which documents exist) stay the parent's.
+    """
+
+    def __init__(self, parent: RandomStreams, prefix: str, shared: tuple[str, ...] = ()):
+        super().__init__(parent.seed)
+        self.parent = parent
+        self.prefix = prefix
+        self.shared = shared  # names that stay the parent's: the world both draw from
+
+    def generator(self, name: str) -> np.random.Generator:
+        if name in self.shared:
+            return self.parent.generator(name)
+        return self.parent.generator(f"{self.prefix}.{name}")

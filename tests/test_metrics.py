@@ -60,3 +60,37 @@ def test_drain_limit_bounds_the_extra_simulated_time():
     assert run.summary["requests_undrained"] > 0
     finished = run.records.to_frame().finish_s.dropna()
     assert finished.max() <= 65.0 + 1e-9
+
+
+def test_bound_resource_names_the_largest_share_of_engine_time():
+    from kvsim.metrics.cache_summary import bound_resource
+
+    causes = {"compute": 10.0, "memory": 2.0, "tp_comm": 30.0, "overhead": 1.0}
+    assert bound_resource(0.95, causes, []) == "tp all-reduce link"
+    assert bound_resource(0.3, causes, []) == "none"
+    link = [{"link": "a->b", "utilization_mean": 0.99}]
+    assert bound_resource(0.9, causes, link) == "link a->b"
+
+
+def test_l20_tp8_prefill_is_bound_by_the_pcie_all_reduce_and_h20_is_not():
+    # Without NVLink, a TP-8 group all-reduces over PCIe: for Qwen3-235B that costs more per
+    # token than the FP8 matmuls, while H20's NVLink keeps compute the limit.
+    text = """
+name: tp8
+duration: 60 s
+warmup: 10 s
+model: qwen3-235b-a22b
+dtype: fp8
+workload:
+  arrival: {kind: closed_loop, clients: 8}
+  input_tokens: {kind: fixed, value: 4096}
+  output_tokens: {kind: fixed, value: 1}
+systems:
+  h20: {node: h20-8x, instance: {tp: 8}}
+  l20: {node: l20-8x, instance: {tp: 8}}
+"""
+    result = kvsim.run(kvsim.parse_scenario(text, "tp8.yaml"))
+    assert result.run("l20").summary["bound"] == "tp all-reduce link"
+    assert result.run("h20").summary["bound"] == "gpu compute"
+    share = result.run("l20").summary["gpu_time_share"]
+    assert share["tp_comm"] > share["compute"]

@@ -129,3 +129,23 @@ def test_faster_policy_recomputes_when_the_load_would_be_slower():
     assert always.hit_tokens_remote[1] == DOC and always.ttft_s[1] > 10
     assert faster.hit_tokens_remote[1] == 0 and faster.computed_tokens[1] == DOC + SUFFIX
     assert faster.ttft_s[1] < 2.0
+
+
+def test_prewarm_fills_lower_tiers_from_independent_draws():
+    cold, _ = _run("{dram: {capacity: 64 GiB}, load_mode: before, load_policy: always}")
+    warm, _ = _run("{dram: {capacity: 64 GiB}, load_mode: before, load_policy: always, prewarm: true}")
+    # cold: the very first request computes everything; warm: the one shared document is
+    # already in DRAM (drawn by the prewarm streams, not copied from the run's requests)
+    assert cold.hit_tokens_dram[0] == 0 and cold.computed_tokens[0] == DOC + SUFFIX
+    assert warm.hit_tokens_dram[0] == DOC and warm.computed_tokens[0] == SUFFIX
+    # the suffixes are unique per request: prewarm did not hand the run its own future blocks
+    assert warm.computed_tokens[1] == SUFFIX
+
+
+def test_prewarm_is_refused_without_prefix_structure():
+    text = SCENARIO.format(doc=DOC, suffix=SUFFIX, cache="{dram: {capacity: 64 GiB}, prewarm: true}")
+    text = text.replace("  prefix: {kind: shared_documents, documents: 1, zipf_s: 1.0, document_tokens: {kind: fixed, "
+                        "value: 8192},\n           suffix_tokens: {kind: fixed, value: 256}}\n",
+                        "  input_tokens: {kind: fixed, value: 1000}\n")
+    with pytest.raises(kvsim.SpecError, match="prewarm needs a generated workload"):
+        kvsim.parse_scenario(text, "o.yaml")

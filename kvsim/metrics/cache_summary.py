@@ -72,12 +72,17 @@ def cache_summary(
     }
 
 
-def bound_resource(gpu_busy_fraction: float, compute_bound_share: float, links: list[dict[str, Any]],
-                   threshold: float = 0.6) -> str:
-    """Name the resource that limits a run: the busiest of GPU time and the network links.
+_CAUSE_NAMES = {"compute": "gpu compute", "memory": "gpu memory bandwidth", "tp_comm": "tp all-reduce link",
+                "overhead": "iteration overhead"}
 
-    GPU time splits into compute-bound and memory-bound iterations (``compute_bound_share`` of
-    the busy time). Below ``threshold`` utilisation everywhere, nothing saturates ("none").
+
+def bound_resource(gpu_busy_fraction: float, time_by_cause_s: dict[str, float], links: list[dict[str, Any]],
+                   threshold: float = 0.6) -> str:
+    """Name the resource that limits a run: the busiest of engine time and the network links.
+
+    Engine time splits into what each iteration spent it on (``time_by_cause_s``: the binding
+    side of the roofline, TP all-reduce, fixed overhead); the largest share names the GPU-side
+    limit. Below ``threshold`` utilisation everywhere, nothing saturates ("none").
     """
     top = max(links, key=lambda l: (l["utilization_mean"], l["link"]), default=None)
     link_util = top["utilization_mean"] if top else 0.0
@@ -85,4 +90,7 @@ def bound_resource(gpu_busy_fraction: float, compute_bound_share: float, links: 
         return "none"
     if top is not None and link_util > gpu_busy_fraction:
         return f"link {top['link']}"
-    return "gpu compute" if compute_bound_share >= 0.5 else "gpu memory bandwidth"
+    if not any(time_by_cause_s.values()):
+        return "gpu"
+    cause = max(sorted(time_by_cause_s), key=lambda c: time_by_cause_s[c])
+    return _CAUSE_NAMES.get(cause, cause)

@@ -201,6 +201,11 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
         if cache is not None and cache.remote is not None and cache.remote.pool_node not in catalogs.pool_nodes:
             problems.append(problem(path + ("kv_cache", "remote", "pool_node"),
                                     catalogs.pool_nodes.unknown_message(cache.remote.pool_node)))
+        if cache is not None and cache.prewarm and (spec.workload.trace or spec.workload.multi_turn
+                                                    or not spec.workload.has_hashes):
+            problems.append(problem(path + ("kv_cache", "prewarm"), "prewarm needs a generated workload "
+                                    "with prefix structure (shared_documents or fixed_hit), not a trace "
+                                    "or multi-turn sessions"))
         if cache is not None and cache.dram is not None and cache.dram.capacity is None:
             problems.append(problem(path + ("kv_cache", "dram"), "give the host DRAM set aside for KV, "
                                     "e.g. capacity: 512 GiB"))

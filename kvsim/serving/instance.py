@@ -30,7 +30,9 @@ class SystemCounters:
         self.window_start_s = window_start_s
         self.window_end_s = window_end_s
         self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
-        self.compute_bound_in_window_s = 0.0
+        # that time split by what it was spent on: the roofline's binding side, TP all-reduce,
+        # and the fixed per-iteration overhead
+        self.time_by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "overhead": 0.0}
 
 
 class _RecordingEvents(SchedulerEvents):
@@ -151,11 +153,8 @@ class Instance:
                 self._wake = None
                 continue
             level.set(env.now, pool.utilization)
-            if breakdown is not None:
-                parts = breakdown(batch.shape)
-                duration_s, compute_bound = parts.total_s, parts.compute_s >= parts.memory_s
-            else:
-                duration_s, compute_bound = step_time(batch.shape), False
+            parts = breakdown(batch.shape) if breakdown is not None else None
+            duration_s = parts.total_s if parts is not None else step_time(batch.shape)
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
             yield env.timeout(duration_s)
@@ -163,7 +162,11 @@ class Instance:
             counters.busy_s += duration_s
             if start_s <= env.now <= end_s:
                 counters.busy_in_window_s += duration_s
-                if compute_bound:
-                    counters.compute_bound_in_window_s += duration_s
+                if parts is not None:
+                    causes = counters.time_by_cause_s
+                    causes["compute" if parts.compute_s >= parts.memory_s else "memory"] += max(
+                        parts.compute_s, parts.memory_s)
+                    causes["tp_comm"] += parts.comm_s
+                    causes["overhead"] += parts.overhead_s
             scheduler.complete(batch, env.now)
             level.set(env.now, pool.utilization)

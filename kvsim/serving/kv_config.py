@@ -59,6 +59,11 @@ class KVCacheSpec(FrozenSpec):
     load_policy : str
         ``always``: load every cached block found. ``faster``: recompute a hit when the model
         predicts recomputing it is faster than loading it over its path.
+    prewarm : bool
+        Start with the tiers below HBM already holding what a long-running cache would: the
+        prompt blocks of requests drawn independently from the same workload (not the run's own
+        requests), inserted until each tier has turned over twice. Without it, a short run
+        measures a cold cache.
 
     A sequence preempted for lack of HBM drops its own pages and is recomputed later (its prompt
     blocks already filed in the HBM cache stay there and usually hit again). Swapping preempted
@@ -73,3 +78,4 @@ class KVCacheSpec(FrozenSpec):
     gpu_direct: bool = True
     load_mode: Literal["overlap", "before"] = "overlap"
     load_policy: Literal["always", "faster"] = "faster"
+    prewarm: bool = False

@@ -131,6 +131,31 @@ class SystemCache:
         """The pool node a block lives on (spread by id, as a distributed KV store shards)."""
         return self.remote[hash(block) % len(self.remote)]
 
+    def prewarm(self, prompts, max_blocks_per_store: float = 2.0) -> int:
+        """Fill every lower tier with the full blocks of ``prompts`` (hash arrays), in order.
+
+        Stops once every lower store has taken ``max_blocks_per_store`` times its capacity (so
+        what remains is what its eviction policy keeps). Returns the prompts used.
+        """
+        stores = list(self.dram.values()) + list(self.nvme.values()) + self.remote
+        if not stores:
+            return 0
+        budget = {id(s): max_blocks_per_store * s.capacity_blocks for s in stores}
+        used = 0
+        for hashes in prompts:
+            used += 1
+            for block in hashes:
+                for store in list(self.dram.values()) + list(self.nvme.values()):
+                    self.index.insert(store, block)
+                    budget[id(store)] -= 1
+                if self.remote:
+                    store = self.remote_store(block)
+                    self.index.insert(store, block)
+                    budget[id(store)] -= 1
+            if all(b <= 0 for b in budget.values()):
+                break
+        return used
+
     def lower_stores(self, node: str, block: int) -> list[BlockStore]:
         """The stores below HBM that an instance on ``node`` writes a block to, fastest first."""
         stores = []

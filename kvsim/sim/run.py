@@ -24,7 +24,7 @@ from kvsim.serving.router import ROUTERS
 from kvsim.serving.scheduler import Sequence
 from kvsim.metrics.cache_summary import bound_resource, cache_summary
 from kvsim.serving.offload import TIERS
-from kvsim.sim.cache_build import build_instance_cache, build_system_cache
+from kvsim.sim.cache_build import build_instance_cache, build_system_cache, warm_prompts
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
@@ -133,6 +133,8 @@ def simulate_system(
         block_tokens = requests.block_tokens if requests is not None and requests.block_tokens else \
             spec.workload.block_tokens
         cache = build_system_cache(env, sizing, block_tokens, warmup, duration)
+        if sizing.spec.kv_cache.prewarm:
+            cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     instances = []
     for i in range(sizing.instances):
         pool = BlockPool(sizing.kv_blocks_per_instance, inst.block_size_tokens)
@@ -174,7 +176,6 @@ def simulate_system(
     span = duration - warmup
     # an iteration that straddles the window start counts whole: clamp the fraction to 1
     busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))
-    compute_share = counters.compute_bound_in_window_s / counters.busy_in_window_s if counters.busy_in_window_s else 0.0
     summary["gpu_busy_fraction"] = busy
     links: list[dict] = []
     if cache is not None:
@@ -185,7 +186,10 @@ def simulate_system(
             records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
             cache.bytes_loaded, cache.bytes_written, links,
             {tier: level.mean() for tier, level in occupancy.items()})
-    summary["bound"] = bound_resource(busy, compute_share, links)
+    busy_total = counters.busy_in_window_s
+    summary["gpu_time_share"] = {cause: (t / busy_total if busy_total else 0.0)
+                                 for cause, t in counters.time_by_cause_s.items()}
+    summary["bound"] = bound_resource(busy, counters.time_by_cause_s, links)
     return SystemRun(
         system=name, point_index=point.index, params=dict(point.params), sizing=sizing, records=records,
         summary=summary, in_system_mean=in_system.mean(), iterations=counters.iterations,

@@ -165,9 +165,13 @@ def _trace_format(arrival: object) -> str | None:
 
 
 def open_loop_requests(
-    spec: WorkloadSpec, duration_s: float, streams: RandomStreams, base_dir: str | Path | None = None
+    spec: WorkloadSpec, duration_s: float, streams: RandomStreams, base_dir: str | Path | None = None,
+    namespace: str = "",
 ) -> RequestArrays:
     """All requests arriving in ``[0, duration_s)`` for an open-loop workload.
+
+    ``namespace`` keeps the unique parts of prompts apart from another request set's (e.g. a
+    cache prewarm drawn from the same workload): equal request indices then mean different text.
 
     With a prefix structure the result carries ``hash_ids`` (and ``block_tokens``). With a trace
     arrival the trace is read (``base_dir`` resolves a relative ``file``) and cut at ``duration_s``;
@@ -192,14 +196,15 @@ def open_loop_requests(
         inputs = np.empty(n, dtype=np.int64)
         hash_ids = []
         for i, (d, s) in enumerate(zip(documents.tolist(), suffixes.tolist())):
-            inputs[i], ids = library.prompt(d, s, (i,))
+            inputs[i], ids = library.prompt(d, s, (namespace, i) if namespace else (i,))
             hash_ids.append(ids)
         return RequestArrays(arrival_s, inputs, outputs, hash_ids, block)
     inputs = spec.input_tokens.sample(streams.generator("workload.input_tokens"), n)
     outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
     if isinstance(spec.prefix, FixedHit):
         shared = SharedPrefix(spec.prefix, block)
-        hash_ids = [shared.prompt(tokens, (i,)) for i, tokens in enumerate(inputs.tolist())]
+        hash_ids = [shared.prompt(tokens, (namespace, i) if namespace else (i,))
+                    for i, tokens in enumerate(inputs.tolist())]
         return RequestArrays(arrival_s, inputs, outputs, hash_ids, block)
     return RequestArrays(arrival_s=arrival_s, input_tokens=inputs, output_tokens=outputs)
 
@@ -230,12 +235,13 @@ class ClientStream:
 
     _CHUNK = 64
 
-    def __init__(self, spec: WorkloadSpec, client: int, streams: RandomStreams):
+    def __init__(self, spec: WorkloadSpec, client: int, streams: RandomStreams, namespace: str = ""):
         if not isinstance(spec.arrival, ClosedLoop):
             raise ValueError("ClientStream needs a closed-loop arrival process")
         self._spec = spec
         self._arrival: ClosedLoop = spec.arrival
         self._client = int(client)
+        self._namespace = namespace  # keeps unique prompt parts apart from another request set's
         self._rng = streams.generator(f"workload.client.{client}")
         self._buffer: list[tuple] = []
         self._first = True
@@ -286,7 +292,8 @@ class ClientStream:
     def next_request_with_hashes(self) -> ClientRequest:
         """The client's next request with its prompt's block ids (None without a prefix structure)."""
         think_s, n_in, n_out, document, suffix, index = self._next()
-        key = ("client", self._client, index)
+        key = ("client", self._client, index) if not self._namespace else (
+            self._namespace, "client", self._client, index)
         hash_ids = None
         if self._library is not None:
             _, hash_ids = self._library.prompt(document, suffix, key)
