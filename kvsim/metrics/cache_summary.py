@@ -38,7 +38,7 @@ def cache_summary(
     body_flops_per_token, attention_flops_per_pair : float
         The model's prefill costs, to convert hit tokens into FLOPs avoided.
     bytes_loaded, bytes_written : dict
-        Bytes moved from / to each lower tier during the whole run.
+        Bytes moved from / to each lower tier by transfers started inside the window.
     links : list of dict
         Per link ``{"link", "capacity_Bps", "bytes", "utilization_mean"}``.
     occupancy_mean_bytes : dict

@@ -105,10 +105,12 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         if study.x:
             ax.set_xscale("log", base=2)
+            ticks = sorted(set(rows[study.x]))
+            ax.set_xticks(ticks, [str(t) for t in ticks])
             ax.set_xlabel(study.x.split(".")[-1])
         name = study.panel_label or (study.panel or "").split(".")[-1]
-        ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name)
-    axes[0][0].set_ylabel(f"gap: {study.high} / {study.low} {study.metric}")
+        ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name, fontsize=10)
+    axes[0][0].set_ylabel(f"gap: {study.high} / {study.low}\n{study.metric}")
     axes[0][-1].legend(title="KV cache")
     fig.tight_layout()
     out = Path(path)

@@ -62,8 +62,8 @@ class KVCacheSpec(FrozenSpec):
     prewarm : bool
         Start with the tiers below HBM already holding what a long-running cache would: the
         prompt blocks of requests drawn independently from the same workload (not the run's own
-        requests), inserted until each tier has turned over twice. Without it, a short run
-        measures a cold cache.
+        requests), inserted until each tier has turned over twice or the hit rate of those
+        draws has settled. Without it, a short run measures a cold cache.
 
     A sequence preempted for lack of HBM drops its own pages and is recomputed later (its prompt
     blocks already filed in the HBM cache stay there and usually hit again). Swapping preempted

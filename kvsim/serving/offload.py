@@ -110,8 +110,15 @@ class SystemCache:
             self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
                                            "remote", topology.pool_media(pool)))
         self.capacity_Bps = topology.capacity_Bps()
+        # bytes by tier, counted when a transfer starts inside the measurement window
         self.bytes_loaded = dict.fromkeys(TIERS[1:], 0.0)
         self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
+        self.window = (network.window_start_s, network.window_end_s)
+
+    def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
+        """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
+        if self.window[0] <= self.env.now <= self.window[1]:
+            table[tier] += nbytes
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str) -> BlockStore:
@@ -131,21 +138,29 @@ class SystemCache:
         """The pool node a block lives on (spread by id, as a distributed KV store shards)."""
         return self.remote[hash(block) % len(self.remote)]
 
-    def prewarm(self, prompts, max_blocks_per_store: float = 2.0) -> int:
+    def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,
+                settle: float = 0.005) -> int:
         """Fill every lower tier with the full blocks of ``prompts`` (hash arrays), in order.
 
-        Stops once every lower store has taken ``max_blocks_per_store`` times its capacity (so
-        what remains is what its eviction policy keeps). Returns the prompts used.
+        Stops when the cache is warm: every lower store has taken ``max_blocks_per_store`` times
+        its capacity (what remains is what its policy keeps), or the share of blocks already
+        present changes by less than ``settle`` between successive batches of ``batch`` prompts
+        (the hit rate has settled). Returns the prompts used.
         """
-        stores = list(self.dram.values()) + list(self.nvme.values()) + self.remote
+        locals_ = list(self.dram.values()) + list(self.nvme.values())
+        stores = locals_ + self.remote
         if not stores:
             return 0
         budget = {id(s): max_blocks_per_store * s.capacity_blocks for s in stores}
-        used = 0
+        used = present = seen = 0
+        previous = None
         for hashes in prompts:
             used += 1
             for block in hashes:
-                for store in list(self.dram.values()) + list(self.nvme.values()):
+                seen += 1
+                first = locals_[0] if locals_ else self.remote_store(block)
+                present += block in first
+                for store in locals_:
                     self.index.insert(store, block)
                     budget[id(store)] -= 1
                 if self.remote:
@@ -154,6 +169,11 @@ class SystemCache:
                     budget[id(store)] -= 1
             if all(b <= 0 for b in budget.values()):
                 break
+            if used % batch == 0:
+                rate = present / seen if seen else 0.0
+                if previous is not None and abs(rate - previous) < settle:
+                    break
+                previous, present, seen = rate, 0, 0
         return used
 
     def lower_stores(self, node: str, block: int) -> list[BlockStore]:
@@ -340,7 +360,7 @@ class InstanceCache(AdmissionHook):
                 store.pin(block)
             nbytes = len(blocks) * g.block_bytes_per_card
             self.record_hits(seq, tier, len(blocks) * g.block_tokens, nbytes * g.tp)
-            system.bytes_loaded[tier] += nbytes * g.tp
+            system.count(system.bytes_loaded, tier, nbytes * g.tp)
             flows = []
             for gpu in self.gpus:
                 links = system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
@@ -403,7 +423,7 @@ class InstanceCache(AdmissionHook):
         for store, group in targets.values():
             tier = system.tier_of[id(store)]
             per_card = len(group) * g.block_bytes / g.tp
-            system.bytes_written[tier] += per_card * g.tp
+            system.count(system.bytes_written, tier, per_card * g.tp)
             if seq is not None:
                 self.record_written(seq, per_card * g.tp)
             for block in group:
@@ -479,7 +499,7 @@ class InstanceCache(AdmissionHook):
             if block in store:
                 return
             tier = system.tier_of[id(store)]
-            system.bytes_written[tier] += g.block_bytes
+            system.count(system.bytes_written, tier, g.block_bytes)
             flows = []
             for gpu in self.gpus:
                 links = system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
