@@ -60,6 +60,14 @@ def test_run_writes_the_gap_table_and_figure(tmp_path):
     assert "| option |" in markdown and "gap (x)" in markdown and "| dram |" in markdown
     assert (tmp_path / "out" / "gap.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "out" / "gap.csv").read_text().startswith("point,")
+    # per-link traffic and tier occupancy over time are written for runs with a KV cache
+    import pandas as pd
+
+    links = pd.read_parquet(tmp_path / "out" / "links.parquet")
+    assert {"system", "link", "capacity_Bps", "bytes", "utilization_mean"} <= set(links.columns)
+    assert set(links.system) == {"hi-dram", "lo-dram"} and (links.bytes > 0).all()
+    series = pd.read_parquet(tmp_path / "out" / "timeseries.parquet")
+    assert {"time_s", "hbm_bytes", "dram_bytes"} <= set(series.columns) and series.dram_bytes.max() > 0
 
 
 def test_study_naming_an_unknown_system_is_refused():

@@ -149,3 +149,23 @@ def test_prewarm_is_refused_without_prefix_structure():
                         "  input_tokens: {kind: fixed, value: 1000}\n")
     with pytest.raises(kvsim.SpecError, match="prewarm needs a generated workload"):
         kvsim.parse_scenario(text, "o.yaml")
+
+
+def test_a_hit_from_the_remote_pool_is_promoted_into_host_dram():
+    # 16 single-card instances on 2 nodes, requests in round robin: request 0 computes on node 0
+    # and writes through to node 0's DRAM and the pool; request 8 is the first on node 1, whose
+    # DRAM lacks the document, so it loads from the pool; request 9 (also node 1) then finds it
+    # in node 1's DRAM only if the load promoted it there.
+    cache = ("{dram: {capacity: 64 GiB}, remote: {pool_node: nvme-storage-16x}, load_mode: before, "
+             "load_policy: always, promote_on_hit: %s}")
+    frames = {}
+    for promote in ("true", "false"):
+        text = SCENARIO.format(doc=DOC, suffix=SUFFIX, cache=cache % promote).replace(
+            "instances: 2, router: round_robin", "nodes: 2, router: round_robin").replace(
+            "duration: 12 s", "duration: 40 s")
+        frames[promote] = kvsim.run(kvsim.parse_scenario(text, "o.yaml")).runs[0].records.to_frame()
+    promoted, not_promoted = frames["true"], frames["false"]
+    assert promoted.instance[8] == 8 and promoted.hit_tokens_remote[8] == DOC
+    assert promoted.hit_tokens_dram[9] == DOC and promoted.hit_tokens_remote[9] == 0
+    assert not_promoted.hit_tokens_remote[9] == DOC and not_promoted.hit_tokens_dram[9] == 0
+    assert promoted.ttft_s[9] < not_promoted.ttft_s[9]  # DRAM over PCIe beats the pool over one NIC

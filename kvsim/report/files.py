@@ -62,6 +62,10 @@ def write_results(result: RunResult, out_dir: str | Path, source_text: str | Non
         source = out / "scenario.source.yaml"
         source.write_text(source_text, encoding="utf-8")
         written.append(source)
+    for name, frame in (("links.parquet", result.links_frame()), ("timeseries.parquet", result.timeseries_frame())):
+        if len(frame):
+            frame.to_parquet(out / name, index=False)
+            written.append(out / name)
     table = out / "table.txt"
     table.write_text(comparison_table(result), encoding="utf-8")
     written.append(table)

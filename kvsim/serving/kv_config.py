@@ -59,6 +59,10 @@ class KVCacheSpec(FrozenSpec):
     load_policy : str
         ``always``: load every cached block found. ``faster``: recompute a hit when the model
         predicts recomputing it is faster than loading it over its path.
+    promote_on_hit : bool
+        A block loaded from NVMe or the remote pool is also filed in the node's DRAM tier (free
+        on the host-bounce path, where the bytes pass through DRAM anyway; a device-to-host
+        copy with GPU-Direct).
     prewarm : bool
         Start with the tiers below HBM already holding what a long-running cache would: the
         prompt blocks of requests drawn independently from the same workload (not the run's own
@@ -78,4 +82,5 @@ class KVCacheSpec(FrozenSpec):
     gpu_direct: bool = True
     load_mode: Literal["overlap", "before"] = "overlap"
     load_policy: Literal["always", "faster"] = "faster"
+    promote_on_hit: bool = True
     prewarm: bool = False

@@ -378,14 +378,32 @@ class InstanceCache(AdmissionHook):
         for block in loaded:
             self.inflight[block] = done
 
+        promote = [b for b, store in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
+
         def landed(_event):
             for block in loaded:
                 self.hbm.unpin(block)
                 if self.inflight.get(block) is done:
                     del self.inflight[block]
+            if promote and system.spec.promote_on_hit:
+                self._promote(promote)
 
         done.callbacks.insert(0, landed)
         return done
+
+    def _promote(self, blocks: list) -> None:
+        """File blocks just loaded from NVMe or the pool in this node's DRAM tier too."""
+        dram = self.system.dram.get(self.node)
+        if dram is None:
+            return
+        missing = [b for b in blocks if b not in dram]
+        if not missing:
+            return
+        if not self.system.spec.gpu_direct:
+            for block in missing:  # the bounce staged these bytes in host DRAM already
+                self.system.index.insert(dram, block)
+            return
+        self._write_down(None, missing, only=dram)
 
     def prompt_done(self, seq: Sequence, now: float) -> None:
         if seq.hashes is None or seq.cache is None:
@@ -412,12 +430,12 @@ class InstanceCache(AdmissionHook):
         if self.system.spec.write_policy == "write_through" and new_blocks:
             self._write_down(seq, new_blocks)
 
-    def _write_down(self, seq: Sequence | None, blocks: list) -> None:
-        """Copy ``blocks`` from this HBM to every lower tier that lacks them (background flows)."""
+    def _write_down(self, seq: Sequence | None, blocks: list, only: BlockStore | None = None) -> None:
+        """Copy ``blocks`` from this HBM to every lower tier that lacks them (or to ``only``)."""
         system, g = self.system, self.geometry
         targets: dict[int, tuple[BlockStore, list]] = {}
         for block in blocks:
-            for store in system.lower_stores(self.node, block):
+            for store in ([only] if only is not None else system.lower_stores(self.node, block)):
                 if block not in store:
                     targets.setdefault(id(store), (store, []))[1].append(block)
         for store, group in targets.values():

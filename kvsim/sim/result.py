@@ -33,6 +33,7 @@ class SystemRun:
     busy_s: float
     wall_s: float
     timeseries: list[dict[str, Any]] = field(default_factory=list)
+    links: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         """Hardware facts of the run, SI units."""
@@ -124,6 +125,17 @@ class RunResult:
         for run in self.runs:
             if run.timeseries:
                 frame = pd.DataFrame(run.timeseries)
+                frame.insert(0, "system", run.system)
+                frame.insert(1, "point", run.point_index)
+                frames.append(frame)
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def links_frame(self) -> pd.DataFrame:
+        """Every network link that carried bytes: capacity (B/s), bytes, mean utilisation, per run."""
+        frames = []
+        for run in self.runs:
+            if run.links:
+                frame = pd.DataFrame(run.links)
                 frame.insert(0, "system", run.system)
                 frame.insert(1, "point", run.point_index)
                 frames.append(frame)

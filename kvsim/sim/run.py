@@ -181,6 +181,8 @@ def simulate_system(
     if cache is not None:
         links = [{"link": f"{u}->{v}", **stats} for (u, v), stats in cache.network.link_report().items()
                  if stats["bytes"] > 0]
+        for row in links:
+            row["bytes"] = float(row["bytes"])
         model = sizing.model
         summary["cache"] = cache_summary(
             records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
@@ -193,7 +195,7 @@ def simulate_system(
     return SystemRun(
         system=name, point_index=point.index, params=dict(point.params), sizing=sizing, records=records,
         summary=summary, in_system_mean=in_system.mean(), iterations=counters.iterations,
-        busy_s=counters.busy_s, wall_s=time.perf_counter() - started, timeseries=timeseries,
+        busy_s=counters.busy_s, wall_s=time.perf_counter() - started, timeseries=timeseries, links=links,
     )
 
 
