@@ -169,3 +169,34 @@ def test_a_hit_from_the_remote_pool_is_promoted_into_host_dram():
     assert promoted.hit_tokens_dram[9] == DOC and promoted.hit_tokens_remote[9] == 0
     assert not_promoted.hit_tokens_remote[9] == DOC and not_promoted.hit_tokens_dram[9] == 0
     assert promoted.ttft_s[9] < not_promoted.ttft_s[9]  # DRAM over PCIe beats the pool over one NIC
+
+
+def test_swapping_preempted_sequences_avoids_recompute():
+    # a KV pool far too small for the load forces preemptions; with swap the preempted KV goes to
+    # host DRAM and back, so no prompt token is computed twice and every request still finishes
+    text = """
+name: swap
+seed: 4
+duration: 30 s
+warmup: 0 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: poisson, rate: 4/s}}
+  input_tokens: {{kind: uniform, low: 1000, high: 3000}}
+  output_tokens: {{kind: uniform, low: 200, high: 600}}
+systems:
+  s: {{node: l20-8x, instances: 1, instance: {{activation_reserve: 22 GiB}}, kv_cache: {{preemption: {mode}}}}}
+"""
+    frames = {}
+    for mode in ("recompute", "swap"):
+        run = kvsim.run(kvsim.parse_scenario(text.format(mode=mode), "s.yaml")).runs[0]
+        frames[mode] = run.records.to_frame()
+    for mode, frame in frames.items():
+        assert frame.finish_s.notna().all(), mode
+        assert frame.preemptions.sum() > 0, mode
+    recompute, swap = frames["recompute"], frames["swap"]
+    preempted = recompute.preemptions > 0
+    assert (recompute.computed_tokens[preempted] > recompute.input_tokens[preempted]).all()
+    assert (swap.computed_tokens == swap.input_tokens).all()
+    swapped = swap.preemptions > 0
+    assert (swap.written_bytes[swapped] > 0).all() and (swap.loaded_bytes[swapped] > 0).all()

@@ -68,10 +68,11 @@ class KVCacheSpec(FrozenSpec):
         prompt blocks of requests drawn independently from the same workload (not the run's own
         requests), inserted until each tier has turned over twice or the hit rate of those
         draws has settled. Without it, a short run measures a cold cache.
-
-    A sequence preempted for lack of HBM drops its own pages and is recomputed later (its prompt
-    blocks already filed in the HBM cache stay there and usually hit again). Swapping preempted
-    KV to host DRAM is not modelled yet.
+    preemption : str
+        A sequence preempted for lack of HBM: ``recompute`` drops its own pages and computes them
+        again later (prompt blocks already filed in the HBM cache stay and usually hit again);
+        ``swap`` copies its own pages to host DRAM and back when readmitted (no recompute; the
+        copies cross PCIe and the DRAM channels like any other transfer).
     """
 
     hbm_eviction: EvictionKind = "lru"
@@ -83,4 +84,5 @@ class KVCacheSpec(FrozenSpec):
     load_mode: Literal["overlap", "before"] = "overlap"
     load_policy: Literal["always", "faster"] = "faster"
     promote_on_hit: bool = True
+    preemption: Literal["recompute", "swap"] = "recompute"
     prewarm: bool = False

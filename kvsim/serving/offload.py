@@ -244,6 +244,8 @@ class InstanceCache(AdmissionHook):
 
     # -- AdmissionHook ---------------------------------------------------------------------
     def admit(self, seq: Sequence, now: float) -> str | None:
+        if seq.swapped:
+            return self._swap_in(seq)
         if seq.hashes is None:
             return "run"
         g = self.geometry
@@ -468,6 +470,41 @@ class InstanceCache(AdmissionHook):
         for block in state.blocks:
             self.hbm.drop_reader(block)
         seq.cache = None
+
+    # -- swapping preempted sequences ------------------------------------------------------
+    def _private_bytes_per_card(self, seq: Sequence) -> float:
+        g = self.geometry
+        return seq.kv_blocks * g.page_tokens * g.block_bytes_per_card / g.block_tokens
+
+    def _swap_flows(self, nbytes_per_card: float, out: bool) -> simpy.Event:
+        system = self.system
+        dram = system.topology.dram(self.node)
+        flows = []
+        for gpu in self.gpus:
+            links = system.topology.store_path(gpu, dram, True) if out else system.topology.load_path(dram, gpu, True)
+            flows.append(system.network.transfer(links, nbytes_per_card, system.topology.path_latency_s(links)))
+        return flows[0] if len(flows) == 1 else simpy.AllOf(system.env, flows)
+
+    def swap_out(self, seq: Sequence) -> bool:
+        """Copy the sequence's own pages to host DRAM (its shared prefix blocks stay held)."""
+        if self.system.spec.preemption != "swap" or seq.kv_blocks == 0:
+            return False
+        nbytes = self._private_bytes_per_card(seq)
+        self.record_written(seq, nbytes * self.geometry.tp)
+        # the pages are handed back at once: the copy is assumed staged, like a write-back
+        self._swap_flows(nbytes, out=True)
+        return True
+
+    def _swap_in(self, seq: Sequence) -> str | None:
+        """Readmitting a swapped sequence: its pages back, then the copy from host DRAM."""
+        if not self.pool.grow(seq, seq.kv_tokens):
+            return None
+        nbytes = self._private_bytes_per_card(seq)
+        self.record_hits(seq, "dram", 0, nbytes * self.geometry.tp)
+        seq.swapped = False
+        done = self._swap_flows(nbytes, out=False)
+        done.callbacks.append(lambda _event: self._after_load(seq, ungate=False))
+        return "load"
 
     def _cache_decoded(self, seq: Sequence, state: _SeqCache) -> None:
         """Keep the full blocks written while decoding (a next turn extends this conversation).

@@ -39,7 +39,7 @@ class Sequence:
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
-        "gated", "stalled", "sequence_hashes",
+        "gated", "stalled", "sequence_hashes", "swapped",
     )
 
     def __init__(self, rid: int, prompt_tokens: int, output_tokens: int, on_finish: Callable | None = None,
@@ -60,6 +60,7 @@ class Sequence:
         self.cache: Any = None    # the admission hook's per-sequence state
         self.gated = False        # first token must wait for an in-flight load
         self.stalled = False      # prefill computed, waiting for that load
+        self.swapped = False      # its own KV waits in host DRAM (preempted by swapping)
 
     @property
     def total_tokens(self) -> int:
@@ -105,6 +106,14 @@ class AdmissionHook:
     def released(self, seq: Sequence, finished: bool) -> None:
         """``seq`` gave back its pages: it finished, or was preempted (``finished=False``)."""
 
+    def swap_out(self, seq: Sequence) -> bool:
+        """Preempting ``seq``: copy its own pages to host memory instead of dropping them?
+
+        True means the hook started the copy; ``seq`` keeps its token counts and, on its next
+        :meth:`admit`, must get its pages back (``"load"``) rather than be recomputed.
+        """
+        return False
+
 
 class BatchScheduler:
     """Iteration-level batching policy of one instance.
@@ -144,16 +153,21 @@ class BatchScheduler:
         self.waiting.append(seq)
 
     def _preempt(self, seq: Sequence) -> None:
-        self.pool.release(seq)
-        if self.hook is not None:
-            self.hook.released(seq, finished=False)
         if seq.stalled:
             self.stalled -= 1
-        seq.kv_tokens = 0
-        seq.shared_tokens = 0
+        in_flight = seq.gated  # a load still lands under it: its KV is not whole, so recompute
         seq.gated = seq.stalled = False
-        seq.prefill_target = seq.prompt_tokens + seq.generated
         seq.preemptions += 1
+        if self.hook is not None and not in_flight and self.hook.swap_out(seq):
+            seq.swapped = True  # KV kept (in host memory): token counts stay as they are
+            self.pool.release(seq)
+        else:
+            self.pool.release(seq)
+            if self.hook is not None:
+                self.hook.released(seq, finished=False)
+            seq.kv_tokens = 0
+            seq.shared_tokens = 0
+            seq.prefill_target = seq.prompt_tokens + seq.generated
         self.waiting.appendleft(seq)
         self.events.preempted(seq)
 
