@@ -67,7 +67,10 @@ def test_run_writes_the_gap_table_and_figure(tmp_path):
     assert {"system", "link", "capacity_Bps", "bytes", "utilization_mean"} <= set(links.columns)
     assert set(links.system) == {"hi-dram", "lo-dram"} and (links.bytes > 0).all()
     series = pd.read_parquet(tmp_path / "out" / "timeseries.parquet")
-    assert {"time_s", "hbm_bytes", "dram_bytes"} <= set(series.columns) and series.dram_bytes.max() > 0
+    assert {"time_s", "hbm_bytes", "dram_bytes", "hbm_logical_bytes"} <= set(series.columns)
+    assert series.dram_bytes.max() > 0
+    # a running sequence reads its cached prefix: HBM has readers while requests are in flight
+    assert series.hbm_logical_bytes.max() > 0
 
 
 def test_study_naming_an_unknown_system_is_refused():

@@ -184,10 +184,15 @@ def simulate_system(
         for row in links:
             row["bytes"] = float(row["bytes"])
         model = sizing.model
-        summary["cache"] = cache_summary(
+        last = timeseries[-1] if timeseries else {}
+        summary_cache = cache_summary(
             records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
             cache.bytes_loaded, cache.bytes_written, links,
             {tier: level.mean() for tier, level in occupancy.items()})
+        summary_cache["tier_bytes_at_end"] = {
+            tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}
+            for tier in TIERS}
+        summary["cache"] = summary_cache
     busy_total = counters.busy_in_window_s
     summary["gpu_time_share"] = {cause: (t / busy_total if busy_total else 0.0)
                                  for cause, t in counters.time_by_cause_s.items()}
@@ -206,9 +211,11 @@ def _sample_tiers(env: simpy.Environment, cache, occupancy: dict, rows: list, ev
     while env.now <= until_s:
         row = {"time_s": env.now}
         for tier, group in stores.items():
-            held = float(sum(store.used_bytes for store in group))
+            held = float(sum(store.physical_bytes for store in group))
             occupancy[tier].set(env.now, held)
             row[f"{tier}_bytes"] = held
+            # what readers see: one block's bytes per reader (sharing makes it exceed physical)
+            row[f"{tier}_logical_bytes"] = float(sum(store.logical_bytes for store in group))
         rows.append(row)
         yield env.timeout(every_s)
 
