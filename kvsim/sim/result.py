@@ -119,27 +119,24 @@ class RunResult:
         frame = pd.DataFrame(rows)
         return frame.astype({c: float for c in frame.columns if c.endswith(("_mean", "_p50", "_p90", "_p99"))})
 
-    def timeseries_frame(self) -> pd.DataFrame:
-        """Sampled tier occupancy over time (bytes per tier), one row per sample per run."""
+    def _per_run_frame(self, attribute: str) -> pd.DataFrame:
         frames = []
         for run in self.runs:
-            if run.timeseries:
-                frame = pd.DataFrame(run.timeseries)
+            rows = getattr(run, attribute)
+            if rows:
+                frame = pd.DataFrame(rows)
                 frame.insert(0, "system", run.system)
                 frame.insert(1, "point", run.point_index)
                 frames.append(frame)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
+    def timeseries_frame(self) -> pd.DataFrame:
+        """Sampled tier occupancy over time (physical and logical bytes per tier), per run."""
+        return self._per_run_frame("timeseries")
+
     def links_frame(self) -> pd.DataFrame:
         """Every network link that carried bytes: capacity (B/s), bytes, mean utilisation, per run."""
-        frames = []
-        for run in self.runs:
-            if run.links:
-                frame = pd.DataFrame(run.links)
-                frame.insert(0, "system", run.system)
-                frame.insert(1, "point", run.point_index)
-                frames.append(frame)
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return self._per_run_frame("links")
 
     def requests_frame(self) -> pd.DataFrame:
         """Every request of every run, with ``system``, ``point`` and swept parameters as columns."""
