@@ -253,3 +253,20 @@ def test_lru_and_lfu_match_brute_force(kind, capacity, ops):
         elif op == "unpin" and pins[b]:
             s.unpin(b)
             pins[b] -= 1
+
+
+def test_evictable_blocks_counts_unheld_blocks():
+    from kvsim.kv.store import BlockStore
+
+    store = BlockStore("s", 4.0, 1.0)
+    for block in (1, 2, 3):
+        store.insert(block)
+    store.pin(1)
+    store.add_reader(1)
+    store.add_reader(2)
+    assert store.evictable_blocks == 1
+    store.unpin(1)
+    assert store.evictable_blocks == 1  # 1 still has a reader
+    store.drop_reader(1)
+    store.drop_reader(2)
+    assert store.evictable_blocks == 3

@@ -200,3 +200,58 @@ systems:
     assert (swap.computed_tokens == swap.input_tokens).all()
     swapped = swap.preemptions > 0
     assert (swap.written_bytes[swapped] > 0).all() and (swap.loaded_bytes[swapped] > 0).all()
+
+
+STRESS = """
+name: stress
+seed: 8
+duration: 40 s
+warmup: 5 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: poisson, rate: 8/s}}
+  prefix: {{kind: shared_documents, documents: 60, zipf_s: 0.8, document_tokens: {{kind: uniform, low: 512, high: 4096}},
+           suffix_tokens: {{kind: uniform, low: 16, high: 600}}}}
+  output_tokens: {{kind: uniform, low: 20, high: 400}}
+systems:
+  s: {{node: l20-8x, instances: 2, instance: {{activation_reserve: 22 GiB}},
+       kv_cache: {{dram: {{capacity: {dram}}}, remote: {{pool_node: nvme-storage-16x}}, write_policy: {write},
+                  preemption: {preemption}}}}}
+"""
+
+
+@pytest.mark.parametrize("write, preemption", [("write_through", "recompute"), ("write_back", "swap")])
+def test_pages_are_conserved_and_hits_never_exceed_needs_under_memory_pressure(monkeypatch, write, preemption):
+    import kvsim.sim.run as run_module
+
+    built = []
+    real_instance = run_module.Instance
+
+    def capture(*args, **kwargs):
+        instance = real_instance(*args, **kwargs)
+        built.append(instance)
+        return instance
+
+    monkeypatch.setattr(run_module, "Instance", capture)
+    text = STRESS.format(dram="2 GiB", write=write, preemption=preemption)
+    run = kvsim.run(kvsim.parse_scenario(text, "stress.yaml")).runs[0]
+    frame = run.records.to_frame()
+    assert frame.finish_s.notna().all() and frame.preemptions.sum() > 0
+    # every page is free or held by a cached block once all requests have finished
+    for instance in built:
+        hook = instance.scheduler.hook
+        pages = hook.hbm.used_blocks * hook.geometry.pages_per_block
+        assert instance.pool.free_blocks + pages == instance.pool.num_blocks
+        assert hook.hbm.evictable_blocks == hook.hbm.used_blocks  # no reader or pin leaked
+        assert not hook.inflight
+    # a request's hits never exceed what its admissions needed
+    hits = frame[[f"hit_tokens_{t}" for t in ("hbm", "dram", "nvme", "remote")]].sum(axis=1)
+    assert (hits <= frame.computed_tokens + hits).all()
+    assert (hits <= frame.input_tokens * (1 + frame.preemptions)).all()
+    rates = run.summary["cache"]["hit_rate"]
+    assert all(0 <= rates[t] <= 1 for t in rates) and rates["total"] <= 1
+    if write == "write_back":
+        # a 2 GiB DRAM tier overflows; under write-back its evictions move on to the pool
+        assert run.summary["cache"]["bytes_written"]["remote"] > 0
+    if preemption == "swap":
+        assert run.summary["cache"]["bytes_written"]["dram"] > 0

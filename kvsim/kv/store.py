@@ -94,6 +94,7 @@ class BlockStore:
         self._pins: dict[Block, int] = {}
         self._readers: dict[Block, int] = {}
         self._reader_refs = 0
+        self._held: dict[Block, int] = {}  # pins + readers per held block, to count evictables in O(1)
         self.hits = 0
         self.misses = 0
         self.insertions = 0
@@ -232,6 +233,22 @@ class BlockStore:
         if block not in self._policy:
             raise KeyError(block)
         self._pins[block] = self._pins.get(block, 0) + 1
+        self._hold(block)
+
+    def _hold(self, block: Block) -> None:
+        self._held[block] = self._held.get(block, 0) + 1
+
+    def _release(self, block: Block) -> None:
+        count = self._held[block]
+        if count == 1:
+            del self._held[block]
+        else:
+            self._held[block] = count - 1
+
+    @property
+    def evictable_blocks(self) -> int:
+        """Stored blocks with no pin and no reader (what :meth:`evict_one` could free)."""
+        return len(self._policy) - len(self._held)
 
     def unpin(self, block: Block) -> None:
         """Release one pin of ``block`` (ValueError if it has none)."""
@@ -242,6 +259,7 @@ class BlockStore:
             del self._pins[block]
         else:
             self._pins[block] = count - 1
+        self._release(block)
 
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
@@ -253,6 +271,7 @@ class BlockStore:
             raise KeyError(block)
         self._readers[block] = self._readers.get(block, 0) + 1
         self._reader_refs += 1
+        self._hold(block)
 
     def drop_reader(self, block: Block) -> None:
         """Give back one reader reference to ``block`` (ValueError if it has none)."""
@@ -264,6 +283,7 @@ class BlockStore:
         else:
             self._readers[block] = count - 1
         self._reader_refs -= 1
+        self._release(block)
 
     def readers(self, block: Block) -> int:
         """Reader references currently held on ``block``."""

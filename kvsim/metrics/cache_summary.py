@@ -49,11 +49,15 @@ def cache_summary(
     measured = arrival >= window_start_s
     inputs = records.column("input_tokens")[measured].astype(float)
     hits = {t: records.column(f"hit_tokens_{t}")[measured].astype(float) for t in TIER_NAMES}
-    # a recomputed request can hit again on re-admission; cap at its prompt for the rate
+    computed = records.column("computed_tokens")[measured].astype(float)
+    # Every admission needs KV for its prompt: some tokens come from a tier, the rest are
+    # computed (a preempted request re-admitted needs them again). The hit rate of a tier is its
+    # share of all those tokens, so the shares and the computed share add up to one.
+    needed = computed.sum() + sum(h.sum() for h in hits.values())
+    hit_rate = {t: (hits[t].sum() / needed if needed else 0.0) for t in TIER_NAMES}
+    hit_rate["total"] = sum(hit_rate[t] for t in TIER_NAMES)
+    # FLOPs avoided: per request, the leading hit tokens (at most its prompt) it did not compute
     total_hit = np.minimum(sum(hits.values()), inputs)
-    prompt_tokens = inputs.sum()
-    hit_rate = {t: (hits[t].sum() / prompt_tokens if prompt_tokens else 0.0) for t in TIER_NAMES}
-    hit_rate["total"] = total_hit.sum() / prompt_tokens if prompt_tokens else 0.0
     # prefill FLOPs a hit of H leading tokens avoids: H linear passes and H(H+1)/2 attention pairs
     flops_avoided = float((total_hit * body_flops_per_token
                            + attention_flops_per_pair * total_hit * (total_hit + 1) / 2).sum())

@@ -1,25 +1,24 @@
-"""Prefix caching and KV offload: where a request's cached prefix lives and how it moves.
+"""Prefix caching and KV offload for one instance: the scheduler's admission hook.
 
-One :class:`SystemCache` per system holds the cluster-wide :class:`~kvsim.kv.KVIndex`, the block
-stores of every tier (each instance's HBM, each node's DRAM and NVMe, the remote pool's nodes)
-and the flow network the bytes cross. Each instance gets an :class:`InstanceCache`, the
-scheduler's :class:`~kvsim.serving.scheduler.AdmissionHook`:
+:class:`InstanceCache` decides, for each request it admits, where its cached prefix comes from:
 
-- on admission it finds the longest cached prefix of the prompt among the stores this instance
-  can reach (its own HBM, its node's DRAM and NVMe, the remote pool), keeps the blocks already
-  in its HBM (shared pages, no copy), and loads the others through the network -- one flow per
-  source tier and card, never one per block;
+- it finds the longest cached prefix of the prompt among the stores this instance can reach (its
+  own HBM, its node's DRAM and NVMe, the remote pool), keeps the blocks already in its HBM
+  (shared pages, no copy), and loads the others through the network -- one flow per source tier
+  and card, never one per block;
 - when the prompt's KV is complete it files the new full blocks in its HBM cache and, under
   write-through, writes them down to every lower tier in the background;
-- when HBM runs short it evicts unheld cached blocks (write-back then copies the block to the
-  next tier down; the pages are treated as free at once, i.e. the copy is assumed staged).
+- when HBM runs short it evicts unheld cached blocks, and only if that frees enough pages
+  (write-back then copies them a tier down; the pages are treated as free at once, i.e. the copy
+  is assumed staged).
 
 A block being loaded is already filed in the HBM cache (its pages are taken) but is *in flight*:
 another sequence that hits it waits for the same load rather than reading bytes not yet there.
+Per-request records (hit tokens per tier, bytes loaded) are written when the scheduler commits
+the admission, so an admission retried for lack of pages is counted once.
 
-Granularity: a cache block is ``block_tokens`` tokens (the workload's hash block: 16 for most
-engines, 512 for Mooncake traces); the engine pages HBM at ``page_tokens``; a cache block holds
-``block_tokens / page_tokens`` pages. Only whole blocks are cached, as engines do.
+Granularity: a cache block is ``block_tokens`` tokens (the workload's hash block); the engine
+pages HBM at ``page_tokens``; only whole blocks are cached, as engines do.
 """
 
 from __future__ import annotations
@@ -29,163 +28,20 @@ from typing import Callable
 
 import simpy
 
-from kvsim.kv import BlockPool, BlockStore, KVIndex
-from kvsim.network.flows import FlowNetwork
-from kvsim.network.topology import Topology
-from kvsim.serving.kv_config import KVCacheSpec
+from kvsim.kv import BlockPool, BlockStore
+from kvsim.serving.kv_system import TIERS, CacheGeometry, SystemCache
 from kvsim.serving.scheduler import AdmissionHook, BatchScheduler, Sequence
 
 __all__ = ["CacheGeometry", "SystemCache", "InstanceCache", "TIERS"]
 
-TIERS = ("hbm", "dram", "nvme", "remote")
-"""Tier names, fastest first; a store's rank is its tier's position here."""
-
-
-@dataclass(frozen=True)
-class CacheGeometry:
-    """Sizes of one cache block.
-
-    Attributes
-    ----------
-    block_tokens, page_tokens : int
-        Tokens per cache block and per engine page.
-    block_bytes : float
-        KV bytes of one block for the whole model (what a lower tier stores).
-    block_bytes_per_card : float
-        KV bytes of one block on one card of a TP group (what one card loads).
-    tp : int
-    num_layers : int
-        For layer-by-layer overlap: the first token waits one layer's share of the load.
-    """
-
-    block_tokens: int
-    page_tokens: int
-    block_bytes: float
-    block_bytes_per_card: float
-    tp: int
-    num_layers: int
-
-    @property
-    def pages_per_block(self) -> int:
-        return self.block_tokens // self.page_tokens
-
 
 @dataclass
 class _SeqCache:
-    """What one sequence holds in the cache."""
+    """What one admission of a sequence holds in the cache, and what it will record."""
 
     blocks: list = field(default_factory=list)  # HBM blocks it reads (reader references)
-    hit_blocks: int = 0
-
-
-class SystemCache:
-    """The KV stores, index and network of one system (shared by its instances)."""
-
-    def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
-                 topology: Topology, network: FlowNetwork, instance_nodes: list[str],
-                 dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
-                 pool_names: list[str], pool_bytes: float):
-        self.env = env
-        self.spec = spec
-        self.geometry = geometry
-        self.topology = topology
-        self.network = network
-        self.index = KVIndex()
-        self.instance_nodes = instance_nodes
-        self.rank: dict[int, int] = {}       # id(store) -> tier position
-        self.endpoint: dict[int, str] = {}   # id(store) -> topology endpoint of its medium
-        self.tier_of: dict[int, str] = {}
-        self.hbm: list[BlockStore] = []
-        self.dram: dict[str, BlockStore] = {}
-        self.nvme: dict[str, BlockStore] = {}
-        self.remote: list[BlockStore] = []
-        g = geometry
-        for node, capacity in dram_bytes.items():
-            self.dram[node] = self._store(f"{node}.dram", capacity, g.block_bytes, spec.dram.eviction, "dram",
-                                          topology.dram(node))
-        for node, capacity in nvme_bytes.items():
-            self.nvme[node] = self._store(f"{node}.nvme", capacity, g.block_bytes, spec.nvme.eviction, "nvme",
-                                          topology.nvmes(node)[0])
-        for pool in pool_names:
-            self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
-                                           "remote", topology.pool_media(pool)))
-        self.capacity_Bps = topology.capacity_Bps()
-        # bytes by tier, counted when a transfer starts inside the measurement window
-        self.bytes_loaded = dict.fromkeys(TIERS[1:], 0.0)
-        self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
-        self.window = (network.window_start_s, network.window_end_s)
-
-    def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
-        """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
-        if self.window[0] <= self.env.now <= self.window[1]:
-            table[tier] += nbytes
-
-    def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
-               endpoint: str) -> BlockStore:
-        store = BlockStore(name, capacity, block_bytes, policy)
-        self.rank[id(store)] = TIERS.index(tier)
-        self.endpoint[id(store)] = endpoint
-        self.tier_of[id(store)] = tier
-        return store
-
-    def add_instance_hbm(self, instance: int, capacity_blocks: int) -> BlockStore:
-        store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "")
-        self.hbm.append(store)
-        return store
-
-    def remote_store(self, block: int) -> BlockStore:
-        """The pool node a block lives on (spread by id, as a distributed KV store shards)."""
-        return self.remote[hash(block) % len(self.remote)]
-
-    def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,
-                settle: float = 0.005) -> int:
-        """Fill every lower tier with the full blocks of ``prompts`` (hash arrays), in order.
-
-        Stops when the cache is warm: every lower store has taken ``max_blocks_per_store`` times
-        its capacity (what remains is what its policy keeps), or the share of blocks already
-        present changes by less than ``settle`` between successive batches of ``batch`` prompts
-        (the hit rate has settled). Returns the prompts used.
-        """
-        locals_ = list(self.dram.values()) + list(self.nvme.values())
-        stores = locals_ + self.remote
-        if not stores:
-            return 0
-        budget = {id(s): max_blocks_per_store * s.capacity_blocks for s in stores}
-        used = present = seen = 0
-        previous = None
-        for hashes in prompts:
-            used += 1
-            for block in hashes:
-                seen += 1
-                first = locals_[0] if locals_ else self.remote_store(block)
-                present += block in first
-                for store in locals_:
-                    self.index.insert(store, block)
-                    budget[id(store)] -= 1
-                if self.remote:
-                    store = self.remote_store(block)
-                    self.index.insert(store, block)
-                    budget[id(store)] -= 1
-            if all(b <= 0 for b in budget.values()):
-                break
-            if used % batch == 0:
-                rate = present / seen if seen else 0.0
-                if previous is not None and abs(rate - previous) < settle:
-                    break
-                previous, present, seen = rate, 0, 0
-        return used
-
-    def lower_stores(self, node: str, block: int) -> list[BlockStore]:
-        """The stores below HBM that an instance on ``node`` writes a block to, fastest first."""
-        stores = []
-        if node in self.dram:
-            stores.append(self.dram[node])
-        if node in self.nvme:
-            stores.append(self.nvme[node])
-        if self.remote:
-            stores.append(self.remote_store(block))
-        return stores
+    hits: dict[str, int] = field(default_factory=dict)  # tier -> tokens, recorded on commit
+    loaded_bytes: float = 0.0
 
 
 class InstanceCache(AdmissionHook):
@@ -227,7 +83,8 @@ class InstanceCache(AdmissionHook):
         self.record_written = record_written
         self.wake: Callable[[], None] = lambda: None
         self.scheduler: BatchScheduler | None = None
-        self.inflight: dict = {}  # block -> event that fires when its bytes have landed
+        self.inflight: dict = {}   # block -> event that fires when its bytes have landed
+        self.swapping: dict[int, simpy.Event] = {}  # rid -> swap-out still in flight
         pool.reclaim = self.reclaim
 
     # -- which stores this instance can read -----------------------------------------------
@@ -262,12 +119,11 @@ class InstanceCache(AdmissionHook):
             # Recomputing the blocks below HBM costs the extra prefill time they add to the
             # suffix that must be computed anyway; if that beats the uncontended load time,
             # keep only the leading run already in this HBM.
-            cached = local * g.block_tokens
             suffix = seq.prefill_target - n * g.block_tokens
             extra = (n - local) * g.block_tokens
-            marginal_s = self.recompute_s(extra + suffix, cached) - self.recompute_s(suffix, n * g.block_tokens)
-            remote = [src for src in sources[local:n] if src is not self.hbm]
-            if marginal_s <= self._estimated_load_s(remote):
+            marginal_s = (self.recompute_s(extra + suffix, local * g.block_tokens)
+                          - self.recompute_s(suffix, n * g.block_tokens))
+            if marginal_s <= self._estimated_load_s([s for s in sources[local:n] if s is not self.hbm]):
                 n = local
         hbm = self.hbm
         held = []
@@ -295,36 +151,45 @@ class InstanceCache(AdmissionHook):
             hbm.pin(block)
             hbm.add_reader(block)
             held.append(block)
-        seq.cache = _SeqCache(blocks=held, hit_blocks=n)
+        state = _SeqCache(blocks=held, hits={"hbm": (n - len(to_load)) * g.block_tokens})
+        seq.cache = state
         seq.kv_tokens = seq.shared_tokens = n * g.block_tokens
-        self.record_hits(seq, "hbm", (n - len(to_load)) * g.block_tokens, 0.0)
         waits = list(pending.values())
         if to_load:
-            waits.append(self._load(seq, to_load))
+            waits.append(self._load(state, to_load))
         if not waits:
             return "run"
         done = waits[0] if len(waits) == 1 else simpy.AllOf(self.system.env, waits)
         if self.system.spec.load_mode == "before":
-            done.callbacks.append(lambda _event: self._after_load(seq, ungate=False))
+            done.callbacks.append(lambda _event: self._after_load(seq, state, ungate=False))
             return "load"
         seq.gated = True
         started = self.system.env.now
 
         def layer_tail(_event):
-            # layer-by-layer: compute of the last layer waits for that layer's share of the load
+            # layer-by-layer: the last layer's compute waits for that layer's share of the load
             tail_s = (self.system.env.now - started) / g.num_layers
-            self.system.env.process(self._ungate_after(seq, tail_s))
+            self.system.env.process(self._ungate_after(seq, state, tail_s))
 
         done.callbacks.append(layer_tail)
         return "run"
 
-    def _ungate_after(self, seq: Sequence, delay_s: float):
-        yield self.system.env.timeout(delay_s)
-        self._after_load(seq, ungate=True)
-
-    def _after_load(self, seq: Sequence, ungate: bool) -> None:
-        if self.scheduler is None:
+    def committed(self, seq: Sequence) -> None:
+        state = seq.cache
+        if state is None or not state.hits:
             return
+        for tier, tokens in state.hits.items():
+            self.record_hits(seq, tier, tokens, 0.0)
+        self.record_hits(seq, "hbm", 0, state.loaded_bytes)
+        state.hits, state.loaded_bytes = {}, 0.0
+
+    def _ungate_after(self, seq: Sequence, state: _SeqCache, delay_s: float):
+        yield self.system.env.timeout(delay_s)
+        self._after_load(seq, state, ungate=True)
+
+    def _after_load(self, seq: Sequence, state: _SeqCache | None, ungate: bool) -> None:
+        if self.scheduler is None or seq.cache is not state:
+            return  # that admission was given up (preempted, or retried): nothing waits for it
         if ungate:
             self.scheduler.ungate(seq, self.system.env.now)
         else:
@@ -332,23 +197,27 @@ class InstanceCache(AdmissionHook):
         self.wake()
 
     def _estimated_load_s(self, sources: list[BlockStore]) -> float:
-        """Uncontended time to load blocks from ``sources`` (the slowest tier's path decides)."""
-        g = self.geometry
-        worst = 0.0
-        by_store: dict[int, tuple[BlockStore, int]] = {}
+        """Uncontended time to load blocks from ``sources``: every card's flow at once, so a
+        link the ``tp`` flows share (a NIC) carries all of them; the slowest source decides."""
+        g, system = self.geometry, self.system
+        counts: dict[int, tuple[BlockStore, int]] = {}
         for store in sources:
-            entry = by_store.get(id(store))
-            by_store[id(store)] = (store, (entry[1] if entry else 0) + 1)
-        for store, count in by_store.values():
-            links = self.system.topology.load_path(self.system.endpoint[id(store)], self.gpus[0],
-                                                   self.system.spec.gpu_direct)
-            capacity = self.system.capacity_Bps
-            bottleneck = min(capacity[link] / links.count(link) for link in links)
-            time_s = count * g.block_bytes_per_card / bottleneck + self.system.topology.path_latency_s(links)
-            worst = max(worst, time_s)
+            entry = counts.get(id(store))
+            counts[id(store)] = (store, (entry[1] if entry else 0) + 1)
+        worst = 0.0
+        for store, count in counts.values():
+            crossings: dict = {}
+            latency = 0.0
+            for gpu in self.gpus:
+                links = system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
+                latency = max(latency, system.topology.path_latency_s(links))
+                for link in links:
+                    crossings[link] = crossings.get(link, 0) + 1
+            nbytes = count * g.block_bytes_per_card
+            worst = max(worst, max(n * nbytes / system.capacity_Bps[link] for link, n in crossings.items()) + latency)
         return worst
 
-    def _load(self, seq: Sequence, to_load: list) -> simpy.Event:
+    def _load(self, state: _SeqCache, to_load: list) -> simpy.Event:
         """Start the flows that bring ``to_load`` into HBM; the returned event fires when all land."""
         system, g = self.system, self.geometry
         groups: dict[int, tuple[BlockStore, list]] = {}
@@ -361,13 +230,12 @@ class InstanceCache(AdmissionHook):
                 store.lookup(block)
                 store.pin(block)
             nbytes = len(blocks) * g.block_bytes_per_card
-            self.record_hits(seq, tier, len(blocks) * g.block_tokens, nbytes * g.tp)
+            state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
+            state.loaded_bytes += nbytes * g.tp
             system.count(system.bytes_loaded, tier, nbytes * g.tp)
-            flows = []
-            for gpu in self.gpus:
-                links = system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
-                flows.append(system.network.transfer(links, nbytes, system.topology.path_latency_s(links)))
-            group_done = simpy.AllOf(system.env, flows)
+            paths = [system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
+                     for gpu in self.gpus]
+            group_done = system.transfer(paths, nbytes)
 
             def unpin_source(_event, store=store, blocks=blocks):
                 for block in blocks:
@@ -379,7 +247,6 @@ class InstanceCache(AdmissionHook):
         loaded = [b for b, _ in to_load]
         for block in loaded:
             self.inflight[block] = done
-
         promote = [b for b, store in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
 
         def landed(_event):
@@ -402,8 +269,7 @@ class InstanceCache(AdmissionHook):
         if not missing:
             return
         if not self.system.spec.gpu_direct:
-            for block in missing:  # the bounce staged these bytes in host DRAM already
-                self.system.index.insert(dram, block)
+            self.system.file(dram, missing)  # the bounce staged these bytes in host DRAM already
             return
         self._write_down(None, missing, only=dram)
 
@@ -433,7 +299,10 @@ class InstanceCache(AdmissionHook):
             self._write_down(seq, new_blocks)
 
     def _write_down(self, seq: Sequence | None, blocks: list, only: BlockStore | None = None) -> None:
-        """Copy ``blocks`` from this HBM to every lower tier that lacks them (or to ``only``)."""
+        """Copy ``blocks`` from this HBM to every lower tier that lacks them (or to ``only``).
+
+        The blocks are pinned in HBM until their copies land. One flow per card and target.
+        """
         system, g = self.system, self.geometry
         targets: dict[int, tuple[BlockStore, list]] = {}
         for block in blocks:
@@ -448,65 +317,69 @@ class InstanceCache(AdmissionHook):
                 self.record_written(seq, per_card * g.tp)
             for block in group:
                 self.hbm.pin(block)
-            flows = []
-            for gpu in self.gpus:
-                links = system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
-                flows.append(system.network.transfer(links, per_card, system.topology.path_latency_s(links)))
+            paths = [system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
+                     for gpu in self.gpus]
 
             def stored(_event, store=store, group=group):
                 for block in group:
                     self.hbm.unpin(block)
-                    system.index.insert(store, block)
+                system.file(store, group)
                 self.wake()
 
-            simpy.AllOf(system.env, flows).callbacks.append(stored)
+            system.transfer(paths, per_card).callbacks.append(stored)
 
     def released(self, seq: Sequence, finished: bool) -> None:
         state = seq.cache
         if state is None:
             return
         if finished and seq.sequence_hashes is not None:
-            self._cache_decoded(seq, state)
+            self._cache_decoded(seq)
         for block in state.blocks:
             self.hbm.drop_reader(block)
         seq.cache = None
 
     # -- swapping preempted sequences ------------------------------------------------------
-    def _private_bytes_per_card(self, seq: Sequence) -> float:
+    def _kv_bytes_per_card(self, tokens: int) -> float:
         g = self.geometry
-        return seq.kv_blocks * g.page_tokens * g.block_bytes_per_card / g.block_tokens
+        return tokens * g.block_bytes_per_card / g.block_tokens
 
-    def _swap_flows(self, nbytes_per_card: float, out: bool) -> simpy.Event:
-        system = self.system
-        dram = system.topology.dram(self.node)
-        flows = []
-        for gpu in self.gpus:
-            links = system.topology.store_path(gpu, dram, True) if out else system.topology.load_path(dram, gpu, True)
-            flows.append(system.network.transfer(links, nbytes_per_card, system.topology.path_latency_s(links)))
-        return flows[0] if len(flows) == 1 else simpy.AllOf(system.env, flows)
+    def _swap_paths(self, out: bool) -> list:
+        topology, dram = self.system.topology, self.system.topology.dram(self.node)
+        return [topology.store_path(gpu, dram, True) if out else topology.load_path(dram, gpu, True)
+                for gpu in self.gpus]
 
     def swap_out(self, seq: Sequence) -> bool:
-        """Copy the sequence's own pages to host DRAM (its shared prefix blocks stay held)."""
-        if self.system.spec.preemption != "swap" or seq.kv_blocks == 0:
+        """Copy all the sequence's KV (its own pages and the shared prefix it reads) to host DRAM
+        and let go of its HBM blocks, so a swapped sequence holds nothing in HBM."""
+        if self.system.spec.preemption != "swap" or seq.kv_tokens == 0:
             return False
-        nbytes = self._private_bytes_per_card(seq)
+        nbytes = self._kv_bytes_per_card(seq.kv_tokens)
+        self.released(seq, finished=False)
         self.record_written(seq, nbytes * self.geometry.tp)
+        self.system.count(self.system.bytes_written, "dram", nbytes * self.geometry.tp)
         # the pages are handed back at once: the copy is assumed staged, like a write-back
-        self._swap_flows(nbytes, out=True)
+        self.swapping[seq.rid] = self.system.transfer(self._swap_paths(out=True), nbytes)
         return True
 
     def _swap_in(self, seq: Sequence) -> str | None:
-        """Readmitting a swapped sequence: its pages back, then the copy from host DRAM."""
-        if not self.pool.grow(seq, seq.kv_tokens):
+        """Readmitting a swapped sequence: its pages back, then the copy back from host DRAM
+        (after the copy out has landed)."""
+        if not self.pool.grow(seq, seq.kv_tokens):  # all of it comes back as its own pages
             return None
-        nbytes = self._private_bytes_per_card(seq)
-        self.record_hits(seq, "dram", 0, nbytes * self.geometry.tp)
+        nbytes = self._kv_bytes_per_card(seq.kv_tokens)
+        self.record_hits(seq, "hbm", 0, nbytes * self.geometry.tp)
+        self.system.count(self.system.bytes_loaded, "dram", nbytes * self.geometry.tp)
         seq.swapped = False
-        done = self._swap_flows(nbytes, out=False)
-        done.callbacks.append(lambda _event: self._after_load(seq, ungate=False))
+        self.system.env.process(self._swap_back(seq, seq.cache, self.swapping.pop(seq.rid, None), nbytes))
         return "load"
 
-    def _cache_decoded(self, seq: Sequence, state: _SeqCache) -> None:
+    def _swap_back(self, seq: Sequence, state, out: simpy.Event | None, nbytes: float):
+        if out is not None and not out.processed:
+            yield out
+        yield self.system.transfer(self._swap_paths(out=False), nbytes)
+        self._after_load(seq, state, ungate=False)
+
+    def _cache_decoded(self, seq: Sequence) -> None:
         """Keep the full blocks written while decoding (a next turn extends this conversation).
 
         The sequence's own pages were just returned to the pool; the blocks worth keeping take
@@ -531,35 +404,35 @@ class InstanceCache(AdmissionHook):
 
     # -- HBM pressure ------------------------------------------------------------------------
     def reclaim(self, shortfall_pages: int) -> None:
-        """Evict unheld cached blocks from HBM until ``shortfall_pages`` pages are free again."""
+        """Evict unheld cached blocks from HBM to free ``shortfall_pages`` pages -- only if they
+        can: a request that cannot be met evicts nothing."""
         g = self.geometry
-        freed = 0
-        write_back = self.system.spec.write_policy == "write_back"
-        while freed < shortfall_pages:
+        if self.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
+            return
+        victims = []
+        while len(victims) * g.pages_per_block < shortfall_pages:
             victim = self.hbm.evict_one()
             if victim is None:
-                return
+                break
             self.system.index.discard(victim, self.hbm)
-            if write_back:
-                # the copy down is modelled as leaving from the freed pages' staging buffer, so the
-                # pages come back at once (an optimistic simplification; see the module docstring)
-                self._write_back(victim)
-            self.pool.give(g.pages_per_block)
-            freed += g.pages_per_block
+            victims.append(victim)
+        self.pool.give(len(victims) * g.pages_per_block)
+        if victims and self.system.spec.write_policy == "write_back":
+            self._write_back(victims)
 
-    def _write_back(self, block) -> None:
-        """Write-back: an evicted block is copied to the next tier down that lacks it."""
+    def _write_back(self, blocks: list) -> None:
+        """Write-back: evicted HBM blocks go to the next tier down that lacks them, one flow per
+        card and target (from a staging copy: their pages were freed already)."""
         system, g = self.system, self.geometry
-        for store in system.lower_stores(self.node, block):
-            if block in store:
-                return
-            tier = system.tier_of[id(store)]
-            system.count(system.bytes_written, tier, g.block_bytes)
-            flows = []
-            for gpu in self.gpus:
-                links = system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
-                flows.append(system.network.transfer(links, g.block_bytes / g.tp,
-                                                     system.topology.path_latency_s(links)))
-            simpy.AllOf(system.env, flows).callbacks.append(
-                lambda _event, store=store: system.index.insert(store, block))
-            return
+        targets: dict[int, tuple[BlockStore, list]] = {}
+        for block in blocks:
+            lower = system.lower_stores(self.node, block)
+            if lower and block not in lower[0]:  # a copy one tier down already: nothing to move
+                targets.setdefault(id(lower[0]), (lower[0], []))[1].append(block)
+        for target, group in targets.values():
+            tier = system.tier_of[id(target)]
+            system.count(system.bytes_written, tier, len(group) * g.block_bytes)
+            paths = [system.topology.store_path(gpu, system.endpoint[id(target)], system.spec.gpu_direct)
+                     for gpu in self.gpus]
+            done = system.transfer(paths, len(group) * g.block_bytes / g.tp)
+            done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))

@@ -100,6 +100,11 @@ class AdmissionHook:
         """
         return "run"
 
+    def committed(self, seq: Sequence) -> None:
+        """The admission prepared by :meth:`admit` went through (pages for its first work were
+        found); an admission retried later is prepared again, and only the one that goes
+        through is committed."""
+
     def prompt_done(self, seq: Sequence, now: float) -> None:
         """The prompt's KV is complete in HBM (the first token is about to be emitted)."""
 
@@ -159,7 +164,9 @@ class BatchScheduler:
         seq.gated = seq.stalled = False
         seq.preemptions += 1
         if self.hook is not None and not in_flight and self.hook.swap_out(seq):
-            seq.swapped = True  # KV kept (in host memory): token counts stay as they are
+            # all its KV went to host memory (the hook let go of shared blocks): token counts stay
+            seq.swapped = True
+            seq.shared_tokens = 0
             self.pool.release(seq)
         else:
             self.pool.release(seq)
@@ -227,7 +234,9 @@ class BatchScheduler:
                 i += 1
                 continue
             break
-        if not preempted:
+        # vLLM admits nothing in a step that preempted; but if that step has nothing left to run,
+        # admitting is the only way forward (nothing else would wake the engine)
+        if not preempted or (not batch.prefills and not batch.decodes):
             for seq, chunk in self._admit(batch, budget, now):
                 cached = seq.kv_tokens
                 prefill_tokens += chunk
@@ -261,6 +270,7 @@ class BatchScheduler:
                     waiting.popleft()
                     self.loading[seq.rid] = seq
                     self._mark_admitted(seq, now)
+                    hook.committed(seq)
                     continue
             chunk = min(seq.prefill_target - seq.kv_tokens, budget)
             if not pool.grow(seq, seq.kv_tokens + chunk):
@@ -272,6 +282,8 @@ class BatchScheduler:
             waiting.popleft()
             running.append(seq)
             self._mark_admitted(seq, now)
+            if hook is not None:
+                hook.committed(seq)
             batch.prefills.append((seq, chunk))
             admitted.append((seq, chunk))
             budget -= chunk

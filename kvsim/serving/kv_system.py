@@ -1,0 +1,206 @@
+"""The KV tiers of one system: block stores, the cluster-wide index and the network they share.
+
+One :class:`SystemCache` per system holds each instance's HBM store, each node's DRAM and NVMe
+stores, the remote pool's stores (one per pool node, blocks sharded by id), the
+:class:`~kvsim.kv.KVIndex` over all of them, and the :class:`~kvsim.network.FlowNetwork` their
+bytes cross. The per-instance logic (what a request hits, loads and writes) is
+:class:`kvsim.serving.offload.InstanceCache`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from kvsim.kv import BlockStore, KVIndex
+from kvsim.network.flows import FlowNetwork
+from kvsim.network.topology import Topology
+from kvsim.serving.kv_config import KVCacheSpec
+
+__all__ = ["CacheGeometry", "SystemCache", "TIERS"]
+
+TIERS = ("hbm", "dram", "nvme", "remote")
+"""Tier names, fastest first; a store's rank is its tier's position here."""
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    """Sizes of one cache block.
+
+    Attributes
+    ----------
+    block_tokens, page_tokens : int
+        Tokens per cache block and per engine page.
+    block_bytes : float
+        KV bytes of one block for the whole model (what a lower tier stores and a write moves).
+    block_bytes_per_card : float
+        KV bytes of one block on one card of a TP group (what one card loads). When TP exceeds
+        the KV head count, engines replicate heads, so ``tp * block_bytes_per_card`` exceeds
+        ``block_bytes``: each card loads its own copy of the replicated heads.
+    tp : int
+    num_layers : int
+        For layer-by-layer overlap: the first token waits one layer's share of the load.
+    """
+
+    block_tokens: int
+    page_tokens: int
+    block_bytes: float
+    block_bytes_per_card: float
+    tp: int
+    num_layers: int
+
+    @property
+    def pages_per_block(self) -> int:
+        return self.block_tokens // self.page_tokens
+
+
+class SystemCache:
+    """The KV stores, index and network of one system (shared by its instances)."""
+
+    def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
+                 topology: Topology, network: FlowNetwork, instance_nodes: list[str],
+                 dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
+                 pool_names: list[str], pool_bytes: float):
+        self.env = env
+        self.spec = spec
+        self.geometry = geometry
+        self.topology = topology
+        self.network = network
+        self.index = KVIndex()
+        self.instance_nodes = instance_nodes
+        self.rank: dict[int, int] = {}       # id(store) -> tier position
+        self.endpoint: dict[int, str] = {}   # id(store) -> topology endpoint of its medium
+        self.tier_of: dict[int, str] = {}
+        self.node_of: dict[int, str] = {}    # id(store) -> node, for per-node tiers
+        self.hbm: list[BlockStore] = []
+        self.dram: dict[str, BlockStore] = {}
+        self.nvme: dict[str, BlockStore] = {}
+        self.remote: list[BlockStore] = []
+        g = geometry
+        for node, capacity in dram_bytes.items():
+            self.dram[node] = self._store(f"{node}.dram", capacity, g.block_bytes, spec.dram.eviction, "dram",
+                                          topology.dram(node), node)
+        for node, capacity in nvme_bytes.items():
+            self.nvme[node] = self._store(f"{node}.nvme", capacity, g.block_bytes, spec.nvme.eviction, "nvme",
+                                          topology.nvmes(node)[0], node)
+        for pool in pool_names:
+            self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
+                                           "remote", topology.pool_media(pool), None))
+        self.capacity_Bps = topology.capacity_Bps()
+        # bytes by tier, counted when a transfer starts inside the measurement window
+        self.bytes_loaded = dict.fromkeys(TIERS[1:], 0.0)
+        self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
+        self.window = (network.window_start_s, network.window_end_s)
+
+    def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
+               endpoint: str, node: str | None) -> BlockStore:
+        store = BlockStore(name, capacity, block_bytes, policy)
+        self.rank[id(store)] = TIERS.index(tier)
+        self.endpoint[id(store)] = endpoint
+        self.tier_of[id(store)] = tier
+        if node is not None:
+            self.node_of[id(store)] = node
+        return store
+
+    def add_instance_hbm(self, instance: int, capacity_blocks: int) -> BlockStore:
+        store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "",
+                            self.instance_nodes[instance])
+        self.hbm.append(store)
+        return store
+
+    def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
+        """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
+        if self.window[0] <= self.env.now <= self.window[1]:
+            table[tier] += nbytes
+
+    def remote_store(self, block: int) -> BlockStore:
+        """The pool node a block lives on (spread by id, as a distributed KV store shards)."""
+        return self.remote[hash(block) % len(self.remote)]
+
+    def lower_stores(self, node: str, block: int) -> list[BlockStore]:
+        """The stores below HBM that an instance on ``node`` writes a block to, fastest first."""
+        stores = []
+        if node in self.dram:
+            stores.append(self.dram[node])
+        if node in self.nvme:
+            stores.append(self.nvme[node])
+        if self.remote:
+            stores.append(self.remote_store(block))
+        return stores
+
+    def transfer(self, paths: list[list], nbytes_each: float) -> simpy.Event:
+        """Start one flow of ``nbytes_each`` per path; the event fires when all have landed."""
+        flows = [self.network.transfer(links, nbytes_each, self.topology.path_latency_s(links)) for links in paths]
+        return flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
+
+    def file(self, store: BlockStore, blocks: list) -> None:
+        """Insert ``blocks`` into ``store``; under write-back, what it evicts moves a tier down."""
+        evicted = []
+        for block in blocks:
+            out = self.index.insert(store, block)
+            if out:
+                evicted.extend(out)
+        if evicted and self.spec.write_policy == "write_back":
+            self.cascade(store, evicted)
+
+    def cascade(self, store: BlockStore, blocks: list) -> None:
+        """Write-back: blocks evicted from a lower tier go to the next tier below that lacks them.
+
+        Under write-through every lower tier already received its copy at prefill time, so
+        there is nothing to move. One flow per destination, from medium to medium.
+        """
+        node = self.node_of.get(id(store))
+        if node is None:
+            return  # the remote pool is the bottom
+        below: dict[int, tuple[BlockStore, list]] = {}
+        for block in blocks:
+            stores = self.lower_stores(node, block)
+            after = stores[stores.index(store) + 1:] if store in stores else []
+            if after and block not in after[0]:  # only the next tier down; it cascades in turn
+                below.setdefault(id(after[0]), (after[0], []))[1].append(block)
+        for target, group in below.values():
+            tier = self.tier_of[id(target)]
+            self.count(self.bytes_written, tier, len(group) * self.geometry.block_bytes)
+            links = self.topology.path(self.endpoint[id(store)], self.endpoint[id(target)])
+            done = self.transfer([links], len(group) * self.geometry.block_bytes)
+            done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))
+
+    def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,
+                settle: float = 0.005) -> int:
+        """Fill every lower tier with the full blocks of ``prompts`` (hash arrays), in order.
+
+        Stops when the cache is warm: every lower store has taken ``max_blocks_per_store`` times
+        its capacity (what remains is what its policy keeps), or the share of blocks already
+        present changes by less than ``settle`` between successive batches of ``batch`` prompts
+        (the hit rate has settled). Returns the prompts used.
+        """
+        locals_ = list(self.dram.values()) + list(self.nvme.values())
+        stores = locals_ + self.remote
+        if not stores:
+            return 0
+        budget = {id(s): max_blocks_per_store * s.capacity_blocks for s in stores}
+        used = present = seen = 0
+        previous = None
+        for hashes in prompts:
+            used += 1
+            for block in hashes:
+                seen += 1
+                first = locals_[0] if locals_ else self.remote_store(block)
+                present += block in first
+                for store in locals_:
+                    self.index.insert(store, block)
+                    budget[id(store)] -= 1
+                if self.remote:
+                    store = self.remote_store(block)
+                    self.index.insert(store, block)
+                    budget[id(store)] -= 1
+            if all(b <= 0 for b in budget.values()):
+                break
+            if used % batch == 0:
+                rate = present / seen if seen else 0.0
+                if previous is not None and abs(rate - previous) < settle:
+                    break
+                previous, present, seen = rate, 0, 0
+        return used
