@@ -19,11 +19,17 @@ __all__ = ["gap_frame", "gap_markdown", "gap_figure"]
 
 def _cell(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     cache = summary.get("cache") or {}
+    rates = cache.get("hit_rate") or {}
+    links = cache.get("busiest_links") or []
     return {
         metric: summary.get(metric),
         "ttft_p50_s": summary["ttft_s"]["p50"],
         "ttft_p99_s": summary["ttft_s"]["p99"],
-        "hit_rate": (cache.get("hit_rate") or {}).get("total", 0.0),
+        "hit_rate": rates.get("total", 0.0),
+        "hit_rate_hbm": rates.get("hbm", 0.0),
+        "hit_rate_lower": rates.get("total", 0.0) - rates.get("hbm", 0.0),
+        "remote_read_GBps": cache.get("remote_read_Bps", 0.0) / 1e9,
+        "busiest_link": f"{links[0]['link']} ({links[0]['utilization_mean']:.0%})" if links else "-",
         "bound": summary.get("bound"),
     }
 
@@ -63,18 +69,24 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     study = result.scenario.spec.study
     frame = gap_frame(result) if frame is None else frame
     metric = study.metric
-    columns = ["option", f"{study.high}_{metric}", f"{study.low}_{metric}", "gap", "narrowed_pct",
-               f"{study.high}_ttft_p50_s", f"{study.high}_ttft_p99_s", f"{study.low}_ttft_p50_s",
-               f"{study.low}_ttft_p99_s", f"{study.high}_hit_rate", f"{study.low}_hit_rate",
-               f"{study.high}_bound", f"{study.low}_bound"]
-    header = ["option", f"{study.high} {metric}", f"{study.low} {metric}", "gap (x)", "narrowed (%)",
-              f"{study.high} TTFT p50 (s)", f"{study.high} TTFT p99 (s)", f"{study.low} TTFT p50 (s)",
-              f"{study.low} TTFT p99 (s)", f"{study.high} hit rate", f"{study.low} hit rate",
-              f"{study.high} bound by", f"{study.low} bound by"]
+    h, lo = study.high, study.low
+    columns = ["option", f"{h}_{metric}", f"{lo}_{metric}", "gap", "narrowed_pct",
+               f"{h}_ttft_p50_s", f"{h}_ttft_p99_s", f"{lo}_ttft_p50_s", f"{lo}_ttft_p99_s",
+               f"{h}_hit_rate_hbm", f"{h}_hit_rate_lower", f"{lo}_hit_rate_hbm", f"{lo}_hit_rate_lower",
+               f"{h}_remote_read_GBps", f"{lo}_remote_read_GBps", f"{h}_busiest_link", f"{lo}_busiest_link",
+               f"{h}_bound", f"{lo}_bound"]
+    header = ["option", f"{h} {metric}", f"{lo} {metric}", "gap (x)", "narrowed (%)",
+              f"{h} TTFT p50 (s)", f"{h} TTFT p99 (s)", f"{lo} TTFT p50 (s)", f"{lo} TTFT p99 (s)",
+              f"{h} hit HBM", f"{h} hit below HBM", f"{lo} hit HBM", f"{lo} hit below HBM",
+              f"{h} pool read (GB/s)", f"{lo} pool read (GB/s)", f"{h} busiest link", f"{lo} busiest link",
+              f"{h} bound by", f"{lo} bound by"]
     lines = [f"# Gap study: {result.scenario.name}", "",
              f"gap = {study.high} {metric} / {study.low} {metric}; narrowed = share of the "
-             f"'{next(iter(study.configs))}' gap's excess over 1 that the option removes.", ""]
-    params = [c for c in frame.columns if c not in columns and c != "point"]
+             f"'{next(iter(study.configs))}' gap's excess over 1 that the option removes. Hit rates are "
+             "shares of the prompt KV needed at admission served from HBM and from the tiers below; "
+             "pool read counts bytes delivered to the cards (each card loads its copy of replicated "
+             "KV heads); link utilisation is the time-weighted mean over the window.", ""]
+    params = list(result.runs[0].params) if result.runs else []
     for point, rows in frame.groupby("point", sort=True):
         label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
         lines += [f"## {label}" if label else "## run", "",
