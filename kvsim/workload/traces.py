@@ -206,22 +206,8 @@ def load_mooncake(path: str | Path, *, time_scale: float = 1.0, start_s: float =
     max_requests : int, optional
         Keep at most this many requests (the first of the window).
     """
-    path = Path(path)
-    block = TRACE_FORMATS["mooncake"]
-    times: list[float] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    hashes: list[np.ndarray] = []
-    for line_no, row in _json_rows(path):
-        try:
-            times.append(_number(row, "timestamp") / 1000.0)
-            n_in = _int(row, "input_length", minimum=1)
-            outputs.append(_int(row, "output_length", minimum=1))
-            hashes.append(_hash_ids(row, n_in, block))
-            inputs.append(n_in)
-        except _RowError as exc:
-            raise ValueError(f"{path}:{line_no}: {exc}") from None
-    return _finish(path, times, inputs, outputs, hashes, block, time_scale, start_s, duration_s, max_requests)
+    return _load_hashed_jsonl(Path(path), TRACE_FORMATS["mooncake"], 1000.0, None,
+                              time_scale, start_s, duration_s, max_requests)
 
 
 def load_bailian(path: str | Path, *, time_scale: float = 1.0, start_s: float = 0.0,
@@ -230,23 +216,35 @@ def load_bailian(path: str | Path, *, time_scale: float = 1.0, start_s: float = 
 
     Arguments as for :func:`load_mooncake`.
     """
-    path = Path(path)
-    block = TRACE_FORMATS["bailian"]
+    return _load_hashed_jsonl(Path(path), TRACE_FORMATS["bailian"], 1.0, _check_bailian_session,
+                              time_scale, start_s, duration_s, max_requests)
+
+
+def _check_bailian_session(row: dict) -> None:
+    _int(row, "chat_id")
+    _int(row, "parent_chat_id", minimum=-1)
+    kind = _get(row, "type")
+    if not isinstance(kind, str):
+        raise _RowError("type", f"expected a string, got {kind!r}")
+    _int(row, "turn", minimum=1)
+
+
+def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_row, time_scale: float,
+                       start_s: float, duration_s: float | None, max_requests: int | None) -> RequestArrays:
+    """The JSONL trace formats with prefix hashes: one request per row, ``timestamp`` in
+    ``1 / units_per_second`` s units, ``input_length``, ``output_length``, ``hash_ids`` of ``block`` tokens;
+    ``check_row`` validates format-specific fields."""
     times: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
     hashes: list[np.ndarray] = []
     for line_no, row in _json_rows(path):
         try:
-            _int(row, "chat_id")
-            _int(row, "parent_chat_id", minimum=-1)
-            times.append(_number(row, "timestamp"))
+            if check_row is not None:
+                check_row(row)
+            times.append(_number(row, "timestamp") / units_per_second)
             n_in = _int(row, "input_length", minimum=1)
             outputs.append(_int(row, "output_length", minimum=1))
-            kind = _get(row, "type")
-            if not isinstance(kind, str):
-                raise _RowError("type", f"expected a string, got {kind!r}")
-            _int(row, "turn", minimum=1)
             hashes.append(_hash_ids(row, n_in, block))
             inputs.append(n_in)
         except _RowError as exc:
