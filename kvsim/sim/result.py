@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -137,6 +138,20 @@ class RunResult:
     def links_frame(self) -> pd.DataFrame:
         """Every network link that carried bytes: capacity (B/s), bytes, mean utilisation, per run."""
         return self._per_run_frame("links")
+
+    def records_digest(self, fields: tuple[str, ...] | None = None) -> str:
+        """SHA-256 over every run's request records, bit for bit (runs in order, fields by name).
+
+        Two runs with the same digest produced identical records: the check that a refactor kept
+        results. ``fields`` restricts it to some columns (default: all of them).
+        """
+        digest = hashlib.sha256()
+        for run in self.runs:
+            digest.update(f"{run.system}|{run.point_index}|{run.records.n}".encode())
+            for name in fields if fields is not None else RequestRecords.fields:
+                digest.update(name.encode())
+                digest.update(run.records.column(name).tobytes())
+        return digest.hexdigest()
 
     def requests_frame(self) -> pd.DataFrame:
         """Every request of every run, with ``system``, ``point`` and swept parameters as columns."""
