@@ -87,11 +87,12 @@ def _validate(args: argparse.Namespace) -> int:
     for (point, name), s in sizings.items():
         if point != 0:
             continue
-        print(f"  {name}: {s.spec.nodes} x {s.node.name} = {s.cards} x {s.accelerator.name} as "
-              f"{s.instances} instance(s) of tp={s.tp}; {s.model.name} {s.dtype}: "
-              f"{format_quantity(s.weight_bytes_per_card, 'bytes')} weights/card, KV pool "
-              f"{format_quantity(s.kv_budget_bytes_per_card, 'bytes')}/card = "
-              f"{s.kv_tokens_per_instance:,} tokens/instance")
+        if len(s.pools) == 1 and not s.disaggregated:
+            print(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")
+            continue
+        print(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
+        for pool in s.pools:
+            print(f"    pool {pool.name}: {pool.describe()}")
     return 0
 
 

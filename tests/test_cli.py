@@ -11,7 +11,6 @@ import io
 import json
 import math
 import re
-from pathlib import Path
 
 import pandas as pd
 import pytest

@@ -63,8 +63,13 @@ def test_h20_node_structure():
         # 4 NICs and 4 drives over 4 switches: one of each per switch.
         assert g.has_edge(f"n0/nic{k}", f"n0/pcie{k}") and g.has_edge(f"n0/nvme{k}", f"n0/pcie{k}")
         assert g.has_edge(f"n0/nic{k}", "fabric") and g.has_edge("fabric", f"n0/nic{k}")
-    # 24 full-duplex links (8 GPU, 4 uplinks, 4 NIC-switch, 4 NIC-fabric, 4 drives) + 5 memory edges.
-    assert sum(1 for u, v in g.edges if u.startswith("n0/") or v.startswith("n0/")) == 2 * 24 + 5 + 8 * 2  # + one copy-engine edge per direction per GPU
+    # 24 full-duplex links (8 GPU, 4 uplinks, 4 NIC-switch, 4 NIC-fabric, 4 drives) + 5 memory edges,
+    # one copy-engine edge per direction per GPU, and each GPU's NVLink to its server's scale-up switch.
+    assert sum(1 for u, v in g.edges if u.startswith("n0/") or v.startswith("n0/")) == 2 * 24 + 5 + 8 * 2 + 8 * 2
+    domain = topo.scale_up_domain("n0/gpu0")
+    assert domain is not None and domain != topo.scale_up_domain("n1/gpu0")  # one domain per server
+    for i in range(8):
+        assert g.edges[f"n0/gpu{i}", domain]["capacity_Bps"] == ACC.scale_up_bandwidth
     assert topo.path("n0/gpu0", "n0/gpu0") == []
 
 

@@ -47,7 +47,7 @@ def _run(cache: str):
 
 
 def _suffix_prefill_s(sizing) -> float:
-    step = sizing.step_model()
+    step = sizing.pools[0].step_model()
     return step.iteration_time_s(BatchShape(prefill_tokens=SUFFIX, prefill_pairs=BatchShape.prefill_chunk_pairs(
         SUFFIX, DOC), prefill_context_tokens=DOC, sampled_seqs=1))
 
@@ -224,21 +224,21 @@ systems:
 def test_pages_are_conserved_and_hits_never_exceed_needs_under_memory_pressure(monkeypatch, write, preemption):
     import kvsim.sim.run as run_module
 
-    built = []
-    real_instance = run_module.Instance
+    systems = []
+    real_build = run_module.build_system
 
     def capture(*args, **kwargs):
-        instance = real_instance(*args, **kwargs)
-        built.append(instance)
-        return instance
+        system = real_build(*args, **kwargs)
+        systems.append(system)
+        return system
 
-    monkeypatch.setattr(run_module, "Instance", capture)
+    monkeypatch.setattr(run_module, "build_system", capture)
     text = STRESS.format(dram="2 GiB", write=write, preemption=preemption)
     run = kvsim.run(kvsim.parse_scenario(text, "stress.yaml")).runs[0]
     frame = run.records.to_frame()
     assert frame.finish_s.notna().all() and frame.preemptions.sum() > 0
     # every page is free or held by a cached block once all requests have finished
-    for instance in built:
+    for instance in systems[0].instances:
         hook = instance.scheduler.hook
         pages = hook.hbm.used_blocks * hook.geometry.pages_per_block
         assert instance.pool.free_blocks + pages == instance.pool.num_blocks

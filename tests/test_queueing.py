@@ -32,7 +32,7 @@ def _service_time_s() -> float:
     # One request = one prefill iteration of 512 tokens that emits the only output token.
     scenario = kvsim.parse_scenario(MD1.format(seed=0, duration=10, rate=1), "md1.yaml")
     sizing = check_scenario(scenario)[(0, "one")]
-    return sizing.step_model().iteration_time_s(
+    return sizing.pools[0].step_model().iteration_time_s(
         BatchShape(prefill_tokens=512, prefill_pairs=512 * 513 / 2, sampled_seqs=1))
 
 

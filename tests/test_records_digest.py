@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 import kvsim
+from kvsim.metrics.records import RequestRecords
 
 SHORT = {
     "h20_vs_l20.yaml": {"duration": "60 s", "warmup": "10 s",
@@ -31,4 +32,5 @@ PINNED = {
 @pytest.mark.parametrize("name", list(SHORT))
 def test_records_of_shipped_scenarios_are_unchanged(repo_root, name):
     scenario = kvsim.load_scenario(repo_root / "scenarios" / name).with_changes(SHORT[name])
-    assert kvsim.run(scenario).records_digest() == PINNED[name]
+    # the columns the runs had before the restructuring (disaggregation added columns after)
+    assert kvsim.run(scenario).records_digest(RequestRecords.colocated_fields) == PINNED[name]

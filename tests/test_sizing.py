@@ -27,7 +27,7 @@ systems:
 
 def _sizing(model="qwen3-8b", dtype="bf16", node="h20-8x", tp=1):
     scenario = kvsim.parse_scenario(BASE.format(model=model, dtype=dtype, node=node, tp=tp), "s.yaml")
-    return check_scenario(scenario)[(0, "s")]
+    return check_scenario(scenario)[(0, "s")].pools[0]
 
 
 def test_kv_capacity_by_hand_for_qwen3_8b_on_h20():
@@ -92,7 +92,7 @@ catalog:
     # decode at this light load is memory-bound: half the bandwidth, nearly twice the TPOT
     ratio = slow["tpot_s"]["p50"] / fast["tpot_s"]["p50"]
     assert 1.5 < ratio < 2.05
-    assert result.run("slow").sizing.accelerator.memory_bandwidth == 2e12
+    assert result.run("slow").sizing.pools[0].accelerator.memory_bandwidth == 2e12
 
 
 class _Load:

@@ -70,6 +70,9 @@ class AcceleratorSpec(FrozenSpec):
     scale_up_bandwidth : float or None
         Card-to-card link bandwidth per direction (NVLink, HCCS/UB), bytes/s; None if the card
         has no scale-up link and peers talk over PCIe.
+    scale_up_latency_s : float or None
+        One card-to-card copy's latency over the scale-up fabric, seconds (None: a generic
+        3 us, see :data:`kvsim.network.topology.SCALE_UP_LATENCY_S`).
     host_link_bandwidth : float
         Card-to-host link bandwidth per direction (PCIe), bytes/s.
     """
@@ -81,6 +84,7 @@ class AcceleratorSpec(FrozenSpec):
     memory_bandwidth: Bandwidth
     flops: dict[str, FlopRate]
     scale_up_bandwidth: Bandwidth | None = None
+    scale_up_latency_s: Seconds | None = None
     host_link: str
     host_link_bandwidth: Bandwidth
     tdp_w: Watts | None = None

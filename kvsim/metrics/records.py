@@ -12,6 +12,10 @@ _INT_FIELDS = ("input_tokens", "output_tokens", "preemptions", "instance")
 _CACHE_INT_FIELDS = ("hit_tokens_hbm", "hit_tokens_dram", "hit_tokens_nvme", "hit_tokens_remote",
                      "computed_tokens")
 _CACHE_FLOAT_FIELDS = ("loaded_bytes", "written_bytes")
+_PD_FLOAT_FIELDS = ("prefill_end_s", "handoff_start_s", "handoff_end_s", "decode_start_s")
+_PD_INT_FIELDS = ("prefill_instance",)
+_PD_BYTES_FIELDS = ("handoff_bytes",)
+_NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS
 
 
 class RequestRecords:
@@ -23,25 +27,34 @@ class RequestRecords:
     admission, so a recomputed request can hit again), ``computed_tokens`` prompt tokens
     computed (recomputation included), ``loaded_bytes`` / ``written_bytes`` KV bytes moved
     into HBM for it and written down from it.
+
+    Disaggregated serving (NaN / -1 when a request never left one instance): ``prefill_end_s``
+    when its prompt was computed, ``handoff_start_s`` / ``handoff_end_s`` the KV transfer to
+    the decode instance, ``decode_start_s`` the start of its first decode iteration,
+    ``prefill_instance`` where its prompt ran (``instance`` is where it was decoded) and
+    ``handoff_bytes`` the KV bytes moved.
     """
 
-    fields = _FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS
+    fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS
+              + _PD_INT_FIELDS + _PD_BYTES_FIELDS)
+    colocated_fields = _FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS
+    """The fields a colocated system fills (the others stay NaN / -1 / 0)."""
 
     def __init__(self, capacity: int = 1024):
         capacity = max(int(capacity), 16)
         self.n = 0
-        for name in _FLOAT_FIELDS:
+        for name in _NAN_FIELDS:
             setattr(self, name, np.full(capacity, np.nan))
-        for name in _INT_FIELDS + _CACHE_INT_FIELDS:
+        for name in _INT_FIELDS + _CACHE_INT_FIELDS + _PD_INT_FIELDS:
             setattr(self, name, np.zeros(capacity, dtype=np.int64))
-        for name in _CACHE_FLOAT_FIELDS:
+        for name in _CACHE_FLOAT_FIELDS + _PD_BYTES_FIELDS:
             setattr(self, name, np.zeros(capacity))
 
     def _grow(self) -> None:
         capacity = len(self.arrival_s) * 2
         for name in self.fields:
             old = getattr(self, name)
-            new = np.full(capacity, np.nan) if name in _FLOAT_FIELDS else np.zeros(capacity, dtype=old.dtype)
+            new = np.full(capacity, np.nan) if name in _NAN_FIELDS else np.zeros(capacity, dtype=old.dtype)
             new[: self.n] = old[: self.n]
             setattr(self, name, new)
 
@@ -54,6 +67,7 @@ class RequestRecords:
         self.input_tokens[i] = input_tokens
         self.output_tokens[i] = output_tokens
         self.instance[i] = -1
+        self.prefill_instance[i] = -1
         self.n += 1
         return i
 

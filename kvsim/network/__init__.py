@@ -2,5 +2,6 @@
 
 from kvsim.network.flows import FlowNetwork, max_min_fair_rates
 from kvsim.network.topology import Edge, Topology, build_topology
+from kvsim.network.transfers import Transfers
 
-__all__ = ["FlowNetwork", "max_min_fair_rates", "Topology", "build_topology", "Edge"]
+__all__ = ["FlowNetwork", "max_min_fair_rates", "Topology", "build_topology", "Edge", "Transfers"]

@@ -26,14 +26,22 @@ def resolved_scenario(result: RunResult) -> dict[str, Any]:
         dist = spec["workload"].get(key)
         if dist and dist.get("kind") == "empirical" and dist.get("file"):
             del dist["values"]  # re-read from the (absolute) file rather than inlined
+    for system in spec["systems"].values():
+        # one of the two forms: the single-pool fields, or pools
+        for key in (("node", "nodes", "instance", "instances") if system.get("pools") else ("pools",)):
+            system.pop(key, None)
     arrival = spec["workload"]["arrival"]
     base_dir = result.scenario.base_dir
     if arrival.get("kind") == "trace" and base_dir is not None:
         arrival["file"] = str((base_dir / arrival["file"]).resolve())
-    parts: dict[str, dict[str, Any]] = {"accelerators": {}, "nodes": {}, "models": {}}
+    parts: dict[str, dict[str, Any]] = {"accelerators": {}, "nodes": {}, "pool_nodes": {}, "models": {}}
     for run in result.runs:
         s = run.sizing
-        for family, part in (("accelerators", s.accelerator), ("nodes", s.node), ("models", s.model)):
+        used = [("models", s.model)] + [item for p in s.pools for item in (("accelerators", p.accelerator),
+                                                                          ("nodes", p.node))]
+        if s.pool_node is not None:
+            used.append(("pool_nodes", s.pool_node))
+        for family, part in used:
             fields = part.model_dump(mode="json", context=context)
             fields.pop("name")
             parts[family][part.name] = fields

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from kvsim.sim.result import RunResult
 
-__all__ = ["comparison_table", "ROWS"]
+__all__ = ["comparison_table", "hardware_label", "ROWS"]
 
 
 def _get(*keys: str) -> Callable[[dict[str, Any]], float | None]:
@@ -68,10 +68,7 @@ def comparison_table(result: RunResult) -> str:
             values = {s: read(runs[s].summary) for s in systems}
             rows.append([label] + [_cell(values[s], scale, fmt) for s in systems]
                         + [_ratio(values[s], values[baseline]) for s in others])
-        hardware = ["hardware"] + [
-            f"{r.sizing.cards}x {r.sizing.accelerator.name}, {r.sizing.instances} inst tp{r.sizing.tp}"
-            for r in runs.values()
-        ] + [""] * len(others)
+        hardware = ["hardware"] + [hardware_label(r.sizing) for r in runs.values()] + [""] * len(others)
         rows.insert(1, hardware)
         slo = runs[baseline].summary.get("slo_met", {})
         if slo:
@@ -92,6 +89,15 @@ def comparison_table(result: RunResult) -> str:
              f"measured over [{result.scenario.spec.warmup:g} s, {result.scenario.spec.duration:g} s] "
              f"of simulated time; ratios are system / {baseline}")
     return title + "\n\n" + "\n\n".join(blocks) + "\n"
+
+
+def hardware_label(sizing) -> str:
+    """``8x h20, 8 inst tp1``; a disaggregated system lists its pools with their roles."""
+    if len(sizing.pools) == 1 and not sizing.disaggregated:
+        p = sizing.pools[0]
+        return f"{p.cards}x {p.accelerator.name}, {p.instances} inst tp{p.tp}"
+    return " + ".join(f"{p.role[0].upper()}: {p.cards}x {p.accelerator.name} ({p.instances} tp{p.tp})"
+                      for p in sizing.pools)
 
 
 def _slo_cell(met: dict[str, bool]) -> str:

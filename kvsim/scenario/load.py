@@ -188,15 +188,6 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
         path = ("systems", name)
         if system.model is not None and system.model not in catalogs.models:
             problems.append(problem(path + ("model",), catalogs.models.unknown_message(system.model)))
-        if system.node not in catalogs.nodes:
-            problems.append(problem(path + ("node",), catalogs.nodes.unknown_message(system.node)))
-            continue
-        node = catalogs.nodes[system.node]
-        if node.accelerator not in catalogs.accelerators:
-            problems.append(problem(path + ("node",), f"node {system.node!r}: "
-                                    + catalogs.accelerators.unknown_message(node.accelerator)))
-            continue
-        accelerator = catalogs.accelerators[node.accelerator]
         cache = system.kv_cache
         if cache is not None and cache.remote is not None and cache.remote.pool_node not in catalogs.pool_nodes:
             problems.append(problem(path + ("kv_cache", "remote", "pool_node"),
@@ -210,15 +201,26 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
             problems.append(problem(path + ("kv_cache", "dram"), "give the host DRAM set aside for KV, "
                                     "e.g. capacity: 512 GiB"))
         dtype = spec.system_dtype(name)
-        if dtype not in accelerator.flops:
-            if system.dtype:
-                where = path + ("dtype",)
-            elif "dtype" in spec.model_fields_set:
-                where = ("dtype",)
-            else:
-                where = path + ("node",)  # the default dtype: blame the choice of hardware
-            problems.append(problem(where, f"{accelerator.name} (node {system.node}) has no {dtype} peak in the "
-                                    f"catalog; it lists: {', '.join(accelerator.flops)}"))
+        for pool_name, pool in system.pool_specs().items():
+            pool_path = path + system.pool_path(pool_name)
+            if pool.node not in catalogs.nodes:
+                problems.append(problem(pool_path + ("node",), catalogs.nodes.unknown_message(pool.node)))
+                continue
+            node = catalogs.nodes[pool.node]
+            if node.accelerator not in catalogs.accelerators:
+                problems.append(problem(pool_path + ("node",), f"node {pool.node!r}: "
+                                        + catalogs.accelerators.unknown_message(node.accelerator)))
+                continue
+            accelerator = catalogs.accelerators[node.accelerator]
+            if dtype not in accelerator.flops:
+                if system.dtype:
+                    where = path + ("dtype",)
+                elif "dtype" in spec.model_fields_set:
+                    where = ("dtype",)
+                else:
+                    where = pool_path + ("node",)  # the default dtype: blame the choice of hardware
+                problems.append(problem(where, f"{accelerator.name} (node {pool.node}) has no {dtype} peak in "
+                                        f"the catalog; it lists: {', '.join(accelerator.flops)}"))
     return problems
 
 

@@ -10,13 +10,14 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from kvsim.serving.kv_config import KVCacheSpec
-from kvsim.serving.specs import InstanceSpec, RouterKind
+from kvsim.serving.cache.spec import KVCacheSpec
+from kvsim.serving.specs import HandoffSpec, InstanceSpec, PoolSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
 
 __all__ = [
     "ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntries", "Dtype", "GapStudySpec",
+    "SINGLE_POOL",
 ]
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
@@ -33,21 +34,85 @@ class SloSpec(FrozenSpec):
     e2e_p99: Seconds | None = None
 
 
+SINGLE_POOL = "main"
+"""Name of the one pool of a system written in the single-pool form (``node:`` at system level)."""
+
+_POOL_FIELDS = ("node", "nodes", "instance", "instances")
+
+
 class SystemSpec(FrozenSpec):
     """One hardware configuration serving the scenario's workload.
 
-    ``model``, ``dtype`` and ``kv_dtype`` default to the scenario's.
+    A system is one or more pools of instances (:class:`~kvsim.serving.specs.PoolSpec`). The
+    single-pool form gives ``node``, ``nodes``, ``instance`` and ``instances`` here (one pool of
+    ``mixed`` instances); the general form gives ``pools``. A disaggregated system has
+    ``prefill`` and ``decode`` pools (and no ``mixed`` one). ``model``, ``dtype`` and
+    ``kv_dtype`` default to the scenario's and apply to every pool. ``router`` routes requests
+    among mixed instances; ``prefill_router`` and ``decode_router`` among prefill and decode
+    instances. ``kv_cache`` (prefix caching and offload) applies to the instances that compute
+    prompts: mixed and prefill.
     """
 
-    node: str
+    node: str | None = None
     nodes: int = Field(default=1, ge=1)
     instance: InstanceSpec = Field(default_factory=InstanceSpec)
     instances: int | None = Field(default=None, ge=1)
+    pools: dict[str, PoolSpec] | None = None
     router: RouterKind = "least_outstanding"
+    prefill_router: RouterKind = "least_prompt_tokens"
+    decode_router: RouterKind = "most_free_kv"
+    kv_handoff: HandoffSpec = Field(default_factory=HandoffSpec)
+    scale_up_domain_nodes: int = Field(default=1, ge=1)
     model: str | None = None
     dtype: Dtype | None = None
     kv_dtype: Dtype | None = None
     kv_cache: KVCacheSpec | None = None
+
+    def pool_specs(self) -> dict[str, PoolSpec]:
+        """The system's pools by name (the single-pool form is one pool named ``main``)."""
+        if self.pools is not None:
+            return dict(self.pools)
+        if self.node is None:
+            return {}
+        return {SINGLE_POOL: PoolSpec(node=self.node, nodes=self.nodes, instance=self.instance,
+                                      instances=self.instances, role="mixed")}
+
+    def pool_path(self, pool: str) -> tuple[str, ...]:
+        """Field path (below ``systems.NAME``) of pool ``pool``'s own fields."""
+        return ("pools", pool) if self.pools is not None else ()
+
+    @property
+    def disaggregated(self) -> bool:
+        """Prefill and decode run on separate instances."""
+        return any(p.role != "mixed" for p in self.pool_specs().values())
+
+    def shape_problems(self) -> list[tuple[tuple[str, ...], str]]:
+        """Problems with the system's pools, as ``(field path below the system, message)``."""
+        problems: list[tuple[tuple[str, ...], str]] = []
+        if self.pools is None:
+            if self.node is None:
+                problems.append((("node",), "required: a node type (kvsim catalog nodes), or pools: "
+                                            "{NAME: {node, nodes, instance, role}}"))
+            return problems
+        given = [f for f in _POOL_FIELDS if f in self.model_fields_set]
+        for name in given:
+            problems.append(((name,), "give it per pool (under pools:), not beside pools"))
+        if not self.pools:
+            problems.append((("pools",), "give at least one pool"))
+            return problems
+        for name in self.pools:
+            if not name or not all(c.isalnum() or c in "-_" for c in name):
+                problems.append((("pools", name), "pool names use letters, digits, '-' and '_'"))
+        roles = {p.role for p in self.pools.values()}
+        if "mixed" in roles and roles != {"mixed"}:
+            problems.append((("pools",), "a system either colocates (every pool mixed) or disaggregates "
+                                         "(prefill and decode pools): do not combine mixed with "
+                                         f"{' and '.join(sorted(roles - {'mixed'}))}"))
+        elif "decode" in roles and "prefill" not in roles:
+            problems.append((("pools",), "a decode pool needs a prefill pool to hand it prompts' KV"))
+        elif "prefill" in roles and "decode" not in roles:
+            problems.append((("pools",), "a prefill pool needs a decode pool to hand its prompts' KV to"))
+        return problems
 
 
 class CompareSpec(FrozenSpec):
@@ -133,6 +198,9 @@ class ScenarioSpec(FrozenSpec):
                 for system in pair:
                     if system not in self.systems:
                         problems.append((("study", "configs", label), f"{system!r} is not one of the systems"))
+        for name, system in self.systems.items():
+            for path, message in system.shape_problems():
+                problems.append((("systems", name) + path, message))
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:
             problems.append((("workload", "arrival", "rate"), (

@@ -1,12 +1,17 @@
 """An inference instance: one TP group of cards running the engine loop as a SimPy process.
 
 The loop is one event per engine iteration: form a batch, wait its predicted duration, apply
-it. When there is nothing to run it sleeps until a request is submitted.
+it. When there is nothing to run it sleeps until a request is submitted or something it waits
+for (a load, pages) arrives.
+
+An instance has a *role*: ``mixed`` serves whole requests; ``prefill`` computes prompts and
+hands each prompt's KV to a decode instance; ``decode`` generates from handed-off KV.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import simpy
 
@@ -14,7 +19,7 @@ from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.step_time import StepTimeModel
-from kvsim.serving.scheduler import AdmissionHook, BatchScheduler, SchedulerEvents, Sequence
+from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
 
 __all__ = ["Instance", "SystemCounters"]
 
@@ -36,7 +41,9 @@ class SystemCounters:
 
 
 class _RecordingEvents(SchedulerEvents):
-    """Writes scheduler milestones into the columnar records and counters."""
+    """Writes scheduler milestones into the columnar records and counters, as the instance's
+    role means them: a prefill instance's prompt is not the client's first token, and a decode
+    instance's recomputed prompt is not new input."""
 
     def __init__(self, records: RequestRecords, counters: SystemCounters, instance: "Instance"):
         self.records = records
@@ -47,10 +54,12 @@ class _RecordingEvents(SchedulerEvents):
         self.records.admit_s[seq.rid] = now
 
     def first_token(self, seq: Sequence, now: float) -> None:
-        self.records.first_token_s[seq.rid] = now
+        if self.instance.role != "prefill":
+            self.records.first_token_s[seq.rid] = now
 
     def prompt_done(self, seq: Sequence, now: float) -> None:
-        self.counters.input_tokens.add(now, seq.prompt_tokens)
+        if self.instance.role != "decode":
+            self.counters.input_tokens.add(now, seq.prompt_tokens)
 
     def tokens_emitted(self, count: int, now: float) -> None:
         self.counters.output_tokens.add(now, count)
@@ -63,9 +72,18 @@ class _RecordingEvents(SchedulerEvents):
 
     def finished(self, seq: Sequence, now: float) -> None:
         self.records.finish_s[seq.rid] = now
-        self.instance.in_system.set(now, self.instance.in_system.value - 1)
-        if seq.on_finish is not None:
-            seq.on_finish(seq, now)
+        self.instance.on_finish(seq, now)
+
+    def decode_started(self, seq: Sequence, now: float) -> None:
+        self.records.decode_start_s[seq.rid] = now
+
+    def prefilled(self, seq: Sequence, now: float) -> None:
+        self.records.prefill_end_s[seq.rid] = now
+        self.instance.on_prefilled(self.instance, seq, now)
+
+
+def _ignore(*_args) -> None:
+    return None
 
 
 class Instance:
@@ -76,6 +94,8 @@ class Instance:
     env : simpy.Environment
     index : int
         Position of this instance in its system (recorded per request).
+    role : str
+        ``mixed``, ``prefill`` or ``decode``.
     step_model : StepTimeModel
         Predicts each iteration's duration in seconds.
     pool : BlockPool
@@ -84,45 +104,78 @@ class Instance:
         Batching limits.
     records : RequestRecords
     counters : SystemCounters
-    in_system : TimeWeightedLevel
-        Requests in the system (shared by all instances), for Little's-law checks.
     window_start_s, window_end_s : float
         The measured window (end of warm-up, end of arrivals), seconds.
+    hook : AdmissionHook, optional
+        Prefix caching and offload (mixed, prefill) or the handoff receiver (decode).
+    on_finish : callable, optional
+        ``on_finish(seq, now)`` when a request's last token is emitted here.
+    on_prefilled : callable, optional
+        ``on_prefilled(instance, seq, now)`` when a prefill instance has computed a prompt.
+    on_final_chunk : callable, optional
+        ``on_final_chunk(instance, seq, now)`` when an iteration that completes a prompt starts
+        on a prefill instance (a layer-by-layer handoff starts streaming then).
+    gpus : list of str
+        The topology endpoints of its cards.
+    pool_name : str
+        The pool it was built in.
     """
 
     def __init__(
         self,
         env: simpy.Environment,
         index: int,
+        role: str,
         step_model: StepTimeModel,
         pool: BlockPool,
         max_batched_tokens: int,
         max_num_seqs: int,
         records: RequestRecords,
         counters: SystemCounters,
-        in_system: TimeWeightedLevel,
         window_start_s: float,
         window_end_s: float,
         hook: AdmissionHook | None = None,
+        on_finish: Callable[[Sequence, float], None] = _ignore,
+        on_prefilled: Callable[["Instance", Sequence, float], None] = _ignore,
+        on_final_chunk: Callable[["Instance", Sequence, float], None] | None = None,
+        gpus: list[str] | None = None,
+        pool_name: str = "",
     ):
         self.env = env
         self.index = index
+        self.role = role
         self.step_model = step_model
         self.pool = pool
         self.records = records
         self.counters = counters
-        self.in_system = in_system
+        self.on_finish = on_finish
+        self.on_prefilled = on_prefilled
+        self.on_final_chunk = on_final_chunk
+        self.gpus = gpus or []
+        self.pool_name = pool_name
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
-        self.scheduler = BatchScheduler(
-            pool, max_batched_tokens, max_num_seqs, _RecordingEvents(records, counters, self), hook
-        )
+        self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
+                                        _RecordingEvents(records, counters, self), hook,
+                                        prefill_only=role == "prefill")
         self._wake: simpy.Event | None = None
         self.process = env.process(self._run())
 
     @property
+    def hook(self) -> AdmissionHook | None:
+        return self.scheduler.hook
+
+    @property
     def outstanding(self) -> int:
-        """Requests assigned here and not yet finished."""
+        """Requests assigned here and not yet finished (or handed off)."""
         return self.scheduler.outstanding
+
+    @property
+    def pending_prompt_tokens(self) -> int:
+        return self.scheduler.pending_prompt_tokens
+
+    @property
+    def free_kv_tokens(self) -> int:
+        return self.pool.free_blocks * self.pool.block_size_tokens
 
     def wake(self) -> None:
         """Resume the engine loop if it sleeps (a load landed, pages came free)."""
@@ -131,10 +184,17 @@ class Instance:
 
     def submit(self, seq: Sequence) -> None:
         """Hand a request to this instance (at the current simulated time)."""
-        self.records.instance[seq.rid] = self.index
-        self.in_system.set(self.env.now, self.in_system.value + 1)
+        if self.role == "prefill":
+            self.records.prefill_instance[seq.rid] = self.index
+        else:
+            self.records.instance[seq.rid] = self.index
         self.scheduler.add(seq)
         self.wake()
+
+    def _final_chunks(self, batch: Batch, now: float) -> None:
+        for seq, chunk in batch.prefills:
+            if seq.kv_tokens + chunk == seq.prefill_target and not seq.gated:
+                self.on_final_chunk(self, seq, now)
 
     def _run(self):
         env = self.env
@@ -153,6 +213,8 @@ class Instance:
                 self._wake = None
                 continue
             level.set(env.now, pool.utilization)
+            if self.on_final_chunk is not None and batch.prefills:
+                self._final_chunks(batch, env.now)
             parts = breakdown(batch.shape) if breakdown is not None else None
             duration_s = parts.total_s if parts is not None else step_time(batch.shape)
             if not duration_s > 0 or math.isinf(duration_s):

@@ -1,22 +1,33 @@
-"""Request routers: which instance of a system serves an arriving request.
+"""Request routers: which instance of a role (mixed, prefill or decode) serves a request.
 
-Ties are broken by the lowest instance index, so routing is deterministic.
+Every router has one method, ``choose(instances) -> index`` into the list it is given (the
+instances currently in that role). Ties are broken by the lowest index, so routing is
+deterministic.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, Sequence as Seq
 
-__all__ = ["Router", "RoundRobinRouter", "LeastOutstandingRouter", "ROUTERS"]
+__all__ = [
+    "Router", "RoundRobinRouter", "LeastOutstandingRouter", "LeastPromptTokensRouter", "MostFreeKVRouter",
+    "ROUTERS",
+]
 
 
-class HasOutstanding(Protocol):
+class Routable(Protocol):
     @property
     def outstanding(self) -> int: ...
 
+    @property
+    def pending_prompt_tokens(self) -> int: ...
+
+    @property
+    def free_kv_tokens(self) -> int: ...
+
 
 class Router(Protocol):
-    def choose(self, instances: Seq[HasOutstanding]) -> int: ...
+    def choose(self, instances: Seq[Routable]) -> int: ...
 
 
 class RoundRobinRouter:
@@ -25,7 +36,7 @@ class RoundRobinRouter:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, instances: Seq[HasOutstanding]) -> int:
+    def choose(self, instances: Seq[Routable]) -> int:
         index = self._next % len(instances)
         self._next = index + 1
         return index
@@ -34,7 +45,7 @@ class RoundRobinRouter:
 class LeastOutstandingRouter:
     """The instance with the fewest unfinished requests (lowest index on ties)."""
 
-    def choose(self, instances: Seq[HasOutstanding]) -> int:
+    def choose(self, instances: Seq[Routable]) -> int:
         best, best_load = 0, instances[0].outstanding
         for index in range(1, len(instances)):
             load = instances[index].outstanding
@@ -43,5 +54,26 @@ class LeastOutstandingRouter:
         return best
 
 
-ROUTERS = {"round_robin": RoundRobinRouter, "least_outstanding": LeastOutstandingRouter}
+class LeastPromptTokensRouter:
+    """The instance with the fewest prompt tokens still to compute (then fewest outstanding):
+    for prefill instances, whose work is prompt tokens, not requests."""
+
+    def choose(self, instances: Seq[Routable]) -> int:
+        keys = [(inst.pending_prompt_tokens, inst.outstanding) for inst in instances]
+        return min(range(len(instances)), key=keys.__getitem__)
+
+
+class MostFreeKVRouter:
+    """The instance with the most free KV tokens (then fewest outstanding): for decode instances,
+    whose capacity is the KV they can hold."""
+
+    def choose(self, instances: Seq[Routable]) -> int:
+        keys = [(-inst.free_kv_tokens, inst.outstanding) for inst in instances]
+        return min(range(len(instances)), key=keys.__getitem__)
+
+
+ROUTERS = {
+    "round_robin": RoundRobinRouter, "least_outstanding": LeastOutstandingRouter,
+    "least_prompt_tokens": LeastPromptTokensRouter, "most_free_kv": MostFreeKVRouter,
+}
 """Router ``kind`` in a scenario -> class."""

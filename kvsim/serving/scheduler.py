@@ -19,6 +19,12 @@ Prefix caching and offload plug in through an optional :class:`AdmissionHook`: a
 may find a cached prefix (``kv_tokens`` starts above zero, the prefix held as ``shared_tokens``
 outside the sequence's own pages), park the sequence while KV loads (``loading``), or let it
 compute while a load is in flight and hold its first token until the load lands (``gated``).
+
+Disaggregated serving uses the same seams. A *prefill-only* scheduler does not emit a prompt's
+first token: the sequence is *detached* (out of the running set, its pages still held) and
+reported to :meth:`SchedulerEvents.prefilled`, until :meth:`BatchScheduler.release_detached`
+once its KV has been handed off. A decode instance admits a handed-off sequence through its hook
+(``"load"`` while the KV arrives); its first decode step emits the request's first token.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Sequence:
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
         "gated", "stalled", "sequence_hashes", "swapped",
     )
+    # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
 
     def __init__(self, rid: int, prompt_tokens: int, output_tokens: int, on_finish: Callable | None = None,
                  hashes: Any = None, sequence_hashes: Any = None):
@@ -87,6 +94,11 @@ class SchedulerEvents:
     def preempted(self, seq: Sequence) -> None: ...
     def prefill_computed(self, seq: Sequence, tokens: int) -> None: ...
     def finished(self, seq: Sequence, now: float) -> None: ...
+    def prefilled(self, seq: Sequence, now: float) -> None:
+        """A prefill-only scheduler finished ``seq``'s prompt and detached it."""
+
+    def decode_started(self, seq: Sequence, now: float) -> None:
+        """A handed-off sequence takes its first decode step in the iteration starting now."""
 
 
 class AdmissionHook:
@@ -135,24 +147,47 @@ class BatchScheduler:
         Receives admission, first-token, preemption and completion milestones.
     hook : AdmissionHook, optional
         Prefix caching and offload; None computes every prompt in full.
+    prefill_only : bool
+        Detach sequences whose prompt is computed instead of emitting their first token.
     """
 
     def __init__(self, pool: BlockPool, max_batched_tokens: int, max_num_seqs: int, events: SchedulerEvents,
-                 hook: AdmissionHook | None = None):
+                 hook: AdmissionHook | None = None, prefill_only: bool = False):
         self.pool = pool
         self.max_batched_tokens = max_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.events = events
         self.hook = hook
+        self.prefill_only = prefill_only
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.loading: dict[int, Sequence] = {}  # rid -> sequence parked while its KV loads
+        self.detached: dict[int, Sequence] = {}  # rid -> prompt done, KV held until handed off
         self.stalled = 0
 
     @property
     def outstanding(self) -> int:
-        """Sequences assigned here and not finished."""
+        """Sequences assigned here and not finished (a detached one has left)."""
         return len(self.waiting) + len(self.running) + len(self.loading)
+
+    @property
+    def pending_prompt_tokens(self) -> int:
+        """Prompt tokens still to compute here (waiting and running sequences)."""
+        waiting = sum(seq.prefill_target - seq.kv_tokens for seq in self.waiting)
+        return waiting + sum(seq.prefill_target - seq.kv_tokens for seq in self.running
+                             if seq.kv_tokens < seq.prefill_target)
+
+    def release_detached(self, seq: Sequence) -> None:
+        """A detached sequence's KV has been handed off: give back its pages."""
+        del self.detached[seq.rid]
+        self.pool.release(seq)
+        if self.hook is not None:
+            self.hook.released(seq, finished=True)
+
+    def _detach(self, seq: Sequence, now: float) -> None:
+        self.detached[seq.rid] = seq
+        self.events.prompt_done(seq, now)
+        self.events.prefilled(seq, now)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -189,6 +224,10 @@ class BatchScheduler:
         if seq.stalled and seq in self.running:
             seq.stalled = False
             self.stalled -= 1
+            if self.prefill_only:
+                self.running.remove(seq)
+                self._detach(seq, now)
+                return
             self._emit_prefill_token(seq, now)
             self.events.tokens_emitted(1, now)
             if seq.generated >= seq.output_tokens:
@@ -227,6 +266,8 @@ class BatchScheduler:
                     if cached + chunk == seq.prefill_target:
                         sampled += 1
                 else:
+                    if seq.generated == 0:  # a handed-off sequence's first step
+                        self.events.decode_started(seq, now)
                     batch.decodes.append(seq)
                     decode_context += cached + 1
                     sampled += 1
@@ -306,6 +347,7 @@ class BatchScheduler:
         hook = self.hook
         finished = False
         emitted = 0
+        detached = False
         for seq, chunk in batch.prefills:
             seq.kv_tokens += chunk
             events.prefill_computed(seq, chunk)
@@ -316,6 +358,10 @@ class BatchScheduler:
                     seq.stalled = True
                     self.stalled += 1
                     continue
+                if self.prefill_only:
+                    self._detach(seq, now)
+                    detached = True
+                    continue
                 self._emit_prefill_token(seq, now)
                 emitted += 1
                 if seq.generated >= seq.output_tokens:
@@ -324,8 +370,12 @@ class BatchScheduler:
             seq.kv_tokens += 1
             seq.generated += 1
             emitted += 1
+            if seq.generated == 1:  # a handed-off sequence's first step: the client's first token
+                events.first_token(seq, now)
             if seq.generated >= seq.output_tokens:
                 finished = True
+        if detached:
+            self.running = [seq for seq in self.running if seq.rid not in self.detached]
         if emitted:
             events.tokens_emitted(emitted, now)
         if finished:

@@ -37,16 +37,27 @@ class SystemRun:
     links: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
-        """Hardware facts of the run, SI units."""
+        """Hardware facts of the run, SI units: the system's totals and each pool's.
+
+        A single-pool system also gives its pool's figures at the top level.
+        """
         s = self.sizing
-        return {
-            "node": s.node.name, "nodes": s.spec.nodes, "accelerator": s.accelerator.name,
-            "cards": s.cards, "instances": s.instances, "tp": s.tp, "model": s.model.name,
-            "dtype": s.dtype, "kv_dtype": s.kv_dtype,
-            "weight_bytes_per_card": s.weight_bytes_per_card,
-            "kv_capacity_bytes_per_card": s.kv_budget_bytes_per_card,
-            "kv_capacity_tokens_per_instance": s.kv_tokens_per_instance,
+        pools = {
+            p.name: {
+                "role": p.role, "node": p.node.name, "nodes": p.spec.nodes, "accelerator": p.accelerator.name,
+                "cards": p.cards, "instances": p.instances, "tp": p.tp,
+                "weight_bytes_per_card": p.weight_bytes_per_card,
+                "kv_capacity_bytes_per_card": p.kv_budget_bytes_per_card,
+                "kv_capacity_tokens_per_instance": p.kv_tokens_per_instance,
+            }
+            for p in s.pools
         }
+        facts: dict[str, Any] = {"cards": s.cards, "instances": s.instances, "model": s.model.name,
+                                 "dtype": s.dtype, "kv_dtype": s.kv_dtype}
+        if len(s.pools) == 1:
+            facts.update({k: v for k, v in next(iter(pools.values())).items() if k != "role"})
+        facts["pools"] = pools
+        return facts
 
 
 @dataclass

@@ -2,9 +2,9 @@
 
 One :class:`SystemCache` per system holds each instance's HBM store, each node's DRAM and NVMe
 stores, the remote pool's stores (one per pool node, blocks sharded by id), the
-:class:`~kvsim.kv.KVIndex` over all of them, and the :class:`~kvsim.network.FlowNetwork` their
-bytes cross. The per-instance logic (what a request hits, loads and writes) is
-:class:`kvsim.serving.offload.InstanceCache`.
+:class:`~kvsim.kv.KVIndex` over all of them, and the :class:`~kvsim.network.Transfers` that move
+their bytes. The per-instance logic (what a request hits, loads and writes) is
+:class:`kvsim.serving.cache.InstanceCache`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import simpy
 
 from kvsim.kv import BlockStore, KVIndex
-from kvsim.network.flows import FlowNetwork
 from kvsim.network.topology import Topology
-from kvsim.serving.kv_config import KVCacheSpec
+from kvsim.network.transfers import Transfers
+from kvsim.serving.cache.spec import KVCacheSpec
 
 __all__ = ["CacheGeometry", "SystemCache", "TIERS"]
 
@@ -59,16 +59,15 @@ class SystemCache:
     """The KV stores, index and network of one system (shared by its instances)."""
 
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
-                 topology: Topology, network: FlowNetwork, instance_nodes: list[str],
-                 dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
+                 transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
                  pool_names: list[str], pool_bytes: float):
         self.env = env
         self.spec = spec
         self.geometry = geometry
-        self.topology = topology
-        self.network = network
+        self.transfers = transfers
+        self.topology: Topology = transfers.topology
         self.index = KVIndex()
-        self.instance_nodes = instance_nodes
+        topology = self.topology
         self.rank: dict[int, int] = {}       # id(store) -> tier position
         self.endpoint: dict[int, str] = {}   # id(store) -> topology endpoint of its medium
         self.tier_of: dict[int, str] = {}
@@ -87,11 +86,10 @@ class SystemCache:
         for pool in pool_names:
             self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
                                            "remote", topology.pool_media(pool), None))
-        self.capacity_Bps = topology.capacity_Bps()
         # bytes by tier, counted when a transfer starts inside the measurement window
         self.bytes_loaded = dict.fromkeys(TIERS[1:], 0.0)
         self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
-        self.window = (network.window_start_s, network.window_end_s)
+        self.window = (transfers.network.window_start_s, transfers.network.window_end_s)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None) -> BlockStore:
@@ -103,10 +101,10 @@ class SystemCache:
             self.node_of[id(store)] = node
         return store
 
-    def add_instance_hbm(self, instance: int, capacity_blocks: int) -> BlockStore:
+    def add_instance_hbm(self, instance: int, node: str, capacity_blocks: int) -> BlockStore:
+        """The HBM store of instance ``instance`` (on compute node ``node``), ``capacity_blocks`` blocks."""
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "",
-                            self.instance_nodes[instance])
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node)
         self.hbm.append(store)
         return store
 
@@ -129,11 +127,6 @@ class SystemCache:
         if self.remote:
             stores.append(self.remote_store(block))
         return stores
-
-    def transfer(self, paths: list[list], nbytes_each: float) -> simpy.Event:
-        """Start one flow of ``nbytes_each`` per path; the event fires when all have landed."""
-        flows = [self.network.transfer(links, nbytes_each, self.topology.path_latency_s(links)) for links in paths]
-        return flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
 
     def file(self, store: BlockStore, blocks: list) -> None:
         """Insert ``blocks`` into ``store``; under write-back, what it evicts moves a tier down."""
@@ -164,7 +157,7 @@ class SystemCache:
             tier = self.tier_of[id(target)]
             self.count(self.bytes_written, tier, len(group) * self.geometry.block_bytes)
             links = self.topology.path(self.endpoint[id(store)], self.endpoint[id(target)])
-            done = self.transfer([links], len(group) * self.geometry.block_bytes)
+            done = self.transfers.move([links], len(group) * self.geometry.block_bytes, "cache_write")
             done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))
 
     def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,

@@ -1,0 +1,138 @@
+"""Prefix caching and KV offload for one instance: the scheduler's admission hook.
+
+:class:`InstanceCache` is what the scheduler sees. It holds the state the three concerns share
+(the instance's HBM store, its page pool, blocks in flight) and hands each concern to its own
+part:
+
+- :class:`~kvsim.serving.cache.prefix_loader.PrefixLoader` -- at admission, the longest cached
+  prefix among the stores this instance can reach and the loads that bring it into HBM;
+- :class:`~kvsim.serving.cache.writer.CacheWriter` -- filing new blocks in HBM when a prompt is
+  complete, writing them down (write-through) or on eviction (write-back), and evicting under
+  HBM pressure;
+- :class:`~kvsim.serving.cache.swapper.Swapper` -- preempted sequences swapped to host DRAM and
+  back.
+
+A block being loaded is already filed in the HBM cache (its pages are taken) but is *in flight*:
+another sequence that hits it waits for the same load rather than reading bytes not yet there.
+Per-request records (hit tokens per tier, bytes loaded) are written when the scheduler commits
+the admission, so an admission retried for lack of pages is counted once.
+
+Granularity: a cache block is ``block_tokens`` tokens (the workload's hash block); the engine
+pages HBM at ``page_tokens``; only whole blocks are cached, as engines do.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import simpy
+
+from kvsim.kv import BlockPool
+from kvsim.serving.cache.prefix_loader import PrefixLoader, SeqCache
+from kvsim.serving.cache.swapper import Swapper
+from kvsim.serving.cache.tiers import CacheGeometry, SystemCache
+from kvsim.serving.cache.writer import CacheWriter
+from kvsim.serving.scheduler import AdmissionHook, BatchScheduler, Sequence
+
+__all__ = ["InstanceCache", "SeqCache"]
+
+
+class InstanceCache(AdmissionHook):
+    """Prefix caching and offload for one instance (see the module docstring).
+
+    Parameters
+    ----------
+    system : SystemCache
+    index : int
+        The instance's position in its system.
+    node : str
+        The compute node the instance runs on (its DRAM and NVMe tiers).
+    gpus : list of str
+        Topology endpoints of the instance's cards.
+    pool : BlockPool
+        The instance's page pool (shared by sequences and cached blocks).
+    geometry : CacheGeometry
+        Block sizes as this instance sees them (its page size and TP degree).
+    recompute_s : callable
+        ``recompute_s(tokens, cached_tokens)`` predicts the time of one prefill iteration of
+        ``tokens`` tokens after ``cached_tokens`` (for the ``faster`` load policy).
+    record_hits : callable
+        ``record_hits(seq, tier, tokens, loaded_bytes)`` for the per-request records.
+    record_written : callable
+        ``record_written(seq, nbytes)``.
+
+    :meth:`attach` connects it to its instance's scheduler and engine-loop alarm.
+    """
+
+    def __init__(self, system: SystemCache, index: int, node: str, gpus: list[str], pool: BlockPool,
+                 geometry: CacheGeometry, recompute_s: Callable[[int, int], float],
+                 record_hits: Callable[[Sequence, str, int, float], None],
+                 record_written: Callable[[Sequence, float], None]):
+        self.system = system
+        self.node = node
+        self.gpus = gpus
+        self.pool = pool
+        self.geometry = geometry
+        self.hbm = system.add_instance_hbm(index, node, pool.num_blocks // geometry.pages_per_block)
+        self.record_hits = record_hits
+        self.record_written = record_written
+        self.wake: Callable[[], None] = lambda: None
+        self.scheduler: BatchScheduler | None = None
+        self.inflight: dict = {}   # block -> event that fires when its bytes have landed
+        self.writer = CacheWriter(self)
+        self.loader = PrefixLoader(self, recompute_s)
+        self.swapper = Swapper(self)
+        pool.reclaim = self.writer.reclaim
+
+    def attach(self, scheduler: BatchScheduler, wake: Callable[[], None]) -> None:
+        """Connect to the instance's scheduler and the alarm that resumes its engine loop."""
+        self.scheduler = scheduler
+        self.wake = wake
+
+    @property
+    def env(self) -> simpy.Environment:
+        return self.system.env
+
+    # -- AdmissionHook ---------------------------------------------------------------------
+    def admit(self, seq: Sequence, now: float) -> str | None:
+        if seq.swapped:
+            return self.swapper.swap_in(seq)
+        if seq.hashes is None:
+            return "run"
+        return self.loader.admit(seq)
+
+    def committed(self, seq: Sequence) -> None:
+        state = seq.cache
+        if state is None or not state.hits:
+            return
+        for tier, tokens in state.hits.items():
+            self.record_hits(seq, tier, tokens, 0.0)
+        self.record_hits(seq, "hbm", 0, state.loaded_bytes)
+        state.hits, state.loaded_bytes = {}, 0.0
+
+    def prompt_done(self, seq: Sequence, now: float) -> None:
+        self.writer.file_prompt(seq)
+
+    def released(self, seq: Sequence, finished: bool) -> None:
+        state = seq.cache
+        if state is None:
+            return
+        if finished and seq.sequence_hashes is not None:
+            self.writer.cache_decoded(seq)
+        for block in state.blocks:
+            self.hbm.drop_reader(block)
+        seq.cache = None
+
+    def swap_out(self, seq: Sequence) -> bool:
+        return self.swapper.swap_out(seq)
+
+    # -- shared by the parts ---------------------------------------------------------------
+    def after_load(self, seq: Sequence, state: SeqCache | None, ungate: bool) -> None:
+        """The KV an admission waited for has landed: resume the sequence and the engine."""
+        if self.scheduler is None or seq.cache is not state:
+            return  # that admission was given up (preempted, or retried): nothing waits for it
+        if ungate:
+            self.scheduler.ungate(seq, self.env.now)
+        else:
+            self.scheduler.loaded(seq)
+        self.wake()

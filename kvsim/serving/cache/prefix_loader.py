@@ -1,0 +1,210 @@
+"""Admission-time lookup and loads: where a prompt's cached prefix comes from, and the flows that
+bring the blocks not already in this instance's HBM -- one flow per source store and card, never
+one per block."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+import simpy
+
+from kvsim.kv import BlockStore
+from kvsim.serving.scheduler import Sequence
+
+if TYPE_CHECKING:
+    from kvsim.serving.cache.instance_cache import InstanceCache
+
+__all__ = ["PrefixLoader", "SeqCache"]
+
+
+@dataclass
+class SeqCache:
+    """What one admission of a sequence holds in the cache, and what it will record."""
+
+    blocks: list = field(default_factory=list)  # HBM blocks it reads (reader references)
+    hits: dict[str, int] = field(default_factory=dict)  # tier -> tokens, recorded on commit
+    loaded_bytes: float = 0.0
+
+
+class PrefixLoader:
+    """Finds the longest cached prefix of a prompt among the stores an instance can reach (its own
+    HBM, its node's DRAM and NVMe, the remote pool), keeps the blocks already in its HBM (shared
+    pages, no copy) and loads the others.
+
+    Parameters
+    ----------
+    cache : InstanceCache
+        The instance's cache, whose state (HBM store, pool, blocks in flight) this reads.
+    recompute_s : callable
+        ``recompute_s(tokens, cached_tokens)``: one prefill iteration's time, for the ``faster``
+        policy, which compares loading a hit with the extra time recomputing it adds to the
+        suffix's prefill.
+    """
+
+    def __init__(self, cache: "InstanceCache", recompute_s: Callable[[int, int], float]):
+        self.cache = cache
+        self.system = cache.system
+        self.recompute_s = recompute_s
+
+    def _usable(self, store: BlockStore) -> bool:
+        tier = self.system.tier_of[id(store)]
+        if tier == "hbm":
+            return store is self.cache.hbm
+        if tier == "remote":
+            return True
+        node = self.cache.node
+        return store is self.system.dram.get(node) or store is self.system.nvme.get(node)
+
+    def _rank(self, store: BlockStore) -> int:
+        return self.system.rank[id(store)]
+
+    def admit(self, seq: Sequence) -> str | None:
+        """Prepare the admission of ``seq`` (which has prefix hashes); see AdmissionHook.admit."""
+        cache, system = self.cache, self.system
+        g = cache.geometry
+        index = system.index
+        # at least one token is always computed: the last prompt block is never a hit
+        eligible = min(seq.prompt_tokens // g.block_tokens, (seq.prefill_target - 1) // g.block_tokens)
+        hashes = seq.hashes
+        n = index.longest_prefix(hashes[:eligible], self._usable) if eligible > 0 else 0
+        sources = index.tier_breakdown(hashes, n, self._rank, self._usable) if n else []
+        hbm = cache.hbm
+        local = 0
+        while local < n and sources[local] is hbm:
+            local += 1
+        if n > local and system.spec.load_policy == "faster":
+            # Recomputing the blocks below HBM costs the extra prefill time they add to the
+            # suffix that must be computed anyway; if that beats the uncontended load time,
+            # keep only the leading run already in this HBM.
+            suffix = seq.prefill_target - n * g.block_tokens
+            extra = (n - local) * g.block_tokens
+            marginal_s = (self.recompute_s(extra + suffix, local * g.block_tokens)
+                          - self.recompute_s(suffix, n * g.block_tokens))
+            if marginal_s <= self._estimated_load_s([s for s in sources[local:n] if s is not hbm]):
+                n = local
+        held = []
+        pending: dict[int, simpy.Event] = {}
+        to_load = []
+        for k in range(n):
+            block = hashes[k]
+            if sources[k] is not hbm:
+                to_load.append((block, sources[k]))
+                continue
+            hbm.lookup(block)
+            hbm.add_reader(block)
+            held.append(block)
+            event = cache.inflight.get(block)
+            if event is not None:
+                pending[id(event)] = event
+        if to_load and not cache.pool.take(len(to_load) * g.pages_per_block):
+            for block in held:
+                hbm.drop_reader(block)
+            return None
+        for block, _ in to_load:
+            # the copy lands in this HBM; the transfer pins it until the bytes are there
+            if index.insert(hbm, block) is None:
+                raise RuntimeError("HBM cache index refused a block it had pages for")
+            hbm.pin(block)
+            hbm.add_reader(block)
+            held.append(block)
+        state = SeqCache(blocks=held, hits={"hbm": (n - len(to_load)) * g.block_tokens})
+        seq.cache = state
+        seq.kv_tokens = seq.shared_tokens = n * g.block_tokens
+        waits = list(pending.values())
+        if to_load:
+            waits.append(self._load(state, to_load))
+        if not waits:
+            return "run"
+        env = system.env
+        done = waits[0] if len(waits) == 1 else simpy.AllOf(env, waits)
+        if system.spec.load_mode == "before":
+            done.callbacks.append(lambda _event: cache.after_load(seq, state, ungate=False))
+            return "load"
+        seq.gated = True
+        started = env.now
+
+        def layer_tail(_event):
+            # layer-by-layer: the last layer's compute waits for that layer's share of the load
+            tail_s = (env.now - started) / g.num_layers
+            env.process(self._ungate_after(seq, state, tail_s))
+
+        done.callbacks.append(layer_tail)
+        return "run"
+
+    def _ungate_after(self, seq: Sequence, state: SeqCache, delay_s: float):
+        yield self.system.env.timeout(delay_s)
+        self.cache.after_load(seq, state, ungate=True)
+
+    def _paths(self, store: BlockStore) -> list:
+        system = self.system
+        return [system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
+                for gpu in self.cache.gpus]
+
+    def _estimated_load_s(self, sources: list[BlockStore]) -> float:
+        """Uncontended time to load blocks from ``sources``: every card's flow at once, so a
+        link the ``tp`` flows share (a NIC) carries all of them; the slowest source decides."""
+        g = self.cache.geometry
+        counts: dict[int, tuple[BlockStore, int]] = {}
+        for store in sources:
+            entry = counts.get(id(store))
+            counts[id(store)] = (store, (entry[1] if entry else 0) + 1)
+        worst = 0.0
+        for store, count in counts.values():
+            worst = max(worst, self.system.transfers.uncontended_s(self._paths(store), count * g.block_bytes_per_card))
+        return worst
+
+    def _load(self, state: SeqCache, to_load: list) -> simpy.Event:
+        """Start the flows that bring ``to_load`` into HBM; the returned event fires when all land."""
+        cache, system = self.cache, self.system
+        g = cache.geometry
+        groups: dict[int, tuple[BlockStore, list]] = {}
+        for block, store in to_load:
+            groups.setdefault(id(store), (store, []))[1].append(block)
+        events = []
+        for store, blocks in groups.values():
+            tier = system.tier_of[id(store)]
+            for block in blocks:
+                store.lookup(block)
+                store.pin(block)
+            nbytes = len(blocks) * g.block_bytes_per_card
+            state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
+            state.loaded_bytes += nbytes * g.tp
+            system.count(system.bytes_loaded, tier, nbytes * g.tp)
+            group_done = system.transfers.move(self._paths(store), nbytes, "cache_load")
+
+            def unpin_source(_event, store=store, blocks=blocks):
+                for block in blocks:
+                    store.unpin(block)
+
+            group_done.callbacks.append(unpin_source)
+            events.append(group_done)
+        done = events[0] if len(events) == 1 else simpy.AllOf(system.env, events)
+        loaded = [b for b, _ in to_load]
+        for block in loaded:
+            cache.inflight[block] = done
+        promote = [b for b, store in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
+
+        def landed(_event):
+            for block in loaded:
+                cache.hbm.unpin(block)
+                if cache.inflight.get(block) is done:
+                    del cache.inflight[block]
+            if promote and system.spec.promote_on_hit:
+                self._promote(promote)
+
+        done.callbacks.insert(0, landed)
+        return done
+
+    def _promote(self, blocks: list) -> None:
+        """File blocks just loaded from NVMe or the pool in this node's DRAM tier too."""
+        dram = self.system.dram.get(self.cache.node)
+        if dram is None:
+            return
+        missing = [b for b in blocks if b not in dram]
+        if not missing:
+            return
+        if not self.system.spec.gpu_direct:
+            self.system.file(dram, missing)  # the bounce staged these bytes in host DRAM already
+            return
+        self.cache.writer.write_down(None, missing, only=dram)

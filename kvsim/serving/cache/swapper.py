@@ -1,0 +1,70 @@
+"""Swapping preempted sequences to host DRAM and back (``kv_cache.preemption: swap``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import simpy
+
+from kvsim.serving.scheduler import Sequence
+
+if TYPE_CHECKING:
+    from kvsim.serving.cache.instance_cache import InstanceCache
+
+__all__ = ["Swapper"]
+
+
+class Swapper:
+    """Copies a preempted sequence's KV to its node's DRAM and back when it is readmitted.
+
+    The copies cross PCIe and the DRAM channels like any other transfer (host<->device copies at
+    the copy-engine rate). The pages are handed back at once on swap-out: the copy is assumed
+    staged, like a write-back.
+    """
+
+    def __init__(self, cache: "InstanceCache"):
+        self.cache = cache
+        self.system = cache.system
+        self.swapping: dict[int, simpy.Event] = {}  # rid -> swap-out still in flight
+
+    def _kv_bytes_per_card(self, tokens: int) -> float:
+        g = self.cache.geometry
+        return tokens * g.block_bytes_per_card / g.block_tokens
+
+    def _paths(self, out: bool) -> list:
+        topology = self.system.topology
+        dram = topology.dram(self.cache.node)
+        return [topology.store_path(gpu, dram, True) if out else topology.load_path(dram, gpu, True)
+                for gpu in self.cache.gpus]
+
+    def swap_out(self, seq: Sequence) -> bool:
+        """Copy all the sequence's KV (its own pages and the shared prefix it reads) to host DRAM
+        and let go of its HBM blocks, so a swapped sequence holds nothing in HBM."""
+        cache, system = self.cache, self.system
+        if system.spec.preemption != "swap" or seq.kv_tokens == 0:
+            return False
+        nbytes = self._kv_bytes_per_card(seq.kv_tokens)
+        cache.released(seq, finished=False)
+        cache.record_written(seq, nbytes * cache.geometry.tp)
+        system.count(system.bytes_written, "dram", nbytes * cache.geometry.tp)
+        self.swapping[seq.rid] = system.transfers.move(self._paths(out=True), nbytes, "swap")
+        return True
+
+    def swap_in(self, seq: Sequence) -> str | None:
+        """Readmitting a swapped sequence: its pages back, then the copy back from host DRAM
+        (after the copy out has landed)."""
+        cache, system = self.cache, self.system
+        if not cache.pool.grow(seq, seq.kv_tokens):  # all of it comes back as its own pages
+            return None
+        nbytes = self._kv_bytes_per_card(seq.kv_tokens)
+        cache.record_hits(seq, "hbm", 0, nbytes * cache.geometry.tp)
+        system.count(system.bytes_loaded, "dram", nbytes * cache.geometry.tp)
+        seq.swapped = False
+        system.env.process(self._swap_back(seq, seq.cache, self.swapping.pop(seq.rid, None), nbytes))
+        return "load"
+
+    def _swap_back(self, seq: Sequence, state, out: simpy.Event | None, nbytes: float):
+        if out is not None and not out.processed:
+            yield out
+        yield self.system.transfers.move(self._paths(out=False), nbytes, "swap")
+        self.cache.after_load(seq, state, ungate=False)

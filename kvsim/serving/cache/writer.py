@@ -1,0 +1,144 @@
+"""Writes into the cache: new prompt blocks filed in HBM, copies down to lower tiers
+(write-through at prefill, write-back on eviction), decoded blocks kept for the next turn, and
+eviction when HBM runs short."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from kvsim.kv import BlockStore
+from kvsim.serving.scheduler import Sequence
+
+if TYPE_CHECKING:
+    from kvsim.serving.cache.instance_cache import InstanceCache
+
+__all__ = ["CacheWriter"]
+
+
+class CacheWriter:
+    """Everything an instance writes into its HBM cache and the tiers below it."""
+
+    def __init__(self, cache: "InstanceCache"):
+        self.cache = cache
+        self.system = cache.system
+
+    def _paths(self, store: BlockStore) -> list:
+        system = self.system
+        return [system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
+                for gpu in self.cache.gpus]
+
+    def file_prompt(self, seq: Sequence) -> None:
+        """The prompt's KV is complete: file its new full blocks in HBM (the sequence's own pages
+        become shared cached pages) and, under write-through, write them down."""
+        if seq.hashes is None or seq.cache is None:
+            return
+        cache = self.cache
+        g = cache.geometry
+        full = seq.prompt_tokens // g.block_tokens
+        state = seq.cache
+        first_new = seq.shared_tokens // g.block_tokens
+        if full <= first_new:
+            return
+        hbm, index = cache.hbm, self.system.index
+        new_blocks = []
+        for block in seq.hashes[first_new:full]:
+            if block in hbm:
+                cache.pool.give(g.pages_per_block)  # computed twice: keep the cached copy
+            elif index.insert(hbm, block) is None:
+                raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
+            else:
+                new_blocks.append(block)
+            hbm.add_reader(block)
+            state.blocks.append(block)
+        seq.kv_blocks -= (full - first_new) * g.pages_per_block
+        seq.shared_tokens = full * g.block_tokens
+        if self.system.spec.write_policy == "write_through" and new_blocks:
+            self.write_down(seq, new_blocks)
+
+    def write_down(self, seq: Sequence | None, blocks: list, only: BlockStore | None = None) -> None:
+        """Copy ``blocks`` from this HBM to every lower tier that lacks them (or to ``only``).
+
+        The blocks are pinned in HBM until their copies land. One flow per card and target.
+        """
+        cache, system = self.cache, self.system
+        g = cache.geometry
+        targets: dict[int, tuple[BlockStore, list]] = {}
+        for block in blocks:
+            for store in ([only] if only is not None else system.lower_stores(cache.node, block)):
+                if block not in store:
+                    targets.setdefault(id(store), (store, []))[1].append(block)
+        for store, group in targets.values():
+            tier = system.tier_of[id(store)]
+            per_card = len(group) * g.block_bytes / g.tp
+            system.count(system.bytes_written, tier, per_card * g.tp)
+            if seq is not None:
+                cache.record_written(seq, per_card * g.tp)
+            for block in group:
+                cache.hbm.pin(block)
+
+            def stored(_event, store=store, group=group):
+                for block in group:
+                    cache.hbm.unpin(block)
+                system.file(store, group)
+                cache.wake()
+
+            system.transfers.move(self._paths(store), per_card, "cache_write").callbacks.append(stored)
+
+    def cache_decoded(self, seq: Sequence) -> None:
+        """Keep the full blocks written while decoding (a next turn extends this conversation).
+
+        The sequence's own pages were just returned to the pool; the blocks worth keeping take
+        pages back from it (they are the same bytes, still in place).
+        """
+        cache = self.cache
+        g = cache.geometry
+        hbm, index = cache.hbm, self.system.index
+        first = seq.shared_tokens // g.block_tokens
+        full = min(seq.kv_tokens // g.block_tokens, len(seq.sequence_hashes))
+        new_blocks = []
+        for block in seq.sequence_hashes[first:full]:
+            if block in hbm:
+                continue
+            if not cache.pool.take(g.pages_per_block):
+                break
+            if index.insert(hbm, block) is None:
+                cache.pool.give(g.pages_per_block)
+                break
+            new_blocks.append(block)
+        if new_blocks and self.system.spec.write_policy == "write_through":
+            self.write_down(seq, new_blocks)
+
+    def reclaim(self, shortfall_pages: int) -> None:
+        """Evict unheld cached blocks from HBM to free ``shortfall_pages`` pages -- only if they
+        can: a request that cannot be met evicts nothing."""
+        cache = self.cache
+        g = cache.geometry
+        if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
+            return
+        victims = []
+        while len(victims) * g.pages_per_block < shortfall_pages:
+            victim = cache.hbm.evict_one()
+            if victim is None:
+                break
+            self.system.index.discard(victim, cache.hbm)
+            victims.append(victim)
+        cache.pool.give(len(victims) * g.pages_per_block)
+        if victims and self.system.spec.write_policy == "write_back":
+            self._write_back(victims)
+
+    def _write_back(self, blocks: list) -> None:
+        """Write-back: evicted HBM blocks go to the next tier down that lacks them, one flow per
+        card and target (from a staging copy: their pages were freed already, i.e. the copy is
+        assumed staged)."""
+        cache, system = self.cache, self.system
+        g = cache.geometry
+        targets: dict[int, tuple[BlockStore, list]] = {}
+        for block in blocks:
+            lower = system.lower_stores(cache.node, block)
+            if lower and block not in lower[0]:  # a copy one tier down already: nothing to move
+                targets.setdefault(id(lower[0]), (lower[0], []))[1].append(block)
+        for target, group in targets.values():
+            tier = system.tier_of[id(target)]
+            system.count(system.bytes_written, tier, len(group) * g.block_bytes)
+            done = system.transfers.move(self._paths(target), len(group) * g.block_bytes / g.tp, "cache_write")
+            done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))

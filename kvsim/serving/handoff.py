@@ -1,0 +1,181 @@
+"""Prefill -> decode KV handoff in a disaggregated system.
+
+When a prefill instance has computed a prompt (or, layer by layer, when the iteration that
+completes it starts), :class:`KVHandoff` picks a decode instance and submits a decode-side copy
+of the request there. The decode instance admits it through its :class:`HandoffReceiver` hook
+only when it has KV room for the prompt (back-pressure: until then the prefill instance keeps
+holding the prompt's pages, which count in its occupancy and can stall its admissions). The
+receiver then moves the KV as flows on the topology, one per decode card, from the prefill card
+holding the same heads: over the scale-up links when both instances sit in one scale-up domain,
+otherwise NIC to NIC (GPU-Direct RDMA by default), contending with cache traffic on the same
+links. When the bytes have landed, the prefill pages are released and the sequence joins the
+decode batch; its first decode step emits the request's first token (what the client sees).
+
+``layerwise``: the flow starts when the prompt's last prefill iteration starts; the handoff
+ends when the flow has landed and, after the prefill ends, the last layer's share of the flow's
+time has passed (the last layer's KV exists only once the iteration is over). ``whole``: the
+flow starts after the prefill ends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import simpy
+
+from kvsim.metrics.records import RequestRecords
+from kvsim.network.transfers import Transfers
+from kvsim.serving.instance import Instance
+from kvsim.serving.router import Router
+from kvsim.serving.scheduler import AdmissionHook, Sequence
+from kvsim.serving.specs import HandoffSpec
+
+__all__ = ["KVHandoff", "HandoffReceiver"]
+
+
+@dataclass
+class _Handoff:
+    """One request's KV on its way from a prefill instance to a decode instance."""
+
+    source: Instance
+    prefill_seq: Sequence
+    layerwise: bool            # the flow may start before the prefill ends
+    decode: Instance | None = None
+    decode_seq: Sequence | None = None
+    flow_start_s: float | None = None
+    flow_end_s: float | None = None
+    prefill_end_s: float | None = None
+
+
+class KVHandoff:
+    """Hands prompts' KV from prefill instances to decode instances (see the module docstring).
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    spec : HandoffSpec
+    transfers : Transfers
+        The system's one way to move bytes.
+    records : RequestRecords
+    router : Router
+        Picks among :attr:`decode_instances`.
+    decode_instances : callable
+        Returns the instances currently in the decode role.
+    kv_bytes_per_token_per_card : callable
+        ``kv_bytes_per_token_per_card(instance)``: KV bytes one token occupies on each of the
+        instance's cards (its TP degree decides how heads are split).
+    num_layers : int
+        The model's layers (a layer-by-layer handoff's tail is one layer's share).
+    """
+
+    def __init__(self, env: simpy.Environment, spec: HandoffSpec, transfers: Transfers, records: RequestRecords,
+                 router: Router, decode_instances: Callable[[], list[Instance]],
+                 kv_bytes_per_token_per_card: Callable[[Instance], float], num_layers: int):
+        self.env = env
+        self.spec = spec
+        self.transfers = transfers
+        self.records = records
+        self.router = router
+        self.decode_instances = decode_instances
+        self.kv_bytes_per_token_per_card = kv_bytes_per_token_per_card
+        self.num_layers = num_layers
+        self._early: dict[tuple[int, int], _Handoff] = {}  # (prefill index, rid) -> started early
+
+    # -- prefill side ------------------------------------------------------------------------
+    def final_chunk(self, source: Instance, seq: Sequence, now: float) -> None:
+        """The iteration completing ``seq``'s prompt starts on ``source``: stream layer by layer."""
+        if self.spec.mode != "layerwise":
+            return
+        state = _Handoff(source, seq, layerwise=True)
+        self._early[(source.index, seq.rid)] = state
+        self._send(state)
+
+    def prefilled(self, source: Instance, seq: Sequence, now: float) -> None:
+        """``source`` has computed ``seq``'s prompt and holds its KV until the handoff lands."""
+        state = self._early.pop((source.index, seq.rid), None)
+        if state is None:
+            self._send(_Handoff(source, seq, layerwise=False, prefill_end_s=now))
+            return
+        state.prefill_end_s = now
+        if state.flow_end_s is not None:
+            self._finish_after(state, self._tail_s(state))
+
+    def _send(self, state: _Handoff) -> None:
+        decodes = self.decode_instances()
+        target = decodes[self.router.choose(decodes)]
+        pseq = state.prefill_seq
+        dseq = Sequence(pseq.rid, pseq.prompt_tokens, pseq.output_tokens, on_finish=pseq.on_finish)
+        dseq.admitted = True  # admission was on the prefill side
+        dseq.cache = state
+        state.decode, state.decode_seq = target, dseq
+        target.submit(dseq)
+
+    # -- decode side (called by the receiver) -------------------------------------------------
+    def start_flow(self, target: Instance, state: _Handoff) -> None:
+        """Pages are reserved on ``target``: move the prompt's KV, one flow per decode card."""
+        source = state.source
+        tokens = state.prefill_seq.prompt_tokens
+        per_card = tokens * self.kv_bytes_per_token_per_card(target)
+        tp_src, tp_dst = len(source.gpus), len(target.gpus)
+        topology = self.transfers.topology
+        paths = [topology.peer_path(source.gpus[(i * tp_src) // tp_dst], gpu, self.spec.gpu_direct)
+                 for i, gpu in enumerate(target.gpus)]
+        now = self.env.now
+        state.flow_start_s = now
+        rid = state.prefill_seq.rid
+        self.records.handoff_start_s[rid] = now
+        self.records.handoff_bytes[rid] = per_card * tp_dst
+        self.transfers.move(paths, per_card, "handoff").callbacks.append(lambda _event: self._landed(state))
+
+    def _landed(self, state: _Handoff) -> None:
+        state.flow_end_s = self.env.now
+        if state.prefill_end_s is None:
+            return  # layer by layer: the prompt's last iteration is still running
+        if state.layerwise and state.flow_start_s < state.prefill_end_s:
+            self._finish_after(state, max(0.0, state.prefill_end_s + self._tail_s(state) - self.env.now))
+        else:
+            self._finish(state)
+
+    def _tail_s(self, state: _Handoff) -> float:
+        return (state.flow_end_s - state.flow_start_s) / self.num_layers
+
+    def _finish_after(self, state: _Handoff, delay_s: float) -> None:
+        if delay_s <= 0:
+            self._finish(state)
+            return
+        self.env.timeout(delay_s).callbacks.append(lambda _event: self._finish(state))
+
+    def _finish(self, state: _Handoff) -> None:
+        rid = state.prefill_seq.rid
+        self.records.handoff_end_s[rid] = self.env.now
+        state.source.scheduler.release_detached(state.prefill_seq)
+        state.source.wake()
+        dseq = state.decode_seq
+        dseq.cache = None
+        state.decode.scheduler.loaded(dseq)
+        state.decode.wake()
+
+
+class HandoffReceiver(AdmissionHook):
+    """A decode instance's admission hook: admits a handed-off request once its prompt's KV fits,
+    then waits (``"load"``) for the handoff to land. A request it preempted later is recomputed
+    here like on any instance."""
+
+    def __init__(self, handoff: KVHandoff):
+        self.handoff = handoff
+        self.instance: Instance | None = None
+
+    def attach(self, instance: Instance) -> None:
+        self.instance = instance
+
+    def admit(self, seq: Sequence, now: float) -> str | None:
+        state = seq.cache
+        if not isinstance(state, _Handoff):
+            return "run"
+        tokens = seq.prompt_tokens
+        if not self.instance.pool.grow(seq, tokens):
+            return None
+        seq.kv_tokens = seq.prefill_target = tokens
+        self.handoff.start_flow(self.instance, state)
+        return "load"

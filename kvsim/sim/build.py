@@ -1,0 +1,314 @@
+"""Build one live :class:`System` from a sized system spec, and check its wiring before it runs.
+
+The builder is the only reader of specs at run time. It lays out the nodes (pool by pool, in
+order), builds the topology and the flow network (always: a disaggregated system moves every
+prompt's KV, and a cache moves blocks), the KV tiers when the system caches, the instances with
+their pools, hooks and routers, the prefill -> decode handoff when the system is disaggregated,
+and the request front end. Everything is wired once, here; :meth:`System.check` then verifies
+the wiring as desmod's elaboration does, so a broken system is refused before any event runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import simpy
+
+from kvsim.kv import BlockPool
+from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.metrics.records import RequestRecords
+from kvsim.models.step_time import BatchShape
+from kvsim.network import FlowNetwork, Topology, Transfers, build_topology
+from kvsim.rng import RandomStreams
+from kvsim.scenario.schema import ScenarioSpec
+from kvsim.serving.cache import TIERS, CacheGeometry, InstanceCache, SystemCache
+from kvsim.serving.handoff import HandoffReceiver, KVHandoff
+from kvsim.serving.instance import Instance, SystemCounters
+from kvsim.serving.router import ROUTERS
+from kvsim.serving.scheduler import Sequence
+from kvsim.sim.frontend import FrontEnd
+from kvsim.sim.prewarm import warm_prompts
+from kvsim.sim.sizing import PoolSizing, SystemSizing
+
+__all__ = ["System", "Placement", "WiringError", "build_system"]
+
+
+class WiringError(RuntimeError):
+    """The built system is not wired completely (a bug in the builder, not bad input)."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one instance runs: its pool, its node and its cards' topology endpoints."""
+
+    pool: PoolSizing
+    node: str
+    gpus: tuple[str, ...]
+
+
+class System:
+    """One system at one sweep point, live: instances, routers, stores, topology and network.
+
+    Attributes
+    ----------
+    env : simpy.Environment
+    name : str
+    sizing : SystemSizing
+    topology : Topology
+    network : FlowNetwork
+    transfers : Transfers
+        The one way bytes move.
+    cache : SystemCache or None
+        The KV tiers, when the system caches prefixes.
+    instances : list of Instance
+        Every instance, pool by pool.
+    placements : list of Placement
+        Where each instance runs (same order).
+    handoff : KVHandoff or None
+        Prefill -> decode KV handoff, when disaggregated.
+    front : FrontEnd
+        Where requests enter and leave.
+    records, counters, in_system
+        What the run measures.
+    """
+
+    def __init__(self, env: simpy.Environment, name: str, sizing: SystemSizing, window_start_s: float,
+                 window_end_s: float, records: RequestRecords):
+        self.env = env
+        self.name = name
+        self.sizing = sizing
+        self.window = (window_start_s, window_end_s)
+        self.records = records
+        self.counters = SystemCounters(window_start_s, window_end_s)
+        self.in_system = TimeWeightedLevel(window_start_s, window_end_s)
+        self.cache: SystemCache | None = None
+        self.instances: list[Instance] = []
+        self.placements: list[Placement] = []
+        self.handoff: KVHandoff | None = None
+        self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
+        self.timeseries: list[dict] = []
+        self.topology: Topology
+        self.network: FlowNetwork
+        self.transfers: Transfers
+        self.front: FrontEnd
+
+    def role_instances(self, role: str) -> list[Instance]:
+        """The instances currently in ``role``, in index order."""
+        return [inst for inst in self.instances if inst.role == role]
+
+    @property
+    def entry_role(self) -> str:
+        return "prefill" if self.sizing.disaggregated else "mixed"
+
+    def check(self) -> None:
+        """Verify the wiring; raise :class:`WiringError` listing every gap."""
+        problems = []
+        if not self.role_instances(self.entry_role):
+            problems.append(f"no {self.entry_role} instance takes requests")
+        if self.sizing.disaggregated and not self.role_instances("decode"):
+            problems.append("no decode instance to hand prompts to")
+        for inst, place in zip(self.instances, self.placements):
+            label = f"instance {inst.index} ({place.pool.name})"
+            for gpu in place.gpus:
+                if gpu not in self.topology.graph:
+                    problems.append(f"{label}: card {gpu} is not in the topology")
+            hook = inst.hook
+            if inst.role == "decode" and not isinstance(hook, HandoffReceiver):
+                problems.append(f"{label}: a decode instance needs the handoff receiver")
+            if isinstance(hook, HandoffReceiver) and hook.instance is not inst:
+                problems.append(f"{label}: its handoff receiver is not attached to it")
+            if isinstance(hook, InstanceCache) and (hook.scheduler is not inst.scheduler or hook.pool is not inst.pool):
+                problems.append(f"{label}: its cache is not attached to its scheduler and pool")
+            if inst.role == "prefill" and inst.on_prefilled != self.handoff.prefilled:
+                problems.append(f"{label}: prefilled prompts go nowhere")
+            if inst.on_finish != self.front.finished:
+                problems.append(f"{label}: finished requests do not reach the front end")
+        if self.sizing.disaggregated and not problems:
+            for p in self.role_instances("prefill"):
+                for d in self.role_instances("decode"):
+                    try:
+                        self.topology.peer_path(p.gpus[0], d.gpus[0], self.handoff.spec.gpu_direct)
+                    except (ValueError, KeyError) as exc:
+                        problems.append(f"no handoff path from instance {p.index} to {d.index}: {exc}")
+        if problems:
+            raise WiringError(f"system {self.name!r} is not wired: " + "; ".join(problems))
+
+    def start_sampling(self, every_s: float, until_s: float) -> None:
+        """Sample tier occupancy over time (bytes held per tier) while the run lasts."""
+        if self.cache is None:
+            return
+        self.tier_occupancy = {tier: TimeWeightedLevel(*self.window) for tier in TIERS}
+        self.env.process(self._sample_tiers(every_s, until_s))
+
+    def _sample_tiers(self, every_s: float, until_s: float):
+        cache = self.cache
+        stores = {"hbm": cache.hbm, "dram": list(cache.dram.values()), "nvme": list(cache.nvme.values()),
+                  "remote": cache.remote}
+        while self.env.now <= until_s:
+            row = {"time_s": self.env.now}
+            for tier, group in stores.items():
+                held = float(sum(store.physical_bytes for store in group))
+                self.tier_occupancy[tier].set(self.env.now, held)
+                row[f"{tier}_bytes"] = held
+                # what readers see: one block's bytes per reader (sharing makes it exceed physical)
+                row[f"{tier}_logical_bytes"] = float(sum(store.logical_bytes for store in group))
+            self.timeseries.append(row)
+            yield self.env.timeout(every_s)
+
+
+def node_names(sizing: SystemSizing) -> list[tuple[PoolSizing, str]]:
+    """Every compute node of the system with its pool: ``node{k}`` for a single pool, else
+    ``{pool}.node{k}``."""
+    single = len(sizing.pools) == 1
+    return [(pool, f"node{k}" if single else f"{pool.name}.node{k}")
+            for pool in sizing.pools for k in range(pool.spec.nodes)]
+
+
+def _placements(sizing: SystemSizing) -> list[Placement]:
+    """Instances fill their pool's nodes in order, ``tp`` consecutive cards each."""
+    names = node_names(sizing)
+    out = []
+    for pool in sizing.pools:
+        nodes = [name for p, name in names if p is pool]
+        per_node = pool.node.accelerators_per_node
+        for i in range(pool.instances):
+            first = i * pool.tp
+            node = nodes[first // per_node]
+            out.append(Placement(pool, node, tuple(f"{node}/gpu{(first % per_node) + c}" for c in range(pool.tp))))
+    return out
+
+
+def _scale_up_domains(sizing: SystemSizing) -> list[list[str]]:
+    """Each node whose cards have a scale-up link is its own domain, unless the system groups
+    ``scale_up_domain_nodes`` consecutive nodes into one."""
+    per = sizing.spec.scale_up_domain_nodes
+    linked = [name for pool, name in node_names(sizing) if pool.accelerator.scale_up_bandwidth is not None]
+    return [linked[k:k + per] for k in range(0, len(linked), per)]
+
+
+def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizing, records: RequestRecords,
+                 streams: RandomStreams, block_tokens: int) -> System:
+    """Build and check the live system ``sizing`` describes, at the scenario point ``spec``.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    spec : ScenarioSpec
+        The scenario at this sweep point (window, workload for a cache prewarm).
+    sizing : SystemSizing
+    records : RequestRecords
+        Where the run's requests are recorded.
+    streams : RandomStreams
+        The point's random streams (a prewarm draws from ``prewarm.*``).
+    block_tokens : int
+        The prompts' hash block size (the cache's block).
+    """
+    warmup, duration = spec.warmup, spec.duration
+    system = System(env, sizing.name, sizing, warmup, duration, records)
+    system_spec = sizing.spec
+    pool_nodes = []
+    cache_spec = system_spec.kv_cache
+    if cache_spec is not None and cache_spec.remote is not None:
+        pool_nodes = [(f"pool{k}", sizing.pool_node) for k in range(cache_spec.remote.nodes)]
+    system.topology = build_topology([(name, pool.node, pool.accelerator) for pool, name in node_names(sizing)],
+                                     pool_nodes, _scale_up_domains(sizing))
+    system.network = FlowNetwork(env, system.topology.capacity_Bps(), warmup, duration)
+    system.transfers = Transfers(env, system.topology, system.network)
+    system.placements = _placements(sizing)
+    caching = [p for p in system.placements if p.pool.role != "decode"]
+    if cache_spec is not None:
+        system.cache = _build_cache(env, system, sizing, caching, block_tokens)
+        if cache_spec.prewarm:
+            system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
+    entry = system.entry_role
+    system.front = FrontEnd(env, records, system.in_system,
+                            ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
+                            lambda: system.role_instances(entry), with_hashes=cache_spec is not None)
+    if sizing.disaggregated:
+        kv_per_card = {id(p): p.kv_bytes_per_token_per_card for p in sizing.pools}
+        placement_of: dict[int, Placement] = {}
+        system.handoff = KVHandoff(
+            env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
+            lambda: system.role_instances("decode"),
+            lambda inst: kv_per_card[id(placement_of[inst.index].pool)], sizing.model.num_layers)
+    for index, place in enumerate(system.placements):
+        pool = place.pool
+        inst_spec = pool.spec.instance
+        pages = BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens)
+        hook = None
+        if pool.role == "decode":
+            hook = HandoffReceiver(system.handoff)
+        elif system.cache is not None:
+            hook = _instance_cache(system, index, place, pages, block_tokens)
+        handoff = system.handoff
+        instance = Instance(
+            env, index, pool.role, pool.step_model(), pages, inst_spec.max_batched_tokens, inst_spec.max_num_seqs,
+            records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
+            on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
+            on_final_chunk=handoff.final_chunk if handoff is not None and pool.role == "prefill" else None,
+            gpus=list(place.gpus), pool_name=pool.name)
+        if isinstance(hook, InstanceCache):
+            hook.attach(instance.scheduler, instance.wake)
+        elif isinstance(hook, HandoffReceiver):
+            hook.attach(instance)
+        if sizing.disaggregated:
+            placement_of[index] = place
+        system.instances.append(instance)
+    system.check()
+    return system
+
+
+def _no_handoff(instance: Instance, seq: Sequence, now: float) -> None:
+    raise RuntimeError(f"instance {instance.index} prefilled request {seq.rid} but the system has no handoff")
+
+
+def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing, caching: list[Placement],
+                 block_tokens: int) -> SystemCache:
+    spec = sizing.spec.kv_cache
+    first = caching[0].pool
+    geometry = _geometry(sizing, first, block_tokens)
+    nodes = list(dict.fromkeys(p.node for p in caching))
+    node_spec = {p.node: p.pool.node for p in caching}
+    dram = {n: spec.dram.capacity for n in nodes} if spec.dram is not None else {}
+    nvme = {}
+    if spec.nvme is not None:
+        nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
+    pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
+    pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
+    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes)
+
+
+def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:
+    return CacheGeometry(
+        block_tokens=block_tokens,
+        page_tokens=pool.spec.instance.block_size_tokens,
+        block_bytes=block_tokens * sizing.model.kv_bytes_per_token_total(sizing.kv_dtype),
+        block_bytes_per_card=block_tokens * pool.kv_bytes_per_token_per_card,
+        tp=pool.tp,
+        num_layers=sizing.model.num_layers,
+    )
+
+
+def _instance_cache(system: System, index: int, place: Placement, pages: BlockPool,
+                    block_tokens: int) -> InstanceCache:
+    step = place.pool.step_model()
+    records = system.records
+
+    def recompute_s(tokens: int, cached_tokens: int) -> float:
+        return step.iteration_time_s(BatchShape(
+            prefill_tokens=tokens, prefill_pairs=BatchShape.prefill_chunk_pairs(tokens, cached_tokens),
+            prefill_context_tokens=cached_tokens, sampled_seqs=1))
+
+    columns = {tier: f"hit_tokens_{tier}" for tier in TIERS}
+
+    def record_hits(seq: Sequence, tier: str, tokens: int, loaded_bytes: float) -> None:
+        # look the columns up on every call: the records grow (and reallocate) in closed loops
+        getattr(records, columns[tier])[seq.rid] += tokens
+        records.loaded_bytes[seq.rid] += loaded_bytes
+
+    def record_written(seq: Sequence, nbytes: float) -> None:
+        records.written_bytes[seq.rid] += nbytes
+
+    return InstanceCache(system.cache, index, place.node, list(place.gpus), pages,
+                         _geometry(system.sizing, place.pool, block_tokens), recompute_s, record_hits,
+                         record_written)

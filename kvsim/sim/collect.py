@@ -1,0 +1,67 @@
+"""Results gathered in one place: a finished :class:`~kvsim.sim.build.System` becomes a
+:class:`~kvsim.sim.result.SystemRun` (summary metrics, links, time series)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvsim.metrics.cache_summary import bound_resource, cache_summary
+from kvsim.metrics.summary import summarize
+from kvsim.scenario.load import ScenarioPoint
+from kvsim.serving.cache import TIERS
+from kvsim.sim.build import System
+from kvsim.sim.result import SystemRun
+from kvsim.metrics.pd_summary import pd_summary
+
+__all__ = ["collect"]
+
+
+def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
+    """Summarise a system that has run (and drained) at sweep point ``point``."""
+    spec = point.spec
+    warmup, duration = spec.warmup, spec.duration
+    records, counters, instances = system.records, system.counters, system.instances
+    kv_mean = sum(i.kv_utilization.mean() for i in instances) / len(instances)
+    slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99}
+    summary = summarize(records, warmup, duration, counters.output_tokens.in_window,
+                        counters.input_tokens.in_window, kv_mean, slo)
+    span = duration - warmup
+    # an iteration that straddles the window start counts whole: clamp the fraction to 1
+    busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))
+    summary["gpu_busy_fraction"] = busy
+    links = _links(system)
+    cache = system.cache
+    if cache is not None:
+        model = system.sizing.model
+        last = system.timeseries[-1] if system.timeseries else {}
+        summary_cache = cache_summary(
+            records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
+            cache.bytes_loaded, cache.bytes_written, links,
+            {tier: level.mean() for tier, level in system.tier_occupancy.items()})
+        summary_cache["tier_bytes_at_end"] = {
+            tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}
+            for tier in TIERS}
+        summary["cache"] = summary_cache
+    if system.sizing.disaggregated:
+        summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
+                                   links, {p.name: p.cards for p in system.sizing.pools})
+    busy_total = counters.busy_in_window_s
+    summary["gpu_time_share"] = {cause: (t / busy_total if busy_total else 0.0)
+                                 for cause, t in counters.time_by_cause_s.items()}
+    summary["bound"] = bound_resource(busy, counters.time_by_cause_s, links)
+    return SystemRun(
+        system=system.name, point_index=point.index, params=dict(point.params), sizing=system.sizing,
+        records=records, summary=summary, in_system_mean=system.in_system.mean(), iterations=counters.iterations,
+        busy_s=counters.busy_s, wall_s=wall_s, timeseries=system.timeseries, links=links,
+    )
+
+
+def _links(system: System) -> list[dict[str, Any]]:
+    """Every link that carried bytes: capacity (B/s), bytes, mean utilisation over the window."""
+    if system.cache is None and system.handoff is None:
+        return []
+    links = [{"link": f"{u}->{v}", **stats} for (u, v), stats in system.network.link_report().items()
+             if stats["bytes"] > 0]
+    for row in links:
+        row["bytes"] = float(row["bytes"])
+    return links
