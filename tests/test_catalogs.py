@@ -159,7 +159,7 @@ def test_ascend_950_figures_match_facts(name, memory, bandwidth):
     assert acc.memory_bytes == pytest.approx(memory, rel=1e-12)
     assert acc.memory_bandwidth == pytest.approx(bandwidth, rel=1e-12)
     assert acc.peak_flops("fp8") == pytest.approx(1e15, rel=1e-12)
-    assert acc.peak_flops("fp4") == pytest.approx(2e15, rel=1e-12)
+    assert acc.peak_flops("mxfp4") == pytest.approx(2e15, rel=1e-12)  # [HW-KEY] 2 PFLOPS MXFP4
     assert "bf16" not in acc.flops  # no BF16 figure was published
     # The keynote's "2 TB/s" interconnect, both directions together.
     assert 2 * acc.scale_up_bandwidth == pytest.approx(2e12, rel=1e-12)
@@ -427,3 +427,33 @@ def test_override_unknown_field_names_line():
         _extend(text)
     assert "x.yaml:3" in str(info.value)
     assert "memory_bandwith" in str(info.value)
+
+
+def test_kimi_k2_is_a_trillion_parameter_moe_with_deepseek_v3_attention():
+    from kvsim.models import model_catalog
+
+    k2 = model_catalog()["kimi-k2"]
+    # Moonshot publishes "1T total parameters, 32B activated" (model card); derived from config.json:
+    assert 1.0e12 < k2.total_params < 1.05e12
+    assert 32e9 < k2.active_params < 33.5e9
+    # MLA latent: 61 layers x (512 + 64), one byte each in FP8 -- as DeepSeek-V3, whose attention it shares
+    assert k2.kv_bytes_per_token("fp8") == 61 * 576 == model_catalog()["deepseek-r1"].kv_bytes_per_token("fp8")
+
+
+def test_mxfp4_packs_a_shared_scale_per_32_elements():
+    from kvsim.dtypes import DTYPE_BYTES
+
+    assert DTYPE_BYTES["mxfp4"] * 32 == 16 + 1  # 32 four-bit elements + one 8-bit scale
+
+
+def test_atlas_850_and_850e_carry_the_prefill_and_decode_parts():
+    from kvsim.hardware import accelerator_catalog, node_catalog
+
+    nodes, accs = node_catalog(), accelerator_catalog()
+    assert nodes["atlas-850"].accelerator == "ascend-950pr" and nodes["atlas-850e"].accelerator == "ascend-950dt"
+    for name in ("atlas-850", "atlas-850e"):
+        assert nodes[name].accelerators_per_node == 8
+        assert "assumption" in nodes[name].sources["accelerator"]
+    for name in ("ascend-950pr", "ascend-950dt"):
+        assert accs[name].scale_up_latency_s == pytest.approx(2.1e-6)
+        assert accs[name].peak_flops("mxfp4") == 2 * accs[name].peak_flops("fp8")

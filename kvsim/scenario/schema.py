@@ -20,7 +20,7 @@ __all__ = [
     "SINGLE_POOL",
 ]
 
-Dtype = Literal["bf16", "fp16", "fp8", "fp4"]
+Dtype = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
 
 MAX_REQUESTS = 2e7
 """Most open-loop requests one system may simulate (a guard against a typo in rate or duration)."""
