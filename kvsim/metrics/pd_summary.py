@@ -15,7 +15,7 @@ __all__ = ["pd_summary"]
 
 
 def pd_summary(records: RequestRecords, window_start_s: float, window_end_s: float, handoff_bytes_in_window: float,
-               links: list[dict[str, Any]], cards_by_pool: dict[str, int]) -> dict[str, Any]:
+               links: list[dict[str, Any]], switches: list[dict[str, Any]], instances: list) -> dict[str, Any]:
     """Handoff metrics of one disaggregated run.
 
     Parameters
@@ -27,8 +27,10 @@ def pd_summary(records: RequestRecords, window_start_s: float, window_end_s: flo
         Bytes of handoff transfers started inside the window.
     links : list of dict
         Per link ``{"link", "capacity_Bps", "bytes", "utilization_mean"}``.
-    cards_by_pool : dict
-        Cards of each pool (as configured at the start).
+    switches : list of dict
+        Role switches (``decided_s``, ``drained_s``, ``ready_s``).
+    instances : list
+        The instances (their ``role`` and ``gpus`` at the end of the run).
     """
     arrival = records.column("arrival_s")
     measured = arrival >= window_start_s
@@ -45,6 +47,9 @@ def pd_summary(records: RequestRecords, window_start_s: float, window_end_s: flo
         "handoff_after_prefill_s": latency_stats(end - prefill_end),
         "handoff_bytes_per_request_mean": float(handed.mean()) if handed.size else 0.0,
         "handoff_Bps": handoff_bytes_in_window / span,
-        "cards_by_pool": dict(cards_by_pool),
+        "switches": len(switches),
+        # instance-seconds out of service: draining (no new work) and warming up in the new role
+        "switch_out_of_service_s": float(sum(s["ready_s"] - s["decided_s"] for s in switches)),
+        "cards_at_end": {role: sum(len(i.gpus) for i in instances if i.role == role) for role in ("prefill", "decode")},
         "busiest_links": sorted(links, key=lambda l: (-l["utilization_mean"], l["link"]))[:5],
     }

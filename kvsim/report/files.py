@@ -32,8 +32,10 @@ def resolved_scenario(result: RunResult) -> dict[str, Any]:
             system.pop(key, None)
     arrival = spec["workload"]["arrival"]
     base_dir = result.scenario.base_dir
-    if arrival.get("kind") == "trace" and base_dir is not None:
-        arrival["file"] = str((base_dir / arrival["file"]).resolve())
+    traces = [arrival] + [phase["arrival"] for phase in arrival.get("phases", [])]
+    for trace in traces:
+        if trace.get("kind") == "trace" and base_dir is not None:
+            trace["file"] = str((base_dir / trace["file"]).resolve())
     parts: dict[str, dict[str, Any]] = {"accelerators": {}, "nodes": {}, "pool_nodes": {}, "models": {}}
     for run in result.runs:
         s = run.sizing
@@ -70,7 +72,8 @@ def write_results(result: RunResult, out_dir: str | Path, source_text: str | Non
         source = out / "scenario.source.yaml"
         source.write_text(source_text, encoding="utf-8")
         written.append(source)
-    for name, frame in (("links.parquet", result.links_frame()), ("timeseries.parquet", result.timeseries_frame())):
+    for name, frame in (("links.parquet", result.links_frame()), ("timeseries.parquet", result.timeseries_frame()),
+                        ("decisions.parquet", result.decisions_frame()), ("switches.parquet", result.switches_frame())):
         if len(frame):
             frame.to_parquet(out / name, index=False)
             written.append(out / name)

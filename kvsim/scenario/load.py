@@ -32,7 +32,8 @@ from kvsim.yaml_io import (
 
 __all__ = ["Catalogs", "ScenarioPoint", "Scenario", "load_scenario", "parse_scenario"]
 
-register_union_tags(["poisson", "gamma", "closed_loop", "fixed", "uniform", "lognormal", "empirical"])
+register_union_tags(["poisson", "gamma", "diurnal", "phases", "closed_loop", "fixed", "uniform", "lognormal",
+                     "empirical", "trace", "static", "threshold", "proportional"])
 
 
 @dataclass(frozen=True)

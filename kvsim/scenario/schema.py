@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from kvsim.serving.cache.spec import KVCacheSpec
-from kvsim.serving.specs import HandoffSpec, InstanceSpec, PoolSpec, RouterKind
+from kvsim.serving.specs import ControllerSpec, HandoffSpec, InstanceSpec, PoolSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
 
@@ -63,6 +63,7 @@ class SystemSpec(FrozenSpec):
     decode_router: RouterKind = "most_free_kv"
     kv_handoff: HandoffSpec = Field(default_factory=HandoffSpec)
     scale_up_domain_nodes: int = Field(default=1, ge=1)
+    controller: ControllerSpec | None = None
     model: str | None = None
     dtype: Dtype | None = None
     kv_dtype: Dtype | None = None
@@ -84,7 +85,7 @@ class SystemSpec(FrozenSpec):
     @property
     def disaggregated(self) -> bool:
         """Prefill and decode run on separate instances."""
-        return any(p.role != "mixed" for p in self.pool_specs().values())
+        return any(p.role != "mixed" or p.roles is not None for p in self.pool_specs().values())
 
     def shape_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Problems with the system's pools, as ``(field path below the system, message)``."""
@@ -103,7 +104,21 @@ class SystemSpec(FrozenSpec):
         for name in self.pools:
             if not name or not all(c.isalnum() or c in "-_" for c in name):
                 problems.append((("pools", name), "pool names use letters, digits, '-' and '_'"))
-        roles = {p.role for p in self.pools.values()}
+        roles = set()
+        for name, pool in self.pools.items():
+            if pool.roles is None:
+                roles.add(pool.role)
+                continue
+            if "role" in pool.model_fields_set:
+                problems.append((("pools", name, "role"), "give role or roles, not both"))
+            for role in ("prefill", "decode"):
+                if pool.roles.get(role, 0) < 1:
+                    problems.append((("pools", name, "roles"), f"the split leaves the {role} role with no "
+                                     f"instance (got {pool.roles.get(role, 0)}); give each role at least one"))
+            if pool.instances is not None and pool.instances != sum(pool.roles.values()):
+                problems.append((("pools", name, "instances"), f"the roles split {sum(pool.roles.values())} "
+                                 f"instances, not {pool.instances}: omit instances"))
+            roles |= set(pool.roles)
         if "mixed" in roles and roles != {"mixed"}:
             problems.append((("pools",), "a system either colocates (every pool mixed) or disaggregates "
                                          "(prefill and decode pools): do not combine mixed with "
@@ -112,6 +127,25 @@ class SystemSpec(FrozenSpec):
             problems.append((("pools",), "a decode pool needs a prefill pool to hand it prompts' KV"))
         elif "prefill" in roles and "decode" not in roles:
             problems.append((("pools",), "a prefill pool needs a decode pool to hand its prompts' KV to"))
+        return problems
+
+    def controller_problems(self, slo: "SloSpec") -> list[tuple[tuple[str, ...], str]]:
+        """Problems with the controller given the system's shape and the scenario's SLOs."""
+        control = self.controller
+        if control is None:
+            return []
+        if not self.disaggregated:
+            return [(("controller",), "a controller moves the P:D ratio of a disaggregated system "
+                                      "(prefill and decode pools); this system colocates")]
+        problems: list[tuple[tuple[str, ...], str]] = []
+        if control.kind == "static":
+            return problems
+        if control.kind == "threshold" and not control.low < control.high:
+            problems.append((("controller", "high"), f"must exceed low ({control.low:g}); the band between "
+                                                      "them is the hysteresis"))
+        need = {"ttft_attainment": ("ttft_p99", slo.ttft_p99), "tpot_attainment": ("tpot_p99", slo.tpot_p99)}
+        if control.signal in need and need[control.signal][1] is None:
+            problems.append((("controller", "signal"), f"{control.signal} needs slo.{need[control.signal][0]}"))
         return problems
 
 
@@ -199,7 +233,7 @@ class ScenarioSpec(FrozenSpec):
                     if system not in self.systems:
                         problems.append((("study", "configs", label), f"{system!r} is not one of the systems"))
         for name, system in self.systems.items():
-            for path, message in system.shape_problems():
+            for path, message in system.shape_problems() + system.controller_problems(self.slo):
                 problems.append((("systems", name) + path, message))
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:

@@ -31,7 +31,12 @@ from kvsim.serving.router import Router
 from kvsim.serving.scheduler import AdmissionHook, Sequence
 from kvsim.serving.specs import HandoffSpec
 
-__all__ = ["KVHandoff", "HandoffReceiver"]
+__all__ = ["KVHandoff", "HandoffReceiver", "is_handoff"]
+
+
+def is_handoff(seq: Sequence) -> bool:
+    """``seq`` is a decode-side copy whose KV has not started moving."""
+    return isinstance(seq.cache, _Handoff) and seq.cache.flow_start_s is None
 
 
 @dataclass
@@ -110,6 +115,15 @@ class KVHandoff:
         dseq.cache = state
         state.decode, state.decode_seq = target, dseq
         target.submit(dseq)
+
+    def reroute(self, seq: Sequence) -> None:
+        """A decode-side copy still waiting for room on an instance that leaves the decode role:
+        send it to another decode instance (its KV is still on the prefill side)."""
+        state = seq.cache
+        decodes = self.decode_instances()
+        target = decodes[self.router.choose(decodes)]
+        state.decode = target
+        target.submit(seq)
 
     # -- decode side (called by the receiver) -------------------------------------------------
     def start_flow(self, target: Instance, state: _Handoff) -> None:

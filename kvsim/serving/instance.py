@@ -157,6 +157,8 @@ class Instance:
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
                                         prefill_only=role == "prefill")
+        self.accepting = True  # takes new work in its role (False while it switches roles)
+        self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
         self.process = env.process(self._run())
 
@@ -176,6 +178,36 @@ class Instance:
     @property
     def free_kv_tokens(self) -> int:
         return self.pool.free_blocks * self.pool.block_size_tokens
+
+    @property
+    def busy(self) -> bool:
+        """It holds work: requests waiting, running, loading, or prompts not yet handed off."""
+        scheduler = self.scheduler
+        return bool(scheduler.waiting or scheduler.running or scheduler.loading or scheduler.detached)
+
+    def when_idle(self) -> simpy.Event:
+        """An event that fires once the instance holds no work (at once if it holds none)."""
+        event = self.env.event()
+        if not self.busy:
+            event.succeed()
+        else:
+            self._idle = event
+        return event
+
+    def _check_idle(self) -> None:
+        if self._idle is not None and not self.busy:
+            self._idle.succeed()
+            self._idle = None
+
+    def set_role(self, role: str, hook: AdmissionHook | None,
+                 on_final_chunk: Callable[["Instance", Sequence, float], None] | None) -> None:
+        """Serve in ``role`` from now on, with ``hook`` (the instance must hold no work)."""
+        if self.busy:
+            raise RuntimeError(f"instance {self.index} cannot change role while it holds work")
+        self.role = role
+        self.scheduler.hook = hook
+        self.scheduler.prefill_only = role == "prefill"
+        self.on_final_chunk = on_final_chunk
 
     def wake(self) -> None:
         """Resume the engine loop if it sleeps (a load landed, pages came free)."""
@@ -208,6 +240,8 @@ class Instance:
         while True:
             batch = scheduler.schedule(env.now)
             if batch is None:
+                if self._idle is not None:
+                    self._check_idle()
                 self._wake = env.event()
                 yield self._wake
                 self._wake = None
@@ -232,3 +266,5 @@ class Instance:
                     causes["overhead"] += parts.overhead_s
             scheduler.complete(batch, env.now)
             level.set(env.now, pool.utilization)
+            if self._idle is not None:
+                self._check_idle()

@@ -3,13 +3,16 @@ routing, and the prefill -> decode KV handoff."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal, Union
 
 from pydantic import Field
 
-from kvsim.spec_types import Bytes, Fraction, FrozenSpec
+from kvsim.spec_types import Bytes, Fraction, FrozenSpec, Seconds
 
-__all__ = ["InstanceSpec", "RouterKind", "Role", "PoolSpec", "HandoffSpec", "ROLES"]
+__all__ = [
+    "InstanceSpec", "RouterKind", "Role", "PoolSpec", "HandoffSpec", "ROLES", "Signal", "SIGNALS",
+    "StaticController", "ThresholdController", "ProportionalController", "ControllerSpec",
+]
 
 RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv"]
 """How a router picks an instance among those of one role (see :mod:`kvsim.serving.router`)."""
@@ -54,7 +57,9 @@ class PoolSpec(FrozenSpec):
     """A pool of identical instances: ``nodes`` servers of catalog type ``node``, cut into
     instances of ``instance.tp`` cards, each starting in ``role``.
 
-    ``instances`` defaults to every card in use.
+    ``instances`` defaults to every card in use. ``roles`` splits one pool between prefill
+    and decode instead (``{prefill: 2, decode: 6}``: the first two instances start as prefill),
+    so a P:D ratio on identical hardware is one sweepable field.
     """
 
     node: str
@@ -62,6 +67,13 @@ class PoolSpec(FrozenSpec):
     instance: InstanceSpec = Field(default_factory=InstanceSpec)
     instances: int | None = Field(default=None, ge=1)
     role: Role = "mixed"
+    roles: dict[Literal["prefill", "decode"], int] | None = None
+
+    def initial_roles(self, instances: int) -> list[str]:
+        """The role each of the pool's ``instances`` instances starts in."""
+        if self.roles is None:
+            return [self.role] * instances
+        return ["prefill"] * self.roles.get("prefill", 0) + ["decode"] * self.roles.get("decode", 0)
 
 
 class HandoffSpec(FrozenSpec):
@@ -82,3 +94,69 @@ class HandoffSpec(FrozenSpec):
 
     mode: Literal["layerwise", "whole"] = "layerwise"
     gpu_direct: bool = True
+
+
+Signal = Literal["prefill_queue", "ttft_attainment", "tpot_attainment", "decode_kv_occupancy"]
+SIGNALS: dict[str, str] = {
+    "prefill_queue": "prompt tokens waiting or being prefilled, per prefill instance (tokens); "
+                     "high means prefill is short",
+    "ttft_attainment": "share of first tokens in the trailing window within the TTFT SLO; low means "
+                       "prefill is short",
+    "tpot_attainment": "share of requests finished in the trailing window within the TPOT SLO; low "
+                       "means decode is short",
+    "decode_kv_occupancy": "share of the decode instances' KV pages in use; high means decode is short",
+}
+"""Controller signals and what they say."""
+
+
+class StaticController(FrozenSpec):
+    """A fixed P:D ratio (the pools' roles); the timeline is still sampled every ``interval``."""
+
+    kind: Literal["static"] = "static"
+    interval: Seconds = 10.0
+
+
+class _Adaptive(FrozenSpec):
+    signal: Signal
+    interval: Seconds = 30.0
+    window: Seconds | None = None
+    min_prefill: int = Field(default=1, ge=1)
+    min_decode: int = Field(default=1, ge=1)
+    switch_time: Seconds = 30.0
+
+
+class ThresholdController(_Adaptive):
+    """Move one instance per decision when the signal leaves the band ``[low, high]``.
+
+    Every ``interval`` the controller reads ``signal``; beyond the band on the side that says
+    prefill is short (above ``high`` for ``prefill_queue``, below ``low`` for
+    ``ttft_attainment``; see :data:`SIGNALS`) it turns ``step`` decode instances into prefill
+    ones, on the other side prefill into decode; inside the band it holds (the band is the
+    hysteresis). ``window`` (default: ``interval``) is the trailing window of the attainment
+    signals. A switching instance stops taking new work, finishes what it holds (requests not
+    yet started move to other instances of its role), then is out of service for
+    ``switch_time`` (default 30 s, an assumption: an engine restart in the new role with the
+    weights still in memory; no published figure) before it serves in its new role. It keeps
+    at least ``min_prefill`` and ``min_decode`` instances in service.
+    """
+
+    kind: Literal["threshold"] = "threshold"
+    low: float
+    high: float
+    step: int = Field(default=1, ge=1)
+
+
+class ProportionalController(_Adaptive):
+    """Move ``round(gain * error)`` instances per decision (at most ``max_step``), where error is
+    how far the signal is from ``setpoint`` on the side that says prefill is short (negative:
+    decode is short). Other fields as :class:`ThresholdController`."""
+
+    kind: Literal["proportional"] = "proportional"
+    setpoint: float
+    gain: float = Field(gt=0)
+    max_step: int = Field(default=2, ge=1)
+
+
+ControllerSpec = Annotated[Union[StaticController, ThresholdController, ProportionalController],
+                           Field(discriminator="kind")]
+"""How a disaggregated system's P:D ratio moves at run time."""

@@ -22,7 +22,9 @@ from kvsim.network import FlowNetwork, Topology, Transfers, build_topology
 from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.serving.cache import TIERS, CacheGeometry, InstanceCache, SystemCache
+from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
+from kvsim.serving.specs import StaticController
 from kvsim.serving.instance import Instance, SystemCounters
 from kvsim.serving.router import ROUTERS
 from kvsim.serving.scheduler import Sequence
@@ -39,11 +41,13 @@ class WiringError(RuntimeError):
 
 @dataclass(frozen=True)
 class Placement:
-    """Where one instance runs: its pool, its node and its cards' topology endpoints."""
+    """Where one instance runs: its pool, its node, its cards' topology endpoints, and the role it
+    starts in."""
 
     pool: PoolSizing
     node: str
     gpus: tuple[str, ...]
+    role: str
 
 
 class System:
@@ -85,6 +89,8 @@ class System:
         self.instances: list[Instance] = []
         self.placements: list[Placement] = []
         self.handoff: KVHandoff | None = None
+        self.controller: RoleController | None = None
+        self.hooks: dict[tuple[int, str], object] = {}  # (instance, role) -> its hook in that role
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
         self.timeseries: list[dict] = []
         self.topology: Topology
@@ -93,8 +99,8 @@ class System:
         self.front: FrontEnd
 
     def role_instances(self, role: str) -> list[Instance]:
-        """The instances currently in ``role``, in index order."""
-        return [inst for inst in self.instances if inst.role == role]
+        """The instances serving in ``role`` now (not those switching), in index order."""
+        return [inst for inst in self.instances if inst.role == role and inst.accepting]
 
     @property
     def entry_role(self) -> str:
@@ -117,6 +123,8 @@ class System:
                 problems.append(f"{label}: a decode instance needs the handoff receiver")
             if isinstance(hook, HandoffReceiver) and hook.instance is not inst:
                 problems.append(f"{label}: its handoff receiver is not attached to it")
+            if hook is not self.hooks.get((inst.index, inst.role)):
+                problems.append(f"{label}: its hook is not the one built for the {inst.role} role")
             if isinstance(hook, InstanceCache) and (hook.scheduler is not inst.scheduler or hook.pool is not inst.pool):
                 problems.append(f"{label}: its cache is not attached to its scheduler and pool")
             if inst.role == "prefill" and inst.on_prefilled != self.handoff.prefilled:
@@ -171,10 +179,11 @@ def _placements(sizing: SystemSizing) -> list[Placement]:
     for pool in sizing.pools:
         nodes = [name for p, name in names if p is pool]
         per_node = pool.node.accelerators_per_node
-        for i in range(pool.instances):
+        for i, role in enumerate(pool.initial_roles):
             first = i * pool.tp
             node = nodes[first // per_node]
-            out.append(Placement(pool, node, tuple(f"{node}/gpu{(first % per_node) + c}" for c in range(pool.tp))))
+            gpus = tuple(f"{node}/gpu{(first % per_node) + c}" for c in range(pool.tp))
+            out.append(Placement(pool, node, gpus, role))
     return out
 
 
@@ -215,7 +224,12 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     system.network = FlowNetwork(env, system.topology.capacity_Bps(), warmup, duration)
     system.transfers = Transfers(env, system.topology, system.network)
     system.placements = _placements(sizing)
-    caching = [p for p in system.placements if p.pool.role != "decode"]
+    control = system_spec.controller
+    if sizing.disaggregated and control is None:
+        control = StaticController()
+    switchable = control is not None and control.kind != "static"
+    # instances that compute prompts cache them; with a controller any instance may come to
+    caching = [p for p in system.placements if p.role != "decode" or switchable]
     if cache_spec is not None:
         system.cache = _build_cache(env, system, sizing, caching, block_tokens)
         if cache_spec.prewarm:
@@ -231,29 +245,35 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
             lambda: system.role_instances("decode"),
             lambda inst: kv_per_card[id(placement_of[inst.index].pool)], sizing.model.num_layers)
+    handoff = system.handoff
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
         pages = BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens)
-        hook = None
-        if pool.role == "decode":
-            hook = HandoffReceiver(system.handoff)
-        elif system.cache is not None:
-            hook = _instance_cache(system, index, place, pages, block_tokens)
-        handoff = system.handoff
+        cache_role = "prefill" if handoff is not None else "mixed"  # the role that computes prompts
+        if system.cache is not None and place in caching:
+            system.hooks[(index, cache_role)] = _instance_cache(system, index, place, pages, block_tokens)
+        if handoff is not None:
+            system.hooks[(index, "decode")] = HandoffReceiver(handoff)
+        cache_hook = system.hooks.get((index, cache_role))
+        hook = system.hooks.get((index, place.role))
         instance = Instance(
-            env, index, pool.role, pool.step_model(), pages, inst_spec.max_batched_tokens, inst_spec.max_num_seqs,
+            env, index, place.role, pool.step_model(), pages, inst_spec.max_batched_tokens, inst_spec.max_num_seqs,
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
-            on_final_chunk=handoff.final_chunk if handoff is not None and pool.role == "prefill" else None,
+            on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
             gpus=list(place.gpus), pool_name=pool.name)
-        if isinstance(hook, InstanceCache):
-            hook.attach(instance.scheduler, instance.wake)
-        elif isinstance(hook, HandoffReceiver):
-            hook.attach(instance)
-        if sizing.disaggregated:
+        if cache_hook is not None:
+            cache_hook.attach(instance.scheduler, instance.wake)
+        if handoff is not None:
+            system.hooks[(index, "decode")].attach(instance)
             placement_of[index] = place
         system.instances.append(instance)
+    if sizing.disaggregated:
+        slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99}
+        system.controller = RoleController(env, control, system.instances,
+                                           lambda inst, role: system.hooks.get((inst.index, role)), handoff,
+                                           system.front.reroute, records, slo)
     system.check()
     return system
 

@@ -44,7 +44,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         summary["cache"] = summary_cache
     if system.sizing.disaggregated:
         summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
-                                   links, {p.name: p.cards for p in system.sizing.pools})
+                                   links, system.controller.switches, system.instances)
     busy_total = counters.busy_in_window_s
     summary["gpu_time_share"] = {cause: (t / busy_total if busy_total else 0.0)
                                  for cause, t in counters.time_by_cause_s.items()}
@@ -53,6 +53,8 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         system=system.name, point_index=point.index, params=dict(point.params), sizing=system.sizing,
         records=records, summary=summary, in_system_mean=system.in_system.mean(), iterations=counters.iterations,
         busy_s=counters.busy_s, wall_s=wall_s, timeseries=system.timeseries, links=links,
+        decisions=system.controller.decisions if system.controller is not None else [],
+        switches=system.controller.switches if system.controller is not None else [],
     )
 
 

@@ -64,6 +64,11 @@ class FrontEnd:
         instances[self.router.choose(instances)].submit(seq)
         return rid
 
+    def reroute(self, seq: Sequence) -> None:
+        """Send a request not yet started to another entry instance (its first one leaves the role)."""
+        instances = self.entry_instances()
+        instances[self.router.choose(instances)].submit(seq)
+
     def submit_and_wait(self, input_tokens: int, output_tokens: int, hashes: Any = None,
                         sequence_hashes: Any = None) -> simpy.Event:
         """Submit a request now; the event fires when it has finished."""

@@ -35,6 +35,8 @@ class SystemRun:
     wall_s: float
     timeseries: list[dict[str, Any]] = field(default_factory=list)
     links: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    switches: list[dict[str, Any]] = field(default_factory=list)
 
     def describe(self) -> dict[str, Any]:
         """Hardware facts of the run, SI units: the system's totals and each pool's.
@@ -163,6 +165,14 @@ class RunResult:
                 digest.update(name.encode())
                 digest.update(run.records.column(name).tobytes())
         return digest.hexdigest()
+
+    def decisions_frame(self) -> pd.DataFrame:
+        """Every P:D controller decision of a disaggregated run: time, signals, counts, moves."""
+        return self._per_run_frame("decisions")
+
+    def switches_frame(self) -> pd.DataFrame:
+        """Every role switch: instance, roles, when decided, drained and back in service."""
+        return self._per_run_frame("switches")
 
     def requests_frame(self) -> pd.DataFrame:
         """Every request of every run, with ``system``, ``point`` and swept parameters as columns."""

@@ -51,7 +51,12 @@ class PoolSizing:
 
     @property
     def role(self) -> str:
-        return self.spec.role
+        """The pool's role, or ``split`` when its instances start in different roles."""
+        return self.spec.role if self.spec.roles is None else "split"
+
+    @property
+    def initial_roles(self) -> list[str]:
+        return self.spec.initial_roles(self.instances)
 
     @property
     def tp(self) -> int:
@@ -159,6 +164,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
             "evenly (engines need heads divisible by tp, or tp divisible by the KV heads)"))
     available = pool.nodes * node.accelerators_per_node // tp
     instances = pool.instances if pool.instances is not None else available
+    if pool.roles is not None:
+        instances = sum(pool.roles.values())
     if instances > available:
         raise SizingError(path + ("instances",), f"{instances} instances of tp={tp} need {instances * tp} cards; "
                           f"{pool.nodes} x {node.name} has {pool.nodes * node.accelerators_per_node}")
@@ -178,9 +185,11 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     kv_per_token = model.kv_bytes_per_token(kv_dtype, tp)
     blocks = int(kv_budget // (kv_per_token * inst.block_size_tokens))
     max_in, max_out = spec.workload.max_input_tokens, spec.workload.max_output_tokens
+    control = system.controller
+    switchable = control is not None and control.kind != "static"  # any instance may come to decode
     if max_in is None or max_out is None:
         longest = 0  # traces: checked on load
-    elif pool.role == "prefill":
+    elif pool.role == "prefill" and pool.roles is None and not switchable:
         longest = max_in  # a prefill instance holds the prompt until its KV is handed off
     else:
         longest = max_in + max_out

@@ -1,4 +1,5 @@
-"""Request arrival processes: open-loop (Poisson, Gamma), closed-loop (fixed concurrency), trace replay."""
+"""Request arrival processes: open-loop (Poisson, Gamma, a diurnal rate curve), closed-loop (fixed
+concurrency), trace replay."""
 
 from __future__ import annotations
 
@@ -7,11 +8,15 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, field_validator
 
+from kvsim.rng import RandomStreams
 from kvsim.spec_types import FrozenSpec, PositiveFloat, Rate, Seconds
+from kvsim.workload.lengths import LengthSpec
+from kvsim.workload.requests import RequestArrays
 from kvsim.workload.traces import TraceSpec
 
 __all__ = [
-    "PoissonArrivals", "GammaArrivals", "ClosedLoop", "ArrivalSpec", "open_loop_arrival_times", "MAX_CV",
+    "PoissonArrivals", "GammaArrivals", "DiurnalArrivals", "ClosedLoop", "PhaseSpec", "PhasedArrivals",
+    "ArrivalSpec", "open_loop_arrival_times", "MAX_CV",
 ]
 
 
@@ -64,6 +69,34 @@ class GammaArrivals(FrozenSpec):
         return float(rng.uniform() * rng.gamma(shape + 1.0, scale=1.0 / (self.rate * shape)))
 
 
+class DiurnalArrivals(FrozenSpec):
+    """Open loop: Poisson arrivals whose rate follows a daily-style cosine curve.
+
+    ``rate(t) = rate * (1 + amplitude * cos(2 pi (t - peak_at) / period))``: mean ``rate``,
+    swinging by ``amplitude`` (a fraction of it) around the mean, highest at ``peak_at`` (default
+    half a period: a run starts in the trough). Drawn by thinning a Poisson process at the peak
+    rate, so the count in any interval is Poisson with the curve's integral as its mean.
+    """
+
+    kind: Literal["diurnal"] = "diurnal"
+    rate: Rate
+    amplitude: float = Field(ge=0.0, lt=1.0)
+    period: Seconds
+    peak_at: Seconds | None = None
+
+    @field_validator("period")
+    @classmethod
+    def _positive_period(cls, period: float) -> float:
+        if not period > 0:
+            raise ValueError("must be positive")
+        return period
+
+    def rate_at(self, t_s: np.ndarray | float) -> np.ndarray | float:
+        """The arrival rate at time ``t_s`` (seconds), requests/s."""
+        peak = self.period / 2 if self.peak_at is None else self.peak_at
+        return self.rate * (1.0 + self.amplitude * np.cos(2.0 * np.pi * (np.asarray(t_s) - peak) / self.period))
+
+
 class ClosedLoop(FrozenSpec):
     """Closed loop: ``clients`` users, each sending its next request when the previous one completes.
 
@@ -82,14 +115,95 @@ class ClosedLoop(FrozenSpec):
         return np.full(n, self.think_time)
 
 
-ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, ClosedLoop, TraceSpec], Field(discriminator="kind")]
+PhaseArrival = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, TraceSpec],
+                         Field(discriminator="kind")]
+
+
+class PhaseSpec(FrozenSpec):
+    """One phase of a workload whose mix shifts: for ``duration``, requests arrive by ``arrival``
+    with these length distributions (a trace gives its own lengths: omit them)."""
+
+    duration: Seconds
+    arrival: PhaseArrival
+    input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
+    output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
+
+    @field_validator("duration")
+    @classmethod
+    def _positive(cls, duration: float) -> float:
+        if not duration > 0:
+            raise ValueError("must be positive")
+        return duration
+
+    @field_validator("input_tokens", "output_tokens")
+    @classmethod
+    def _lengths(cls, value: object, info) -> object:
+        arrival = info.data.get("arrival")
+        if arrival is None:
+            return value
+        if isinstance(arrival, TraceSpec) and value is not None:
+            raise ValueError("must be omitted: a trace gives every request's lengths")
+        if not isinstance(arrival, TraceSpec) and value is None:
+            raise ValueError("required (a length distribution, e.g. {kind: fixed, value: 1024})")
+        return value
+
+
+class PhasedArrivals(FrozenSpec):
+    """Open loop in phases, one after another (prompt-heavy retrieval, then output-heavy
+    reasoning; one trace after another). Phase ``k`` draws from streams named
+    ``workload.phase.<k>.*``; a trace phase replays its file from the phase's start, cut at
+    the phase's end. After the last phase, the last one's process goes on if the run is longer.
+    Prompts carry no prefix hashes.
+    """
+
+    kind: Literal["phases"] = "phases"
+    phases: list[PhaseSpec] = Field(min_length=1)
+
+    def requests(self, duration_s: float, streams: RandomStreams, base_dir=None) -> RequestArrays:
+        """Every request arriving in ``[0, duration_s)``."""
+        parts = []
+        start = 0.0
+        for k, phase in enumerate(self.phases):
+            length = phase.duration if k < len(self.phases) - 1 else max(phase.duration, duration_s - start)
+            length = min(length, duration_s - start)
+            if length <= 0:
+                break
+            if isinstance(phase.arrival, TraceSpec):
+                trace = phase.arrival.load(base_dir)
+                part = trace.select(trace.arrival_s < length)
+                parts.append((part.arrival_s + start, part.input_tokens, part.output_tokens))
+            else:
+                name = f"workload.phase.{k}"
+                times = open_loop_arrival_times(phase.arrival, length, streams.generator(f"{name}.arrival"))
+                inputs = phase.input_tokens.sample(streams.generator(f"{name}.input_tokens"), len(times))
+                outputs = phase.output_tokens.sample(streams.generator(f"{name}.output_tokens"), len(times))
+                parts.append((times + start, inputs, outputs))
+            start += length
+        arrival, inputs, outputs = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        return RequestArrays(arrival, inputs.astype(np.int64), outputs.astype(np.int64))
+
+    def max_tokens(self, which: str) -> int | None:
+        """Longest prompt (``input_tokens``) or output over the phases; None with a trace phase."""
+        lengths = [getattr(p, which) for p in self.phases]
+        if any(length is None for length in lengths):
+            return None
+        return max(length.max_tokens for length in lengths)
+
+
+ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, ClosedLoop, TraceSpec, PhasedArrivals],
+                        Field(discriminator="kind")]
 """A workload's arrival source; ``trace`` (:class:`~kvsim.workload.traces.TraceSpec`) also supplies lengths."""
 
 
 def open_loop_arrival_times(
-    spec: PoissonArrivals | GammaArrivals, duration_s: float, rng: np.random.Generator
+    spec: PoissonArrivals | GammaArrivals | DiurnalArrivals, duration_s: float, rng: np.random.Generator
 ) -> np.ndarray:
     """Arrival times in ``[0, duration_s)``, seconds, ascending."""
+    if isinstance(spec, DiurnalArrivals):
+        peak_rate = spec.rate * (1.0 + spec.amplitude)
+        candidates = open_loop_arrival_times(PoissonArrivals(rate=peak_rate), duration_s, rng)
+        keep = rng.uniform(size=len(candidates)) * peak_rate < spec.rate_at(candidates)
+        return candidates[keep]
     expected = spec.rate * duration_s
     chunk = max(16, int(expected + 6.0 * np.sqrt(expected + 1.0)) + 16)
     first = spec.first_arrival(rng)

@@ -25,7 +25,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.rng import RandomStreams
 from kvsim.spec_types import FrozenSpec
-from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, open_loop_arrival_times
+from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, PhasedArrivals, open_loop_arrival_times
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.requests import RequestArrays
 from kvsim.workload.reuse import DocumentLibrary, FixedHit, MultiTurn, PrefixSpec, SharedDocuments, SharedPrefix
@@ -75,6 +75,8 @@ class WorkloadSpec(FrozenSpec):
         arrival = info.data.get("arrival")
         if prefix is not None and isinstance(arrival, TraceSpec):
             raise ValueError("must be omitted with a trace: the trace carries its own hash_ids (or none)")
+        if prefix is not None and isinstance(arrival, PhasedArrivals):
+            raise ValueError("must be omitted with phases: phased prompts carry no prefix structure")
         if isinstance(prefix, MultiTurn) and isinstance(arrival, ClosedLoop):
             raise ValueError("multi_turn sessions start by an open-loop arrival process (poisson or gamma), "
                              "not closed_loop")
@@ -86,7 +88,10 @@ class WorkloadSpec(FrozenSpec):
         if "arrival" not in info.data or "prefix" not in info.data:
             return value  # already invalid; that error is reported
         arrival, prefix = info.data["arrival"], info.data["prefix"]
-        if isinstance(arrival, TraceSpec):
+        if isinstance(arrival, PhasedArrivals):
+            if value is not None:
+                raise ValueError("must be omitted: each phase gives its own (arrival.phases[k].input_tokens)")
+        elif isinstance(arrival, TraceSpec):
             if value is not None:
                 raise ValueError("must be omitted: a trace gives every request's prompt length")
         elif isinstance(prefix, (SharedDocuments, MultiTurn)):
@@ -102,7 +107,10 @@ class WorkloadSpec(FrozenSpec):
     def _output_source(cls, value: object, info: ValidationInfo) -> object:
         if "arrival" not in info.data:
             return value
-        if isinstance(info.data["arrival"], TraceSpec):
+        if isinstance(info.data["arrival"], PhasedArrivals):
+            if value is not None:
+                raise ValueError("must be omitted: each phase gives its own (arrival.phases[k].output_tokens)")
+        elif isinstance(info.data["arrival"], TraceSpec):
             if value is not None:
                 raise ValueError("must be omitted: a trace gives every request's output length")
         elif value is None:
@@ -128,6 +136,11 @@ class WorkloadSpec(FrozenSpec):
         return isinstance(self.arrival, TraceSpec)
 
     @property
+    def phased(self) -> bool:
+        """Requests arrive in phases (``arrival: {kind: phases}``)."""
+        return isinstance(self.arrival, PhasedArrivals)
+
+    @property
     def multi_turn(self) -> bool:
         """Requests are turns of sessions: drive them with :func:`kvsim.workload.sessions`."""
         return isinstance(self.prefix, MultiTurn)
@@ -142,6 +155,8 @@ class WorkloadSpec(FrozenSpec):
     @property
     def max_output_tokens(self) -> int | None:
         """Longest possible output, or None for a trace (known only once it is loaded)."""
+        if self.phased:
+            return self.arrival.max_tokens("output_tokens")
         return None if self.output_tokens is None else self.output_tokens.max_tokens
 
     @property
@@ -149,6 +164,8 @@ class WorkloadSpec(FrozenSpec):
         """Longest possible prompt, or None for a trace (known only once it is loaded)."""
         if self.trace:
             return None
+        if self.phased:
+            return self.arrival.max_tokens("input_tokens")
         if isinstance(self.prefix, SharedDocuments):
             return self.prefix.max_prompt_tokens
         if isinstance(self.prefix, MultiTurn):
@@ -183,6 +200,8 @@ def open_loop_requests(
     if spec.trace:
         requests = spec.arrival.load(base_dir)
         return requests.select(requests.arrival_s < duration_s)
+    if spec.phased:
+        return spec.arrival.requests(duration_s, streams, base_dir)
     if spec.multi_turn:
         raise ValueError("a multi_turn workload is a set of sessions: use kvsim.workload.sessions()")
     arrival_s = open_loop_arrival_times(spec.arrival, duration_s, streams.generator("workload.arrival"))

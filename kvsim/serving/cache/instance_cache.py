@@ -126,6 +126,10 @@ class InstanceCache(AdmissionHook):
     def swap_out(self, seq: Sequence) -> bool:
         return self.swapper.swap_out(seq)
 
+    def flush(self) -> None:
+        """Drop the cached blocks no one holds, giving their pages back (a role change)."""
+        self.writer.flush()
+
     # -- shared by the parts ---------------------------------------------------------------
     def after_load(self, seq: Sequence, state: SeqCache | None, ungate: bool) -> None:
         """The KV an admission waited for has landed: resume the sequence and the engine."""

@@ -126,6 +126,11 @@ class CacheWriter:
         if victims and self.system.spec.write_policy == "write_back":
             self._write_back(victims)
 
+    def flush(self) -> None:
+        """Evict every cached block no one holds (the instance leaves a role that caches)."""
+        cache = self.cache
+        self.reclaim(cache.hbm.evictable_blocks * cache.geometry.pages_per_block)
+
     def _write_back(self, blocks: list) -> None:
         """Write-back: evicted HBM blocks go to the next tier down that lacks them, one flow per
         card and target (from a staging copy: their pages were freed already, i.e. the copy is

@@ -1,0 +1,189 @@
+"""The P:D ratio controller of a disaggregated system, and role switches.
+
+Every ``interval`` the controller reads its signal, decides how many instances change role
+(static: none), starts those switches and records the decision -- time, signal value, the
+counts before and the targets after -- together with a timeline sample (queue, attainment,
+occupancy, counts) for the figure a planner reads. It acts only on its ticks, never faster.
+
+A switch (:meth:`RoleController.switch`): the instance stops taking new work; requests it had
+not started move to other instances of its role (they hold no KV here, so nothing moves); what
+it has started drains; then it drops its prefix cache if it leaves a caching role, takes its new
+role, and is out of service for ``switch_time`` before it accepts work. Draining rather than
+migrating running requests keeps every KV byte where it was computed; its cost is that a decode
+instance with long answers in flight takes a while to leave.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import simpy
+
+from kvsim.metrics.records import RequestRecords
+from kvsim.serving.handoff import KVHandoff, is_handoff
+from kvsim.serving.instance import Instance
+from kvsim.serving.scheduler import AdmissionHook
+from kvsim.serving.specs import StaticController
+
+__all__ = ["RoleController"]
+
+# which way a high signal pushes: +1 = prefill is short, -1 = decode is short
+_ORIENTATION = {"prefill_queue": 1.0, "ttft_attainment": -1.0, "tpot_attainment": 1.0,
+                "decode_kv_occupancy": -1.0}
+
+
+class RoleController:
+    """Moves instances between the prefill and decode roles (see the module docstring).
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    spec : ControllerSpec
+    instances : list of Instance
+        Every instance of the system (roles prefill and decode).
+    hooks : callable
+        ``hooks(instance, role)``: the admission hook the instance uses in ``role``.
+    handoff : KVHandoff
+        Reroutes decode work that had not started; streams prompts from prefill instances.
+    reroute_prompt : callable
+        ``reroute_prompt(seq)``: sends a request not yet started to another prefill instance.
+    records : RequestRecords
+    slo_s : dict
+        ``{"ttft_s": ..., "tpot_s": ...}`` thresholds (None where absent).
+    """
+
+    def __init__(self, env: simpy.Environment, spec, instances: list[Instance],
+                 hooks: Callable[[Instance, str], AdmissionHook | None], handoff: KVHandoff,
+                 reroute_prompt: Callable, records: RequestRecords, slo_s: dict[str, float | None]):
+        self.env = env
+        self.spec = spec
+        self.instances = instances
+        self.hooks = hooks
+        self.handoff = handoff
+        self.reroute_prompt = reroute_prompt
+        self.records = records
+        self.slo_s = slo_s
+        self.window_s = getattr(spec, "window", None) or spec.interval
+        self.decisions: list[dict[str, Any]] = []
+        self.switches: list[dict[str, Any]] = []
+        self._target: dict[int, str] = {}  # instance -> the role it is switching to
+        env.process(self._run())
+
+    # -- what it sees -----------------------------------------------------------------------
+    def _serving(self, role: str) -> list[Instance]:
+        return [inst for inst in self.instances if inst.role == role and inst.accepting]
+
+    def _attainment(self, column: str, limit: float | None, since_s: float) -> float:
+        """Share of requests whose ``column`` milestone fell in the trailing window that met the SLO."""
+        if limit is None:
+            return math.nan
+        records = self.records
+        arrival, first, finish = (records.column(c) for c in ("arrival_s", "first_token_s", "finish_s"))
+        if column == "ttft":
+            recent = first > since_s
+            met = (first - arrival)[recent] <= limit
+        else:
+            outputs = records.column("output_tokens")
+            recent = (finish > since_s) & (outputs > 1)
+            met = ((finish - first)[recent] / (outputs[recent] - 1)) <= limit
+        return float(met.mean()) if met.size else math.nan
+
+    def measure(self) -> dict[str, float]:
+        """Every signal now (NaN where there is nothing to measure)."""
+        prefill, decode = self._serving("prefill"), self._serving("decode")
+        queue = sum(inst.pending_prompt_tokens for inst in prefill)
+        blocks = sum(inst.pool.num_blocks for inst in decode)
+        since = self.env.now - self.window_s
+        return {
+            "prefill_queue": queue / len(prefill) if prefill else math.nan,
+            "ttft_attainment": self._attainment("ttft", self.slo_s.get("ttft_s"), since),
+            "tpot_attainment": self._attainment("tpot", self.slo_s.get("tpot_s"), since),
+            "decode_kv_occupancy": (sum(i.pool.used_blocks for i in decode) / blocks) if blocks else math.nan,
+        }
+
+    # -- what it decides ----------------------------------------------------------------------
+    def _delta(self, value: float) -> int:
+        """Instances to move toward prefill (negative: toward decode)."""
+        spec = self.spec
+        if isinstance(spec, StaticController) or math.isnan(value):
+            return 0
+        orient = _ORIENTATION[spec.signal]
+        if spec.kind == "threshold":
+            prefill_short = value > spec.high if orient > 0 else value < spec.low
+            decode_short = value < spec.low if orient > 0 else value > spec.high
+            return spec.step if prefill_short else (-spec.step if decode_short else 0)
+        error = orient * (value - spec.setpoint)
+        return int(max(-spec.max_step, min(spec.max_step, round(spec.gain * error))))
+
+    def _run(self):
+        while True:
+            yield self.env.timeout(self.spec.interval)
+            self.tick()
+
+    def tick(self) -> None:
+        """One decision: measure, decide, start the switches, record."""
+        signals = self.measure()
+        signal = getattr(self.spec, "signal", None)
+        value = signals[signal] if signal is not None else math.nan
+        prefill, decode = self._serving("prefill"), self._serving("decode")
+        switching = sum(1 for inst in self.instances if not inst.accepting)
+        delta = self._delta(value)
+        # moves still in flight the same way already answer this signal: count them (anti-windup)
+        incoming = {role: sum(1 for inst in self.instances if not inst.accepting and self._target.get(inst.index) == role)
+                    for role in ("prefill", "decode")}
+        delta = max(0, delta - incoming["prefill"]) if delta > 0 else min(0, delta + incoming["decode"])
+        moved = []
+        if delta > 0:
+            room = len(decode) - self.spec.min_decode
+            moved = [(inst, "prefill") for inst in self._least_busy(decode)[:max(0, min(delta, room))]]
+        elif delta < 0:
+            room = len(prefill) - self.spec.min_prefill
+            moved = [(inst, "decode") for inst in self._least_busy(prefill)[:max(0, min(-delta, room))]]
+        for inst, role in moved:
+            self.env.process(self.switch(inst, role))
+        applied = sum(1 if role == "prefill" else -1 for _, role in moved)
+        self.decisions.append({
+            "time_s": self.env.now, "signal": signal or "", "value": value, "prefill": len(prefill),
+            "decode": len(decode), "switching": switching, "wanted": self._delta(value), "moved": applied,
+            "prefill_target": len(prefill) + max(applied, 0), "decode_target": len(decode) + max(-applied, 0),
+            **{f"signal_{name}": v for name, v in signals.items()},
+        })
+
+    @staticmethod
+    def _least_busy(instances: list[Instance]) -> list[Instance]:
+        return sorted(instances, key=lambda inst: (inst.outstanding, inst.index))
+
+    # -- how a switch happens ---------------------------------------------------------------------
+    def switch(self, inst: Instance, role: str):
+        """Drain ``inst``, give it ``role``, warm it up (a SimPy process)."""
+        old = inst.role
+        decided = self.env.now
+        inst.accepting = False
+        self._target[inst.index] = role
+        scheduler = inst.scheduler
+        # work not yet started holds no KV here: it goes to the instances staying in the role
+        if old == "prefill":
+            moving = [seq for seq in scheduler.waiting if not seq.admitted]
+            reroute = self.reroute_prompt
+        else:
+            moving = [seq for seq in scheduler.waiting if is_handoff(seq)]
+            reroute = self.handoff.reroute
+        for seq in moving:
+            scheduler.waiting.remove(seq)
+        for seq in moving:
+            reroute(seq)
+        yield inst.when_idle()
+        drained = self.env.now
+        flush = getattr(scheduler.hook, "flush", None)
+        if flush is not None:
+            flush()
+        inst.set_role(role, self.hooks(inst, role),
+                      self.handoff.final_chunk if role == "prefill" else None)
+        yield self.env.timeout(self.spec.switch_time)
+        inst.accepting = True
+        del self._target[inst.index]
+        inst.wake()
+        self.switches.append({"instance": inst.index, "from_role": old, "to_role": role, "decided_s": decided,
+                              "drained_s": drained, "ready_s": self.env.now, "moved_requests": len(moving)})
+
