@@ -120,7 +120,16 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if scenario.spec.study is not None:
+    if scenario.spec.study is not None and scenario.spec.study.kind == "pd":
+        from kvsim.report.pd import pd_figures, pd_frame, pd_markdown
+
+        frame = pd_frame(result)
+        markdown = pd_markdown(result, frame)
+        print(markdown)
+        (out / "pd.md").write_text(markdown, encoding="utf-8")
+        frame.to_csv(out / "pd.csv", index=False)
+        written += [out / "pd.md", out / "pd.csv"] + pd_figures(result, out, frame)
+    elif scenario.spec.study is not None:
         from kvsim.report.gap import gap_figure, gap_frame, gap_markdown
 
         frame = gap_frame(result)

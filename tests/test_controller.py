@@ -35,18 +35,13 @@ systems:
 QUEUE = "{kind: threshold, signal: prefill_queue, interval: 15 s, low: 500, high: 8000, switch_time: 12 s}"
 
 
-def _run(monkeypatch, controller=QUEUE):
-    import kvsim.sim.run as run_module
-
-    systems = []
-    real_build = run_module.build_system
-    monkeypatch.setattr(run_module, "build_system", lambda *a, **k: systems.append(real_build(*a, **k)) or systems[-1])
+def _run(systems, controller=QUEUE):
     result = kvsim.run(kvsim.parse_scenario(SHIFT.format(controller=controller), "shift.yaml"))
-    return result, systems[0]
+    return result, systems[-1]
 
 
-def test_the_controller_acts_only_on_its_ticks_and_each_switch_pays_its_cost(monkeypatch):
-    result, system = _run(monkeypatch)
+def test_the_controller_acts_only_on_its_ticks_and_each_switch_pays_its_cost(built_systems):
+    result, system = _run(built_systems)
     decisions, switches = result.decisions_frame(), result.switches_frame()
     # one decision per interval, never faster
     assert np.allclose(np.diff(decisions.time_s), 15.0)
@@ -70,8 +65,8 @@ def test_the_controller_acts_only_on_its_ticks_and_each_switch_pays_its_cost(mon
     assert summary["switch_out_of_service_s"] == pytest.approx(float((switches.ready_s - switches.decided_s).sum()))
 
 
-def test_every_request_finishes_once_across_role_switches_and_no_page_is_lost(monkeypatch):
-    result, system = _run(monkeypatch)
+def test_every_request_finishes_once_across_role_switches_and_no_page_is_lost(built_systems):
+    result, system = _run(built_systems)
     frame = result.requests_frame()
     assert frame.finish_s.notna().all()
     assert system.front.completed == system.front.submitted == len(frame)
@@ -82,16 +77,16 @@ def test_every_request_finishes_once_across_role_switches_and_no_page_is_lost(mo
         assert (frame[a] <= frame[b]).all(), (a, b)
 
 
-def test_the_static_controller_keeps_the_ratio_and_still_samples_the_timeline(monkeypatch):
-    result, system = _run(monkeypatch, "{kind: static, interval: 20 s}")
+def test_the_static_controller_keeps_the_ratio_and_still_samples_the_timeline(built_systems):
+    result, system = _run(built_systems, "{kind: static, interval: 20 s}")
     decisions = result.decisions_frame()
     assert len(result.switches_frame()) == 0
     assert (decisions.prefill == 4).all() and (decisions.decode == 4).all()
     assert decisions.signal_prefill_queue.max() > 0 and decisions.signal_decode_kv_occupancy.max() > 0
 
 
-def test_an_attainment_signal_reads_the_trailing_window_of_the_records(monkeypatch):
-    result, _ = _run(monkeypatch, "{kind: threshold, signal: ttft_attainment, interval: 20 s, low: 0.5, high: 0.9, "
+def test_an_attainment_signal_reads_the_trailing_window_of_the_records(built_systems):
+    result, _ = _run(built_systems, "{kind: threshold, signal: ttft_attainment, interval: 20 s, low: 0.5, high: 0.9, "
                                   "window: 40 s}")
     decisions = result.decisions_frame()
     frame = result.requests_frame()

@@ -221,18 +221,8 @@ systems:
 
 
 @pytest.mark.parametrize("write, preemption", [("write_through", "recompute"), ("write_back", "swap")])
-def test_pages_are_conserved_and_hits_never_exceed_needs_under_memory_pressure(monkeypatch, write, preemption):
-    import kvsim.sim.run as run_module
-
-    systems = []
-    real_build = run_module.build_system
-
-    def capture(*args, **kwargs):
-        system = real_build(*args, **kwargs)
-        systems.append(system)
-        return system
-
-    monkeypatch.setattr(run_module, "build_system", capture)
+def test_pages_are_conserved_and_hits_never_exceed_needs_under_memory_pressure(built_systems, write, preemption):
+    systems = built_systems
     text = STRESS.format(dram="2 GiB", write=write, preemption=preemption)
     run = kvsim.run(kvsim.parse_scenario(text, "stress.yaml")).runs[0]
     frame = run.records.to_frame()

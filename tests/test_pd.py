@@ -94,12 +94,8 @@ systems:
 """
 
 
-def test_back_pressure_loses_nothing_and_every_request_finishes_once(monkeypatch):
-    import kvsim.sim.run as run_module
-
-    systems = []
-    real_build = run_module.build_system
-    monkeypatch.setattr(run_module, "build_system", lambda *a, **k: systems.append(real_build(*a, **k)) or systems[-1])
+def test_back_pressure_loses_nothing_and_every_request_finishes_once(built_systems):
+    systems = built_systems
     run = kvsim.run(kvsim.parse_scenario(PRESSURE, "p.yaml")).runs[0]
     frame = run.records.to_frame()
     system = systems[0]
@@ -215,3 +211,32 @@ def test_the_resolved_scenario_of_a_disaggregated_run_runs_again_identically(tmp
     assert first["systems"] == second["systems"]
     hardware = first["systems"]["pd"]["hardware"]
     assert set(hardware["pools"]) == {"prefill", "decode"} and hardware["cards"] == 2
+
+
+def test_the_prefix_aware_prefill_router_sends_a_shared_document_where_it_is_cached():
+    text = """
+name: prefix-route
+seed: 3
+duration: 60 s
+warmup: 5 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 12/s}
+  prefix: {kind: shared_documents, documents: 400, zipf_s: 0.6, document_tokens: {kind: fixed, value: 4096},
+           suffix_tokens: {kind: fixed, value: 128}}
+  output_tokens: {kind: fixed, value: 16}
+systems:
+  aware:
+    pools: {h: {node: h20-8x, instances: 6, roles: {prefill: 4, decode: 2}}}
+    prefill_router: prefix_aware
+    kv_cache: {}
+  blind:
+    pools: {h: {node: h20-8x, instances: 6, roles: {prefill: 4, decode: 2}}}
+    kv_cache: {}
+"""
+    result = kvsim.run(kvsim.parse_scenario(text, "r.yaml"))
+    aware, blind = (result.run(s).summary["cache"]["hit_rate"]["hbm"] for s in ("aware", "blind"))
+    # 400 documents of 4K tokens, more than one instance's HBM holds: sent where it is cached, a
+    # document is cached once for the pool; spread by queued tokens, every instance caches its
+    # own copies of the popular ones and holds fewer distinct documents
+    assert aware > blind + 0.05

@@ -122,6 +122,8 @@ def test_conservation_of_blocks_and_tokens(reqs, block_size, spare_blocks, budge
             assert s.kv_blocks * block_size >= s.kv_tokens + chunk
         assert batch.shape.tokens <= budget
         assert len(scheduler.running) <= max_seqs
+        # the router's view of queued prompt work is kept without scanning the queue, and exact
+        assert scheduler.waiting_prompt_tokens == sum(s.prefill_target - s.kv_tokens for s in scheduler.waiting)
         scheduler.complete(batch, step + 0.5)
     else:
         raise AssertionError("did not drain")
@@ -130,4 +132,5 @@ def test_conservation_of_blocks_and_tokens(reqs, block_size, spare_blocks, budge
     assert log.emitted == sum(o for _, o in reqs)
     assert all(s.generated == s.output_tokens and s.kv_blocks == 0 for s in seqs)
     assert pool.free_blocks == pool.num_blocks
+    assert scheduler.waiting_prompt_tokens == 0 and scheduler.pending_prompt_tokens == 0
     assert all(log.first_token_at[i] <= log.finished_at[i] for i in log.finished_at)

@@ -79,12 +79,8 @@ def test_pools_get_their_own_nodes_and_instances_are_numbered_across_pools():
     "message_tokens: {kind: fixed, value: 100}, system_prompt_tokens: 64, think_time: 1 s}\n"
     "  output_tokens: {kind: fixed, value: 10}",
 ])
-def test_every_workload_kind_enters_and_leaves_through_the_one_front_end(monkeypatch, workload):
-    import kvsim.sim.run as run_module
-
-    systems = []
-    real_build = run_module.build_system
-    monkeypatch.setattr(run_module, "build_system", lambda *a, **k: systems.append(real_build(*a, **k)) or systems[-1])
+def test_every_workload_kind_enters_and_leaves_through_the_one_front_end(built_systems, workload):
+    systems = built_systems
     text = f"""
 name: fe
 seed: 3

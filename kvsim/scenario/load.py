@@ -33,7 +33,7 @@ from kvsim.yaml_io import (
 __all__ = ["Catalogs", "ScenarioPoint", "Scenario", "load_scenario", "parse_scenario"]
 
 register_union_tags(["poisson", "gamma", "diurnal", "phases", "closed_loop", "fixed", "uniform", "lognormal",
-                     "empirical", "trace", "static", "threshold", "proportional"])
+                     "empirical", "trace", "static", "threshold", "proportional", "gap", "pd"])
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,10 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     except ValueError as exc:
         key = str(exc).split(":", 1)[0].removeprefix("sweep.")
         raise SpecError([located.problem(("sweep", key), str(exc).split(": ", 1)[1])]) from None
+    study = spec.study
+    if study is not None and study.kind == "pd" and study.timeline_point >= len(grid):
+        raise SpecError([located.problem(("study", "timeline_point"), (
+            f"the sweep has {len(grid)} point(s): give 0 to {len(grid) - 1}"))])
     for index, params in enumerate(grid):
         if not params:
             points.append(ScenarioPoint(index, {}, spec))

@@ -6,7 +6,7 @@ stream side by side. Quantities carry units in the file (``300 s``, ``20/s``, ``
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
@@ -17,7 +17,7 @@ from kvsim.workload import WorkloadSpec
 
 __all__ = [
     "ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntries", "Dtype", "GapStudySpec",
-    "SINGLE_POOL",
+    "SINGLE_POOL", "PDStudySpec", "StudySpec",
 ]
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
@@ -180,6 +180,21 @@ class GapStudySpec(FrozenSpec):
     panel_label: str | None = None
 
 
+class PDStudySpec(FrozenSpec):
+    """Colocated and disaggregated systems side by side: goodput per card and per dollar, latency,
+    handoff traffic (``pd.md``, ``pd.csv``, ``pd_goodput.png``); ``x`` names the swept load field
+    for the figure, and ``timeline`` the systems whose P:D ratio over time is drawn
+    (``pd_timeline.png``) at sweep point ``timeline_point`` (an index into the grid, default 0)."""
+
+    kind: Literal["pd"] = "pd"
+    x: str | None = None
+    timeline: list[str] = Field(default_factory=list)
+    timeline_point: int = Field(default=0, ge=0)
+
+
+StudySpec = Annotated[Union[GapStudySpec, PDStudySpec], Field(discriminator="kind")]
+
+
 class ScenarioSpec(FrozenSpec):
     """A whole scenario file.
 
@@ -204,7 +219,7 @@ class ScenarioSpec(FrozenSpec):
     compare: CompareSpec | None = None
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
-    study: GapStudySpec | None = None
+    study: StudySpec | None = None
 
     def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Checks across fields, as ``(field path, message)``; the loader reports them with lines.
@@ -224,7 +239,11 @@ class ScenarioSpec(FrozenSpec):
         for key, values in self.sweep.items():
             if not values:
                 problems.append((("sweep", key), "has no values"))
-        if self.study is not None:
+        if self.study is not None and self.study.kind == "pd":
+            for system in self.study.timeline:
+                if system not in self.systems:
+                    problems.append((("study", "timeline"), f"{system!r} is not one of the systems"))
+        elif self.study is not None:
             for label, pair in self.study.configs.items():
                 if len(pair) != 2:
                     problems.append((("study", "configs", label), "give [high system, low system]"))

@@ -170,7 +170,7 @@ class RoleController:
             moving = [seq for seq in scheduler.waiting if is_handoff(seq)]
             reroute = self.handoff.reroute
         for seq in moving:
-            scheduler.waiting.remove(seq)
+            scheduler.withdraw(seq)
         for seq in moving:
             reroute(seq)
         yield inst.when_idle()

@@ -107,9 +107,9 @@ class KVHandoff:
             self._finish_after(state, self._tail_s(state))
 
     def _send(self, state: _Handoff) -> None:
-        decodes = self.decode_instances()
-        target = decodes[self.router.choose(decodes)]
         pseq = state.prefill_seq
+        decodes = self.decode_instances()
+        target = decodes[self.router.choose(decodes, pseq)]
         dseq = Sequence(pseq.rid, pseq.prompt_tokens, pseq.output_tokens, on_finish=pseq.on_finish)
         dseq.admitted = True  # admission was on the prefill side
         dseq.cache = state
@@ -121,7 +121,7 @@ class KVHandoff:
         send it to another decode instance (its KV is still on the prefill side)."""
         state = seq.cache
         decodes = self.decode_instances()
-        target = decodes[self.router.choose(decodes)]
+        target = decodes[self.router.choose(decodes, seq)]
         state.decode = target
         target.submit(seq)
 

@@ -179,6 +179,18 @@ class Instance:
     def free_kv_tokens(self) -> int:
         return self.pool.free_blocks * self.pool.block_size_tokens
 
+    def cached_prefix_tokens(self, seq: Sequence | None) -> int:
+        """Leading prompt tokens of ``seq`` already in this instance's HBM prefix cache."""
+        hbm = getattr(self.scheduler.hook, "hbm", None)
+        if seq is None or seq.hashes is None or hbm is None:
+            return 0
+        blocks = 0
+        for block in seq.hashes:
+            if block not in hbm:
+                break
+            blocks += 1
+        return blocks * self.scheduler.hook.geometry.block_tokens
+
     @property
     def busy(self) -> bool:
         """It holds work: requests waiting, running, loading, or prompts not yet handed off."""

@@ -1,17 +1,17 @@
 """Request routers: which instance of a role (mixed, prefill or decode) serves a request.
 
-Every router has one method, ``choose(instances) -> index`` into the list it is given (the
-instances currently in that role). Ties are broken by the lowest index, so routing is
-deterministic.
+Every router has one method, ``choose(instances, seq=None) -> index`` into the list it is given
+(the instances currently in that role), ``seq`` being the request to place. Ties are broken by
+the lowest index, so routing is deterministic.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence as Seq
+from typing import Any, Protocol, Sequence as Seq
 
 __all__ = [
     "Router", "RoundRobinRouter", "LeastOutstandingRouter", "LeastPromptTokensRouter", "MostFreeKVRouter",
-    "ROUTERS",
+    "PrefixAwareRouter", "ROUTERS",
 ]
 
 
@@ -25,9 +25,11 @@ class Routable(Protocol):
     @property
     def free_kv_tokens(self) -> int: ...
 
+    def cached_prefix_tokens(self, seq: Any) -> int: ...
+
 
 class Router(Protocol):
-    def choose(self, instances: Seq[Routable]) -> int: ...
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int: ...
 
 
 class RoundRobinRouter:
@@ -36,7 +38,7 @@ class RoundRobinRouter:
     def __init__(self) -> None:
         self._next = 0
 
-    def choose(self, instances: Seq[Routable]) -> int:
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
         index = self._next % len(instances)
         self._next = index + 1
         return index
@@ -45,7 +47,7 @@ class RoundRobinRouter:
 class LeastOutstandingRouter:
     """The instance with the fewest unfinished requests (lowest index on ties)."""
 
-    def choose(self, instances: Seq[Routable]) -> int:
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
         best, best_load = 0, instances[0].outstanding
         for index in range(1, len(instances)):
             load = instances[index].outstanding
@@ -58,7 +60,7 @@ class LeastPromptTokensRouter:
     """The instance with the fewest prompt tokens still to compute (then fewest outstanding):
     for prefill instances, whose work is prompt tokens, not requests."""
 
-    def choose(self, instances: Seq[Routable]) -> int:
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
         keys = [(inst.pending_prompt_tokens, inst.outstanding) for inst in instances]
         return min(range(len(instances)), key=keys.__getitem__)
 
@@ -67,13 +69,26 @@ class MostFreeKVRouter:
     """The instance with the most free KV tokens (then fewest outstanding): for decode instances,
     whose capacity is the KV they can hold."""
 
-    def choose(self, instances: Seq[Routable]) -> int:
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
         keys = [(-inst.free_kv_tokens, inst.outstanding) for inst in instances]
+        return min(range(len(instances)), key=keys.__getitem__)
+
+
+class PrefixAwareRouter:
+    """The instance where the request's prompt costs least: prompt tokens still queued there,
+    minus the leading prompt tokens already in its HBM prefix cache (then fewest outstanding).
+    Without prefix hashes it is :class:`LeastPromptTokensRouter`. Scans the prompt's blocks on
+    each instance: a cost per arrival that grows with instances and prompt length."""
+
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
+        keys = [(inst.pending_prompt_tokens - inst.cached_prefix_tokens(seq), inst.outstanding)
+                for inst in instances]
         return min(range(len(instances)), key=keys.__getitem__)
 
 
 ROUTERS = {
     "round_robin": RoundRobinRouter, "least_outstanding": LeastOutstandingRouter,
     "least_prompt_tokens": LeastPromptTokensRouter, "most_free_kv": MostFreeKVRouter,
+    "prefix_aware": PrefixAwareRouter,
 }
 """Router ``kind`` in a scenario -> class."""

@@ -45,7 +45,7 @@ class Sequence:
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
-        "gated", "stalled", "sequence_hashes", "swapped",
+        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens",
     )
     # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
 
@@ -68,6 +68,7 @@ class Sequence:
         self.gated = False        # first token must wait for an in-flight load
         self.stalled = False      # prefill computed, waiting for that load
         self.swapped = False      # its own KV waits in host DRAM (preempted by swapping)
+        self.queued_tokens = 0    # prompt tokens it brought to the waiting queue (for routers)
 
     @property
     def total_tokens(self) -> int:
@@ -164,6 +165,7 @@ class BatchScheduler:
         self.loading: dict[int, Sequence] = {}  # rid -> sequence parked while its KV loads
         self.detached: dict[int, Sequence] = {}  # rid -> prompt done, KV held until handed off
         self.stalled = 0
+        self.waiting_prompt_tokens = 0  # sum of queued_tokens over the waiting queue
 
     @property
     def outstanding(self) -> int:
@@ -172,10 +174,31 @@ class BatchScheduler:
 
     @property
     def pending_prompt_tokens(self) -> int:
-        """Prompt tokens still to compute here (waiting and running sequences)."""
-        waiting = sum(seq.prefill_target - seq.kv_tokens for seq in self.waiting)
-        return waiting + sum(seq.prefill_target - seq.kv_tokens for seq in self.running
-                             if seq.kv_tokens < seq.prefill_target)
+        """Prompt tokens still to compute here (waiting and running sequences).
+
+        A waiting sequence counts what it brought to the queue (a cached prefix found at
+        admission is not known before), so routing does not scan the queue.
+        """
+        return self.waiting_prompt_tokens + sum(seq.prefill_target - seq.kv_tokens for seq in self.running
+                                                if seq.kv_tokens < seq.prefill_target)
+
+    def _enqueue(self, seq: Sequence, front: bool = False) -> None:
+        seq.queued_tokens = seq.prefill_target - seq.kv_tokens
+        self.waiting_prompt_tokens += seq.queued_tokens
+        if front:
+            self.waiting.appendleft(seq)
+        else:
+            self.waiting.append(seq)
+
+    def _dequeue_front(self) -> Sequence:
+        seq = self.waiting.popleft()
+        self.waiting_prompt_tokens -= seq.queued_tokens
+        return seq
+
+    def withdraw(self, seq: Sequence) -> None:
+        """Take a waiting sequence out of the queue (it goes to another instance)."""
+        self.waiting.remove(seq)
+        self.waiting_prompt_tokens -= seq.queued_tokens
 
     def release_detached(self, seq: Sequence) -> None:
         """A detached sequence's KV has been handed off: give back its pages."""
@@ -190,7 +213,7 @@ class BatchScheduler:
         self.events.prefilled(seq, now)
 
     def add(self, seq: Sequence) -> None:
-        self.waiting.append(seq)
+        self._enqueue(seq)
 
     def _preempt(self, seq: Sequence) -> None:
         if seq.stalled:
@@ -210,7 +233,7 @@ class BatchScheduler:
             seq.kv_tokens = 0
             seq.shared_tokens = 0
             seq.prefill_target = seq.prompt_tokens + seq.generated
-        self.waiting.appendleft(seq)
+        self._enqueue(seq, front=True)
         self.events.preempted(seq)
 
     def loaded(self, seq: Sequence) -> None:
@@ -308,7 +331,7 @@ class BatchScheduler:
                 if verdict is None:
                     break
                 if verdict == "load":
-                    waiting.popleft()
+                    self._dequeue_front()
                     self.loading[seq.rid] = seq
                     self._mark_admitted(seq, now)
                     hook.committed(seq)
@@ -320,7 +343,7 @@ class BatchScheduler:
                     seq.kv_tokens = seq.shared_tokens = 0
                     seq.gated = False
                 break
-            waiting.popleft()
+            self._dequeue_front()
             running.append(seq)
             self._mark_admitted(seq, now)
             if hook is not None:

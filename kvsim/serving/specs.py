@@ -14,7 +14,7 @@ __all__ = [
     "StaticController", "ThresholdController", "ProportionalController", "ControllerSpec",
 ]
 
-RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv"]
+RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv", "prefix_aware"]
 """How a router picks an instance among those of one role (see :mod:`kvsim.serving.router`)."""
 
 Role = Literal["mixed", "prefill", "decode"]

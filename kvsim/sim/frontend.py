@@ -61,13 +61,13 @@ class FrontEnd:
         self.in_system.set(self.env.now, self.in_system.value + 1)
         self.submitted += 1
         instances = self.entry_instances()
-        instances[self.router.choose(instances)].submit(seq)
+        instances[self.router.choose(instances, seq)].submit(seq)
         return rid
 
     def reroute(self, seq: Sequence) -> None:
         """Send a request not yet started to another entry instance (its first one leaves the role)."""
         instances = self.entry_instances()
-        instances[self.router.choose(instances)].submit(seq)
+        instances[self.router.choose(instances, seq)].submit(seq)
 
     def submit_and_wait(self, input_tokens: int, output_tokens: int, hashes: Any = None,
                         sequence_hashes: Any = None) -> simpy.Event:

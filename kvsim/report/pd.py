@@ -1,0 +1,247 @@
+"""The P:D study: colocated and disaggregated systems side by side, per card and per dollar, and
+the timeline of a dynamic P:D ratio.
+
+Every row states its load and is flagged when it is not a steady-state number: ``overloaded``
+when the requests in the system at the end of the window outnumber those three quarters into it
+by more than :data:`GROWTH` (plus ten), or when more than :data:`OVERLOAD_SHARE` of the window's
+arrivals were still unfinished when it closed (the backlog grows: arrival rate above service
+rate); ``too short`` when the median end-to-end latency exceeds :data:`SHORT_SHARE` of the
+window.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsim.report.table import hardware_label
+from kvsim.sim.result import RunResult, SystemRun
+
+__all__ = ["pd_frame", "pd_markdown", "pd_figures", "OVERLOAD_SHARE", "SHORT_SHARE", "GROWTH"]
+
+OVERLOAD_SHARE = 0.2
+SHORT_SHARE = 0.25
+GROWTH = 1.25
+
+
+def _capex_usd(run: SystemRun) -> float | None:
+    prices = [(p.node.price_usd, p.spec.nodes) for p in run.sizing.pools]
+    if any(price is None for price, _ in prices):
+        return None
+    return float(sum(price * nodes for price, nodes in prices))
+
+
+def _in_system(run: SystemRun, t_s: float) -> int:
+    arrival, finish = run.records.column("arrival_s"), run.records.column("finish_s")
+    return int(np.count_nonzero((arrival <= t_s) & ~(finish <= t_s)))
+
+
+def _flags(run: SystemRun, warmup_s: float, duration_s: float) -> str:
+    s = run.summary
+    flags = []
+    # late in the window, so a workload that shifts in phases is past its last change
+    middle, end = _in_system(run, duration_s - (duration_s - warmup_s) / 4), _in_system(run, duration_s)
+    backlog = s["requests_arrived"] and s["requests_unfinished"] > OVERLOAD_SHARE * s["requests_arrived"]
+    if backlog or end > GROWTH * middle + 10:
+        flags.append("overloaded")
+    e2e = s["e2e_s"]["p50"]
+    if e2e is not None and e2e > SHORT_SHARE * (duration_s - warmup_s):
+        flags.append("too short")
+    return ", ".join(flags)
+
+
+def _ratio(run: SystemRun) -> str:
+    """Prefill:decode cards at the start (colocated systems: ``colocated``)."""
+    if not run.sizing.disaggregated:
+        return "colocated"
+    cards = {"prefill": 0, "decode": 0}
+    for pool in run.sizing.pools:
+        for role in pool.initial_roles:
+            cards[role] += pool.tp
+    return f"{cards['prefill']}:{cards['decode']}"
+
+
+def _phase_attainment(run: SystemRun, spec) -> dict[str, float]:
+    """Share of the requests arriving in each workload phase (inside the window) that met every SLO."""
+    phases = getattr(spec.workload.arrival, "phases", None)
+    if not phases:
+        return {}
+    r = run.records
+    arrival, first, finish = (r.column(c) for c in ("arrival_s", "first_token_s", "finish_s"))
+    outputs = r.column("output_tokens")
+    met = ~np.isnan(finish)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), 0.0)
+    for limit, values in ((spec.slo.ttft_p99, first - arrival), (spec.slo.tpot_p99, tpot),
+                          (spec.slo.e2e_p99, finish - arrival)):
+        if limit is not None:
+            met &= np.nan_to_num(values, nan=np.inf) <= limit
+    out, start = {}, 0.0
+    for k, phase in enumerate(phases):
+        end = start + phase.duration if k < len(phases) - 1 else spec.duration
+        inside = (arrival >= max(start, spec.warmup)) & (arrival < end)
+        out[f"slo_attainment_phase{k + 1}"] = float(met[inside].mean()) if inside.any() else math.nan
+        start = end
+    return out
+
+
+def pd_frame(result: RunResult) -> pd.DataFrame:
+    """One row per (sweep point, system) with the study's figures (SI units, rates per second)."""
+    spec = result.scenario.spec
+    rows = []
+    for run in result.runs:
+        s = run.summary
+        pd_part = s.get("pd") or {}
+        control = run.sizing.spec.controller
+        capex = _capex_usd(run)
+        links = pd_part.get("busiest_links") or []
+        goodput = s["goodput_requests_per_s"]
+        rows.append({
+            "point": run.point_index, **run.params, "system": run.system,
+            "hardware": hardware_label(run.sizing), "cards": run.sizing.cards, "p_d_cards": _ratio(run),
+            "controller": "-" if control is None else (control.kind if control.kind == "static"
+                                                        else f"{control.kind} on {control.signal}"),
+            "goodput_rps": goodput, "goodput_per_card_rps": goodput / run.sizing.cards,
+            "goodput_per_musd_rps": goodput / (capex / 1e6) if capex else math.nan,
+            "output_tokens_per_s": s["output_tokens_per_s"],
+            "ttft_p50_s": s["ttft_s"]["p50"], "ttft_p99_s": s["ttft_s"]["p99"],
+            "tpot_p50_s": s["tpot_s"]["p50"], "tpot_p99_s": s["tpot_s"]["p99"],
+            "handoff_mb_per_request": pd_part.get("handoff_bytes_per_request_mean", 0.0) / 1e6,
+            "handoff_gbps": pd_part.get("handoff_Bps", 0.0) / 1e9,
+            "busiest_link": f"{links[0]['link']} ({links[0]['utilization_mean']:.0%})" if links else "-",
+            "switches": pd_part.get("switches", 0),
+            **_phase_attainment(run, spec),
+            "slo_met": bool(s["slo_met"]) and all(s["slo_met"].values()),
+            "flag": _flags(run, spec.warmup, spec.duration),
+        })
+    return pd.DataFrame(rows)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
+    """Markdown: a table per sweep point, one row per system; flagged goodputs are marked."""
+    frame = pd_frame(result) if frame is None else frame
+    spec = result.scenario.spec
+    slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT p99", spec.slo.ttft_p99), ("TPOT p99", spec.slo.tpot_p99),
+                                                    ("E2E p99", spec.slo.e2e_p99)) if v is not None)
+    lines = [f"# P:D study: {result.scenario.name}", "",
+             f"Window: arrivals in [{spec.warmup:g} s, {spec.duration:g} s] of simulated time, seed {result.seed}; "
+             f"the run drains after it. SLO: {slo}. Goodput counts requests completed in the window that met "
+             "every SLO threshold. P:D is prefill:decode cards at the start. Per M$ divides by the catalog "
+             "capex of the servers, where every server of the system has a price (else '-'). A goodput marked "
+             f"'overloaded' is not a steady-state number: the requests in the system grew through the window "
+             f"(more than {GROWTH:g}x over its last quarter), or more than {OVERLOAD_SHARE:.0%} of its "
+             "arrivals were unfinished when it closed.", ""]
+    header = ["system", "hardware", "P:D cards", "controller", "goodput (req/s)", "per card", "per M$",
+              "output tok/s", "TTFT p50 (s)", "TTFT p99 (s)", "TPOT p50 (ms)", "TPOT p99 (ms)",
+              "handoff MB/req", "handoff GB/s", "busiest link", "switches", "SLO met"]
+    phase_columns = [c for c in frame.columns if c.startswith("slo_attainment_phase")]
+    header += [f"SLO met, phase {c.removeprefix('slo_attainment_phase')}" for c in phase_columns]
+    if phase_columns:
+        lines[2:2] = ["The workload shifts in phases; 'SLO met, phase k' is the share of the requests "
+                      "arriving in phase k (inside the window) that met every SLO threshold.", ""]
+    params = list(result.runs[0].params) if result.runs else []
+    for _, rows in frame.groupby("point", sort=True):
+        label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
+        lines += [f"## {label}" if label else "## run", "", "| " + " | ".join(header) + " |",
+                  "|" + "---|" * len(header)]
+        for _, r in rows.iterrows():
+            goodput = _fmt(r.goodput_rps) + (f" ({r.flag})" if r.flag else "")
+            cells = [r.system, r.hardware, r.p_d_cards, r.controller, goodput, _fmt(r.goodput_per_card_rps),
+                     _fmt(r.goodput_per_musd_rps), _fmt(r.output_tokens_per_s), _fmt(r.ttft_p50_s),
+                     _fmt(r.ttft_p99_s), _fmt(r.tpot_p50_s * 1e3 if r.tpot_p50_s is not None else math.nan),
+                     _fmt(r.tpot_p99_s * 1e3 if r.tpot_p99_s is not None else math.nan),
+                     _fmt(r.handoff_mb_per_request), _fmt(r.handoff_gbps), r.busiest_link, str(r.switches),
+                     "yes" if r.slo_met else "no"] + [f"{r[c]:.0%}" for c in phase_columns]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | None = None) -> list[Path]:
+    """``pd_goodput.png`` (goodput per card against the swept load, one line per system; flagged
+    points hollow) and, when the study names systems for it, ``pd_timeline.png`` (P and D
+    instances, prefill queue and SLO attainment over time)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    study = result.scenario.spec.study
+    frame = pd_frame(result) if frame is None else frame
+    out = Path(out_dir)
+    written = []
+    x = study.x
+    if x is not None and x in frame.columns:
+        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        for system, rows in frame.groupby("system", sort=False):
+            xs = [_number(v) for v in rows[x]]
+            ax.plot(xs, rows.goodput_per_card_rps, marker="", linewidth=1.2, label=system)
+            color = ax.lines[-1].get_color()
+            for xv, yv, flag in zip(xs, rows.goodput_per_card_rps, rows.flag):
+                ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flag else color)
+        ax.set_xlabel(f"{x.split('.')[-1]} (requests/s)")
+        ax.set_ylabel("goodput per card (requests/s within SLO)")
+        ax.set_title(f"{result.scenario.name}: hollow = overloaded (not steady state)", fontsize=10)
+        ax.legend(fontsize=8, ncol=2)
+        fig.tight_layout()
+        path = out / "pd_goodput.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    if study.timeline:
+        written.append(_timeline(result, out / "pd_timeline.png", study.timeline, study.timeline_point, plt))
+    return written
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    return float(str(value).split("/")[0])
+
+
+def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt) -> Path:
+    decisions = result.decisions_frame()
+    spec = result.scenario.spec
+    panels = [("prefill", "prefill instances\nserving"), ("signal_prefill_queue", "prefill queue\n(tokens / instance)"),
+              ("signal_decode_kv_occupancy", "decode KV\noccupancy"), ("signal_ttft_attainment", "TTFT attainment"),
+              ("signal_tpot_attainment", "TPOT attainment")]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9.5, 10), sharex=True)
+    for system in systems:
+        rows = decisions[(decisions.system == system) & (decisions.point == point)]
+        for ax, (column, _) in zip(axes, panels):
+            ax.plot(rows.time_s, rows[column], label=system, linewidth=1.2, drawstyle="steps-post"
+                    if column == "prefill" else "default")
+    for ax, (column, label) in zip(axes, panels):
+        ax.set_ylabel(label, fontsize=9)
+        ax.grid(alpha=0.3)
+        if column.endswith(("attainment", "occupancy")):
+            ax.set_ylim(-0.05, 1.05)  # shares: a flat line at 1 must not be zoomed into noise
+    boundary = 0.0
+    arrival = spec.workload.arrival
+    for phase in getattr(arrival, "phases", [])[:-1]:
+        boundary += phase.duration
+        for ax in axes:
+            ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
+    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    phased = bool(getattr(arrival, "phases", None))
+    axes[-1].set_xlabel("simulated time (s)" + ("; dotted: workload phase change" if phased else ""))
+    axes[-1].set_xlim(0, spec.duration)  # the arrivals; the run then drains
+    params = next((r.params for r in result.runs if r.point_index == point), {})
+    where = ", ".join(f"{k.split('.')[-1]} = {v}" for k, v in params.items())
+    axes[0].set_title(f"{result.scenario.name}: P:D ratio over time" + (f" ({where})" if where else ""), fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
