@@ -5,7 +5,7 @@ Run on demand (not part of the test suite):
     .venv/bin/python benchmarks/bench_pd.py [--rate 20/s] [--duration '300 s']
 
 Both systems serve the same Poisson stream of chat requests (Qwen3-8B in BF16 on one 8x H20
-server): colocated, every card its own instance; disaggregated, 3 prefill and 5 decode
+server): colocated, every card its own instance; disaggregated, 5 prefill and 3 decode
 instances with a layer-by-layer KV handoff over NVLink. A PD request costs more events (a
 handoff flow, a second admission) and the prefill and decode iterations no longer share one
 batch; the target is at most 1.5x the colocated wall time (issue 6). Each system is timed alone,
@@ -35,7 +35,7 @@ systems:
   colocated: {{node: h20-8x, instance: {{tp: 1}}}}
   pd:
     pools:
-      h20: {{node: h20-8x, instance: {{tp: 1}}, roles: {{prefill: 3, decode: 5}}}}
+      h20: {{node: h20-8x, instance: {{tp: 1}}, roles: {{prefill: 5, decode: 3}}}}
 """
 
 

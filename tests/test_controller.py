@@ -146,3 +146,30 @@ systems:
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert fragment in err and field in err and "bad.yaml:1" in err and "Traceback" not in err
+
+
+def test_real_traces_in_sequence_make_a_shifting_workload(repo_root):
+    from conftest import SHARED
+
+    traces = SHARED / "traces"
+    text = f"""
+name: azure-shift
+duration: 240 s
+model: qwen3-8b
+workload:
+  arrival:
+    kind: phases
+    phases:
+      - {{duration: 120 s, arrival: {{kind: trace, format: azure_2023, file: {traces}/AzureLLMInferenceTrace_code_2023.csv}}}}
+      - {{duration: 120 s, arrival: {{kind: trace, format: azure_2023, file: {traces}/AzureLLMInferenceTrace_conv_2023.csv}}}}
+systems:
+  s: {{node: h20-8x}}
+"""
+    spec = kvsim.parse_scenario(text, "azure.yaml").spec.workload
+    requests = spec.arrival.requests(240.0, RandomStreams(0))
+    code, conv = requests.arrival_s < 120, requests.arrival_s >= 120
+    assert code.sum() > 50 and conv.sum() > 50 and requests.arrival_s.max() < 240
+    # Azure's code trace is prompt-heavy with short answers; its conversation trace the reverse
+    assert np.median(requests.input_tokens[code]) > 1.3 * np.median(requests.input_tokens[conv])
+    assert np.median(requests.output_tokens[conv]) > 2 * np.median(requests.output_tokens[code])
+    assert spec.max_input_tokens is None  # known only once the traces are read
