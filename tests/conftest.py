@@ -29,3 +29,30 @@ def built_systems(monkeypatch) -> list:
 
     monkeypatch.setattr(run_module, "build_system", capture)
     return systems
+
+
+@pytest.fixture
+def refused(tmp_path, capsys):
+    """``refused(system_yaml, model=...)``: validate a one-system scenario (the system's fields
+    indented under ``systems: s:``) that must be refused; returns the error text."""
+    from kvsim.cli import main
+
+    def check(system: str, model: str = "qwen3-8b") -> str:
+        path = tmp_path / "bad.yaml"
+        path.write_text(f"""name: bad
+duration: 10 s
+model: {model}
+workload:
+  arrival: {{kind: poisson, rate: 1/s}}
+  input_tokens: {{kind: fixed, value: 100}}
+  output_tokens: {{kind: fixed, value: 10}}
+systems:
+  s:
+    {system}
+""", encoding="utf-8")
+        assert main(["validate", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        return err
+
+    return check

@@ -128,24 +128,9 @@ def test_a_diurnal_curve_has_the_mean_rate_and_peaks_where_asked():
     ("pools: {h: {node: h20-8x, roles: {prefill: 4, decode: 4}}}\n    controller: {kind: threshold, "
      "signal: tpot_attainment, low: 0.5, high: 0.9}", "needs slo.tpot_p99", "systems.s.controller.signal"),
 ])
-def test_bad_controllers_and_splits_are_refused_with_the_line(tmp_path, capsys, system, fragment, field):
-    from kvsim.cli import main
-
-    path = tmp_path / "bad.yaml"
-    path.write_text(f"""name: bad
-duration: 10 s
-model: qwen3-8b
-workload:
-  arrival: {{kind: poisson, rate: 1/s}}
-  input_tokens: {{kind: fixed, value: 100}}
-  output_tokens: {{kind: fixed, value: 10}}
-systems:
-  s:
-    {system}
-""", encoding="utf-8")
-    assert main(["validate", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert fragment in err and field in err and "bad.yaml:1" in err and "Traceback" not in err
+def test_bad_controllers_and_splits_are_refused_with_the_line(refused, system, fragment, field):
+    err = refused(system)
+    assert fragment in err and field in err and "bad.yaml:1" in err
 
 
 def test_real_traces_in_sequence_make_a_shifting_workload(repo_root):
