@@ -47,6 +47,8 @@ def test_the_controller_acts_only_on_its_ticks_and_each_switch_pays_its_cost(bui
     assert np.allclose(np.diff(decisions.time_s), 15.0)
     assert decisions.time_s.iloc[0] == pytest.approx(15.0)
     assert (decisions.moved.abs() <= 1).all()  # step 1
+    # a move takes an instance from one role to the other: the targets add up to those serving
+    assert (decisions.prefill_target + decisions.decode_target == decisions.prefill + decisions.decode).all()
     # the prompt-heavy phase pulls instances to prefill, the output-heavy one pushes them back
     first, second = decisions[decisions.time_s <= 120], decisions[decisions.time_s > 150]
     assert first.moved.max() == 1 and second.moved.min() == -1
@@ -158,3 +160,42 @@ systems:
     assert np.median(requests.input_tokens[code]) > 1.3 * np.median(requests.input_tokens[conv])
     assert np.median(requests.output_tokens[conv]) > 2 * np.median(requests.output_tokens[code])
     assert spec.max_input_tokens is None  # known only once the traces are read
+
+
+CACHED = """
+name: cached-switch
+seed: 0
+duration: 30 s
+warmup: 1 s
+model: qwen3-8b
+workload:
+  arrival: {kind: closed_loop, clients: 20, think_time: 0.1 s}
+  prefix: {kind: fixed_hit, hit_ratio: 0.7}
+  input_tokens: {kind: uniform, low: 200, high: 3000}
+  output_tokens: {kind: fixed, value: 1}
+systems:
+  pd:
+    pools:
+      h: {node: h20-8x, roles: {prefill: 2, decode: 2}, instance: {activation_reserve: 68.5 GiB, max_num_seqs: 32}}
+    controller: {kind: threshold, signal: decode_kv_occupancy, interval: 0.5 s, low: 0.2, high: 0.5, switch_time: 0.2 s}
+    kv_cache: {dram: {capacity: 8 GiB}}
+"""
+
+
+def test_an_instance_leaving_prefill_gives_back_every_cached_page(built_systems, monkeypatch):
+    from kvsim.serving.instance import Instance
+
+    left_behind = []
+    real_set_role = Instance.set_role
+
+    def set_role(self, role, hook, on_final_chunk):
+        old = self.scheduler.hook
+        if role == "decode" and hasattr(old, "hbm"):
+            left_behind.append(old.hbm.used_blocks)
+        return real_set_role(self, role, hook, on_final_chunk)
+
+    monkeypatch.setattr(Instance, "set_role", set_role)
+    result = kvsim.run(kvsim.parse_scenario(CACHED, "c.yaml"))
+    assert len(result.switches_frame()) > 2 and left_behind
+    # write-through copies had landed and the cache was flushed before the instance turned decode
+    assert left_behind == [0] * len(left_behind)

@@ -62,6 +62,7 @@ def test_layer_by_layer_streaming_leaves_only_the_last_layers_share_after_the_pr
     # layer's share of the flow after the prefill
     assert (layerwise.handoff_start_s < layerwise.prefill_end_s).all()
     assert np.allclose(layerwise.handoff_end_s - layerwise.prefill_end_s, flow_s / 36, rtol=1e-6)
+    assert np.allclose(layerwise.handoff_landed_s - layerwise.handoff_start_s, flow_s, rtol=1e-9)
     assert np.allclose(whole.handoff_end_s - whole.prefill_end_s, flow_s, rtol=1e-9)
     assert (layerwise.ttft_s < whole.ttft_s).all()
 
@@ -104,6 +105,7 @@ def test_back_pressure_loses_nothing_and_every_request_finishes_once(built_syste
     waited = frame.handoff_start_s - frame.prefill_end_s
     assert waited.max() > 0.1
     assert frame.preemptions.sum() > 0  # and the decode instance preempted (and recomputed) under pressure
+    assert frame.decode_start_s.notna().all()  # a recomputed request's decoding starts with its recompute
     for inst in system.instances:  # every page came back: nothing lost or freed twice
         assert inst.pool.free_blocks == inst.pool.num_blocks
         assert not inst.scheduler.detached and not inst.scheduler.loading and not inst.scheduler.running
@@ -208,3 +210,40 @@ systems:
     # document is cached once for the pool; spread by queued tokens, every instance caches its
     # own copies of the popular ones and holds fewer distinct documents
     assert aware > blind + 0.05
+
+
+def test_an_instant_handoff_finishes_each_request_once(built_systems):
+    # a handoff that takes no time at all completes inside the prefill iteration that detaches the
+    # prompt: the prompt must still leave the prefill instance's running set
+    text = """
+name: instant
+seed: 9
+duration: 20 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 2/s}
+  input_tokens: {kind: fixed, value: 1024}
+  output_tokens: {kind: fixed, value: 4}
+systems:
+  pd:
+    pools:
+      prefill: {node: instant-8x, instances: 1, role: prefill}
+      decode: {node: instant-8x, instances: 1, role: decode}
+    scale_up_domain_nodes: 2
+catalog:
+  accelerators:
+    instant: {base: h20, scale_up_bandwidth: 1e30 B/s, scale_up_latency_s: 0 s}
+  nodes:
+    instant-8x: {base: h20-8x, accelerator: instant}
+"""
+    frame = kvsim.run(kvsim.parse_scenario(text, "i.yaml")).runs[0].records.to_frame()
+    front = built_systems[0].front
+    assert front.completed == front.submitted == len(frame) and frame.finish_s.notna().all()
+    assert (frame.handoff_landed_s == frame.handoff_start_s).all()
+
+
+def test_a_decode_pool_that_may_switch_to_prefill_is_checked_for_the_cache(refused):
+    err = refused("pools: {p: {node: h20-8x, instances: 2, role: prefill}, d: {node: h20-8x, instances: 2, "
+                  "role: decode, instance: {block_size_tokens: 32}}}\n    kv_cache: {}\n"
+                  "    controller: {kind: threshold, signal: prefill_queue, low: 1, high: 2}")
+    assert "whole engine pages of 32 tokens" in err

@@ -35,17 +35,18 @@ def pd_summary(records: RequestRecords, window_start_s: float, window_end_s: flo
     arrival = records.column("arrival_s")
     measured = arrival >= window_start_s
     start = records.column("handoff_start_s")[measured]
+    landed = records.column("handoff_landed_s")[measured]
     end = records.column("handoff_end_s")[measured]
     prefill_end = records.column("prefill_end_s")[measured]
     span = window_end_s - window_start_s
     handed = records.column("handoff_bytes")[measured]
     return {
         # flow start to KV landed (a layer-by-layer flow starts during the last prefill iteration)
-        "handoff_transfer_s": latency_stats(end - start),
+        "handoff_transfer_s": latency_stats(landed - start),
         # what a request waits for its KV once its prompt is computed: the transfer's exposed
         # tail plus any wait for a decode instance with room (back-pressure)
         "handoff_after_prefill_s": latency_stats(end - prefill_end),
-        "handoff_bytes_per_request_mean": float(handed.mean()) if handed.size else 0.0,
+        "handoff_bytes_per_request_mean": float(handed[handed > 0].mean()) if (handed > 0).any() else 0.0,
         "handoff_Bps": handoff_bytes_in_window / span,
         "switches": len(switches),
         # instance-seconds out of service: draining (no new work) and warming up in the new role

@@ -12,7 +12,7 @@ _INT_FIELDS = ("input_tokens", "output_tokens", "preemptions", "instance")
 _CACHE_INT_FIELDS = ("hit_tokens_hbm", "hit_tokens_dram", "hit_tokens_nvme", "hit_tokens_remote",
                      "computed_tokens")
 _CACHE_FLOAT_FIELDS = ("loaded_bytes", "written_bytes")
-_PD_FLOAT_FIELDS = ("prefill_end_s", "handoff_start_s", "handoff_end_s", "decode_start_s")
+_PD_FLOAT_FIELDS = ("prefill_end_s", "handoff_start_s", "handoff_landed_s", "handoff_end_s", "decode_start_s")
 _PD_INT_FIELDS = ("prefill_instance",)
 _PD_BYTES_FIELDS = ("handoff_bytes",)
 _NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS
@@ -29,8 +29,10 @@ class RequestRecords:
     into HBM for it and written down from it.
 
     Disaggregated serving (NaN / -1 when a request never left one instance): ``prefill_end_s``
-    when its prompt was computed, ``handoff_start_s`` / ``handoff_end_s`` the KV transfer to
-    the decode instance, ``decode_start_s`` the start of its first decode iteration,
+    when its prompt was computed, ``handoff_start_s`` / ``handoff_landed_s`` the KV transfer to
+    the decode instance, ``handoff_end_s`` when the decode instance may use it (a layer-by-layer
+    handoff also waits for the prompt's last layer), ``decode_start_s`` the start of its first
+    decode iteration (or of its recomputation, if the decode instance preempted it before),
     ``prefill_instance`` where its prompt ran (``instance`` is where it was decoded) and
     ``handoff_bytes`` the KV bytes moved.
     """

@@ -28,6 +28,8 @@ from kvsim.serving.specs import StaticController
 
 __all__ = ["RoleController"]
 
+_PIN_POLL_S = 0.01  # how often a drained instance checks that its cache's writes have landed
+
 # which way a high signal pushes: +1 = prefill is short, -1 = decode is short
 _ORIENTATION = {"prefill_queue": 1.0, "ttft_attainment": -1.0, "tpot_attainment": 1.0,
                 "decode_kv_occupancy": -1.0}
@@ -146,7 +148,7 @@ class RoleController:
         self.decisions.append({
             "time_s": self.env.now, "signal": signal or "", "value": value, "prefill": len(prefill),
             "decode": len(decode), "switching": switching, "wanted": self._delta(value), "moved": applied,
-            "prefill_target": len(prefill) + max(applied, 0), "decode_target": len(decode) + max(-applied, 0),
+            "prefill_target": len(prefill) + applied, "decode_target": len(decode) - applied,
             **{f"signal_{name}": v for name, v in signals.items()},
         })
 
@@ -175,9 +177,13 @@ class RoleController:
             reroute(seq)
         yield inst.when_idle()
         drained = self.env.now
-        flush = getattr(scheduler.hook, "flush", None)
-        if flush is not None:
-            flush()
+        hbm = getattr(scheduler.hook, "hbm", None)
+        if hbm is not None:
+            # write-through copies of the last prompts may still pin blocks: let them land, so
+            # the cache gives back every page before the instance takes its new role
+            while hbm.pinned_blocks:
+                yield self.env.timeout(_PIN_POLL_S)
+            scheduler.hook.flush()
         inst.set_role(role, self.hooks(inst, role),
                       self.handoff.final_chunk if role == "prefill" else None)
         yield self.env.timeout(self.spec.switch_time)

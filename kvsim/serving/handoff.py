@@ -144,6 +144,7 @@ class KVHandoff:
 
     def _landed(self, state: _Handoff) -> None:
         state.flow_end_s = self.env.now
+        self.records.handoff_landed_s[state.prefill_seq.rid] = self.env.now
         if state.prefill_end_s is None:
             return  # layer by layer: the prompt's last iteration is still running
         if state.layerwise and state.flow_start_s < state.prefill_end_s:

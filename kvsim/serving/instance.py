@@ -240,6 +240,14 @@ class Instance:
             if seq.kv_tokens + chunk == seq.prefill_target and not seq.gated:
                 self.on_final_chunk(self, seq, now)
 
+    def _recompute_starts(self, batch: Batch, now: float) -> None:
+        """A handed-off request preempted before its first decode step recomputes its prompt here:
+        that is where its decoding starts."""
+        starts = self.records.decode_start_s
+        for seq, _ in batch.prefills:
+            if seq.generated == 0 and math.isnan(starts[seq.rid]):
+                starts[seq.rid] = now
+
     def _run(self):
         env = self.env
         scheduler = self.scheduler
@@ -261,6 +269,8 @@ class Instance:
             level.set(env.now, pool.utilization)
             if self.on_final_chunk is not None and batch.prefills:
                 self._final_chunks(batch, env.now)
+            elif self.role == "decode" and batch.prefills:
+                self._recompute_starts(batch, env.now)
             parts = breakdown(batch.shape) if breakdown is not None else None
             duration_s = parts.total_s if parts is not None else step_time(batch.shape)
             if not duration_s > 0 or math.isinf(duration_s):

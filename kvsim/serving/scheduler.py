@@ -370,7 +370,7 @@ class BatchScheduler:
         hook = self.hook
         finished = False
         emitted = 0
-        detached = False
+        detached = []
         for seq, chunk in batch.prefills:
             seq.kv_tokens += chunk
             events.prefill_computed(seq, chunk)
@@ -382,8 +382,8 @@ class BatchScheduler:
                     self.stalled += 1
                     continue
                 if self.prefill_only:
+                    detached.append(seq)
                     self._detach(seq, now)
-                    detached = True
                     continue
                 self._emit_prefill_token(seq, now)
                 emitted += 1
@@ -398,7 +398,9 @@ class BatchScheduler:
             if seq.generated >= seq.output_tokens:
                 finished = True
         if detached:
-            self.running = [seq for seq in self.running if seq.rid not in self.detached]
+            # the prompts detached now (a handoff may already have released some of them)
+            gone = {seq.rid for seq in detached}
+            self.running = [seq for seq in self.running if seq.rid not in gone]
         if emitted:
             events.tokens_emitted(emitted, now)
         if finished:

@@ -124,8 +124,10 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
     cache = system.kv_cache
     if cache is not None:
         block_tokens = spec.workload.block_tokens
+        control = system.controller
+        switchable = control is not None and control.kind != "static"  # any instance may come to prefill
         for pool in pools:
-            if pool.role == "decode":
+            if pool.role == "decode" and not switchable:
                 continue  # no prefix cache on decode instances
             if block_tokens % pool.spec.instance.block_size_tokens:
                 raise SizingError(("workload", "block_tokens"), (
