@@ -1,0 +1,44 @@
+"""The runtime state of one request inside an instance (its token and page counts)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["Sequence"]
+
+
+class Sequence:
+    """Runtime state of one request inside an instance."""
+
+    __slots__ = (
+        "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
+        "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
+        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens",
+    )
+    # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
+
+    def __init__(self, rid: int, prompt_tokens: int, output_tokens: int, on_finish: Callable | None = None,
+                 hashes: Any = None, sequence_hashes: Any = None):
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens
+        self.generated = 0
+        self.kv_tokens = 0
+        self.prefill_target = prompt_tokens
+        self.kv_blocks = 0        # pages this sequence owns
+        self.shared_tokens = 0    # leading tokens held in shared cached blocks, not in own pages
+        self.preemptions = 0
+        self.admitted = False
+        self.on_finish = on_finish
+        self.hashes = hashes      # prefix block ids of the prompt, or None
+        self.sequence_hashes = sequence_hashes  # ids of prompt + output (to cache decoded KV), or None
+        self.cache: Any = None    # the admission hook's per-sequence state
+        self.gated = False        # first token must wait for an in-flight load
+        self.stalled = False      # prefill computed, waiting for that load
+        self.swapped = False      # its own KV waits in host DRAM (preempted by swapping)
+        self.queued_tokens = 0    # prompt tokens it brought to the waiting queue (for routers)
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens this sequence will hold at its end (prompt + output)."""
+        return self.prompt_tokens + self.output_tokens
