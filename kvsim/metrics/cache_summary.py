@@ -11,7 +11,7 @@ import numpy as np
 
 from kvsim.metrics.records import RequestRecords
 
-__all__ = ["cache_summary", "bound_resource", "TIER_NAMES"]
+__all__ = ["cache_summary", "bound_resource", "busiest_links", "TIER_NAMES"]
 
 TIER_NAMES = ("hbm", "dram", "nvme", "remote")
 
@@ -61,7 +61,7 @@ def cache_summary(
     # prefill FLOPs a hit of H leading tokens avoids: H linear passes and H(H+1)/2 attention pairs
     flops_avoided = float((total_hit * body_flops_per_token
                            + attention_flops_per_pair * total_hit * (total_hit + 1) / 2).sum())
-    busiest = sorted(links, key=lambda l: (-l["utilization_mean"], l["link"]))[:5]
+    busiest = busiest_links(links)
     return {
         "hit_rate": hit_rate,
         "hit_tokens": {t: int(hits[t].sum()) for t in TIER_NAMES},
@@ -74,6 +74,11 @@ def cache_summary(
         "tier_occupancy_mean_bytes": dict(occupancy_mean_bytes),
         "busiest_links": busiest,
     }
+
+
+def busiest_links(links: list[dict[str, Any]], count: int = 5) -> list[dict[str, Any]]:
+    """The ``count`` links with the highest mean utilisation (ties by name)."""
+    return sorted(links, key=lambda l: (-l["utilization_mean"], l["link"]))[:count]
 
 
 _CAUSE_NAMES = {"compute": "gpu compute", "memory": "gpu memory bandwidth", "tp_comm": "tp all-reduce link",

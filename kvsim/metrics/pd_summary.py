@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 
+from kvsim.metrics.cache_summary import busiest_links
 from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.summary import latency_stats
 
@@ -52,5 +53,5 @@ def pd_summary(records: RequestRecords, window_start_s: float, window_end_s: flo
         # instance-seconds out of service: draining (no new work) and warming up in the new role
         "switch_out_of_service_s": float(sum(s["ready_s"] - s["decided_s"] for s in switches)),
         "cards_at_end": {role: sum(len(i.gpus) for i in instances if i.role == role) for role in ("prefill", "decode")},
-        "busiest_links": sorted(links, key=lambda l: (-l["utilization_mean"], l["link"]))[:5],
+        "busiest_links": busiest_links(links),
     }

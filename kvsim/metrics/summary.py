@@ -20,7 +20,7 @@ import numpy as np
 
 from kvsim.metrics.records import RequestRecords
 
-__all__ = ["latency_stats", "summarize", "LATENCY_KEYS", "SCALAR_KEYS"]
+__all__ = ["latency_stats", "summarize", "request_latencies", "slo_met", "LATENCY_KEYS", "SCALAR_KEYS"]
 
 LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 SCALAR_KEYS = (
@@ -36,6 +36,31 @@ def latency_stats(values: np.ndarray) -> dict[str, float | None]:
         return {"mean": None, "p50": None, "p90": None, "p99": None}
     p50, p90, p99 = np.percentile(values, [50, 90, 99])
     return {"mean": float(values.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+
+def request_latencies(records: RequestRecords) -> dict[str, np.ndarray]:
+    """Per request: ``ttft_s``, ``tpot_s`` (NaN for one-token outputs) and ``e2e_s``, seconds
+    (NaN where the milestone was not reached)."""
+    arrival = records.column("arrival_s")
+    first = records.column("first_token_s")
+    finish = records.column("finish_s")
+    outputs = records.column("output_tokens")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
+    return {"ttft_s": first - arrival, "tpot_s": tpot, "e2e_s": finish - arrival}
+
+
+def slo_met(records: RequestRecords, slo: dict[str, float | None],
+            latencies: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """Per request: finished within every threshold of ``slo`` (``ttft_s``, ``tpot_s``,
+    ``e2e_s``; None = no limit). A one-token request has no TPOT to miss."""
+    latencies = request_latencies(records) if latencies is None else latencies
+    met = ~np.isnan(records.column("finish_s"))
+    for key, values in latencies.items():
+        limit = slo.get(key)
+        if limit is not None:
+            met &= np.nan_to_num(values, nan=0.0) <= limit
+    return met
 
 
 def summarize(
@@ -63,22 +88,14 @@ def summarize(
     """
     span = window_end_s - window_start_s
     arrival = records.column("arrival_s")
-    first = records.column("first_token_s")
     finish = records.column("finish_s")
-    outputs = records.column("output_tokens")
     done = ~np.isnan(finish)
     arrived = arrival >= window_start_s
     measured = done & arrived
-    ttft = first - arrival
-    e2e = finish - arrival
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), np.nan)
+    latencies = request_latencies(records)
+    ttft, tpot, e2e = latencies["ttft_s"], latencies["tpot_s"], latencies["e2e_s"]
     completed_in_window = done & (finish >= window_start_s) & (finish <= window_end_s)
-    meets = completed_in_window.copy()
-    for key, values in (("ttft_s", ttft), ("tpot_s", tpot), ("e2e_s", e2e)):
-        limit = slo.get(key)
-        if limit is not None:
-            meets &= np.nan_to_num(values, nan=0.0) <= limit
+    meets = completed_in_window & slo_met(records, slo, latencies)
     summary: dict[str, Any] = {
         "requests_arrived": int(np.count_nonzero(arrived)),
         "requests_completed": int(np.count_nonzero(completed_in_window)),
@@ -94,11 +111,11 @@ def summarize(
         "kv_utilization_mean": kv_utilization_mean,
         "preemptions": int(records.column("preemptions")[measured].sum()),
     }
-    slo_met = {}
+    p99_met = {}
     for key in LATENCY_KEYS:
         limit = slo.get(key)
         if limit is not None:
             p99 = summary[key]["p99"]
-            slo_met[key.replace("_s", "_p99")] = p99 is not None and p99 <= limit
-    summary["slo_met"] = slo_met
+            p99_met[key.replace("_s", "_p99")] = p99 is not None and p99 <= limit
+    summary["slo_met"] = p99_met
     return summary

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.metrics.summary import slo_met
 from kvsim.report.table import hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
@@ -70,16 +71,8 @@ def _phase_attainment(run: SystemRun, spec) -> dict[str, float]:
     phases = getattr(spec.workload.arrival, "phases", None)
     if not phases:
         return {}
-    r = run.records
-    arrival, first, finish = (r.column(c) for c in ("arrival_s", "first_token_s", "finish_s"))
-    outputs = r.column("output_tokens")
-    met = ~np.isnan(finish)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(outputs > 1, (finish - first) / (outputs - 1), 0.0)
-    for limit, values in ((spec.slo.ttft_p99, first - arrival), (spec.slo.tpot_p99, tpot),
-                          (spec.slo.e2e_p99, finish - arrival)):
-        if limit is not None:
-            met &= np.nan_to_num(values, nan=np.inf) <= limit
+    arrival = run.records.column("arrival_s")
+    met = slo_met(run.records, {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99})
     out, start = {}, 0.0
     for k, phase in enumerate(phases):
         end = start + phase.duration if k < len(phases) - 1 else spec.duration

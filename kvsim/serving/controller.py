@@ -21,6 +21,7 @@ from typing import Any, Callable
 import simpy
 
 from kvsim.metrics.records import RequestRecords
+from kvsim.metrics.summary import request_latencies
 from kvsim.serving.handoff import KVHandoff, is_handoff
 from kvsim.serving.instance import Instance
 from kvsim.serving.scheduler import AdmissionHook
@@ -76,19 +77,16 @@ class RoleController:
     def _serving(self, role: str) -> list[Instance]:
         return [inst for inst in self.instances if inst.role == role and inst.accepting]
 
-    def _attainment(self, column: str, limit: float | None, since_s: float) -> float:
+    def _attainment(self, latencies: dict, column: str, limit: float | None, since_s: float) -> float:
         """Share of requests whose ``column`` milestone fell in the trailing window that met the SLO."""
         if limit is None:
             return math.nan
         records = self.records
-        arrival, first, finish = (records.column(c) for c in ("arrival_s", "first_token_s", "finish_s"))
         if column == "ttft":
-            recent = first > since_s
-            met = (first - arrival)[recent] <= limit
+            met = latencies["ttft_s"][records.column("first_token_s") > since_s] <= limit
         else:
-            outputs = records.column("output_tokens")
-            recent = (finish > since_s) & (outputs > 1)
-            met = ((finish - first)[recent] / (outputs[recent] - 1)) <= limit
+            recent = (records.column("finish_s") > since_s) & (records.column("output_tokens") > 1)
+            met = latencies["tpot_s"][recent] <= limit
         return float(met.mean()) if met.size else math.nan
 
     def measure(self) -> dict[str, float]:
@@ -97,10 +95,11 @@ class RoleController:
         queue = sum(inst.pending_prompt_tokens for inst in prefill)
         blocks = sum(inst.pool.num_blocks for inst in decode)
         since = self.env.now - self.window_s
+        latencies = request_latencies(self.records)
         return {
             "prefill_queue": queue / len(prefill) if prefill else math.nan,
-            "ttft_attainment": self._attainment("ttft", self.slo_s.get("ttft_s"), since),
-            "tpot_attainment": self._attainment("tpot", self.slo_s.get("tpot_s"), since),
+            "ttft_attainment": self._attainment(latencies, "ttft", self.slo_s.get("ttft_s"), since),
+            "tpot_attainment": self._attainment(latencies, "tpot", self.slo_s.get("tpot_s"), since),
             "decode_kv_occupancy": (sum(i.pool.used_blocks for i in decode) / blocks) if blocks else math.nan,
         }
 
@@ -129,12 +128,11 @@ class RoleController:
         signal = getattr(self.spec, "signal", None)
         value = signals[signal] if signal is not None else math.nan
         prefill, decode = self._serving("prefill"), self._serving("decode")
-        switching = sum(1 for inst in self.instances if not inst.accepting)
-        delta = self._delta(value)
+        switching = len(self._target)
+        wanted = self._delta(value)
         # moves still in flight the same way already answer this signal: count them (anti-windup)
-        incoming = {role: sum(1 for inst in self.instances if not inst.accepting and self._target.get(inst.index) == role)
-                    for role in ("prefill", "decode")}
-        delta = max(0, delta - incoming["prefill"]) if delta > 0 else min(0, delta + incoming["decode"])
+        incoming = list(self._target.values())
+        delta = max(0, wanted - incoming.count("prefill")) if wanted > 0 else min(0, wanted + incoming.count("decode"))
         moved = []
         if delta > 0:
             room = len(decode) - self.spec.min_decode
@@ -147,7 +145,7 @@ class RoleController:
         applied = sum(1 if role == "prefill" else -1 for _, role in moved)
         self.decisions.append({
             "time_s": self.env.now, "signal": signal or "", "value": value, "prefill": len(prefill),
-            "decode": len(decode), "switching": switching, "wanted": self._delta(value), "moved": applied,
+            "decode": len(decode), "switching": switching, "wanted": wanted, "moved": applied,
             "prefill_target": len(prefill) + applied, "decode_target": len(decode) - applied,
             **{f"signal_{name}": v for name, v in signals.items()},
         })
@@ -170,7 +168,7 @@ class RoleController:
             reroute = self.reroute_prompt
         else:
             moving = [seq for seq in scheduler.waiting if is_handoff(seq)]
-            reroute = self.handoff.reroute
+            reroute = self.handoff.route
         for seq in moving:
             scheduler.withdraw(seq)
         for seq in moving:

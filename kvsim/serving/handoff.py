@@ -108,21 +108,17 @@ class KVHandoff:
 
     def _send(self, state: _Handoff) -> None:
         pseq = state.prefill_seq
-        decodes = self.decode_instances()
-        target = decodes[self.router.choose(decodes, pseq)]
         dseq = Sequence(pseq.rid, pseq.prompt_tokens, pseq.output_tokens, on_finish=pseq.on_finish)
         dseq.admitted = True  # admission was on the prefill side
         dseq.cache = state
-        state.decode, state.decode_seq = target, dseq
-        target.submit(dseq)
+        state.decode_seq = dseq
+        self.route(dseq)
 
-    def reroute(self, seq: Sequence) -> None:
-        """A decode-side copy still waiting for room on an instance that leaves the decode role:
-        send it to another decode instance (its KV is still on the prefill side)."""
-        state = seq.cache
+    def route(self, seq: Sequence) -> None:
+        """Send a decode-side copy to a decode instance: when it is made, or again when the one
+        it waited on for room leaves the decode role (its KV is still on the prefill side)."""
         decodes = self.decode_instances()
-        target = decodes[self.router.choose(decodes, seq)]
-        state.decode = target
+        seq.cache.decode = target = decodes[self.router.choose(decodes, seq)]
         target.submit(seq)
 
     # -- decode side (called by the receiver) -------------------------------------------------

@@ -117,8 +117,6 @@ class Instance:
         on a prefill instance (a layer-by-layer handoff starts streaming then).
     gpus : list of str
         The topology endpoints of its cards.
-    pool_name : str
-        The pool it was built in.
     """
 
     def __init__(
@@ -139,7 +137,6 @@ class Instance:
         on_prefilled: Callable[["Instance", Sequence, float], None] = _ignore,
         on_final_chunk: Callable[["Instance", Sequence, float], None] | None = None,
         gpus: list[str] | None = None,
-        pool_name: str = "",
     ):
         self.env = env
         self.index = index
@@ -152,7 +149,6 @@ class Instance:
         self.on_prefilled = on_prefilled
         self.on_final_chunk = on_final_chunk
         self.gpus = gpus or []
-        self.pool_name = pool_name
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,

@@ -229,9 +229,10 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         control = StaticController()
     switchable = control is not None and control.kind != "static"
     # instances that compute prompts cache them; with a controller any instance may come to
-    caching = [p for p in system.placements if p.role != "decode" or switchable]
+    caching = [p.role != "decode" or switchable for p in system.placements]
     if cache_spec is not None:
-        system.cache = _build_cache(env, system, sizing, caching, block_tokens)
+        system.cache = _build_cache(env, system, sizing, [p for p, c in zip(system.placements, caching) if c],
+                                    block_tokens)
         if cache_spec.prewarm:
             system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     entry = system.entry_role
@@ -239,19 +240,17 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                             ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
                             lambda: system.role_instances(entry), with_hashes=cache_spec is not None)
     if sizing.disaggregated:
-        kv_per_card = {id(p): p.kv_bytes_per_token_per_card for p in sizing.pools}
-        placement_of: dict[int, Placement] = {}
         system.handoff = KVHandoff(
             env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
             lambda: system.role_instances("decode"),
-            lambda inst: kv_per_card[id(placement_of[inst.index].pool)], sizing.model.num_layers)
+            lambda inst: system.placements[inst.index].pool.kv_bytes_per_token_per_card, sizing.model.num_layers)
     handoff = system.handoff
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
         pages = BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens)
         cache_role = "prefill" if handoff is not None else "mixed"  # the role that computes prompts
-        if system.cache is not None and place in caching:
+        if system.cache is not None and caching[index]:
             system.hooks[(index, cache_role)] = _instance_cache(system, index, place, pages, block_tokens)
         if handoff is not None:
             system.hooks[(index, "decode")] = HandoffReceiver(handoff)
@@ -262,18 +261,17 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
-            gpus=list(place.gpus), pool_name=pool.name)
+            gpus=list(place.gpus))
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:
             system.hooks[(index, "decode")].attach(instance)
-            placement_of[index] = place
         system.instances.append(instance)
     if sizing.disaggregated:
         slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99}
         system.controller = RoleController(env, control, system.instances,
                                            lambda inst, role: system.hooks.get((inst.index, role)), handoff,
-                                           system.front.reroute, records, slo)
+                                           system.front.route, records, slo)
     system.check()
     return system
 

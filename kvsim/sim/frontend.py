@@ -60,12 +60,12 @@ class FrontEnd:
                        sequence_hashes=sequence_hashes)
         self.in_system.set(self.env.now, self.in_system.value + 1)
         self.submitted += 1
-        instances = self.entry_instances()
-        instances[self.router.choose(instances, seq)].submit(seq)
+        self.route(seq)
         return rid
 
-    def reroute(self, seq: Sequence) -> None:
-        """Send a request not yet started to another entry instance (its first one leaves the role)."""
+    def route(self, seq: Sequence) -> None:
+        """Send a request to an entry instance: on arrival, or again when one it had not started
+        on leaves the role."""
         instances = self.entry_instances()
         instances[self.router.choose(instances, seq)].submit(seq)
 
