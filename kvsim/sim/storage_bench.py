@@ -6,8 +6,10 @@ that serve the KV cache. Reported per sweep point: delivered GiB/s (reads, write
 I/Os per second over the window, block-transfer latency percentiles, and the busiest link or
 resource (the bottleneck) with its mean utilisation.
 
-A transfer counts when it lands inside ``[warmup, duration]``: its bytes, and its latency if it
-also started after the warm-up.
+Delivered bytes are what crossed the pool nodes' media edges inside ``[warmup, duration]`` (every
+read leaves by its pool's media -> I/O edge, every write enters by the reverse one), so they are
+exact over the window; a transfer's latency counts when it started after the warm-up and landed
+before the end.
 """
 
 from __future__ import annotations
@@ -60,12 +62,24 @@ def run_bench_point(point: BenchPoint) -> dict[str, Any]:
                 draws = streams.generator(f"storage_bench.{gpu}.{slot}")
                 env.process(_client(env, transfers, gpu, host, pools, draws, spec, io_size, done))
     env.run(until=spec.duration)
-    return _row(point, network, done, ios_per_block, len(clients) * per_node)
+    read_bytes = write_bytes = 0.0
+    for pool in pools:
+        media, io_port = topology.pool_media(pool), f"{pool}/pcie"
+        for edge in ((media, io_port), (io_port, media)):
+            carried = network.utilization_mean(edge) * topology.graph.edges[edge]["capacity_Bps"]
+            if edge[0] == media:
+                read_bytes += carried
+            else:
+                write_bytes += carried
+    return _row(point, network, done, read_bytes, write_bytes, ios_per_block, len(clients) * per_node)
 
 
 def _client(env: simpy.Environment, transfers: Transfers, gpu: str, host: str | None, pools: list[str],
             draws: np.random.Generator, spec, io_size: float, done: list):
     topology = transfers.topology
+    # clients start at random instants within the warm-up: started together, they would stay in
+    # lock step and leave the links idle while all pay their latency at once
+    yield env.timeout(float(draws.uniform(0.0, spec.warmup)))
     while True:
         read = bool(draws.random() < spec.read_fraction)
         media = topology.pool_media(pools[int(draws.integers(len(pools)))])
@@ -81,11 +95,9 @@ def _client(env: simpy.Environment, transfers: Transfers, gpu: str, host: str | 
             done.append((read, start, env.now))
 
 
-def _row(point: BenchPoint, network: FlowNetwork, done: list, ios_per_block: int, clients: int) -> dict[str, Any]:
+def _row(point: BenchPoint, network: FlowNetwork, done: list, read_Bps: float, write_Bps: float,
+         ios_per_block: int, clients: int) -> dict[str, Any]:
     spec = point.spec
-    span = spec.duration - spec.warmup
-    reads = sum(1 for read, _, _ in done if read)
-    writes = len(done) - reads
     latencies = np.array([end - start for _, start, end in done if start >= spec.warmup])
     pct = (lambda q: float(np.percentile(latencies, q)) if latencies.size else math.nan)
     links = network.link_report()
@@ -98,10 +110,11 @@ def _row(point: BenchPoint, network: FlowNetwork, done: list, ios_per_block: int
         "io_bytes": spec.io_size or spec.block_size,
         "gpu_direct": spec.gpu_direct,
         "read_fraction": spec.read_fraction,
-        "read_GiBps": reads * spec.block_size / span / GIB,
-        "write_GiBps": writes * spec.block_size / span / GIB,
-        "total_GiBps": len(done) * spec.block_size / span / GIB,
-        "kiops": len(done) * ios_per_block / span / 1e3,
+        "read_GiBps": read_Bps / GIB,
+        "write_GiBps": write_Bps / GIB,
+        "total_GiBps": (read_Bps + write_Bps) / GIB,
+        "kiops": (read_Bps + write_Bps) * ios_per_block / spec.block_size / 1e3,
+        "transfers": len(done),
         "latency_p50_ms": pct(50) * 1e3,
         "latency_p90_ms": pct(90) * 1e3,
         "latency_p99_ms": pct(99) * 1e3,
