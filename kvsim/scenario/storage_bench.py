@@ -26,7 +26,7 @@ from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.scenario.schema import CatalogEntries
 from kvsim.scenario.sweep import grid_points, set_path
 from kvsim.spec_types import STRICT_UNITS, Bytes, FrozenSpec, Seconds
-from kvsim.yaml_io import Located, SpecError, errors_from_validation, load_yaml, validation_problems
+from kvsim.yaml_io import SpecError, errors_from_validation, load_yaml, validation_problems
 
 __all__ = ["StorageBenchSpec", "BenchPoint", "StorageBench", "load_storage_bench", "parse_storage_bench"]
 
