@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kvsim.cli import main
-from kvsim.scenario.storage_bench import parse_storage_bench
+from kvsim.scenario.storage_bench import load_storage_bench, parse_storage_bench
 from kvsim.sim.storage_bench import run_storage_bench
 from kvsim.yaml_io import SpecError
 
@@ -92,3 +92,11 @@ def test_cli_writes_the_table(tmp_path, capsys):
     assert main(["storage", str(path), "--out", str(tmp_path / "out")]) == 0
     assert "total_GiBps" in capsys.readouterr().out
     assert (tmp_path / "out" / "storage_bench.csv").read_text().count("\n") == 2
+
+
+def test_every_shipped_storage_bench_validates(repo_root):
+    # storage benchmarks live apart from scenarios (scenarios/storage/), in their own format
+    files = sorted((repo_root / "scenarios" / "storage").glob("*.yaml"))
+    assert files
+    for path in files:
+        assert load_storage_bench(path).points
