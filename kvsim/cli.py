@@ -1,4 +1,4 @@
-"""Command line: ``kvsim validate | run | catalog``.
+"""Command line: ``kvsim validate | run | storage | catalog``.
 
 Bad input (scenario files, CLI arguments) prints one clear message and exits with status 2;
 it never prints a traceback.
@@ -55,6 +55,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=_seed, default=None, help="root seed (overrides the scenario's)")
     run.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     run.set_defaults(handler=_run)
+
+    storage = sub.add_parser("storage", help="run a storage benchmark (transfer layer only) against a pool")
+    storage.add_argument("bench", type=Path, help="storage benchmark YAML file (see docs/storage_bench.md)")
+    storage.add_argument("--out", type=Path, default=None, help="also write storage_bench.csv into this folder")
+    storage.set_defaults(handler=_storage)
 
     catalog = sub.add_parser("catalog", help="list the accelerators, nodes and models kvsim knows")
     catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "models"],
@@ -139,6 +144,27 @@ def _run(args: argparse.Namespace) -> int:
         frame.to_csv(out / "gap.csv", index=False)
         written += [out / "gap.md", out / "gap.csv", gap_figure(result, out / "gap.png", frame)]
     print("results written: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _storage(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from kvsim.scenario.storage_bench import load_storage_bench
+    from kvsim.sim.storage_bench import run_storage_bench
+
+    bench = load_storage_bench(args.bench)
+    if args.out is not None:
+        try:  # fail before running, not after
+            args.out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"kvsim storage: cannot write results to {args.out}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    frame = pd.DataFrame(run_storage_bench(bench))
+    print(frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    if args.out is not None:
+        frame.to_csv(args.out / "storage_bench.csv", index=False)
+        print(f"results written: {args.out / 'storage_bench.csv'}")
     return 0
 
 

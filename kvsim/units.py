@@ -79,7 +79,9 @@ DIMENSIONS: dict[str, Dimension] = {
     "rate": Dimension(
         "rate", "1/s",
         {"/s": 1.0, "/ms": 1e3, "/min": 1 / 60.0, "/h": 1 / 3600.0, "Hz": 1.0, "req/s": 1.0,
-         "req/min": 1 / 60.0, "1/s": 1.0},
+         "req/min": 1 / 60.0, "1/s": 1.0}
+        # I/O operations per second, as drive datasheets quote them: "2.5M IOPS", "250 kIOPS"
+        | {f"{p}IOPS": f for p, f in _DECIMAL.items()},
         allow_bare=False,
     ),
     "flops": Dimension("flops", "FLOP/s", _FLOPS, allow_bare=False),

@@ -4,12 +4,12 @@ from functools import cache
 
 from kvsim.catalog import Catalog, load_packaged
 from kvsim.hardware.specs import (
-    DTYPE_BYTES, AcceleratorSpec, EfficiencySpec, NicSpec, NodeSpec, NvmeSpec, PoolNodeSpec,
+    DTYPE_BYTES, AcceleratorSpec, EfficiencySpec, HostStagingSpec, NicSpec, NodeSpec, NvmeSpec, PoolNodeSpec,
 )
 
 __all__ = [
     "AcceleratorSpec", "NodeSpec", "NvmeSpec", "NicSpec", "EfficiencySpec", "DTYPE_BYTES",
-    "accelerator_catalog", "node_catalog", "pool_node_catalog", "PoolNodeSpec",
+    "accelerator_catalog", "node_catalog", "pool_node_catalog", "PoolNodeSpec", "HostStagingSpec",
 ]
 
 

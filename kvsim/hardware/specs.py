@@ -12,10 +12,11 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Seconds, Watts
+from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Rate, Seconds, Watts
 
 __all__ = [
-    "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "DTYPE_BYTES",
+    "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "HostStagingSpec",
+    "DTYPE_BYTES",
 ]
 
 
@@ -119,12 +120,62 @@ class AcceleratorSpec(FrozenSpec):
 
 
 class NvmeSpec(FrozenSpec):
-    """Local NVMe drives of a node (all identical)."""
+    """Local NVMe drives of a node (all identical).
+
+    Attributes
+    ----------
+    read_bandwidth, write_bandwidth : float
+        Sequential rates of one drive, bytes/s.
+    read_iops, write_iops : float
+        Random I/O ceilings of one drive, I/Os per second (datasheets quote 4 KiB I/Os).
+    read_latency_s, write_latency_s : float
+        Latency of one I/O on the drive, seconds.
+    queue_depth : int
+        I/Os one transfer keeps outstanding against the drive.
+
+    Defaults, where a catalog entry is silent: 2.5 M read / 250 K write IOPS are the Samsung
+    PM1743 announcement figures (computerbase.de, clubic.com; hardware_facts.md section 2b, H/M;
+    block size not stated, 4 KiB assumed); 80 us read / 15 us write are the midpoints of Kioxia's
+    Gen5 read 90 -> 70 us and write 20 -> 10 us (tomshardware / hwcooling, section 2b, M);
+    queue depth 32 is an assumption (a common io_uring / libaio iodepth per job).
+    """
 
     count: int = Field(ge=0)
     capacity_bytes: Bytes
     read_bandwidth: Bandwidth
     write_bandwidth: Bandwidth
+    read_iops: Rate = 2.5e6
+    write_iops: Rate = 2.5e5
+    read_latency_s: Seconds = 80e-6
+    write_latency_s: Seconds = 15e-6
+    queue_depth: int = Field(default=32, ge=1)
+
+
+class HostStagingSpec(FrozenSpec):
+    """How a node's CPU stages storage I/O that bounces through host memory (no GPU-Direct).
+
+    Attributes
+    ----------
+    copy_threads : int
+        CPU threads copying between I/O buffers and the pinned buffers the copy engines read
+        (0: the NIC or drive lands data straight in pinned memory; no CPU copy).
+    memcpy_bandwidth : float
+        What one thread copies, bytes/s (each copied byte is also read and written in DRAM).
+    per_io_cpu_s : float
+        CPU time one I/O costs besides the copy (system call, file-system metadata, completion),
+        seconds; spread over the copy threads (at least one).
+
+    Defaults: 8 threads is an assumption; 10 GB/s per thread is within single-thread memcpy
+    measurements (tinymembench "C copy" 9.2-20 GB/s on client cores, geerlingguy/sbc-reviews
+    issues 90 and 107, M) and below them, since server cores are concurrency-limited per thread
+    (J. McCalpin on single-threaded Xeon bandwidth, M) -- an assumption to calibrate; 5 us per I/O is an
+    assumption of the order of one gdsio 4 KiB GDS write (14 us average latency, NVIDIA GDS
+    getting-started guide, H) and of a kernel file-system read path; UNCONFIRMED.
+    """
+
+    copy_threads: int = Field(default=8, ge=0)
+    memcpy_bandwidth: Bandwidth = 10e9
+    per_io_cpu_s: Seconds = 5e-6
 
 
 class NicSpec(FrozenSpec):
@@ -144,6 +195,7 @@ class NodeSpec(FrozenSpec):
     host_dram_bandwidth: Bandwidth
     nvme: NvmeSpec
     nics: NicSpec
+    host_staging: HostStagingSpec = Field(default_factory=HostStagingSpec)
     price_usd: float | None = None
     sources: dict[str, str]
 
@@ -160,7 +212,12 @@ class PoolNodeSpec(FrozenSpec):
     read_bandwidth, write_bandwidth : float
         Aggregate media bandwidth of the node (all drives, or its DRAM), bytes/s.
     access_latency_s : float
-        Media access latency added to each transfer (NVMe read ~tens of us, DRAM ~us).
+        Latency of one I/O (request) on the node's media and software, seconds (NVMe read ~tens
+        of us, DRAM ~us); a transfer pays it once, and its queue-depth bound counts it per I/O.
+    read_iops, write_iops : float or None
+        I/Os per second the node serves (all drives, or its request path); None: no ceiling.
+    queue_depth : int
+        I/Os one transfer keeps outstanding against the node (default 32, an assumption).
     nics : NicSpec
         The node's network interfaces.
     """
@@ -171,6 +228,9 @@ class PoolNodeSpec(FrozenSpec):
     read_bandwidth: Bandwidth
     write_bandwidth: Bandwidth
     access_latency_s: Seconds
+    read_iops: Rate | None = None
+    write_iops: Rate | None = None
+    queue_depth: int = Field(default=32, ge=1)
     nics: NicSpec
     price_usd: float | None = None
     sources: dict[str, str]

@@ -42,7 +42,8 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, PoolNodeSpec
+from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
+from kvsim.network.storage_io import MediaIO
 
 __all__ = [
     "cluster_graph", "copy_engine", "Edge", "FABRIC", "GPUS_PER_SWITCH", "ROOT_UPLINK_FACTOR",
@@ -64,10 +65,11 @@ RDMA_LATENCY_S = 3e-6
 # Fixed cost of one host-DRAM <-> GPU copy: "cudaMemcpy can incur a 6-7 us overhead" (gdrcopy
 # README, hardware_facts.md §2c, M); the midpoint is charged once per such leg of a path.
 COPY_OVERHEAD_S = 6.5e-6
-# Local NVMe drive access: Kioxia Gen5 read 90 -> 70 us, write 20 -> 10 us (hardware_facts.md
-# §2b, M); the midpoints, added to the drive's PCIe edge in the read and write directions.
-NVME_READ_LATENCY_S = 80e-6
-NVME_WRITE_LATENCY_S = 15e-6
+# Local NVMe drive access when the catalog gives no figure (NvmeSpec defaults): Kioxia Gen5 read
+# 90 -> 70 us, write 20 -> 10 us (hardware_facts.md §2b, M); the midpoints. A drive's figures are
+# added to its PCIe edge in the read and write directions.
+NVME_READ_LATENCY_S = NvmeSpec.model_fields["read_latency_s"].default
+NVME_WRITE_LATENCY_S = NvmeSpec.model_fields["write_latency_s"].default
 # Card to card over the scale-up fabric when the catalog gives no figure: P2P over NVLink on an
 # 8 x H100 box measures ~2.3-3.3 us (p2pBandwidthLatencyTest log, hardware_facts.md section 2a, M);
 # 3 us, half charged on each card-switch edge.
@@ -100,6 +102,7 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
     switches = [f"{node}/pcie{k}" for k in range(n_sw)]
     for name, kind in [(root, "root"), (imc, "imc"), (ddr, "ddr"), (dram, "dram")]:
         g.add_node(name, kind=kind, owner=node)
+    g.nodes[dram]["staging"] = spec.host_staging  # how the CPU stages a host-bounce I/O
     for sw in switches:
         g.add_node(sw, kind="pcie", owner=node)
         _link(g, sw, root, pcie * ROOT_UPLINK_FACTOR, pcie * ROOT_UPLINK_FACTOR,
@@ -133,17 +136,19 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
     drives = spec.nvme
     for j in range(drives.count):
         nvme, sw = f"{node}/nvme{j}", switches[_spread(j, drives.count, n_sw)]
-        g.add_node(nvme, kind="nvme", owner=node, switch=sw)
+        g.add_node(nvme, kind="nvme", owner=node, switch=sw,
+                   io=MediaIO(drives.read_iops, drives.write_iops, drives.queue_depth))
         # Drive -> switch is a read, switch -> drive a write.
         _link(g, nvme, sw, drives.read_bandwidth, drives.write_bandwidth,
-              PCIE_HOP_LATENCY_S + NVME_READ_LATENCY_S, PCIE_HOP_LATENCY_S + NVME_WRITE_LATENCY_S, "nvme")
+              PCIE_HOP_LATENCY_S + drives.read_latency_s, PCIE_HOP_LATENCY_S + drives.write_latency_s, "nvme")
 
 
 def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec) -> None:
     if spec.nics.count < 1:
         raise ValueError(f"pool node {pool!r} has no NIC, so it is unreachable")
     media, io = f"{pool}/media", f"{pool}/pcie"
-    g.add_node(media, kind="pool_media", owner=pool)
+    g.add_node(media, kind="pool_media", owner=pool,
+               io=MediaIO(spec.read_iops, spec.write_iops, spec.queue_depth))
     g.add_node(io, kind="pool_io", owner=pool)
     # The media figures are the node's aggregate, so one edge per direction carries all of it;
     # the access latency is paid once per transfer, on the media edge.

@@ -6,7 +6,10 @@ the standard flow-level model of network simulators. Rates are re-solved only wh
 or finishes, so the cost is one SimPy event per flow change, never one per byte or block.
 
 A flow may list a link more than once (a host-bounce copy crosses the host memory channels on the
-way in and again on the way out); it then consumes that multiple of its rate on the link.
+way in and again on the way out); it then consumes that multiple of its rate on the link. A flow
+may also consume *resources* that are not byte links, at a weight per byte (a storage medium's
+IOPS ceiling: I/Os per byte; a CPU's staging threads: CPU-seconds per byte), and may carry a rate
+cap of its own (a queue-depth bound); a cap acts as a private link only that flow crosses.
 """
 
 from __future__ import annotations
@@ -35,13 +38,17 @@ def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
     return weights
 
 
-def _solve(weights: Sequence[Mapping[Hashable, int]], capacity_Bps: Mapping[Hashable, float]) -> list[float]:
-    """Progressive filling over flows given as link -> crossings maps (see max_min_fair_rates)."""
+def _solve(weights: Sequence[Mapping[Hashable, float]], capacity_Bps: Mapping[Hashable, float],
+           caps: Sequence[float] | None = None) -> list[float]:
+    """Progressive filling over flows given as link -> crossings (or weight per byte) maps, each
+    optionally capped at its own rate (see max_min_fair_rates)."""
     rates = [math.inf] * len(weights)
+    capped = [i for i, cap in enumerate(caps) if cap < math.inf] if caps is not None else []
     # Per link: capacity not yet claimed by frozen flows, crossings by unfrozen flows, members.
     # Dicts keep first-appearance order, so every scan below is deterministic.
     spare: dict[Hashable, float] = {}
-    unfrozen: dict[Hashable, int] = {}
+    unfrozen: dict[Hashable, float] = {}
+    left: dict[Hashable, int] = {}  # unfrozen flows on the link (weights may be fractional)
     members: dict[Hashable, list[int]] = {}
     for i, flow in enumerate(weights):
         for link, count in flow.items():
@@ -50,8 +57,10 @@ def _solve(weights: Sequence[Mapping[Hashable, int]], capacity_Bps: Mapping[Hash
                     raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
                 spare[link] = float(capacity_Bps[link])
                 unfrozen[link] = 0
+                left[link] = 0
                 members[link] = []
             unfrozen[link] += count
+            left[link] += 1
             members[link].append(i)
     frozen = [not flow for flow in weights]  # an empty path constrains nothing: rate inf
     live = list(spare)
@@ -60,6 +69,21 @@ def _solve(weights: Sequence[Mapping[Hashable, int]], capacity_Bps: Mapping[Hash
         # spare / unfrozen crossings. The lowest such level freezes the flows on those links.
         fill = {link: max(spare[link], 0.0) / unfrozen[link] for link in live}
         level = min(fill.values())
+        if capped:
+            # a flow's own cap is a private link: if it binds before any shared one, freeze it there
+            capped = [i for i in capped if not frozen[i]]
+            cap_level = min((caps[i] for i in capped), default=math.inf)
+            if cap_level < level:
+                for i in capped:
+                    if caps[i] <= cap_level * (1.0 + _TIE_REL):
+                        frozen[i] = True
+                        rates[i] = caps[i]
+                        for other, count in weights[i].items():
+                            spare[other] -= count * caps[i]
+                            unfrozen[other] -= count
+                            left[other] -= 1
+                live = [link for link in live if left[link] > 0]
+                continue
         if level == math.inf:
             break  # what is left crosses only unbounded links and keeps rate inf
         bound = level * (1.0 + _TIE_REL)
@@ -74,7 +98,10 @@ def _solve(weights: Sequence[Mapping[Hashable, int]], capacity_Bps: Mapping[Hash
                 for other, count in weights[i].items():
                     spare[other] -= count * level
                     unfrozen[other] -= count
-        live = [link for link in live if unfrozen[link] > 0]
+                    left[other] -= 1
+        live = [link for link in live if left[link] > 0]
+    for i in capped:  # flows that crossed only unbounded links still keep their own cap
+        rates[i] = min(rates[i], caps[i])
     return rates
 
 
@@ -122,10 +149,12 @@ def max_min_fair_rates(
 class _Flow:
     """One active transfer: its links, bytes left, current rate and completion event."""
 
-    __slots__ = ("weights", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event")
+    __slots__ = ("weights", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event", "cap")
 
-    def __init__(self, weights: dict[Hashable, int], nbytes: float, latency_s: float, event: simpy.Event):
+    def __init__(self, weights: dict[Hashable, float], nbytes: float, latency_s: float, event: simpy.Event,
+                 cap: float = math.inf):
         self.weights = weights
+        self.cap = cap
         self.nbytes = nbytes
         self.remaining = nbytes
         self.rate = 0.0  # set by the next solve, which happens before any time passes
@@ -185,7 +214,9 @@ class FlowNetwork:
         """Number of transfers whose bytes are still in flight."""
         return len(self._flows)
 
-    def transfer(self, links: Sequence[Hashable], nbytes: float, latency_s: float = 0.0) -> simpy.Event:
+    def transfer(self, links: Sequence[Hashable], nbytes: float, latency_s: float = 0.0,
+                 resources: Mapping[Hashable, float] | None = None,
+                 rate_cap_Bps: float = math.inf) -> simpy.Event:
         """Start moving ``nbytes`` over ``links``; returns an event to wait on.
 
         Parameters
@@ -196,6 +227,11 @@ class FlowNetwork:
             Bytes to move (>= 0).
         latency_s : float
             Path latency, seconds, paid once per flow after its last byte is delivered.
+        resources : mapping, optional
+            Further capacities the flow consumes, each at a weight per byte moved (added to any
+            crossings of the same id in ``links``); e.g. an IOPS ceiling at I/Os per byte.
+        rate_cap_Bps : float
+            The flow's own rate limit, bytes/s (``inf``: none).
 
         Returns
         -------
@@ -215,7 +251,13 @@ class FlowNetwork:
             raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
         if not (0.0 <= latency_s < math.inf):
             raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
-        weights = _link_weights(links)
+        if not rate_cap_Bps > 0.0:
+            raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
+        weights: dict[Hashable, float] = _link_weights(links)
+        for resource, weight in (resources or {}).items():
+            if not (0.0 < weight < math.inf):
+                raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
+            weights[resource] = weights.get(resource, 0) + weight
         for link in weights:
             if link not in self._capacity:
                 raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
@@ -225,7 +267,7 @@ class FlowNetwork:
             return event
         now = self.env.now
         self._advance(now)
-        self._flows.append(_Flow(weights, float(nbytes), latency_s, event))
+        self._flows.append(_Flow(weights, float(nbytes), latency_s, event, float(rate_cap_Bps)))
         if self._wake_at != now:  # a wake-up already due now will include this flow in its solve
             self._schedule(0.0)
         return event
@@ -314,7 +356,9 @@ class FlowNetwork:
         self._wake_at = None
         now = self.env.now
         self._advance(now)
-        rates = _solve([flow.weights for flow in self._flows], self._capacity)
+        caps = [flow.cap for flow in self._flows]
+        rates = _solve([flow.weights for flow in self._flows], self._capacity,
+                       caps if any(cap < math.inf for cap in caps) else None)
         load: dict[Hashable, float] = {}
         for flow, rate in zip(self._flows, rates):
             flow.rate = rate

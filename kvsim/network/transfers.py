@@ -5,6 +5,11 @@ A transfer is one flow per path (per card, usually), all started at the same ins
 returned event fires when the last has landed. Each flow pays its path's latency once. Bytes are
 also counted by *purpose* (``load``, ``write``, ``swap``, ``handoff`` ...) for transfers started
 inside the measurement window, so a run can say what its links carried and why.
+
+A transfer to or from a storage medium (an NVMe drive, a pool node) also describes its access as
+an :class:`~kvsim.network.storage_io.IoRequest`; :class:`~kvsim.network.storage_io.StorageIO`
+turns it into what each flow consumes besides its links (IOPS, CPU staging, a queue-depth cap,
+the per-I/O latency).
 """
 
 from __future__ import annotations
@@ -14,9 +19,16 @@ from collections.abc import Sequence
 import simpy
 
 from kvsim.network.flows import FlowNetwork
+from kvsim.network.storage_io import IoRequest, StorageIO
 from kvsim.network.topology import Edge, Topology
 
-__all__ = ["Transfers"]
+__all__ = ["Transfers", "network_capacities"]
+
+
+def network_capacities(topology: Topology, storage: StorageIO) -> dict:
+    """Every capacity a :class:`FlowNetwork` over ``topology`` needs: its links, then the storage
+    resources (IOPS ceilings, staging CPUs)."""
+    return {**topology.capacity_Bps(), **storage.capacities()}
 
 
 class Transfers:
@@ -28,14 +40,19 @@ class Transfers:
     topology : Topology
         Paths and latencies.
     network : FlowNetwork
-        Bandwidth sharing over the topology's directed edges.
+        Bandwidth sharing over the topology's directed edges (and, for storage accesses, the
+        resources of ``storage``: build it from :func:`network_capacities`).
+    storage : StorageIO, optional
+        The storage media of the topology (default: read from it).
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology, network: FlowNetwork):
+    def __init__(self, env: simpy.Environment, topology: Topology, network: FlowNetwork,
+                 storage: StorageIO | None = None):
         self.env = env
         self.topology = topology
         self.network = network
-        self.capacity_Bps = topology.capacity_Bps()
+        self.storage = storage if storage is not None else StorageIO(topology)
+        self.capacity_Bps = network_capacities(topology, self.storage)
         self.bytes_by_purpose: dict[str, float] = {}
         self.transfers_by_purpose: dict[str, int] = {}
 
@@ -44,7 +61,8 @@ class Transfers:
             self.bytes_by_purpose[purpose] = self.bytes_by_purpose.get(purpose, 0.0) + nbytes
             self.transfers_by_purpose[purpose] = self.transfers_by_purpose.get(purpose, 0) + 1
 
-    def move(self, paths: Sequence[Sequence[Edge]], nbytes_each: float, purpose: str) -> simpy.Event:
+    def move(self, paths: Sequence[Sequence[Edge]], nbytes_each: float, purpose: str,
+             io: IoRequest | None = None) -> simpy.Event:
         """Start one flow of ``nbytes_each`` bytes per path; the event fires when all have landed.
 
         Parameters
@@ -56,24 +74,41 @@ class Transfers:
             Bytes each flow carries.
         purpose : str
             What the bytes are for, counted in :attr:`bytes_by_purpose`.
+        io : IoRequest, optional
+            The storage access the flows make (each flow does its own I/Os).
         """
         self._count(purpose, nbytes_each * len(paths))
-        latency = self.topology.path_latency_s
-        flows = [self.network.transfer(links, nbytes_each, latency(links)) for links in paths]
+        flows = []
+        for links in paths:
+            cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
+            if cost is None:
+                flows.append(self.network.transfer(links, nbytes_each, self.topology.path_latency_s(links)))
+            else:
+                flows.append(self.network.transfer(links, nbytes_each, cost.latency_s, cost.resources,
+                                                   cost.rate_cap_Bps))
         return flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
 
-    def uncontended_s(self, paths: Sequence[Sequence[Edge]], nbytes_each: float) -> float:
+    def uncontended_s(self, paths: Sequence[Sequence[Edge]], nbytes_each: float,
+                      io: IoRequest | None = None) -> float:
         """Time the flows of :meth:`move` would take on idle links, seconds.
 
         Flows of one transfer that share a link (a NIC that every card's flow crosses) share its
-        capacity; the most loaded link decides, plus the longest path latency.
+        capacity; the most loaded link or resource, or a flow's own queue-depth cap, decides,
+        plus the longest latency.
         """
-        crossings: dict[Edge, int] = {}
+        crossings: dict = {}
         latency = 0.0
+        slowest_cap_s = 0.0
         for links in paths:
-            latency = max(latency, self.topology.path_latency_s(links))
+            cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
+            latency = max(latency, cost.latency_s if cost is not None else self.topology.path_latency_s(links))
             for link in links:
                 crossings[link] = crossings.get(link, 0) + 1
+            if cost is not None:
+                for resource, weight in cost.resources.items():
+                    crossings[resource] = crossings.get(resource, 0) + weight
+                slowest_cap_s = max(slowest_cap_s, nbytes_each / cost.rate_cap_Bps)
         if not crossings:
             return latency
-        return max(n * nbytes_each / self.capacity_Bps[link] for link, n in crossings.items()) + latency
+        busiest = max(n * nbytes_each / self.capacity_Bps[link] for link, n in crossings.items())
+        return max(busiest, slowest_cap_s) + latency

@@ -18,7 +18,7 @@ from kvsim.kv import BlockPool
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.step_time import BatchShape
-from kvsim.network import FlowNetwork, Topology, Transfers, build_topology
+from kvsim.network import FlowNetwork, StorageIO, Topology, Transfers, build_topology, network_capacities
 from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.serving.cache import TIERS, CacheGeometry, InstanceCache, SystemCache
@@ -221,8 +221,9 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         pool_nodes = [(f"pool{k}", sizing.pool_node) for k in range(cache_spec.remote.nodes)]
     system.topology = build_topology([(name, pool.node, pool.accelerator) for pool, name in node_names(sizing)],
                                      pool_nodes, _scale_up_domains(sizing))
-    system.network = FlowNetwork(env, system.topology.capacity_Bps(), warmup, duration)
-    system.transfers = Transfers(env, system.topology, system.network)
+    storage = StorageIO(system.topology)
+    system.network = FlowNetwork(env, network_capacities(system.topology, storage), warmup, duration)
+    system.transfers = Transfers(env, system.topology, system.network, storage)
     system.placements = _placements(sizing)
     control = system_spec.controller
     if sizing.disaggregated and control is None:

@@ -151,7 +151,9 @@ class PrefixLoader:
             counts[id(store)] = (store, (entry[1] if entry else 0) + 1)
         worst = 0.0
         for store, count in counts.values():
-            worst = max(worst, self.system.transfers.uncontended_s(self._paths(store), count * g.block_bytes_per_card))
+            io = self.system.io(store, False, self.cache.node, g.block_bytes_per_card)
+            worst = max(worst, self.system.transfers.uncontended_s(self._paths(store), count * g.block_bytes_per_card,
+                                                                   io))
         return worst
 
     def _load(self, state: SeqCache, to_load: list) -> simpy.Event:
@@ -171,7 +173,8 @@ class PrefixLoader:
             state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
             state.loaded_bytes += nbytes * g.tp
             system.count(system.bytes_loaded, tier, nbytes * g.tp)
-            group_done = system.transfers.move(self._paths(store), nbytes, "cache_load")
+            io = system.io(store, False, cache.node, g.block_bytes_per_card)
+            group_done = system.transfers.move(self._paths(store), nbytes, "cache_load", io)
 
             def unpin_source(_event, store=store, blocks=blocks):
                 for block in blocks:

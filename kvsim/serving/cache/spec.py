@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from kvsim.spec_types import Bytes, FrozenSpec
 
@@ -68,6 +68,12 @@ class KVCacheSpec(FrozenSpec):
         prompt blocks of requests drawn independently from the same workload (not the run's own
         requests), inserted until each tier has turned over twice or the hit rate of those
         draws has settled. Without it, a short run measures a cold cache.
+    io_size : float or None
+        Size of one storage I/O, bytes, for transfers to and from NVMe and the remote pool (see
+        :mod:`kvsim.network.storage_io`). None: one I/O per cache block per card, as connectors
+        that store each block (chunk) as one object do -- LMCache keeps one object per chunk of
+        tokens, Mooncake Store one object per key. Small sizes (a page per layer, "64 KiB")
+        pay more per-I/O latency, IOPS and CPU.
     preemption : str
         A sequence preempted for lack of HBM: ``recompute`` drops its own pages and computes them
         again later (prompt blocks already filed in the HBM cache stay and usually hit again);
@@ -86,3 +92,11 @@ class KVCacheSpec(FrozenSpec):
     promote_on_hit: bool = True
     preemption: Literal["recompute", "swap"] = "recompute"
     prewarm: bool = False
+    io_size: Bytes | None = None
+
+    @field_validator("io_size")
+    @classmethod
+    def _positive_io_size(cls, value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise ValueError("must be positive, e.g. '256 KiB'")
+        return value

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import simpy
 
 from kvsim.kv import BlockStore, KVIndex
+from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
 from kvsim.network.transfers import Transfers
 from kvsim.serving.cache.spec import KVCacheSpec
@@ -108,6 +109,24 @@ class SystemCache:
         self.hbm.append(store)
         return store
 
+    def io(self, store: BlockStore, write: bool, node: str, unit_bytes: float,
+           source: BlockStore | None = None) -> IoRequest | None:
+        """The storage access of a transfer to (``write``) or from ``store`` (None if the store is
+        not storage: HBM or host DRAM).
+
+        ``unit_bytes`` is one block's bytes in each flow (the I/O size when ``io_size`` is not
+        set). A card's transfer is staged by the CPU of ``node`` unless GPU-Direct; a transfer
+        from another ``source`` store (write-back between tiers) is always the host's.
+        """
+        endpoint = self.endpoint[id(store)]
+        if not self.transfers.storage.is_storage(endpoint):
+            return None
+        size = self.spec.io_size or unit_bytes
+        if source is not None:
+            return IoRequest(self.endpoint[id(source)], endpoint, size, node)
+        host = None if self.spec.gpu_direct else node
+        return IoRequest(None, endpoint, size, host) if write else IoRequest(endpoint, None, size, host)
+
     def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
         """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
         if self.window[0] <= self.env.now <= self.window[1]:
@@ -157,7 +176,8 @@ class SystemCache:
             tier = self.tier_of[id(target)]
             self.count(self.bytes_written, tier, len(group) * self.geometry.block_bytes)
             links = self.topology.path(self.endpoint[id(store)], self.endpoint[id(target)])
-            done = self.transfers.move([links], len(group) * self.geometry.block_bytes, "cache_write")
+            io = self.io(target, True, node, self.geometry.block_bytes, source=store)
+            done = self.transfers.move([links], len(group) * self.geometry.block_bytes, "cache_write", io)
             done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))
 
     def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,

@@ -82,7 +82,8 @@ class CacheWriter:
                 system.file(store, group)
                 cache.wake()
 
-            system.transfers.move(self._paths(store), per_card, "cache_write").callbacks.append(stored)
+            io = system.io(store, True, cache.node, g.block_bytes / g.tp)
+            system.transfers.move(self._paths(store), per_card, "cache_write", io).callbacks.append(stored)
 
     def cache_decoded(self, seq: Sequence) -> None:
         """Keep the full blocks written while decoding (a next turn extends this conversation).
@@ -145,5 +146,6 @@ class CacheWriter:
         for target, group in targets.values():
             tier = system.tier_of[id(target)]
             system.count(system.bytes_written, tier, len(group) * g.block_bytes)
-            done = system.transfers.move(self._paths(target), len(group) * g.block_bytes / g.tp, "cache_write")
+            io = system.io(target, True, cache.node, g.block_bytes / g.tp)
+            done = system.transfers.move(self._paths(target), len(group) * g.block_bytes / g.tp, "cache_write", io)
             done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))

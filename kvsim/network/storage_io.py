@@ -1,0 +1,201 @@
+"""Storage I/O: what a transfer to or from an NVMe drive or a pool node costs beyond its links.
+
+A storage access of ``B`` bytes is made of ``n = ceil(B / s)`` I/Os of size ``s``. Three costs come
+on top of the bandwidth of the links the bytes cross, all closed-form over ``n`` (no event per I/O):
+
+* **IOPS ceiling.** Each medium (a drive, a pool node) serves at most ``R`` I/Os per second per
+  direction. It is a resource of capacity ``R`` in the flow network; a flow consumes ``n / B`` of
+  it per byte, so concurrent flows share it max-min fairly and mixed I/O sizes are counted right.
+  Alone, a flow's rate is bounded by ``R * B / n`` (= ``R * s`` for whole I/Os).
+* **Per-I/O latency and queue depth.** Each I/O takes ``L`` seconds end to end (the path's
+  latency: media access, PCIe hops, the fabric, and on the host-bounce path the CPU's per-I/O
+  cost); one transfer keeps at most ``q`` I/Os outstanding, so it needs ``w = ceil(n / q)``
+  round trips. The flow pays ``L`` once (its first wave) and is capped at
+  ``B / ((w - 1) * L)`` bytes/s (no cap when ``w <= 1``). On otherwise idle links of bandwidth
+  ``bw`` that gives exactly::
+
+      T = max(L + B / bw, w * L)
+
+  the latency-plus-size term when bandwidth binds, ``w`` round trips when latency does.
+* **Host staging (no GPU-Direct).** Data bounced through host memory is handled by the CPU of the
+  node that stages it: ``k`` copy threads copy each byte at ``m`` bytes/s per thread (one more
+  read and write of each byte in DRAM), and each I/O costs ``c`` seconds of CPU (system call,
+  file-system metadata, completion). The node's threads are a resource of capacity ``max(k, 1)``
+  CPU-seconds per second; a flow consumes ``1/m + c * n / B`` of it per byte (``1/m`` only when
+  ``k > 0``), so a single flow stages at most ``max(k, 1) / (1/m + c * n / B)`` bytes/s, and
+  each I/O's latency grows by ``c``. GPU-Direct (GDS, GPUDirect RDMA) skips all of it.
+
+A medium's DRAM tier (host memory, HBM) is not storage: accesses to it cost only their links.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kvsim.network.topology import Edge, Topology
+
+__all__ = [
+    "MediaIO", "IoRequest", "FlowCost", "StorageIO", "io_count", "queue_rate_cap_Bps",
+    "staging_cpu_s_per_byte", "access_time_s", "iops_resource", "staging_resource",
+]
+
+
+@dataclass(frozen=True)
+class MediaIO:
+    """I/O figures of one storage medium (a drive, or a pool node's media).
+
+    ``read_iops`` / ``write_iops``: I/Os per second it serves (None: no ceiling);
+    ``queue_depth``: I/Os one transfer keeps outstanding against it.
+    """
+
+    read_iops: float | None
+    write_iops: float | None
+    queue_depth: int
+
+
+@dataclass(frozen=True)
+class IoRequest:
+    """One storage access of a transfer, as the cache code describes it.
+
+    Attributes
+    ----------
+    source, target : str or None
+        Topology endpoint of the medium read from / written to (either may be a non-storage
+        endpoint such as host DRAM, or None; it then costs nothing here).
+    io_size_bytes : float
+        Size of one I/O, bytes.
+    host : str or None
+        Compute node whose CPU stages the bytes through host memory, or None (GPU-Direct, or a
+        path that needs no CPU).
+    """
+
+    source: str | None
+    target: str | None
+    io_size_bytes: float
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class FlowCost:
+    """What one flow of a storage access consumes besides its path's byte links.
+
+    ``resources`` maps a resource id to its use per byte moved; ``rate_cap_Bps`` is the
+    queue-depth bound; ``latency_s`` the per-I/O latency, paid once by the flow; ``ios`` the
+    flow's I/O count.
+    """
+
+    resources: dict[Hashable, float]
+    rate_cap_Bps: float
+    latency_s: float
+    ios: int
+
+
+def io_count(nbytes: float, io_size_bytes: float) -> int:
+    """I/Os of ``io_size_bytes`` needed for ``nbytes``: ``ceil(nbytes / io_size_bytes)``."""
+    if not io_size_bytes > 0:
+        raise ValueError(f"io_size_bytes must be > 0, got {io_size_bytes!r}")
+    # a relative slack so that float rounding of whole multiples (3 * s / s) never adds an I/O
+    return max(0, math.ceil(nbytes / io_size_bytes * (1.0 - 1e-12)))
+
+
+def queue_rate_cap_Bps(nbytes: float, ios: int, queue_depth: int, io_latency_s: float) -> float:
+    """Rate cap of a flow whose ``ios`` I/Os go ``queue_depth`` at a time, bytes/s.
+
+    The flow pays one ``io_latency_s`` as its latency; the remaining ``ceil(ios/q) - 1`` waves
+    must fit in its transfer time, hence ``nbytes / ((waves - 1) * io_latency_s)``.
+    """
+    waves = math.ceil(ios / queue_depth)
+    if waves <= 1 or io_latency_s <= 0.0:
+        return math.inf
+    return nbytes / ((waves - 1) * io_latency_s)
+
+
+def staging_cpu_s_per_byte(io_bytes: float, copy_threads: int, memcpy_Bps: float, per_io_cpu_s: float) -> float:
+    """CPU-seconds one byte of a host-bounce access costs: ``1/m`` (if copied) ``+ c / s``."""
+    copy = 1.0 / memcpy_Bps if copy_threads > 0 else 0.0
+    return copy + per_io_cpu_s / io_bytes
+
+
+def iops_resource(media: str, write: bool) -> tuple[str, str]:
+    """Resource id of a medium's IOPS ceiling in one direction."""
+    return (media, "write_iops" if write else "read_iops")
+
+
+def staging_resource(node: str) -> tuple[str, str]:
+    """Resource id of a compute node's CPU staging threads."""
+    return (f"{node}/cpu", "staging")
+
+
+def access_time_s(nbytes: float, io_size_bytes: float, bandwidth_Bps: float, io_latency_s: float,
+                  queue_depth: int, iops: float | None = None, staging_Bps: float = math.inf) -> float:
+    """Uncontended time of one storage access, seconds (the closed form the flows reproduce).
+
+    ``T = max(L + B / r, w * L)`` with ``r = min(bandwidth, iops * B / n, staging rate)``,
+    ``n = ceil(B / s)`` and ``w = ceil(n / q)``.
+    """
+    ios = io_count(nbytes, io_size_bytes)
+    if ios == 0:
+        return io_latency_s
+    rate = min(bandwidth_Bps, staging_Bps, iops * nbytes / ios if iops else math.inf)
+    return max(io_latency_s + nbytes / rate, math.ceil(ios / queue_depth) * io_latency_s)
+
+
+class StorageIO:
+    """The storage media and staging CPUs of a topology, and the cost of each access.
+
+    Media are the graph's ``nvme`` and ``pool_media`` nodes carrying a :class:`MediaIO` under
+    ``io``; staging CPUs are the ``dram`` nodes carrying a ``HostStagingSpec`` under ``staging``.
+    """
+
+    def __init__(self, topology: "Topology"):
+        self.topology = topology
+        graph = topology.graph
+        self.media: dict[str, MediaIO] = {}
+        self.staging: dict[str, object] = {}  # compute node -> HostStagingSpec
+        for name, attrs in graph.nodes(data=True):
+            if attrs.get("io") is not None:
+                self.media[name] = attrs["io"]
+            if attrs.get("staging") is not None:
+                self.staging[attrs["owner"]] = attrs["staging"]
+
+    def capacities(self) -> dict[Hashable, float]:
+        """Capacity of every storage resource (IOPS: I/Os per second; staging: CPU threads)."""
+        out: dict[Hashable, float] = {}
+        for media, io in self.media.items():
+            for write, iops in ((False, io.read_iops), (True, io.write_iops)):
+                if iops is not None:
+                    out[iops_resource(media, write)] = float(iops)
+        for node, staging in self.staging.items():
+            out[staging_resource(node)] = float(max(staging.copy_threads, 1))
+        return out
+
+    def is_storage(self, endpoint: str | None) -> bool:
+        """Whether accesses to ``endpoint`` are storage I/O (a drive or a pool node's media)."""
+        return endpoint is not None and endpoint in self.media
+
+    def cost(self, path: Sequence["Edge"], request: IoRequest, nbytes: float) -> FlowCost | None:
+        """What one flow of ``nbytes`` over ``path`` for ``request`` consumes (None: plain bytes)."""
+        ends = [(end, write) for end, write in ((request.source, False), (request.target, True))
+                if self.is_storage(end)]
+        if not ends or nbytes <= 0.0:
+            return None
+        ios = io_count(nbytes, request.io_size_bytes)
+        latency = self.topology.path_latency_s(path)
+        resources: dict[Hashable, float] = {}
+        for media, write in ends:
+            io = self.media[media]
+            if (write and io.write_iops is not None) or (not write and io.read_iops is not None):
+                resources[iops_resource(media, write)] = ios / nbytes
+        if request.host is not None:
+            staging = self.staging[request.host]
+            resources[staging_resource(request.host)] = staging_cpu_s_per_byte(
+                nbytes / ios, staging.copy_threads, staging.memcpy_bandwidth, staging.per_io_cpu_s)
+            if staging.copy_threads > 0:  # the copy reads and writes each byte in host memory
+                resources[self.topology.dram_channel(request.host)] = 2.0
+            latency += staging.per_io_cpu_s
+        depth = min(self.media[media].queue_depth for media, _ in ends)
+        return FlowCost(resources, queue_rate_cap_Bps(nbytes, ios, depth, latency), latency, ios)

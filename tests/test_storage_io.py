@@ -1,0 +1,161 @@
+"""Storage I/O model: each cost term against a hand calculation (kvsim/network/storage_io.py).
+
+Every expected time below is written out from the catalog figures, not taken from the code's own
+closed form; :func:`access_time_s` is then checked against the same hand numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import simpy
+
+from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
+from kvsim.network import FlowNetwork, IoRequest, StorageIO, Transfers, build_topology, network_capacities
+from kvsim.network import topology as topo_mod
+from kvsim.network.flows import max_min_fair_rates, _solve
+from kvsim.network.storage_io import (
+    access_time_s, io_count, iops_resource, queue_rate_cap_Bps, staging_cpu_s_per_byte, staging_resource,
+)
+
+KIB, MIB = 2**10, 2**20
+ACC = accelerator_catalog()["h20"]
+NODE = node_catalog()["h20-8x"]
+NVME_POOL = pool_node_catalog()["nvme-storage-16x"]
+PCIE = topo_mod.PCIE_HOP_LATENCY_S
+
+
+def cluster(node=NODE, pool=NVME_POOL):
+    return build_topology([("n0", node, ACC)], [("pool", pool)])
+
+
+def run(topo, moves):
+    """Start ``(paths, nbytes_each, io)`` transfers together; completion time of each."""
+    env = simpy.Environment()
+    storage = StorageIO(topo)
+    transfers = Transfers(env, topo, FlowNetwork(env, network_capacities(topo, storage)), storage)
+    events = [transfers.move(paths, nbytes, "test", io) for paths, nbytes, io in moves]
+    env.run()
+    return [event.value for event in events], transfers
+
+
+def test_io_count_is_the_ceiling_of_bytes_over_size():
+    assert io_count(4 * MIB, 4 * KIB) == 1024
+    assert io_count(4 * MIB + 1, 4 * KIB) == 1025
+    assert io_count(3 * 0.1, 0.1) == 3  # float rounding of a whole multiple adds no I/O
+    assert io_count(0, 4 * KIB) == 0
+    with pytest.raises(ValueError):
+        io_count(1, 0)
+
+
+def test_one_wave_pays_io_latency_plus_size_over_bandwidth():
+    # GDS read of 8 MiB in 1 MiB I/Os from drive 0: 8 I/Os <= queue depth 32, one wave.
+    topo = cluster()
+    path = topo.load_path("n0/nvme0", "n0/gpu0", True)
+    [t], _ = run(topo, [([path], 8 * MIB, IoRequest("n0/nvme0", None, 1 * MIB))])
+    latency = 2 * PCIE + 80e-6  # drive -> switch -> GPU, PM1743-class read latency
+    assert t == pytest.approx(latency + 8 * MIB / 13e9, rel=1e-12)
+    assert access_time_s(8 * MIB, MIB, 13e9, latency, 32, 2.5e6) == pytest.approx(t, rel=1e-12)
+
+
+def test_queue_depth_bound_is_waves_times_io_latency():
+    # 4 MiB in 4 KiB I/Os: 1024 I/Os, 32 at a time = 32 round trips of 82 us = 2.624 ms, far
+    # above latency + bytes / IOPS rate (82 us + 4 MiB / (2.5 M x 4 KiB) = 0.492 ms).
+    topo = cluster()
+    path = topo.load_path("n0/nvme0", "n0/gpu0", True)
+    [t], _ = run(topo, [([path], 4 * MIB, IoRequest("n0/nvme0", None, 4 * KIB))])
+    latency = 2 * PCIE + 80e-6
+    assert t == pytest.approx(32 * latency, rel=1e-9)
+    assert access_time_s(4 * MIB, 4 * KIB, 13e9, latency, 32, 2.5e6) == pytest.approx(32 * latency, rel=1e-12)
+    assert queue_rate_cap_Bps(4 * MIB, 1024, 32, latency) == pytest.approx(4 * MIB / (31 * latency))
+    assert queue_rate_cap_Bps(4 * MIB, 32, 32, latency) == math.inf
+
+
+def test_iops_ceiling_binds_small_ios_when_the_queue_is_deep():
+    # Same 4 KiB reads with 4096 outstanding (one wave): the drive's 2.5 M IOPS x 4 KiB =
+    # 10.24 GB/s is below its 13 GB/s, so T = 82 us + 4 MiB / 10.24 GB/s.
+    node = NODE.model_copy(update={"nvme": NODE.nvme.model_copy(update={"queue_depth": 4096})})
+    topo = cluster(node)
+    path = topo.load_path("n0/nvme0", "n0/gpu0", True)
+    [t], transfers = run(topo, [([path], 4 * MIB, IoRequest("n0/nvme0", None, 4 * KIB))])
+    latency = 2 * PCIE + 80e-6
+    assert t == pytest.approx(latency + 4 * MIB / (2.5e6 * 4 * KIB), rel=1e-9)
+    # the drive served exactly 1024 I/Os
+    assert transfers.network.bytes_moved(iops_resource("n0/nvme0", False)) == pytest.approx(1024)
+
+
+def test_iops_shared_by_mixed_io_sizes():
+    # Two flows on one IOPS resource of R = 1e6 I/Os/s, 4 KiB and 64 KiB I/Os: max-min fair
+    # equal byte rates r with r / 4 KiB + r / 64 KiB = R, so r = R / (1/4096 + 1/65536).
+    iops = ("media", "read_iops")
+    rates = _solve([{iops: 1 / 4096}, {iops: 1 / 65536}], {iops: 1e6})
+    r = 1e6 / (1 / 4096 + 1 / 65536)
+    assert rates == pytest.approx([r, r], rel=1e-12)
+    # a flow's own cap binds first and frees the resource for the other
+    rates = _solve([{iops: 1 / 4096}, {iops: 1 / 65536}], {iops: 1e6}, [1e8, math.inf])
+    assert rates[0] == pytest.approx(1e8)
+    assert rates[1] == pytest.approx((1e6 - 1e8 / 4096) * 65536, rel=1e-12)
+    # without caps or resources the solver is the plain one
+    assert _solve([{"l": 1}, {"l": 1}], {"l": 10.0}, None) == max_min_fair_rates([["l"], ["l"]], {"l": 10.0})
+
+
+def test_cpu_staging_rate_and_per_io_cost_on_the_host_bounce_path():
+    # One copy thread at 2 GB/s, 5 us per I/O, 64 KiB I/Os: CPU time per byte 1/2e9 + 5e-6/65536,
+    # so the bounce stages at 1 / (5e-10 + 7.63e-11) = 1.735 GB/s -- below the drive, the copy
+    # engine and the DRAM channels. 32 I/Os = one wave; each I/O's latency grows by 5 us.
+    staging = NODE.host_staging.model_copy(update={"copy_threads": 1, "memcpy_bandwidth": 2e9})
+    topo = cluster(NODE.model_copy(update={"host_staging": staging}))
+    nbytes = 32 * 64 * KIB
+    bounce = topo.load_path("n0/nvme0", "n0/gpu0", False)
+    direct = topo.load_path("n0/nvme0", "n0/gpu0", True)
+    [t_bounce], _ = run(topo, [([bounce], nbytes, IoRequest("n0/nvme0", None, 64 * KIB, host="n0"))])
+    [t_direct], _ = run(topo, [([direct], nbytes, IoRequest("n0/nvme0", None, 64 * KIB))])
+    rate = 1 / (1 / 2e9 + 5e-6 / (64 * KIB))
+    assert staging_cpu_s_per_byte(64 * KIB, 1, 2e9, 5e-6) == pytest.approx(1 / rate)
+    assert t_bounce == pytest.approx(topo.path_latency_s(bounce) + 5e-6 + nbytes / rate, rel=1e-9)
+    # GPU-Direct skips the staging: drive bandwidth and its own latency only
+    assert t_direct == pytest.approx(2 * PCIE + 80e-6 + nbytes / 13e9, rel=1e-9)
+    assert t_bounce > 5 * t_direct  # 1.30 ms vs 0.24 ms
+
+
+def test_staging_threads_are_shared_by_concurrent_bounces():
+    # Eight cards bounce-load 16 MiB each at once in 1 MiB I/Os (16 I/Os, one wave). Each drive
+    # (13 GB/s) serves two cards, 6.5 GB/s each; the node's 8 threads would stage 8 / (1e-10 +
+    # 5e-6 / 2^20) = 76 GB/s, more than the 52 GB/s the drives deliver, so the drives bind:
+    # T = L + 5 us + 2 x 16 MiB / 13 GB/s, and the CPU did exactly bytes x CPU-s per byte.
+    topo = cluster()
+    nbytes = 16 * MIB
+    moves = [([topo.load_path(f"n0/nvme{i // 2}", f"n0/gpu{i}", False)], nbytes,
+              IoRequest(f"n0/nvme{i // 2}", None, MIB, host="n0")) for i in range(8)]
+    times, transfers = run(topo, moves)
+    per_byte = 1 / 10e9 + 5e-6 / MIB
+    cpu_s = transfers.network.bytes_moved(staging_resource("n0"))
+    assert cpu_s == pytest.approx(8 * nbytes * per_byte, rel=1e-9)
+    assert max(times) == pytest.approx(topo.path_latency_s(moves[0][0][0]) + 5e-6 + 2 * nbytes / 13e9, rel=1e-6)
+
+
+def test_non_storage_endpoints_cost_only_their_links():
+    topo = cluster()
+    storage = StorageIO(topo)
+    path = topo.load_path("n0/dram", "n0/gpu0", True)
+    assert storage.cost(path, IoRequest("n0/dram", None, 4 * KIB, host="n0"), MIB) is None
+    assert storage.is_storage("pool/media") and storage.is_storage("n0/nvme3")
+    assert not storage.is_storage("n0/dram")
+    # capacities: per-direction IOPS of every drive and the pool node, one staging CPU per node
+    caps = storage.capacities()
+    assert caps[iops_resource("pool/media", False)] == 40e6
+    assert caps[iops_resource("n0/nvme0", True)] == 2.5e5
+    assert caps[staging_resource("n0")] == 8
+
+
+def test_uncontended_estimate_matches_the_simulated_time():
+    topo = cluster()
+    paths = [topo.load_path("pool/media", f"n0/gpu{i}", False) for i in range(2)]
+    io = IoRequest("pool/media", None, 16 * KIB, host="n0")
+    _, transfers = run(topo, [(paths, 32 * MIB, io)])
+    t = transfers.env.now  # both cards' flows have landed
+    # 2048 I/Os per card, 64 waves of 16 KiB: latency-bound, each flow alone on its own links
+    latency = topo.path_latency_s(paths[0]) + 5e-6
+    assert t == pytest.approx(64 * latency, rel=1e-9)
+    assert transfers.uncontended_s(paths, 32 * MIB, io) == pytest.approx(t, rel=1e-9)
