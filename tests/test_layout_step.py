@@ -169,3 +169,37 @@ def test_an_instance_spanning_nodes_gets_their_cards_and_runs():
 
     placement = _placements(run.sizing)[0]
     assert placement.gpus[0] == "node0/gpu0" and placement.gpus[8] == "node1/gpu0" and len(placement.gpus) == 16
+
+
+BEST = """
+name: best
+duration: 10 s
+warmup: 2 s
+model: qwen3-235b-a22b
+dtype: fp8
+workload:
+  arrival: {kind: closed_loop, clients: 16}
+  input_tokens: {kind: fixed, value: 1000}
+  output_tokens: {kind: fixed, value: 50}
+systems:
+  best: {node: l20-8x, instance: {layout: best}}
+"""
+
+
+def test_best_layout_runs_every_candidate_and_keeps_the_highest_goodput():
+    result = kvsim.run(kvsim.parse_scenario(BEST, "s.yaml"))
+    run = result.runs[0]
+    search = run.summary["layout_search"]
+    # the pool's 8 L20 cards hold the 235 GB of fp8 weights only as one 8-card instance
+    assert set(search["scores"]) >= {"tp8", "tp4 pp2", "tp8 ep8 dpa8", "tp1 pp8"}
+    assert search["chosen"] == max(search["scores"], key=search["scores"].get)
+    assert run.sizing.pools[0].layout.label() == search["chosen"]
+    # the chosen layout's pilot is the full run here (duration below the pilot length)
+    assert run.summary["requests_per_s"] == pytest.approx(search["scores"][search["chosen"]])
+
+
+def test_best_layout_with_layout_fields_is_refused():
+    text = BEST.replace("{layout: best}", "{layout: best, tp: 8}")
+    with pytest.raises(kvsim.SpecError) as info:
+        kvsim.run(kvsim.parse_scenario(text, "s.yaml"))
+    assert "not both" in str(info.value) and "s.yaml:" in str(info.value)
