@@ -3,29 +3,39 @@
 For a system whose (one, colocated) pool asks for ``layout: best``, the candidates are the
 layouts of :func:`kvsim.models.parallel.candidate_layouts` whose instance fits the pool's
 nodes (a divisor of one node's cards, or whole nodes) and that size (weights and the longest
-request fit). Each candidate runs a *pilot*: the same system on the point's workload for
-``min(duration, PILOT_DURATION_S)`` of simulated time (warm-up scaled in proportion), and the
-candidate with the highest goodput (requests/s meeting every SLO; requests/s when the scenario
-sets no SLO) wins; ties go to the smaller instance, then to the candidates' order. The pilots
-are ordinary runs of the simulator, so every cost the full run pays (cache hits, transfers,
-queueing) informs the choice; they cost about ``candidates x PILOT_DURATION_S / duration`` of
-the full run.
+request fit). The search is two rounds of ordinary simulator runs, so every cost the full run
+pays (cache hits, transfers, queueing) informs the choice:
+
+1. a *pilot* of each candidate: the same system on the point's workload for
+   ``min(duration, PILOT_DURATION_S)`` of simulated time (warm-up scaled in proportion);
+2. the :data:`FINALISTS` best pilots run at full length; the best of them is the result (its
+   full run is the system's run at that point, not repeated).
+
+"Best" is the highest goodput (requests/s meeting every SLO; requests/s when the scenario sets
+none), then the lower mean end-to-end latency (a short pilot completes few requests, so equal
+counts are common), then the smaller instance, then the candidates' order. The search costs
+about ``candidates x PILOT_DURATION_S / duration + FINALISTS`` full runs per system and point.
 
 The chosen layout is written into the spec at that sweep point (``layout: given`` with its
-``tp``, ``pp``, ``ep``, ``dp_attention``), and the pilot scores are kept in the run's summary
+``tp``, ``pp``, ``ep``, ``dp_attention``), and the scores are kept in the run's summary
 (``layout_search``).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar
 
 from kvsim.models.parallel import Layout, candidate_layouts
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 
-__all__ = ["PILOT_DURATION_S", "searches_layout", "with_layout", "candidates", "choose_layout"]
+__all__ = ["PILOT_DURATION_S", "FINALISTS", "searches_layout", "with_layout", "candidates", "choose_layout"]
+
+T = TypeVar("T")
+
+FINALISTS = 3
+"""Candidates whose pilots rank highest and that are then run at full length."""
 
 PILOT_DURATION_S = 30.0
 """Simulated seconds of one pilot run (assumption: long enough for the batch to fill at the
@@ -93,36 +103,47 @@ def candidates(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> list[tuple[
     return found
 
 
-def _score(summary: dict, spec: ScenarioSpec) -> float:
+def _key(summary: dict, spec: ScenarioSpec) -> tuple[float, float]:
+    """Goodput (requests/s meeting every SLO; requests/s without SLOs), then lower mean latency:
+    completions in a short window are few, so equal counts are common."""
     slo = spec.slo
-    if slo.ttft_p99 is None and slo.tpot_p99 is None and slo.e2e_p99 is None:
-        return float(summary["requests_per_s"])
-    return float(summary["goodput_requests_per_s"])
+    rate = summary["requests_per_s"] if slo.ttft_p99 is None and slo.tpot_p99 is None and slo.e2e_p99 is None \
+        else summary["goodput_requests_per_s"]
+    e2e = summary["e2e_s"]["mean"]
+    return float(rate), -(e2e if e2e is not None else float("inf"))
 
 
 def choose_layout(spec: ScenarioSpec, name: str, catalogs: Catalogs,
-                  pilot: Callable[[ScenarioSpec, SystemSizing], dict]) -> tuple[Layout, dict[str, float]]:
-    """Run a pilot of every candidate layout of system ``name`` and return the best, with every
-    candidate's score (by label).
+                  simulate: Callable[[ScenarioSpec, SystemSizing], T]) -> tuple[Layout, T, dict[str, dict]]:
+    """Pilot every candidate layout of system ``name``, run the :data:`FINALISTS` best at full
+    length, and return the winner, its full run and every score.
 
     Parameters
     ----------
     spec : ScenarioSpec
         The scenario at one sweep point.
-    pilot : callable
-        ``pilot(pilot_spec, sizing) -> summary``: simulate the system of ``sizing`` at
-        ``pilot_spec`` (the point, shortened) and return its summary.
+    simulate : callable
+        ``simulate(spec, sizing) -> run`` (a run has a ``summary``): simulate the system of
+        ``sizing`` at ``spec``.
+
+    Returns
+    -------
+    layout, run, scores
+        ``scores`` maps ``pilot`` and ``final`` to {layout label: goodput}.
     """
     duration = min(spec.duration, PILOT_DURATION_S)
     short = spec.model_copy(update={"duration": duration, "warmup": spec.warmup * duration / spec.duration})
-    scores: dict[str, float] = {}
-    best: tuple[float, int, int] | None = None
-    chosen = None
+    pilots = []
     for order, (layout, _) in enumerate(candidates(spec, name, catalogs)):
         resolved = with_layout(short, name, layout)
-        score = _score(pilot(resolved, size_system(resolved, name, catalogs)), spec)
-        scores[layout.label()] = score
-        key = (score, -layout.cards, -order)
-        if best is None or key > best:
-            best, chosen = key, layout
-    return chosen, scores
+        summary = simulate(resolved, size_system(resolved, name, catalogs)).summary
+        pilots.append((_key(summary, spec), -layout.cards, -order, layout))
+    pilots.sort(reverse=True)
+    finals = []
+    for key, cards, order, layout in pilots[:FINALISTS]:
+        resolved = with_layout(spec, name, layout)
+        run = simulate(resolved, size_system(resolved, name, catalogs))
+        finals.append((_key(run.summary, spec), cards, order, layout, run))
+    best = max(finals, key=lambda f: f[:3])
+    scores = {"pilot": {p[3].label(): p[0][0] for p in pilots}, "final": {f[3].label(): f[0][0] for f in finals}}
+    return best[3], best[4], scores

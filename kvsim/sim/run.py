@@ -19,7 +19,7 @@ from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim import frontend
 from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
-from kvsim.sim.layout_search import candidates, choose_layout, searches_layout, with_layout
+from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
@@ -109,21 +109,20 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
 
 def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, requests: RequestArrays | None,
                      streams: RandomStreams, tracker: _Progress) -> SystemRun:
-    """Pilot every layout of system ``name`` (see :mod:`kvsim.sim.layout_search`), then run the best."""
-    pilot_requests: dict[float, RequestArrays | None] = {}
+    """Search the layouts of system ``name`` (see :mod:`kvsim.sim.layout_search`) and return the
+    winner's full run."""
+    arrivals: dict[float, RequestArrays | None] = {point.spec.duration: requests}
 
-    def pilot(spec: ScenarioSpec, sizing: SystemSizing) -> dict:
-        if requests is not None and spec.duration not in pilot_requests:
-            pilot_requests[spec.duration] = open_loop_requests(spec.workload, spec.duration, streams,
-                                                               base_dir=scenario.base_dir)
-        short = ScenarioPoint(point.index, point.params, spec)
-        return simulate_system(short, name, sizing, pilot_requests.get(spec.duration), streams).summary
+    def simulate(spec: ScenarioSpec, sizing: SystemSizing) -> SystemRun:
+        if requests is not None and spec.duration not in arrivals:
+            arrivals[spec.duration] = open_loop_requests(spec.workload, spec.duration, streams,
+                                                         base_dir=scenario.base_dir)
+        return simulate_system(ScenarioPoint(point.index, point.params, spec), name, sizing,
+                               arrivals.get(spec.duration), streams)
 
-    layout, scores = choose_layout(point.spec, name, scenario.catalogs, pilot)
-    resolved = ScenarioPoint(point.index, point.params, with_layout(point.spec, name, layout))
-    run = simulate_system(resolved, name, size_system(resolved.spec, name, scenario.catalogs), requests, streams,
-                          tracker)
-    run.summary["layout_search"] = {"chosen": layout.label(), "scores": scores}
+    layout, run, scores = choose_layout(point.spec, name, scenario.catalogs, simulate)
+    tracker.advance(point.spec.duration)
+    run.summary["layout_search"] = {"chosen": layout.label(), **scores}
     return run
 
 
