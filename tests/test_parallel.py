@@ -9,16 +9,10 @@ from kvsim.models import model_catalog
 from kvsim.models.parallel import (
     GroupLinks, Layout, alltoall_bytes_per_card, alltoall_ranks_per_token, alltoall_s, bubble_fraction,
     candidate_layouts, expert_imbalance, kv_bytes_per_token_per_card, layout_problems, p2p_send_s,
-    pipeline_time_s, ring_allreduce_s, stage_layers, stage_send_bytes_per_card, weight_bytes_per_card,
+    pipeline_time_s, stage_layers, stage_send_bytes_per_card, weight_bytes_per_card,
 )
 
 MODELS = model_catalog()
-
-
-def test_ring_allreduce_by_hand():
-    # 4 cards, 1 MB each, 100 GB/s, 10 us: 2 * 3/4 * 1e6 / 1e11 = 15 us, plus 10 us
-    assert ring_allreduce_s(1e6, 4, 100e9, 10e-6) == pytest.approx(25e-6)
-    assert ring_allreduce_s(1e6, 1, 100e9, 10e-6) == 0.0
 
 
 def test_alltoall_ranks_per_token_by_hand_and_by_sampling():

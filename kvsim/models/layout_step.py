@@ -9,7 +9,8 @@ Engine semantics (how the scheduler's batch of ``T`` tokens runs):
   stage. The slowest stage (most layers, and it is charged the lm_head too: an upper bound)
   sets the pace. The iteration takes :func:`~kvsim.models.parallel.pipeline_time_s` of that
   stage time (``continuous``: ``m`` stage times, vLLM's virtual engines in steady state;
-  ``flush``: ``m + pp - 1``), plus the fixed iteration overhead once.
+  ``flush``: ``m + pp - 1``), plus the engine's per-step overhead once
+  (:class:`~kvsim.models.engine.EngineSpec`, as the plain roofline).
 - Each micro-batch re-reads its stage's weights: pipelining cuts the bytes each card streams
   per pass by ``pp`` but not the number of passes, which is why PP helps capacity more than
   decode speed.
@@ -35,9 +36,10 @@ from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models.llm import ModelSpec
 from kvsim.models.parallel import (
     Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s, expert_imbalance,
-    kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, ring_allreduce_s, stage_layers,
-    stage_send_bytes_per_card,
+    kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
 )
+from kvsim.models.collectives import allreduce_s
+from kvsim.models.engine import EngineSpec
 from kvsim.models.step_time import ACTIVATION_DTYPE, BatchShape, StepBreakdown
 
 __all__ = ["LayoutStepTime"]
@@ -59,19 +61,25 @@ class LayoutStepTime:
         ``continuous`` or ``flush`` (see :func:`~kvsim.models.parallel.pipeline_time_s`).
     expert_skew : float
         Zipf exponent of expert popularity (:func:`~kvsim.models.parallel.expert_imbalance`).
+    engine : EngineSpec, optional
+        The engine's per-step overhead.
     """
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, layout: Layout, links: LayoutLinks,
                  dtype: str, kv_dtype: str, micro_batches: int | None = None,
-                 schedule: PipelineSchedule = "continuous", expert_skew: float = 0.0):
+                 schedule: PipelineSchedule = "continuous", expert_skew: float = 0.0,
+                 engine: EngineSpec | None = None):
         self.model, self.accelerator, self.layout, self.links = model, accelerator, layout, links
         self.dtype, self.kv_dtype = dtype, kv_dtype
         self.micro_batches = micro_batches or layout.pp
         self.schedule = schedule
+        self.engine = engine if engine is not None else EngineSpec()
         eff = accelerator.efficiency
         self._flops_per_s = layout.tp * accelerator.peak_flops(dtype) * eff.compute  # one stage
-        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory
-        self._overhead_s = eff.iteration_overhead_s
+        self._half_tokens = eff.compute_half_tokens
+        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # weights
+        kv_eff = eff.kv_memory if eff.kv_memory is not None else eff.memory
+        self._kv_bytes_per_s = accelerator.memory_bandwidth * kv_eff  # paged KV
         L = model.num_layers
         self._layers = max(stage_layers(L, layout.pp))
         self._share = self._layers / L
@@ -106,12 +114,12 @@ class LayoutStepTime:
         lay, links, h, act = self.layout, self.links, self.model.hidden_size, self._act
         rank_tokens = tokens / lay.dp_attention
         att = links.attention
-        attention_ar = ring_allreduce_s(rank_tokens * h * act, att.cards, att.ring_Bps, att.latency_s)
+        attention_ar = allreduce_s(rank_tokens * h * act, att.cards, att.latency_s, att.ring_Bps)
         total = self._layers * attention_ar + self._dense_layers * attention_ar
         if self._moe_layers:
             stage = links.stage
             if lay.ep == 1:
-                per_layer = ring_allreduce_s(tokens * h * act, stage.cards, stage.ring_Bps, stage.latency_s)
+                per_layer = allreduce_s(tokens * h * act, stage.cards, stage.latency_s, stage.ring_Bps)
             else:
                 moe = self.model.moe
                 nbytes = alltoall_bytes_per_card(tokens / lay.tp, h, act, moe.num_experts, moe.experts_per_token,
@@ -130,14 +138,19 @@ class LayoutStepTime:
                  + model.attention_flops_per_pair(True) * batch.decode_context_tokens) * self._share / m \
             + model.lm_head_flops * batch.sampled_seqs / m
         kv_tokens = (batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens) / m
-        nbytes = self._fixed_bytes + kv_tokens / lay.dp_attention * self._kv_on_card
+        weights = self._fixed_bytes
         if model.moe is not None:
-            nbytes += self._moe_layers * self._touched_experts(tokens) * self._expert_bytes
+            weights += self._moe_layers * self._touched_experts(tokens) * self._expert_bytes
+        kv = kv_tokens / lay.dp_attention * self._kv_on_card
         send = 0.0
         if lay.pp > 1:
             send = p2p_send_s(stage_send_bytes_per_card(tokens, model.hidden_size, self._act, lay.tp),
                               self.links.send_Bps, self.links.send_latency_s)
-        return StepBreakdown(compute_s=flops / self._flops_per_s, memory_s=nbytes / self._bytes_per_s,
+        # small GEMMs reach less of the peak: the micro-batch's tokens set the size (see step_time)
+        flops_per_s = self._flops_per_s * tokens / (tokens + self._half_tokens) if self._half_tokens \
+            else self._flops_per_s
+        return StepBreakdown(compute_s=flops / flops_per_s,
+                             memory_s=weights / self._bytes_per_s + kv / self._kv_bytes_per_s,
                              comm_s=self._comm_s(tokens) + send, overhead_s=0.0)
 
     def breakdown(self, batch: BatchShape) -> StepBreakdown:
@@ -145,7 +158,8 @@ class LayoutStepTime:
         stage = self.stage_breakdown(batch)
         factor = pipeline_time_s(1.0, self.layout.pp, self.micro_batches, self.schedule)
         return StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,
-                             comm_s=stage.comm_s * factor, overhead_s=self._overhead_s)
+                             comm_s=stage.comm_s * factor,
+                             overhead_s=self.engine.step_overhead_s(batch.sequences, batch.tokens))
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""

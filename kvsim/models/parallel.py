@@ -16,9 +16,9 @@ The cost terms below take link figures as plain numbers (:class:`GroupLinks`); w
 collective crosses (scale-up, PCIe, RDMA NICs) is worked out from the hardware by the sizing
 code, so this module knows nothing of the topology.
 
-Closed forms (per card, bytes ``b`` of the payload, ``n`` cards, bandwidth ``B``):
+Closed forms (per card; all-reduces are :func:`kvsim.models.collectives.allreduce_s`, the
+cheaper of recursive doubling and a ring, with the group's per-hop latency and bandwidth):
 
-- ring all-reduce: ``2 (n-1)/n * b / B + latency``
 - all-to-all dispatch (or combine) of ``t`` tokens per card, hidden ``h``, activation bytes
   ``a``: each token goes once to every *other* rank holding at least one of its ``k`` experts;
   with experts spread evenly and routed uniformly that is ``(ep-1) * (1 - C(E-E/ep, k)/C(E, k))``
@@ -43,7 +43,7 @@ from kvsim.models.llm import ModelSpec
 
 __all__ = [
     "Layout", "GroupLinks", "LayoutLinks", "PipelineSchedule", "layout_problems", "stage_layers",
-    "ring_allreduce_s", "alltoall_ranks_per_token", "alltoall_bytes_per_card", "alltoall_s",
+    "alltoall_ranks_per_token", "alltoall_bytes_per_card", "alltoall_s",
     "expert_imbalance", "stage_send_bytes_per_card", "p2p_send_s", "pipeline_time_s",
     "bubble_fraction", "weight_bytes_per_card", "kv_bytes_per_token_per_card", "candidate_layouts",
     "RDMA_EFFICIENCY",
@@ -185,6 +185,7 @@ class GroupLinks:
 
     @property
     def latency_s(self) -> float:
+        """Per-hop latency of a ring or recursive doubling: the slowest hop's."""
         return self.local_latency_s if self.domains == 1 else max(self.local_latency_s, self.remote_latency_s)
 
 
@@ -200,13 +201,6 @@ class LayoutLinks:
 
 
 # ---------------------------------------------------------------------------- collectives
-
-
-def ring_allreduce_s(nbytes: float, cards: int, bandwidth_Bps: float, latency_s: float) -> float:
-    """Time of a ring all-reduce of ``nbytes`` (each card's buffer) over ``cards`` cards."""
-    if cards <= 1:
-        return 0.0
-    return 2.0 * (cards - 1) / cards * nbytes / bandwidth_Bps + latency_s
 
 
 def alltoall_ranks_per_token(num_experts: int, experts_per_token: int, ep: int) -> float:

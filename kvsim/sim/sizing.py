@@ -13,6 +13,8 @@ from kvsim.models import ModelSpec
 from kvsim.models.layout_step import LayoutStepTime
 from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
 from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
+from kvsim.models.engine import EngineSpec
+from kvsim.models.memory import activation_reserve_bytes
 from kvsim.models.step_time import RooflineStepTime
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
@@ -57,6 +59,7 @@ class PoolSizing:
     kv_budget_bytes_per_card: float
     kv_bytes_per_token_per_card: float
     kv_blocks_per_instance: int
+    engine: EngineSpec
     layout: Layout = Layout()
     links: LayoutLinks | None = None
 
@@ -85,10 +88,10 @@ class PoolSizing:
         """The instance's step-time model: the plain roofline for tensor parallelism inside one
         node, the layout model (pipeline, experts, data-parallel attention, links) otherwise."""
         if self.links is None:
-            return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype)
+            return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine)
         inst = self.spec.instance
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
-                              inst.micro_batches, inst.pp_schedule, inst.expert_skew)
+                              inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine)
 
     def _layout_text(self) -> str:
         return f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
@@ -210,14 +213,17 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
                           f"{instances * layout.cards} cards; {pool.nodes} x {node.name} has {pool_cards}")
     weights_per_card = weight_bytes_per_card(model, layout, dtype)
     usable = accelerator.memory_bytes * inst.memory_utilization
-    kv_budget = usable - weights_per_card - inst.activation_reserve
+    reserve = inst.activation_reserve
+    if reserve is None:
+        reserve = activation_reserve_bytes(model, inst.max_batched_tokens, inst.max_num_seqs, inst.runtime_reserve)
+    kv_budget = usable - weights_per_card - reserve
     role = "" if pool.role == "mixed" else f" for the {pool.role} role"
     if kv_budget <= 0:
         fits = "do not fit" if weights_per_card > usable else "leave no room for the KV cache"
         raise SizingError(path + ("node",), (
             f"{model.name} weights in {dtype} ({format_quantity(model.weight_bytes(dtype), 'bytes')}) "
             f"{fits}{role}: {format_quantity(weights_per_card, 'bytes')} per card at {layout.label()}, plus "
-            f"{format_quantity(inst.activation_reserve, 'bytes')} activation reserve, against "
+            f"{format_quantity(reserve, 'bytes')} activation reserve, against "
             f"{format_quantity(usable, 'bytes')} usable on one {accelerator.name} "
             f"({inst.memory_utilization:g} of {format_quantity(accelerator.memory_bytes, 'bytes')}); "
             "raise instance.tp (or pp), use a smaller dtype, or a card with more memory"))
@@ -248,7 +254,7 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         name=pool_name, spec=pool, node=node, accelerator=accelerator, model=model, dtype=dtype,
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
-        kv_blocks_per_instance=blocks, layout=layout, links=links,
+        kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
     )
 
 
