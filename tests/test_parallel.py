@@ -86,7 +86,7 @@ def test_stage_layers_even_and_uneven():
 def test_weights_per_card_under_pp_by_hand():
     # Qwen3-8B in bf16, tp 2 x pp 2: 18 of 36 layers per stage, embedding + lm_head + final norm
     # on the busiest card (upper bound), all split over the 2 cards of a stage
-    L, h, nh, nkv, hd, ffn, vocab = 36, 4096, 32, 8, 128, 12288, 151_936
+    h, nh, nkv, hd, ffn, vocab = 4096, 32, 8, 128, 12288, 151_936  # 36 layers, 18 per stage
     layer = 2 * h * nh * hd + 2 * h * nkv * hd + 2 * hd + 3 * h * ffn + 2 * h
     expected = (18 * layer + 2 * vocab * h + h) / 2 * 2
     assert weight_bytes_per_card(MODELS["qwen3-8b"], Layout(tp=2, pp=2), "bf16") == pytest.approx(expected)
