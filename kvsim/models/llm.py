@@ -95,6 +95,11 @@ class ModelSpec(FrozenSpec):
         params = h * nh * hd + 2 * h * self.num_kv_heads * hd + nh * hd * h
         return params + (2 * hd if self.qk_norm else 0)
 
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Parameters of one layer's attention block (projections, q/k norms; no layer norms)."""
+        return self._attention_params()
+
     def _dense_mlp_params(self) -> int:
         return 3 * self.hidden_size * self.intermediate_size
 

@@ -17,6 +17,11 @@ from kvsim.sim.result import RunResult
 __all__ = ["gap_frame", "gap_markdown", "gap_figure"]
 
 
+def _layout(run) -> str:
+    """The run's instance layout (``tp8``, ``tp4 pp2``...), pool by pool."""
+    return " + ".join(p.layout.label() for p in run.sizing.pools)
+
+
 def _cell(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     cache = summary.get("cache") or {}
     rates = cache.get("hit_rate") or {}
@@ -46,6 +51,7 @@ def gap_frame(result: RunResult) -> pd.DataFrame:
         for label, (high, low) in study.configs.items():
             h = _cell(result.run(high, point).summary, study.metric)
             lo = _cell(result.run(low, point).summary, study.metric)
+            h["layout"], lo["layout"] = _layout(result.run(high, point)), _layout(result.run(low, point))
             gap = h[study.metric] / lo[study.metric] if lo[study.metric] else float("inf")
             gaps[label] = gap
             row: dict[str, Any] = {"point": point, **result.run(high, point).params, "option": label}
@@ -70,12 +76,12 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     frame = gap_frame(result) if frame is None else frame
     metric = study.metric
     h, lo = study.high, study.low
-    columns = ["option", f"{h}_{metric}", f"{lo}_{metric}", "gap", "narrowed_pct",
+    columns = ["option", f"{h}_layout", f"{lo}_layout", f"{h}_{metric}", f"{lo}_{metric}", "gap", "narrowed_pct",
                f"{h}_ttft_p50_s", f"{h}_ttft_p99_s", f"{lo}_ttft_p50_s", f"{lo}_ttft_p99_s",
                f"{h}_hit_rate_hbm", f"{h}_hit_rate_lower", f"{lo}_hit_rate_hbm", f"{lo}_hit_rate_lower",
                f"{h}_remote_read_GBps", f"{lo}_remote_read_GBps", f"{h}_busiest_link", f"{lo}_busiest_link",
                f"{h}_bound", f"{lo}_bound"]
-    header = ["option", f"{h} {metric}", f"{lo} {metric}", "gap (x)", "narrowed (%)",
+    header = ["option", f"{h} layout", f"{lo} layout", f"{h} {metric}", f"{lo} {metric}", "gap (x)", "narrowed (%)",
               f"{h} TTFT p50 (s)", f"{h} TTFT p99 (s)", f"{lo} TTFT p50 (s)", f"{lo} TTFT p99 (s)",
               f"{h} hit HBM", f"{h} hit below HBM", f"{lo} hit HBM", f"{lo} hit below HBM",
               f"{h} pool read (GB/s)", f"{lo} pool read (GB/s)", f"{h} busiest link", f"{lo} busiest link",
@@ -85,7 +91,9 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
              f"'{next(iter(study.configs))}' gap's excess over 1 that the option removes. Hit rates are "
              "shares of the prompt KV needed at admission served from HBM and from the tiers below; "
              "pool read counts bytes delivered to the cards (each card loads its copy of replicated "
-             "KV heads); link utilisation is the time-weighted mean over the window.", ""]
+             "KV heads); link utilisation is the time-weighted mean over the window. Layout: each "
+             "server's instance layout (tp x pp, ep, data-parallel attention ranks; kvsim.models.parallel), "
+             "the best of its pilots where the system asks for layout: best.", ""]
     params = list(result.runs[0].params) if result.runs else []
     for point, rows in frame.groupby("point", sort=True):
         label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)

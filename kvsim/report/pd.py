@@ -62,7 +62,7 @@ def _ratio(run: SystemRun) -> str:
     cards = {"prefill": 0, "decode": 0}
     for pool in run.sizing.pools:
         for role in pool.initial_roles:
-            cards[role] += pool.tp
+            cards[role] += pool.layout.cards
     return f"{cards['prefill']}:{cards['decode']}"
 
 

@@ -95,8 +95,8 @@ def hardware_label(sizing) -> str:
     """``8x h20, 8 inst tp1``; a disaggregated system lists its pools with their roles."""
     if len(sizing.pools) == 1 and not sizing.disaggregated:
         p = sizing.pools[0]
-        return f"{p.cards}x {p.accelerator.name}, {p.instances} inst tp{p.tp}"
-    return " + ".join(f"{p.role[0].upper()}: {p.cards}x {p.accelerator.name} ({p.instances} tp{p.tp})"
+        return f"{p.cards}x {p.accelerator.name}, {p.instances} inst {p.layout.label()}"
+    return " + ".join(f"{p.role[0].upper()}: {p.cards}x {p.accelerator.name} ({p.instances} {p.layout.label()})"
                       for p in sizing.pools)
 
 

@@ -25,12 +25,39 @@ ROLES: tuple[str, ...] = ("mixed", "prefill", "decode")
 
 
 class InstanceSpec(FrozenSpec):
-    """One inference engine instance: a TP group of cards and its batching limits.
+    """One inference engine instance: its parallel layout and its batching limits.
+
+    An instance is ``tp x pp`` cards (see :mod:`kvsim.models.parallel`); it may span several
+    nodes of its pool (a whole number of them), or a divisor of one node's cards.
 
     Attributes
     ----------
     tp : int
-        Tensor-parallel degree: cards per instance (within one node).
+        Cards per pipeline stage: the tensor-parallel degree (of attention, ``tp / dp_attention``
+        with data-parallel attention; of the experts when ``ep`` is 1). Default 1.
+    pp : int
+        Pipeline stages (layers split as evenly as possible, vLLM's default partition). Default 1.
+    ep : int
+        Expert parallelism for MoE models: 1 (experts tensor-parallel) or ``tp`` (whole experts
+        spread over every card of a stage, tokens moved by all-to-all dispatch and combine).
+    dp_attention : int
+        Data-parallel attention ranks per stage (divides ``tp``; MoE models): each runs attention
+        on its own share of the sequences over ``tp / dp_attention`` cards and holds only their
+        KV; the ranks share the MoE layers (SGLang ``--enable-dp-attention``, vLLM
+        ``--data-parallel-size`` with expert parallelism). Default 1.
+    micro_batches : int or None
+        Micro-batches one iteration is cut into for the pipeline (default ``pp``, vLLM's number
+        of virtual engines).
+    pp_schedule : str
+        ``continuous`` (default): ``pp`` batches in flight as vLLM's virtual engines keep them,
+        no bubble in steady state; ``flush``: each iteration fills and drains the pipe (GPipe),
+        paying ``(pp - 1)`` extra stage times.
+    expert_skew : float
+        Zipf exponent of expert popularity (0: uniform routing, the default); sets the busiest
+        expert rank's load over the mean (:func:`kvsim.models.parallel.expert_imbalance`).
+    layout : str
+        ``given`` (default): the fields above; ``best``: try every valid layout of the pool's
+        nodes and keep the one with the highest goodput (:mod:`kvsim.sim.layout_search`).
     max_num_seqs : int
         Cap on concurrently running sequences (vLLM ``max_num_seqs``, default 256).
     max_batched_tokens : int
@@ -51,6 +78,13 @@ class InstanceSpec(FrozenSpec):
     """
 
     tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    dp_attention: int = Field(default=1, ge=1)
+    micro_batches: int | None = Field(default=None, ge=1)
+    pp_schedule: Literal["continuous", "flush"] = "continuous"
+    expert_skew: float = Field(default=0.0, ge=0.0, le=4.0)
+    layout: Literal["given", "best"] = "given"
     max_num_seqs: int = Field(default=256, ge=1)
     max_batched_tokens: int = Field(default=2048, ge=1)
     block_size_tokens: int = Field(default=16, ge=1)
@@ -61,7 +95,7 @@ class InstanceSpec(FrozenSpec):
 
 class PoolSpec(FrozenSpec):
     """A pool of identical instances: ``nodes`` servers of catalog type ``node``, cut into
-    instances of ``instance.tp`` cards, each starting in ``role``.
+    instances of ``instance.tp x instance.pp`` cards, each starting in ``role``.
 
     ``instances`` defaults to every card in use. ``roles`` splits one pool between prefill
     and decode instead (``{prefill: 2, decode: 6}``: the first two instances start as prefill),

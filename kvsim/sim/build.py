@@ -173,17 +173,18 @@ def node_names(sizing: SystemSizing) -> list[tuple[PoolSizing, str]]:
 
 
 def _placements(sizing: SystemSizing) -> list[Placement]:
-    """Instances fill their pool's nodes in order, ``tp`` consecutive cards each."""
+    """Instances fill their pool's nodes in order, ``tp x pp`` consecutive cards each (stage by
+    stage); an instance larger than a node takes whole nodes, and its ``node`` is the first."""
     names = node_names(sizing)
     out = []
     for pool in sizing.pools:
         nodes = [name for p, name in names if p is pool]
         per_node = pool.node.accelerators_per_node
+        cards = pool.layout.cards
         for i, role in enumerate(pool.initial_roles):
-            first = i * pool.tp
-            node = nodes[first // per_node]
-            gpus = tuple(f"{node}/gpu{(first % per_node) + c}" for c in range(pool.tp))
-            out.append(Placement(pool, node, gpus, role))
+            first = i * cards
+            gpus = tuple(f"{nodes[(first + c) // per_node]}/gpu{(first + c) % per_node}" for c in range(cards))
+            out.append(Placement(pool, nodes[first // per_node], gpus, role))
     return out
 
 
@@ -305,7 +306,7 @@ def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> Cach
         page_tokens=pool.spec.instance.block_size_tokens,
         block_bytes=block_tokens * sizing.model.kv_bytes_per_token_total(sizing.kv_dtype),
         block_bytes_per_card=block_tokens * pool.kv_bytes_per_token_per_card,
-        tp=pool.tp,
+        tp=pool.layout.cards,  # the cards a block's KV is spread over: one flow each
         num_layers=sizing.model.num_layers,
     )
 

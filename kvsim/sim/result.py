@@ -51,6 +51,8 @@ class SystemRun:
                 "weight_bytes_per_card": p.weight_bytes_per_card,
                 "kv_capacity_bytes_per_card": p.kv_budget_bytes_per_card,
                 "kv_capacity_tokens_per_instance": p.kv_tokens_per_instance,
+                **({} if p.layout.plain_tp else {"layout": p.layout.label(), "pp": p.layout.pp, "ep": p.layout.ep,
+                                                  "dp_attention": p.layout.dp_attention})
             }
             for p in s.pools
         }

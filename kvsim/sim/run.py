@@ -19,6 +19,7 @@ from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim import frontend
 from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
+from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
@@ -35,6 +36,9 @@ def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
     for point in scenario.points:
         for name in point.spec.systems:
             try:
+                if searches_layout(point.spec, name):
+                    candidates(point.spec, name, scenario.catalogs)  # sized when the layout is chosen
+                    continue
                 sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
             except SizingError as exc:
                 message = exc.message
@@ -93,11 +97,33 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
             for name in point.spec.systems:
                 if bar is not None:
                     bar.set_postfix_str(f"{name} {_label(point)}".strip())
+                if (point.index, name) not in sizings:  # layout: best
+                    runs.append(_run_best_layout(scenario, point, name, requests, streams, tracker))
+                    continue
                 runs.append(simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker))
     finally:
         if bar is not None:
             bar.close()
     return RunResult(scenario=scenario, seed=root_seed, runs=runs)
+
+
+def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, requests: RequestArrays | None,
+                     streams: RandomStreams, tracker: _Progress) -> SystemRun:
+    """Search the layouts of system ``name`` (see :mod:`kvsim.sim.layout_search`) and return the
+    winner's full run."""
+    arrivals: dict[float, RequestArrays | None] = {point.spec.duration: requests}
+
+    def simulate(spec: ScenarioSpec, sizing: SystemSizing) -> SystemRun:
+        if requests is not None and spec.duration not in arrivals:
+            arrivals[spec.duration] = open_loop_requests(spec.workload, spec.duration, streams,
+                                                         base_dir=scenario.base_dir)
+        return simulate_system(ScenarioPoint(point.index, point.params, spec), name, sizing,
+                               arrivals.get(spec.duration), streams)
+
+    layout, run, scores = choose_layout(point.spec, name, scenario.catalogs, simulate)
+    tracker.advance(point.spec.duration)
+    run.summary["layout_search"] = {"chosen": layout.label(), **scores}
+    return run
 
 
 def _label(point: ScenarioPoint) -> str:

@@ -10,16 +10,20 @@ from dataclasses import dataclass
 
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
+from kvsim.models.layout_step import LayoutStepTime
+from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
+from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.engine import EngineSpec
 from kvsim.models.memory import activation_reserve_bytes
 from kvsim.models.step_time import RooflineStepTime
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
 from kvsim.serving.specs import PoolSpec
+from kvsim.sim.layout_links import layout_links
 from kvsim.units import format_quantity
 from kvsim.yaml_io import Path, dotted_path
 
-__all__ = ["SizingError", "PoolSizing", "SystemSizing", "size_system"]
+__all__ = ["SizingError", "PoolSizing", "SystemSizing", "size_system", "pool_layout"]
 
 
 class SizingError(Exception):
@@ -35,7 +39,12 @@ class SizingError(Exception):
 class PoolSizing:
     """One pool of a system, sized: instances, weights and KV capacity.
 
-    Byte figures are per card; token figures per instance.
+    Byte figures are per card; token figures per instance. ``kv_bytes_per_token_per_card`` is
+    what a transfer moves per card of the instance for one token (a token's KV spread over all
+    its cards); with data-parallel attention or pipeline stages a card holding the token holds
+    more (:func:`kvsim.models.parallel.kv_bytes_per_token_per_card`). ``links`` are the link
+    figures of the layout's collectives (None: tensor parallelism inside one node, costed on
+    the card's peer link as always).
     """
 
     name: str
@@ -51,6 +60,8 @@ class PoolSizing:
     kv_bytes_per_token_per_card: float
     kv_blocks_per_instance: int
     engine: EngineSpec
+    layout: Layout = Layout()
+    links: LayoutLinks | None = None
 
     @property
     def role(self) -> str:
@@ -67,19 +78,28 @@ class PoolSizing:
 
     @property
     def cards(self) -> int:
-        return self.instances * self.tp
+        return self.instances * self.layout.cards
 
     @property
     def kv_tokens_per_instance(self) -> int:
         return self.kv_blocks_per_instance * self.spec.instance.block_size_tokens
 
-    def step_model(self) -> RooflineStepTime:
-        return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine)
+    def step_model(self) -> RooflineStepTime | LayoutStepTime:
+        """The instance's step-time model: the plain roofline for tensor parallelism inside one
+        node, the layout model (pipeline, experts, data-parallel attention, links) otherwise."""
+        if self.links is None:
+            return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine)
+        inst = self.spec.instance
+        return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
+                              inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine)
+
+    def _layout_text(self) -> str:
+        return f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
 
     def describe(self) -> str:
         """One line: hardware, layout and KV capacity."""
         return (f"{self.spec.nodes} x {self.node.name} = {self.cards} x {self.accelerator.name} as "
-                f"{self.instances} {self.role} instance(s) of tp={self.tp}: "
+                f"{self.instances} {self.role} instance(s) of {self._layout_text()}: "
                 f"{format_quantity(self.weight_bytes_per_card, 'bytes')} weights/card, KV pool "
                 f"{format_quantity(self.kv_budget_bytes_per_card, 'bytes')}/card = "
                 f"{self.kv_tokens_per_instance:,} tokens/instance")
@@ -158,23 +178,40 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     node = catalogs.nodes[pool.node]
     accelerator = catalogs.accelerators[node.accelerator]
     inst = pool.instance
-    tp = inst.tp
-    if node.accelerators_per_node % tp != 0:
-        raise SizingError(path + ("instance", "tp"), f"tp={tp} must divide the {node.accelerators_per_node} "
-                          f"cards of node {node.name} (an instance stays inside one node)")
-    heads = (model.num_attention_heads, model.num_kv_heads)
-    if model.num_attention_heads % tp or (model.mla is None and model.num_kv_heads % tp and tp % model.num_kv_heads):
-        raise SizingError(path + ("instance", "tp"), (
-            f"tp={tp} does not split {model.name}'s {heads[0]} attention heads / {heads[1]} KV heads "
-            "evenly (engines need heads divisible by tp, or tp divisible by the KV heads)"))
-    available = pool.nodes * node.accelerators_per_node // tp
+    if inst.layout == "best":
+        given = [f for f in ("tp", "pp", "ep", "dp_attention") if f in inst.model_fields_set]
+        raise SizingError(path + ("instance", given[0] if given else "layout"), (
+            "layout: best is resolved by kvsim.sim.layout_search before sizing (kvsim run does it); "
+            + (f"do not give {', '.join(given)} with it" if given else "size a resolved layout")))
+    layout = pool_layout(pool)
+    tp, per_node = inst.tp, node.accelerators_per_node
+    pool_cards = pool.nodes * per_node
+    for field, width in (("tp", tp), ("pp", layout.cards)):
+        if per_node % width and width % per_node:
+            what = f"tp={width}" if field == "tp" else f"tp x pp = {width}"
+            raise SizingError(path + ("instance", field), (
+                f"{what} cards must divide the {per_node} cards of node {node.name} or be a whole "
+                "number of nodes (an instance fills nodes in order)"))
+    if layout.cards > pool_cards:
+        raise SizingError(path + ("instance", "pp" if layout.pp > 1 else "tp"), (
+            f"an instance of {layout.label()} needs {layout.cards} cards; the pool has {pool_cards} "
+            f"({pool.nodes} x {node.name})"))
+    for field, message in layout_problems(layout, model):
+        raise SizingError(path + ("instance", field), message)
+    links = None
+    if not layout.plain_tp or tp > per_node:
+        if layout.cards > per_node and node.nics.count == 0:
+            raise SizingError(path + ("node",), f"an instance of {layout.cards} cards spans nodes, but node "
+                              f"{node.name} has no NIC to join them")
+        links = layout_links(layout, node, accelerator, system.scale_up_domain_nodes)
+    available = pool_cards // layout.cards
     instances = pool.instances if pool.instances is not None else available
     if pool.roles is not None:
         instances = sum(pool.roles.values())
     if instances > available:
-        raise SizingError(path + ("instances",), f"{instances} instances of tp={tp} need {instances * tp} cards; "
-                          f"{pool.nodes} x {node.name} has {pool.nodes * node.accelerators_per_node}")
-    weights_per_card = model.weight_bytes(dtype) / tp
+        raise SizingError(path + ("instances",), f"{instances} instances of {layout.label()} need "
+                          f"{instances * layout.cards} cards; {pool.nodes} x {node.name} has {pool_cards}")
+    weights_per_card = weight_bytes_per_card(model, layout, dtype)
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
     if reserve is None:
@@ -185,13 +222,18 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         fits = "do not fit" if weights_per_card > usable else "leave no room for the KV cache"
         raise SizingError(path + ("node",), (
             f"{model.name} weights in {dtype} ({format_quantity(model.weight_bytes(dtype), 'bytes')}) "
-            f"{fits}{role}: {format_quantity(weights_per_card, 'bytes')} per card at tp={tp}, plus "
+            f"{fits}{role}: {format_quantity(weights_per_card, 'bytes')} per card at {layout.label()}, plus "
             f"{format_quantity(reserve, 'bytes')} activation reserve, against "
             f"{format_quantity(usable, 'bytes')} usable on one {accelerator.name} "
             f"({inst.memory_utilization:g} of {format_quantity(accelerator.memory_bytes, 'bytes')}); "
-            "raise instance.tp, use a smaller dtype, or a card with more memory"))
-    kv_per_token = model.kv_bytes_per_token(kv_dtype, tp)
-    blocks = int(kv_budget // (kv_per_token * inst.block_size_tokens))
+            "raise instance.tp (or pp), use a smaller dtype, or a card with more memory"))
+    kv_on_card = layout_kv_bytes_per_token_per_card(model, layout, kv_dtype)
+    rank_blocks = int(kv_budget // (kv_on_card * inst.block_size_tokens))
+    blocks = rank_blocks * layout.dp_attention  # each attention rank holds its own sequences' KV
+    if layout.plain_tp:
+        kv_per_token = kv_on_card
+    else:  # a token's KV spread over every card of the instance (what a transfer moves per card)
+        kv_per_token = model.kv_bytes_per_token(kv_dtype, layout.attention_tp) * layout.attention_tp / layout.cards
     max_in, max_out = spec.workload.max_input_tokens, spec.workload.max_output_tokens
     control = system.controller
     switchable = control is not None and control.kind != "static"  # any instance may come to decode
@@ -201,15 +243,22 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         longest = max_in  # a prefill instance holds the prompt until its KV is handed off
     else:
         longest = max_in + max_out
-    if blocks * inst.block_size_tokens < longest:
+    if rank_blocks * inst.block_size_tokens < longest:
         what = "prompt" if pool.role == "prefill" else "prompt + output"
+        where = "one instance" if layout.dp_attention == 1 else "one attention rank of an instance"
         raise SizingError(path + ("node",), (
-            f"the KV pool of one instance{role} holds {blocks * inst.block_size_tokens} tokens "
+            f"the KV pool of {where}{role} holds {rank_blocks * inst.block_size_tokens} tokens "
             f"({format_quantity(kv_budget, 'bytes')} per card), fewer than the longest request "
             f"({longest} tokens of {what}); raise instance.tp or shorten workload lengths"))
     return PoolSizing(
         name=pool_name, spec=pool, node=node, accelerator=accelerator, model=model, dtype=dtype,
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
-        kv_blocks_per_instance=blocks, engine=spec.system_engine(name),
+        kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
     )
+
+
+def pool_layout(pool: PoolSpec) -> Layout:
+    """The layout a pool's instance spec gives."""
+    inst = pool.instance
+    return Layout(tp=inst.tp, pp=inst.pp, ep=inst.ep, dp_attention=inst.dp_attention)

@@ -1,0 +1,166 @@
+"""Iteration time of an instance with a parallel layout (pipeline stages, expert parallelism,
+data-parallel attention), built on the same roofline as :class:`RooflineStepTime`.
+
+Engine semantics (how the scheduler's batch of ``T`` tokens runs):
+
+- The batch is cut into ``m`` micro-batches (default ``pp``); each passes the ``pp`` stages in
+  turn. A stage is ``tp`` cards; its time for one micro-batch is the roofline of its layers
+  (``max(compute, memory)``) plus its collectives plus the send of the activations to the next
+  stage. The slowest stage (most layers, and it is charged the lm_head too: an upper bound)
+  sets the pace. The iteration takes :func:`~kvsim.models.parallel.pipeline_time_s` of that
+  stage time (``continuous``: ``m`` stage times, vLLM's virtual engines in steady state;
+  ``flush``: ``m + pp - 1``), plus the engine's per-step overhead once
+  (:class:`~kvsim.models.engine.EngineSpec`, as the plain roofline).
+- Each micro-batch re-reads its stage's weights: pipelining cuts the bytes each card streams
+  per pass by ``pp`` but not the number of passes, which is why PP helps capacity more than
+  decode speed.
+- Data-parallel attention: each of the ``dp_attention`` ranks runs attention on ``1 /
+  dp_attention`` of the sequences (balanced) over ``tp / dp_attention`` cards, reading only
+  their KV; attention weights are replicated per rank.
+- MoE layers: with ``ep`` 1 the experts are tensor-parallel over the stage; with data-parallel
+  attention the ranks' tokens are gathered before and scattered after (the volume of one
+  all-reduce over the stage). With ``ep = tp`` each card dispatches ``T / (m tp)`` tokens to the
+  ranks holding their experts and gets them back (two all-to-alls per MoE layer); the busiest
+  rank computes and receives ``imbalance`` times the mean.
+- Per layer: one all-reduce after attention (over the attention group, the rank's tokens), and
+  one after the dense feed-forward (the same group) or the MoE collectives above.
+
+Collectives use the link figures the sizing computed from the hardware the layout spans
+(:class:`~kvsim.models.parallel.LayoutLinks`).
+"""
+
+from __future__ import annotations
+
+from kvsim.dtypes import DTYPE_BYTES
+from kvsim.hardware.specs import AcceleratorSpec
+from kvsim.models.llm import ModelSpec
+from kvsim.models.parallel import (
+    Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s, expert_imbalance,
+    kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
+)
+from kvsim.models.collectives import allreduce_s
+from kvsim.models.engine import EngineSpec
+from kvsim.models.step_time import ACTIVATION_DTYPE, BatchShape, StepBreakdown
+
+__all__ = ["LayoutStepTime"]
+
+
+class LayoutStepTime:
+    """Step-time model of one instance with ``layout`` on ``accelerator`` cards.
+
+    Parameters
+    ----------
+    model, accelerator, dtype, kv_dtype
+        As :class:`~kvsim.models.step_time.RooflineStepTime`.
+    layout : Layout
+    links : LayoutLinks
+        Link figures of the layout's collectives (from the hardware it spans).
+    micro_batches : int, optional
+        Micro-batches per iteration (default ``layout.pp``).
+    schedule : str
+        ``continuous`` or ``flush`` (see :func:`~kvsim.models.parallel.pipeline_time_s`).
+    expert_skew : float
+        Zipf exponent of expert popularity (:func:`~kvsim.models.parallel.expert_imbalance`).
+    engine : EngineSpec, optional
+        The engine's per-step overhead.
+    """
+
+    def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, layout: Layout, links: LayoutLinks,
+                 dtype: str, kv_dtype: str, micro_batches: int | None = None,
+                 schedule: PipelineSchedule = "continuous", expert_skew: float = 0.0,
+                 engine: EngineSpec | None = None):
+        self.model, self.accelerator, self.layout, self.links = model, accelerator, layout, links
+        self.dtype, self.kv_dtype = dtype, kv_dtype
+        self.micro_batches = micro_batches or layout.pp
+        self.schedule = schedule
+        self.engine = engine if engine is not None else EngineSpec()
+        eff = accelerator.efficiency
+        self._flops_per_s = layout.tp * accelerator.peak_flops(dtype) * eff.compute  # one stage
+        self._half_tokens = eff.compute_half_tokens
+        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # weights
+        kv_eff = eff.kv_memory if eff.kv_memory is not None else eff.memory
+        self._kv_bytes_per_s = accelerator.memory_bandwidth * kv_eff  # paged KV
+        L = model.num_layers
+        self._layers = max(stage_layers(L, layout.pp))
+        self._share = self._layers / L
+        moe = model.moe
+        self._moe_layers = model.num_moe_layers * self._share  # of the slowest stage
+        self._dense_layers = self._layers - self._moe_layers
+        self.imbalance = expert_imbalance(moe.num_experts, layout.ep, expert_skew) if moe and layout.ep > 1 else 1.0
+        self._expert_flops = 2.0 * moe.experts_per_token * model.expert_params * model.num_moe_layers if moe else 0.0
+        self._kv_on_card = kv_bytes_per_token_per_card(model, layout, kv_dtype)
+        self._act = DTYPE_BYTES[ACTIVATION_DTYPE]
+        b = DTYPE_BYTES[dtype]
+        h = model.hidden_size
+        a, t = layout.attention_tp, layout.tp
+        attention = L * (model.attention_params_per_layer + 2 * h)
+        routed = model.num_moe_layers * moe.num_experts * model.expert_params if moe else 0.0
+        ffn = model.total_params - model.embedding_params - attention - routed - h
+        if not model.tie_word_embeddings:
+            ffn -= model.vocab_size * h  # lm_head, read by the last stage
+        lm_head = model.vocab_size * h  # tied or not, the output projection is read
+        # bytes a card of the slowest stage streams per pass, without the routed experts
+        self._fixed_bytes = (self._share * (attention / a + ffn / t) + lm_head / t) * b
+        self._expert_bytes = model.expert_params * b / t  # one touched expert, one layer, per card
+
+    # -------------------------------------------------------------------------------- parts
+
+    def _touched_experts(self, tokens: float) -> float:
+        e, k = self.model.moe.num_experts, self.model.moe.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** tokens) if tokens > 0 else 0.0
+
+    def _comm_s(self, tokens: float) -> float:
+        """Collectives of the slowest stage for one micro-batch of ``tokens`` tokens."""
+        lay, links, h, act = self.layout, self.links, self.model.hidden_size, self._act
+        rank_tokens = tokens / lay.dp_attention
+        att = links.attention
+        attention_ar = allreduce_s(rank_tokens * h * act, att.cards, att.latency_s, att.ring_Bps)
+        total = self._layers * attention_ar + self._dense_layers * attention_ar
+        if self._moe_layers:
+            stage = links.stage
+            if lay.ep == 1:
+                per_layer = allreduce_s(tokens * h * act, stage.cards, stage.latency_s, stage.ring_Bps)
+            else:
+                moe = self.model.moe
+                nbytes = alltoall_bytes_per_card(tokens / lay.tp, h, act, moe.num_experts, moe.experts_per_token,
+                                                 lay.ep)
+                per_layer = 2.0 * alltoall_s(nbytes, stage, self.imbalance)
+            total += self._moe_layers * per_layer
+        return total
+
+    def stage_breakdown(self, batch: BatchShape) -> StepBreakdown:
+        """Time of the slowest stage for one micro-batch of ``batch`` (no overhead)."""
+        m, lay, model = self.micro_batches, self.layout, self.model
+        tokens = batch.tokens / m
+        flops = (model.body_flops_per_token * batch.tokens
+                 + (self.imbalance - 1.0) * self._expert_flops * batch.tokens
+                 + model.attention_flops_per_pair(False) * batch.prefill_pairs
+                 + model.attention_flops_per_pair(True) * batch.decode_context_tokens) * self._share / m \
+            + model.lm_head_flops * batch.sampled_seqs / m
+        kv_tokens = (batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens) / m
+        weights = self._fixed_bytes
+        if model.moe is not None:
+            weights += self._moe_layers * self._touched_experts(tokens) * self._expert_bytes
+        kv = kv_tokens / lay.dp_attention * self._kv_on_card
+        send = 0.0
+        if lay.pp > 1:
+            send = p2p_send_s(stage_send_bytes_per_card(tokens, model.hidden_size, self._act, lay.tp),
+                              self.links.send_Bps, self.links.send_latency_s)
+        # small GEMMs reach less of the peak: the micro-batch's tokens set the size (see step_time)
+        flops_per_s = self._flops_per_s * tokens / (tokens + self._half_tokens) if self._half_tokens \
+            else self._flops_per_s
+        return StepBreakdown(compute_s=flops / flops_per_s,
+                             memory_s=weights / self._bytes_per_s + kv / self._kv_bytes_per_s,
+                             comm_s=self._comm_s(tokens) + send, overhead_s=0.0)
+
+    def breakdown(self, batch: BatchShape) -> StepBreakdown:
+        """Time components of one iteration: the slowest stage's, times the pipeline factor."""
+        stage = self.stage_breakdown(batch)
+        factor = pipeline_time_s(1.0, self.layout.pp, self.micro_batches, self.schedule)
+        return StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,
+                             comm_s=stage.comm_s * factor,
+                             overhead_s=self.engine.step_overhead_s(batch.sequences, batch.tokens))
+
+    def iteration_time_s(self, batch: BatchShape) -> float:
+        """Duration of one iteration of ``batch``, seconds."""
+        return self.breakdown(batch).total_s
