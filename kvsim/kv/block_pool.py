@@ -12,6 +12,7 @@ sharing; the engine only relies on :meth:`grow`, :meth:`release` and the counter
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Protocol
 
 __all__ = ["BlockPool", "HoldsBlocks"]
@@ -31,15 +32,22 @@ class BlockPool:
         Blocks that fit in the instance's KV budget.
     block_size_tokens : int
         Tokens per block.
+    reclaim : callable, optional
+        Called with a page shortfall: may free cached pages via :meth:`give` / :meth:`take`.
+    resident : callable, optional
+        ``resident(tokens)``: the KV tokens (averaged over layers) a sequence of ``tokens`` own
+        tokens keeps, when sliding-window layers drop what left their window; None keeps all.
     """
 
-    def __init__(self, num_blocks: int, block_size_tokens: int, reclaim: Callable[[int], None] | None = None):
+    def __init__(self, num_blocks: int, block_size_tokens: int, reclaim: Callable[[int], None] | None = None,
+                 resident: Callable[[int], float] | None = None):
         if num_blocks < 1 or block_size_tokens < 1:
             raise ValueError("a block pool needs at least one block of at least one token")
         self.num_blocks = num_blocks
         self.block_size_tokens = block_size_tokens
         self.free_blocks = num_blocks
         self.reclaim = reclaim  # called with a page shortfall: may free cached pages via give/take
+        self.resident = resident
 
     @property
     def used_blocks(self) -> int:
@@ -57,7 +65,10 @@ class BlockPool:
     def grow(self, holder: HoldsBlocks, tokens: int) -> bool:
         """Make ``holder`` own enough blocks for its first ``tokens`` tokens (beyond the
         ``shared_tokens`` it reads from cached pages); False (and no change) if the pool is full."""
-        extra = -(-(tokens - holder.shared_tokens) // self.block_size_tokens) - holder.kv_blocks
+        own = tokens - holder.shared_tokens
+        if self.resident is not None:
+            own = math.ceil(self.resident(own))
+        extra = -(-own // self.block_size_tokens) - holder.kv_blocks
         if extra <= 0:
             return True
         if extra > self.free_blocks and self.reclaim is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
+from kvsim.models.attention_span import AttentionSpan
 from kvsim.spec_types import FrozenSpec
 
 __all__ = ["ModelSpec", "MlaSpec", "MoeSpec"]
@@ -66,7 +67,32 @@ class ModelSpec(FrozenSpec):
     qk_norm: bool = False
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
+    sliding_window: int | None = Field(default=None, gt=0)
+    sliding_window_layers: int | None = Field(default=None, ge=0)
     sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _window_consistent(self) -> "ModelSpec":
+        if self.sliding_window_layers is not None:
+            if self.sliding_window is None:
+                raise ValueError("sliding_window_layers needs sliding_window (the window, in tokens)")
+            if self.sliding_window_layers > self.num_layers:
+                raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) cannot exceed num_layers "
+                                 f"({self.num_layers})")
+        return self
+
+    @property
+    def sliding_layers(self) -> int:
+        """Layers with sliding-window attention (all of them when only ``sliding_window`` is given)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
+
+    def attention_span(self) -> AttentionSpan | None:
+        """Per-token attention and KV counts with the sliding layers (None: every layer full)."""
+        if not self.sliding_layers:
+            return None
+        return AttentionSpan(self.sliding_window, self.sliding_layers / self.num_layers)
 
     @model_validator(mode="after")
     def _heads_consistent(self) -> "ModelSpec":

@@ -55,6 +55,9 @@ class BatchShape:
         Sequences taking one decode step.
     decode_context_tokens : int
         Sum over decode sequences of the context each attends to (including the new token).
+
+    With sliding-window layers the pair and context counts are averaged over layers
+    (:class:`~kvsim.models.attention_span.AttentionSpan`), so they may be fractional.
     sampled_seqs : int
         Sequences that emit a token this iteration (decodes plus prefills that complete).
     prefill_seqs : int

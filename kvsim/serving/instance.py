@@ -18,6 +18,7 @@ import simpy
 from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
 from kvsim.metrics.records import RequestRecords
+from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
 from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
 
@@ -120,6 +121,8 @@ class Instance:
     output_s : float
         From the end of the step that samples a token to the client receiving it (detokenise,
         stream), seconds: recorded first-token and finish times are the client's.
+    span : AttentionSpan, optional
+        The model's sliding-window layers (see :class:`~kvsim.serving.scheduler.BatchScheduler`).
     """
 
     def __init__(
@@ -141,6 +144,7 @@ class Instance:
         on_final_chunk: Callable[["Instance", Sequence, float], None] | None = None,
         gpus: list[str] | None = None,
         output_s: float = 0.0,
+        span: AttentionSpan | None = None,
     ):
         self.env = env
         self.index = index
@@ -157,7 +161,7 @@ class Instance:
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
-                                        prefill_only=role == "prefill")
+                                        prefill_only=role == "prefill", span=span)
         self.accepting = True  # takes new work in its role (False while it switches roles)
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None

@@ -33,6 +33,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from kvsim.kv.block_pool import BlockPool
+from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import BatchShape
 from kvsim.serving.sequence import Sequence
 
@@ -113,16 +114,20 @@ class BatchScheduler:
         Prefix caching and offload; None computes every prompt in full.
     prefill_only : bool
         Detach sequences whose prompt is computed instead of emitting their first token.
+    span : AttentionSpan, optional
+        The model's sliding-window layers: attention pairs and context reads are counted per
+        token averaged over layers (None: every layer attends to the whole context).
     """
 
     def __init__(self, pool: BlockPool, max_batched_tokens: int, max_num_seqs: int, events: SchedulerEvents,
-                 hook: AdmissionHook | None = None, prefill_only: bool = False):
+                 hook: AdmissionHook | None = None, prefill_only: bool = False, span: AttentionSpan | None = None):
         self.pool = pool
         self.max_batched_tokens = max_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.events = events
         self.hook = hook
         self.prefill_only = prefill_only
+        self.span = span
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.loading: dict[int, Sequence] = {}  # rid -> sequence parked while its KV loads
@@ -246,6 +251,7 @@ class BatchScheduler:
         """Form the next iteration, allocating its KV blocks; None if there is nothing to run."""
         budget = self.max_batched_tokens
         pool = self.pool
+        span = self.span
         running = self.running
         batch = Batch()
         prefill_tokens = prefill_context = decode_context = sampled = 0
@@ -270,15 +276,19 @@ class BatchScheduler:
                 if prefilling:
                     batch.prefills.append((seq, chunk))
                     prefill_tokens += chunk
-                    prefill_context += cached
-                    prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+                    if span is None:
+                        prefill_context += cached
+                        prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+                    else:
+                        prefill_context += span.context(cached)
+                        prefill_pairs += span.pairs(chunk, cached)
                     if cached + chunk == seq.prefill_target:
                         sampled += 1
                 else:
                     if seq.generated == 0:  # a handed-off sequence's first step
                         self.events.decode_started(seq, now)
                     batch.decodes.append(seq)
-                    decode_context += cached + 1
+                    decode_context += cached + 1 if span is None else span.context(cached + 1)
                     sampled += 1
                 budget -= chunk
                 i += 1
@@ -290,8 +300,12 @@ class BatchScheduler:
             for seq, chunk in self._admit(batch, budget, now):
                 cached = seq.kv_tokens
                 prefill_tokens += chunk
-                prefill_context += cached
-                prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+                if span is None:
+                    prefill_context += cached
+                    prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+                else:
+                    prefill_context += span.context(cached)
+                    prefill_pairs += span.pairs(chunk, cached)
                 if cached + chunk == seq.prefill_target:
                     sampled += 1
         if not batch.prefills and not batch.decodes:

@@ -252,7 +252,9 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
-        pages = BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens)
+        span = pool.model.attention_span()
+        pages = BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens,
+                          resident=span.context if span is not None else None)
         cache_role = "prefill" if handoff is not None else "mixed"  # the role that computes prompts
         if system.cache is not None and caching[index]:
             system.hooks[(index, cache_role)] = _instance_cache(system, index, place, pages, block_tokens)
@@ -265,7 +267,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
-            gpus=list(place.gpus), output_s=pool.engine.output_s)
+            gpus=list(place.gpus), output_s=pool.engine.output_s, span=span)
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:

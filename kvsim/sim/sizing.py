@@ -6,6 +6,7 @@ simulation starts, so a configuration that cannot work is refused with a clear m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
@@ -243,7 +244,9 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         longest = max_in  # a prefill instance holds the prompt until its KV is handed off
     else:
         longest = max_in + max_out
-    if rank_blocks * inst.block_size_tokens < longest:
+    span = model.attention_span()
+    resident = math.ceil(span.context(longest)) if span is not None else longest  # sliding layers keep a window
+    if rank_blocks * inst.block_size_tokens < resident:
         what = "prompt" if pool.role == "prefill" else "prompt + output"
         where = "one instance" if layout.dp_attention == 1 else "one attention rank of an instance"
         raise SizingError(path + ("node",), (
