@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
-from kvsim.models.llm import ModelSpec
+from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
 from kvsim.models.parallel import (
     Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s, expert_imbalance,
     kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
@@ -63,12 +63,14 @@ class LayoutStepTime:
         Zipf exponent of expert popularity (:func:`~kvsim.models.parallel.expert_imbalance`).
     engine : EngineSpec, optional
         The engine's per-step overhead.
+    weight_dtypes : dict, optional
+        Storage format of weight groups that differ from ``dtype``.
     """
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, layout: Layout, links: LayoutLinks,
                  dtype: str, kv_dtype: str, micro_batches: int | None = None,
                  schedule: PipelineSchedule = "continuous", expert_skew: float = 0.0,
-                 engine: EngineSpec | None = None):
+                 engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None):
         self.model, self.accelerator, self.layout, self.links = model, accelerator, layout, links
         self.dtype, self.kv_dtype = dtype, kv_dtype
         self.micro_batches = micro_batches or layout.pp
@@ -90,7 +92,8 @@ class LayoutStepTime:
         self._expert_flops = 2.0 * moe.experts_per_token * model.expert_params * model.num_moe_layers if moe else 0.0
         self._kv_on_card = kv_bytes_per_token_per_card(model, layout, kv_dtype)
         self._act = DTYPE_BYTES[ACTIVATION_DTYPE]
-        b = DTYPE_BYTES[dtype]
+        fmt = weight_dtypes or {}
+        b = {group: DTYPE_BYTES[fmt.get(group, dtype)] for group in WEIGHT_GROUPS}
         h = model.hidden_size
         a, t = layout.attention_tp, layout.tp
         attention = L * (model.attention_params_per_layer + 2 * h)
@@ -99,9 +102,11 @@ class LayoutStepTime:
         if not model.tie_word_embeddings:
             ffn -= model.vocab_size * h  # lm_head, read by the last stage
         lm_head = model.vocab_size * h  # tied or not, the output projection is read
+        lm_head_b = b["embedding"] if model.tie_word_embeddings else b["lm_head"]
         # bytes a card of the slowest stage streams per pass, without the routed experts
-        self._fixed_bytes = (self._share * (attention / a + ffn / t) + lm_head / t) * b
-        self._expert_bytes = model.expert_params * b / t  # one touched expert, one layer, per card
+        self._fixed_bytes = (self._share * (attention * b["attention"] / a + ffn * b["feed_forward"] / t)
+                             + lm_head * lm_head_b / t)
+        self._expert_bytes = model.expert_params * b["experts"] / t  # one touched expert, one layer, per card
 
     # -------------------------------------------------------------------------------- parts
 

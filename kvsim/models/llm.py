@@ -21,7 +21,12 @@ from kvsim.dtypes import DTYPE_BYTES
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.spec_types import FrozenSpec
 
-__all__ = ["ModelSpec", "MlaSpec", "MoeSpec"]
+__all__ = ["ModelSpec", "MlaSpec", "MoeSpec", "WEIGHT_GROUPS"]
+
+WEIGHT_GROUPS = ("embedding", "attention", "feed_forward", "experts", "lm_head")
+"""Parts of a checkpoint that may be stored in different number formats: the input embedding,
+attention (with every norm), the non-routed feed-forward (dense MLPs, shared experts, routers),
+the routed experts, and the output projection (none when tied to the embedding)."""
 
 
 class MlaSpec(FrozenSpec):
@@ -172,11 +177,26 @@ class ModelSpec(FrozenSpec):
         return self._non_expert_params() + routed
 
     # ---- bytes -----------------------------------------------------------------------------
-    def weight_bytes(self, dtype: str) -> float:
-        """Bytes of all weights stored in ``dtype``."""
-        return self.total_params * DTYPE_BYTES[dtype]
+    def group_params(self) -> dict[str, float]:
+        """Parameters of each of :data:`WEIGHT_GROUPS` (they add up to :attr:`total_params`)."""
+        h = self.hidden_size
+        attention = self.num_layers * (self._attention_params() + 2 * h) + h  # with every norm
+        experts = self.num_moe_layers * self.moe.num_experts * self.expert_params if self.moe else 0
+        lm_head = 0 if self.tie_word_embeddings else self.vocab_size * h
+        groups = {"embedding": float(self.embedding_params), "attention": float(attention),
+                  "experts": float(experts), "lm_head": float(lm_head)}
+        groups["feed_forward"] = float(self.total_params) - sum(groups.values())
+        return {name: groups[name] for name in WEIGHT_GROUPS}
 
-    def weight_bytes_read(self, tokens: float, dtype: str) -> float:
+    def weight_bytes(self, dtype: str, weight_dtypes: dict[str, str] | None = None) -> float:
+        """Bytes of all weights stored in ``dtype``, or per group where ``weight_dtypes`` says
+        (an FP8 checkpoint that keeps attention in BF16: ``{"attention": "bf16"}``)."""
+        if not weight_dtypes:
+            return self.total_params * DTYPE_BYTES[dtype]
+        return sum(params * DTYPE_BYTES[weight_dtypes.get(group, dtype)]
+                   for group, params in self.group_params().items())
+
+    def weight_bytes_read(self, tokens: float, dtype: str, weight_dtypes: dict[str, str] | None = None) -> float:
         """Weight bytes one forward pass over ``tokens`` tokens reads from memory.
 
         Every matrix is read once per pass. The input embedding is a table lookup of a few rows,
@@ -184,15 +204,29 @@ class ModelSpec(FrozenSpec):
         routed experts some token chose are read; with uniform routing the expected number of
         distinct experts a layer touches is ``E * (1 - (1 - k/E) ** tokens)``.
         """
+        if weight_dtypes:
+            return self._grouped_bytes_read(tokens, dtype, weight_dtypes)
         lookup_only = 0 if self.tie_word_embeddings else self.embedding_params
         params = self._non_expert_params() - lookup_only
         if self.moe is not None and tokens > 0:
-            e, k = self.moe.num_experts, self.moe.experts_per_token
-            touched = e * (1.0 - (1.0 - k / e) ** tokens)
-            params += self.num_moe_layers * touched * self.expert_params
+            params += self.num_moe_layers * self._touched_experts(tokens) * self.expert_params
         elif self.moe is None:
             params = self.total_params - lookup_only
         return params * DTYPE_BYTES[dtype]
+
+    def _touched_experts(self, tokens: float) -> float:
+        e, k = self.moe.num_experts, self.moe.experts_per_token
+        return e * (1.0 - (1.0 - k / e) ** tokens)
+
+    def _grouped_bytes_read(self, tokens: float, dtype: str, weight_dtypes: dict[str, str]) -> float:
+        groups = self.group_params()
+        nbytes = {group: params * DTYPE_BYTES[weight_dtypes.get(group, dtype)] for group, params in groups.items()}
+        read = nbytes["attention"] + nbytes["feed_forward"] + nbytes["lm_head"]
+        if self.tie_word_embeddings:
+            read += nbytes["embedding"]  # the embedding doubles as the lm_head: read in full
+        if self.moe is not None and tokens > 0:
+            read += nbytes["experts"] * self._touched_experts(tokens) / self.moe.num_experts
+        return read
 
     def kv_bytes_per_token(self, dtype: str, tp: int = 1) -> float:
         """KV-cache bytes one token occupies on *each* card of a TP group of ``tp`` cards.

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.models.llm import ModelSpec
+from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
 
 __all__ = [
     "Layout", "GroupLinks", "LayoutLinks", "PipelineSchedule", "layout_problems", "stage_layers",
@@ -299,22 +299,26 @@ def _layer_params(model: ModelSpec) -> tuple[float, float, float]:
     return attention, dense + shared, routed
 
 
-def weight_bytes_per_card(model: ModelSpec, layout: Layout, dtype: str) -> float:
+def weight_bytes_per_card(model: ModelSpec, layout: Layout, dtype: str,
+                          weight_dtypes: dict[str, str] | None = None) -> float:
     """Weight bytes on the busiest card (the stage with most layers, holding the embedding and
     the lm_head too: an upper bound that is exact for ``pp`` 1).
 
     Attention is split over the attention group (replicated per attention rank); dense
     feed-forward and shared experts over the stage, as are the routed experts (whole experts
-    with ``ep``, slices without: the same bytes per card).
+    with ``ep``, slices without: the same bytes per card). ``weight_dtypes`` stores weight
+    groups in other formats than ``dtype`` (:data:`~kvsim.models.llm.WEIGHT_GROUPS`).
     """
     if layout.plain_tp:
-        return model.weight_bytes(dtype) / layout.tp
+        return model.weight_bytes(dtype, weight_dtypes) / layout.tp
+    b = {group: DTYPE_BYTES[(weight_dtypes or {}).get(group, dtype)] for group in WEIGHT_GROUPS}
     attention, ffn, routed = _layer_params(model)
     share = max(stage_layers(model.num_layers, layout.pp)) / model.num_layers
     lm_head = 0 if model.tie_word_embeddings else model.embedding_params
-    ends = model.embedding_params + lm_head + model.hidden_size
-    params = share * (attention / layout.attention_tp + (ffn + routed) / layout.tp) + ends / layout.tp
-    return params * DTYPE_BYTES[dtype]
+    ends = model.embedding_params * b["embedding"] + lm_head * b["lm_head"] + model.hidden_size * b["attention"]
+    per_stage = (attention * b["attention"] / layout.attention_tp
+                 + (ffn * b["feed_forward"] + routed * b["experts"]) / layout.tp)
+    return share * per_stage + ends / layout.tp
 
 
 def kv_bytes_per_token_per_card(model: ModelSpec, layout: Layout, kv_dtype: str) -> float:

@@ -125,10 +125,13 @@ class RooflineStepTime:
         KV-cache number format.
     engine : EngineSpec, optional
         The engine's per-step overhead (defaults: :class:`EngineSpec`).
+    weight_dtypes : dict, optional
+        Storage format of weight groups that differ from ``dtype`` (see
+        :meth:`~kvsim.models.llm.ModelSpec.weight_bytes`); compute runs at the ``dtype`` peak.
     """
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
-                 engine: EngineSpec | None = None):
+                 engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.model = model
@@ -137,6 +140,7 @@ class RooflineStepTime:
         self.dtype = dtype
         self.kv_dtype = kv_dtype
         self.engine = engine if engine is not None else EngineSpec()
+        self.weight_dtypes = dict(weight_dtypes or {})
         eff = accelerator.efficiency
         self._flops_per_s = tp * accelerator.peak_flops(dtype) * eff.compute
         self._half_tokens = eff.compute_half_tokens
@@ -149,7 +153,7 @@ class RooflineStepTime:
         self._attn_prefill = model.attention_flops_per_pair(decode=False)
         self._attn_decode = model.attention_flops_per_pair(decode=True)
         self._dense_weights = model.moe is None
-        self._dense_bytes_read = model.weight_bytes_read(1, dtype)
+        self._dense_bytes_read = model.weight_bytes_read(1, dtype, self.weight_dtypes)
         self._allreduces = 2 * model.num_layers if tp > 1 else 0
         self._activation_bytes_per_token = model.hidden_size * DTYPE_BYTES[ACTIVATION_DTYPE]
         self._hop_latency_s = eff.collective_latency_s
@@ -166,7 +170,7 @@ class RooflineStepTime:
         """Weight bytes the whole instance reads in one iteration over ``tokens`` tokens."""
         if self._dense_weights:
             return self._dense_bytes_read
-        return self.model.weight_bytes_read(tokens, self.dtype)
+        return self.model.weight_bytes_read(tokens, self.dtype, self.weight_dtypes)
 
     def breakdown(self, batch: BatchShape) -> StepBreakdown:
         """Time components of one iteration (seconds)."""

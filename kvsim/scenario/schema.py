@@ -23,6 +23,10 @@ __all__ = [
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "mxfp4"]
 
+WeightGroup = Literal["embedding", "attention", "feed_forward", "experts", "lm_head"]
+"""A part of the checkpoint that ``weight_dtypes`` may store in its own format
+(:data:`kvsim.models.llm.WEIGHT_GROUPS`)."""
+
 MAX_REQUESTS = 2e7
 """Most open-loop requests one system may simulate (a guard against a typo in rate or duration)."""
 
@@ -70,6 +74,7 @@ class SystemSpec(FrozenSpec):
     kv_dtype: Dtype | None = None
     kv_cache: KVCacheSpec | None = None
     engine: EngineSpec | None = None
+    weight_dtypes: dict[WeightGroup, Dtype] | None = None
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
@@ -215,6 +220,7 @@ class ScenarioSpec(FrozenSpec):
     model: str
     dtype: Dtype = "bf16"
     kv_dtype: Dtype | None = None
+    weight_dtypes: dict[WeightGroup, Dtype] = Field(default_factory=dict)
     engine: EngineSpec = Field(default_factory=EngineSpec)
     workload: WorkloadSpec
     slo: SloSpec = Field(default_factory=SloSpec)
@@ -282,6 +288,11 @@ class ScenarioSpec(FrozenSpec):
 
     def system_dtype(self, system: str) -> str:
         return self.systems[system].dtype or self.dtype
+
+    def system_weight_dtypes(self, system: str) -> dict[str, str]:
+        """Weight groups stored in another format than ``dtype``: the scenario's, with the
+        system's own entries replacing those."""
+        return {**self.weight_dtypes, **(self.systems[system].weight_dtypes or {})}
 
     def system_engine(self, system: str) -> EngineSpec:
         """The engine costs of ``system``: the scenario's ``engine``, with the fields the system's

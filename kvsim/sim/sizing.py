@@ -7,7 +7,7 @@ simulation starts, so a configuration that cannot work is refused with a clear m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
@@ -61,6 +61,7 @@ class PoolSizing:
     kv_bytes_per_token_per_card: float
     kv_blocks_per_instance: int
     engine: EngineSpec
+    weight_dtypes: dict[str, str] = field(default_factory=dict)
     layout: Layout = Layout()
     links: LayoutLinks | None = None
 
@@ -89,10 +90,12 @@ class PoolSizing:
         """The instance's step-time model: the plain roofline for tensor parallelism inside one
         node, the layout model (pipeline, experts, data-parallel attention, links) otherwise."""
         if self.links is None:
-            return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine)
+            return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
+                                    self.weight_dtypes)
         inst = self.spec.instance
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
-                              inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine)
+                              inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine,
+                              self.weight_dtypes)
 
     def _layout_text(self) -> str:
         return f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
@@ -212,7 +215,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     if instances > available:
         raise SizingError(path + ("instances",), f"{instances} instances of {layout.label()} need "
                           f"{instances * layout.cards} cards; {pool.nodes} x {node.name} has {pool_cards}")
-    weights_per_card = weight_bytes_per_card(model, layout, dtype)
+    weight_dtypes = spec.system_weight_dtypes(name)
+    weights_per_card = weight_bytes_per_card(model, layout, dtype, weight_dtypes)
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
     if reserve is None:
@@ -222,7 +226,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     if kv_budget <= 0:
         fits = "do not fit" if weights_per_card > usable else "leave no room for the KV cache"
         raise SizingError(path + ("node",), (
-            f"{model.name} weights in {dtype} ({format_quantity(model.weight_bytes(dtype), 'bytes')}) "
+            f"{model.name} weights in {_formats(dtype, weight_dtypes)} "
+            f"({format_quantity(model.weight_bytes(dtype, weight_dtypes), 'bytes')}) "
             f"{fits}{role}: {format_quantity(weights_per_card, 'bytes')} per card at {layout.label()}, plus "
             f"{format_quantity(reserve, 'bytes')} activation reserve, against "
             f"{format_quantity(usable, 'bytes')} usable on one {accelerator.name} "
@@ -258,6 +263,7 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
         kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
+        weight_dtypes=weight_dtypes,
     )
 
 
@@ -265,3 +271,10 @@ def pool_layout(pool: PoolSpec) -> Layout:
     """The layout a pool's instance spec gives."""
     inst = pool.instance
     return Layout(tp=inst.tp, pp=inst.pp, ep=inst.ep, dp_attention=inst.dp_attention)
+
+
+def _formats(dtype: str, weight_dtypes: dict[str, str]) -> str:
+    """``fp8`` or ``fp8 (attention bf16, embedding bf16)``: how a checkpoint stores its weights."""
+    if not weight_dtypes:
+        return dtype
+    return f"{dtype} (" + ", ".join(f"{group} {fmt}" for group, fmt in weight_dtypes.items()) + ")"
