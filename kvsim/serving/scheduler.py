@@ -275,15 +275,6 @@ class BatchScheduler:
                 cached = seq.kv_tokens
                 if prefilling:
                     batch.prefills.append((seq, chunk))
-                    prefill_tokens += chunk
-                    if span is None:
-                        prefill_context += cached
-                        prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
-                    else:
-                        prefill_context += span.context(cached)
-                        prefill_pairs += span.pairs(chunk, cached)
-                    if cached + chunk == seq.prefill_target:
-                        sampled += 1
                 else:
                     if seq.generated == 0:  # a handed-off sequence's first step
                         self.events.decode_started(seq, now)
@@ -297,19 +288,20 @@ class BatchScheduler:
         # vLLM admits nothing in a step that preempted; but if that step has nothing left to run,
         # admitting is the only way forward (nothing else would wake the engine)
         if not preempted or (not batch.prefills and not batch.decodes):
-            for seq, chunk in self._admit(batch, budget, now):
-                cached = seq.kv_tokens
-                prefill_tokens += chunk
-                if span is None:
-                    prefill_context += cached
-                    prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
-                else:
-                    prefill_context += span.context(cached)
-                    prefill_pairs += span.pairs(chunk, cached)
-                if cached + chunk == seq.prefill_target:
-                    sampled += 1
+            self._admit(batch, budget, now)
         if not batch.prefills and not batch.decodes:
             return None
+        for seq, chunk in batch.prefills:  # running sequences' chunks first, then the admitted
+            cached = seq.kv_tokens
+            prefill_tokens += chunk
+            if span is None:
+                prefill_context += cached
+                prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+            else:
+                prefill_context += span.context(cached)
+                prefill_pairs += span.pairs(chunk, cached)
+            if cached + chunk == seq.prefill_target:
+                sampled += 1
         batch.shape = BatchShape(
             prefill_tokens=prefill_tokens,
             prefill_pairs=prefill_pairs,
@@ -321,9 +313,8 @@ class BatchScheduler:
         )
         return batch
 
-    def _admit(self, batch: Batch, budget: int, now: float) -> list[tuple[Sequence, int]]:
-        """Admit waiting sequences into ``batch`` while limits allow; returns the new prefill chunks."""
-        admitted: list[tuple[Sequence, int]] = []
+    def _admit(self, batch: Batch, budget: int, now: float) -> None:
+        """Admit waiting sequences into ``batch`` (as prefill chunks) while limits allow."""
         waiting, running, pool, hook = self.waiting, self.running, self.pool, self.hook
         while waiting and budget > 0 and len(running) + len(self.loading) < self.max_num_seqs:
             seq = waiting[0]
@@ -350,9 +341,7 @@ class BatchScheduler:
             if hook is not None:
                 hook.committed(seq)
             batch.prefills.append((seq, chunk))
-            admitted.append((seq, chunk))
             budget -= chunk
-        return admitted
 
     def _mark_admitted(self, seq: Sequence, now: float) -> None:
         if not seq.admitted:
