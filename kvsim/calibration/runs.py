@@ -89,7 +89,9 @@ def run_scenario_raw(run: VllmRun, time_scale: float = 1.0, seed: int = 0) -> di
         "name": f"vllm-run-{run.run_id}",
         "description": f"kvsim reproduction of measured run {run.label}",
         "seed": seed,
-        "duration": sum(s["duration"] for s in stages),
+        # a little past the last stage: its last request lands exactly at the stage's end, and
+        # kvsim admits arrivals in [0, duration)
+        "duration": sum(s["duration"] for s in stages) + 1.0,
         "model": model,
         "dtype": "fp8" if fp8 else "bf16",  # FP16 runs: same peak and bytes as bf16 on H100
         "kv_dtype": "bf16",
