@@ -122,13 +122,15 @@ def test_required_model_present(name):
 # scale-up link per direction (None = no NVLink), host link per direction (PCIe Gen5 x16 = 64 GB/s,
 # Gen4 x16 = 32 GB/s). RTX 4090 uses the FP32-accumulate rates (165 / 330) as the facts advise.
 # Memory of HBM parts is what the driver exposes (nvidia-smi MiB), which is what an engine can
-# allocate; the marketing "96 GB" / "80 GB" / "141 GB" understate it by 2-7%.
+# allocate; the marketing "96 GB" / "80 GB" / "141 GB" understate it by 2-7%. The same holds for the
+# GDDR cards whose driver figure is public (L40S 46,068 MiB, RTX 4090 24,564 MiB); the L20 keeps
+# its decimal 48 GB (within 1% of the driver's figure).
 MIB = 2**20
 ACCELERATOR_FACTS = {
     "h20": (97_871 * MIB, 4.0e12, 148e12, 296e12, 450e9, 64e9),
     "l20": (48e9, 864e9, 119.5e12, 239e12, None, 32e9),
-    "l40s": (48e9, 864e9, 362e12, 733e12, None, 32e9),
-    "rtx-4090": (24e9, 1008e9, 165e12, 330e12, None, 32e9),
+    "l40s": (46_068 * MIB, 864e9, 362e12, 733e12, None, 32e9),
+    "rtx-4090": (24_564 * MIB, 1008e9, 165e12, 330e12, None, 32e9),
     "h100-sxm": (81_559 * MIB, 3.35e12, 989e12, 1979e12, 450e9, 64e9),
     "h200-sxm": (143_771 * MIB, 4.8e12, 989e12, 1979e12, 450e9, 64e9),
 }

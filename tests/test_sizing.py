@@ -33,7 +33,10 @@ def _sizing(model="qwen3-8b", dtype="bf16", node="h20-8x", tp=1):
 def test_kv_capacity_by_hand_for_qwen3_8b_on_h20():
     s = _sizing()
     weights = 8_190_735_360 * 2  # params x 2 bytes (bf16)
-    budget = 97_871 * 2**20 * 0.9 - weights - 2 * 2**30  # usable HBM - weights - activation reserve
+    # vLLM-style reserve: the profiling pass's hidden states (2048 tokens x 2 x 4096 x 2 B), the
+    # sampler's fp32 logits (256 seqs x 151,936 x 4 B x 4 copies) and 1 GiB of runtime
+    reserve = 2048 * 2 * 4096 * 2 + 256 * 151_936 * 4 * 4 + 2**30
+    budget = 97_871 * 2**20 * 0.9 - weights - reserve  # usable HBM - weights - activation reserve
     assert s.kv_budget_bytes_per_card == pytest.approx(budget)
     assert s.kv_blocks_per_instance == int(budget // (147_456 * 16))
     assert s.instances == 8 and s.cards == 8

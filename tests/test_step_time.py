@@ -9,6 +9,9 @@ import pytest
 
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
+from kvsim.hardware.specs import EfficiencySpec
+from kvsim.models.collectives import allreduce_s, recursive_doubling_s, ring_allreduce_s
+from kvsim.models.engine import EngineSpec
 from kvsim.models.step_time import BatchShape, RooflineStepTime
 
 ACC = accelerator_catalog()
@@ -23,7 +26,8 @@ H20_NVLINK, H20_LINK_EFF = 450e9, 0.8
 L20_BW, L20_MEM_EFF = 864e9, 0.8
 L20_BF16, L20_MFU = 119.5e12, 0.6
 L20_PCIE, L20_LINK_EFF = 32e9, 0.78
-OVERHEAD_S = 2e-3
+OVERHEAD_S = 2e-3  # a fixed per-step overhead the tests below set, to keep the roofline terms in view
+FIXED_ENGINE = EngineSpec(step_fixed_s=OVERHEAD_S, step_per_seq_s=0.0, step_per_token_s=0.0)
 COLLECTIVE_LATENCY_S = 10e-6
 
 # ---- Qwen3-8B by hand: 36 layers, hidden 4096, 32 q / 8 kv heads of 128, FFN 12288, vocab 151936
@@ -76,12 +80,12 @@ def test_catalog_figures_used_below():
     assert l20.scale_up_bandwidth is None
     assert (l20.host_link_bandwidth, l20.efficiency.interconnect) == (L20_PCIE, L20_LINK_EFF)
     for acc in (h20, l20):
-        assert acc.efficiency.iteration_overhead_s == OVERHEAD_S
         assert acc.efficiency.collective_latency_s == COLLECTIVE_LATENCY_S
+        assert acc.efficiency.compute_half_tokens == 0 and acc.efficiency.kv_memory is None
 
 
-def _roofline(model, acc, tp=1, dtype="bf16", kv_dtype="bf16"):
-    return RooflineStepTime(MODELS[model], ACC[acc], tp=tp, dtype=dtype, kv_dtype=kv_dtype)
+def _roofline(model, acc, tp=1, dtype="bf16", kv_dtype="bf16", engine=FIXED_ENGINE):
+    return RooflineStepTime(MODELS[model], ACC[acc], tp=tp, dtype=dtype, kv_dtype=kv_dtype, engine=engine)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -163,10 +167,11 @@ def test_qwen3_32b_h20_tp4_decode_with_all_reduce():
     compute_s = (seqs * body + seqs * lm_head + seqs * ctx * attn) / (t * 148e12 * 0.6)
     kv_per_card = 2 * Q32_L * (Q32_NKV // t) * Q32_HD * 2  # 2 of the 8 KV heads per card
     memory_s = (2 * (Q32_PARAMS - Q32_V * Q32_H) / t + seqs * ctx * kv_per_card) / (4.0e12 * 0.66)
-    # Ring all-reduce after attention and after the MLP of every layer: each card sends and
-    # receives 2(t-1)/t of the activations (tokens x hidden x 2 bytes) over NVLink.
+    # An all-reduce after attention and after the MLP of every layer. Decode activations are
+    # small (32 x 5120 x 2 B = 320 KiB), so recursive doubling wins: log2(4) = 2 steps, each
+    # one hop latency plus the whole buffer over NVLink (2 x 10.9 us, against 61 us for a ring).
     activation_bytes = seqs * Q32_H * 2
-    comm_s = 2 * Q32_L * (2 * (t - 1) / t * activation_bytes / (450e9 * 0.8) + 10e-6)
+    comm_s = 2 * Q32_L * 2 * (10e-6 + activation_bytes / (450e9 * 0.8))
 
     b = step.breakdown(batch)
     assert b.compute_s == pytest.approx(compute_s, rel=REL)
@@ -182,7 +187,8 @@ def test_l20_tp2_all_reduce_uses_pcie():
     t, c = 2, 2048
     step = _roofline("qwen3-8b", "l20", tp=t)
     batch = BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2, sampled_seqs=1)
-    comm_s = 2 * Q8_L * (2 * (t - 1) / t * c * Q8_H * 2 / (32e9 * 0.78) + 10e-6)
+    # Two cards: recursive doubling is one exchange of the whole buffer (a ring pays one more hop).
+    comm_s = 2 * Q8_L * (c * Q8_H * 2 / (32e9 * 0.78) + 10e-6)
     compute_s = (c * Q8_BODY_FLOPS + Q8_LM_HEAD_FLOPS + c * (c + 1) / 2 * Q8_ATTN_PER_PAIR) / (t * 119.5e12 * 0.6)
     b = step.breakdown(batch)
     assert b.comm_s == pytest.approx(comm_s, rel=REL)  # ~49 ms; ~4 ms over H20 NVLink
@@ -288,3 +294,67 @@ def test_missing_dtype_raises_key_error_naming_what_the_card_has():
     assert _roofline("qwen3-8b", "ascend-950pr", dtype="fp8", kv_dtype="fp8").iteration_time_s(
         BatchShape(decode_seqs=1, decode_context_tokens=10, sampled_seqs=1)
     ) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# collectives, engine overheads, efficiency curves
+# ---------------------------------------------------------------------------------------------
+
+
+def test_allreduce_picks_recursive_doubling_for_small_and_ring_for_large_messages():
+    alpha, bw = 10e-6, 100e9
+    # 8 cards, 4 KiB: doubling 3 x (10 us + 41 ns) against a ring's 14 x 10 us
+    small = 4096
+    assert recursive_doubling_s(small, 8, alpha, bw) == pytest.approx(3 * (alpha + small / bw))
+    assert ring_allreduce_s(small, 8, alpha, bw) == pytest.approx(14 * alpha + 14 / 8 * small / bw)
+    assert allreduce_s(small, 8, alpha, bw) == pytest.approx(3 * (alpha + small / bw))
+    # 8 cards, 64 MiB: the ring moves 1.75 n instead of 3 n
+    big = 64 * 2**20
+    assert allreduce_s(big, 8, alpha, bw) == pytest.approx(14 * alpha + 1.75 * big / bw)
+    # 3 cards round up to 2 doubling steps; one card does nothing
+    assert recursive_doubling_s(small, 3, alpha, bw) == pytest.approx(2 * (alpha + small / bw))
+    assert allreduce_s(big, 1, alpha, bw) == 0.0
+
+
+def test_tp8_prefill_all_reduce_is_bandwidth_bound_ring():
+    t, c = 8, 4096
+    step = _roofline("qwen3-32b", "h20", tp=t)
+    nbytes = c * Q32_H * 2
+    ring = 2 * (t - 1) * 10e-6 + 2 * (t - 1) / t * nbytes / (450e9 * 0.8)
+    assert step.breakdown(BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2)).comm_s == pytest.approx(
+        2 * Q32_L * ring, rel=REL)
+
+
+def test_engine_overhead_grows_with_sequences_and_tokens():
+    engine = EngineSpec(step_fixed_s=1e-3, step_per_seq_s=20e-6, step_per_token_s=1e-6)
+    step = _roofline("qwen3-8b", "h20", engine=engine)
+    # 3 prefill chunks of 100 tokens and 40 decodes: 43 sequences, 340 tokens
+    batch = BatchShape(prefill_tokens=300, prefill_seqs=3, prefill_pairs=3 * 100 * 101 / 2,
+                       decode_seqs=40, decode_context_tokens=40 * 500, sampled_seqs=43)
+    assert step.breakdown(batch).overhead_s == pytest.approx(1e-3 + 43 * 20e-6 + 340 * 1e-6, rel=REL)
+
+
+def test_default_engine_overhead():
+    batch = BatchShape(decode_seqs=64, decode_context_tokens=64 * 800, sampled_seqs=64)
+    step = _roofline("qwen3-8b", "h20", engine=EngineSpec())
+    # 0.5 ms + 64 x 10 us + 64 x 0.5 us, as documented in kvsim.models.engine
+    assert step.breakdown(batch).overhead_s == pytest.approx(0.5e-3 + 64 * 10e-6 + 64 * 0.5e-6, rel=REL)
+
+
+def test_small_gemms_reach_less_of_the_peak():
+    acc = ACC["h20"].model_copy(update={"efficiency": EfficiencySpec(compute=0.6, memory=0.66,
+                                                                     compute_half_tokens=256)})
+    step = RooflineStepTime(MODELS["qwen3-8b"], acc, tp=1, dtype="bf16", kv_dtype="bf16", engine=FIXED_ENGINE)
+    for c in (64, 256, 4096):
+        batch = BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2)
+        flops = c * Q8_BODY_FLOPS + c * (c + 1) / 2 * Q8_ATTN_PER_PAIR
+        # half of 0.6 at 256 tokens; 0.6 * 4096 / 4352 = 0.565 at 4096
+        assert step.breakdown(batch).compute_s == pytest.approx(flops / (148e12 * 0.6 * c / (c + 256)), rel=REL)
+
+
+def test_paged_kv_reads_have_their_own_efficiency():
+    acc = ACC["h20"].model_copy(update={"efficiency": EfficiencySpec(compute=0.6, memory=0.66, kv_memory=0.5)})
+    step = RooflineStepTime(MODELS["qwen3-8b"], acc, tp=1, dtype="bf16", kv_dtype="bf16", engine=FIXED_ENGINE)
+    batch = BatchShape(decode_seqs=16, decode_context_tokens=16 * 2000, sampled_seqs=16)
+    memory_s = Q8_WEIGHT_BYTES_BF16 / (4.0e12 * 0.66) + 16 * 2000 * Q8_KV_BF16 / (4.0e12 * 0.5)
+    assert step.breakdown(batch).memory_s == pytest.approx(memory_s, rel=REL)

@@ -27,32 +27,37 @@ class EfficiencySpec(FrozenSpec):
     ----------
     compute : float
         Model FLOPs utilisation achieved by a compute-bound iteration (fraction of dense peak).
+    compute_half_tokens : float
+        Tokens in an iteration at which dense GEMMs reach half of ``compute`` (small GEMMs leave
+        tiles partly empty); 0 keeps the efficiency flat.
     memory : float
-        Fraction of peak memory bandwidth achieved by a memory-bound iteration.
+        Fraction of peak memory bandwidth achieved streaming weights.
+    kv_memory : float or None
+        Fraction of peak memory bandwidth achieved reading paged KV in attention (None: ``memory``).
     interconnect : float
         Fraction of nominal scale-up (or PCIe) bandwidth achieved by collectives.
     host_copy : float
         Fraction of the host link a pinned host<->device copy (cudaMemcpy, copy engine) reaches;
         NIC and NVMe DMA straight to the device (GPU-Direct) does not pay it.
-    iteration_overhead_s : float
-        Fixed time per engine iteration (scheduling, kernel launches, sampling), seconds.
     collective_latency_s : float
-        Fixed latency of one all-reduce, seconds.
+        Latency of one card-to-card step of a collective (the alpha of the alpha-beta model), seconds.
 
     Defaults, used where a catalog entry gives no figure: ``compute`` 0.6 is InferSim's
     default MFU for H20 (alibaba/InferSim ``hardware/gpu.py``); ``memory`` 0.8 is the
     ``mem_bw_empirical_scaling_factor`` aiconfigurator uses for every NVIDIA GPU;
     ``interconnect`` 0.8 is InferSim's NVLink/RDMA derate; ``host_copy`` 0.87 is the pinned
     copy-engine rate measured on PCIe Gen5 x16 (55.4 of 64 GB/s, nvbandwidth on H100); ``collective_latency_s`` 10 us is
-    aiconfigurator's ``p2p_latency``; ``iteration_overhead_s`` 2 ms is an assumption (scheduling,
-    kernel launches and sampling per iteration), to be calibrated.
+    aiconfigurator's ``p2p_latency`` (one point-to-point step); ``compute_half_tokens`` 0 and
+    ``kv_memory`` None (same as ``memory``) are neutral until a measurement or ``kvsim calibrate``
+    gives them. The per-iteration overhead is the engine's (:class:`kvsim.models.engine.EngineSpec`).
     """
 
     compute: Fraction = 0.6
+    compute_half_tokens: float = Field(default=0.0, ge=0.0)
     memory: Fraction = 0.8
+    kv_memory: Fraction | None = None
     interconnect: Fraction = 0.8
     host_copy: Fraction = 0.87
-    iteration_overhead_s: Seconds = 0.002
     collective_latency_s: Seconds = 10e-6
 
 

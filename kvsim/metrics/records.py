@@ -7,7 +7,7 @@ import pandas as pd
 
 __all__ = ["RequestRecords"]
 
-_FLOAT_FIELDS = ("arrival_s", "admit_s", "first_token_s", "finish_s")
+_FLOAT_FIELDS = ("arrival_s", "admit_s", "first_token_s", "finish_s", "aborted_s")
 _INT_FIELDS = ("input_tokens", "output_tokens", "preemptions", "instance")
 _CACHE_INT_FIELDS = ("hit_tokens_hbm", "hit_tokens_dram", "hit_tokens_nvme", "hit_tokens_remote",
                      "computed_tokens")
@@ -21,7 +21,8 @@ _NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS
 class RequestRecords:
     """Growable columnar table of request milestones.
 
-    Times are seconds of simulated time; a milestone not reached is NaN. ``instance`` is the
+    Times are seconds of simulated time; a milestone not reached is NaN. ``aborted_s`` is when
+    the client gave up on the request (``workload.timeout``); such a request never finishes. ``instance`` is the
     index of the instance that served the request (-1 before routing). Cache columns:
     ``hit_tokens_<tier>`` prompt tokens served from that tier's cached KV (counted at every
     admission, so a recomputed request can hit again), ``computed_tokens`` prompt tokens

@@ -5,7 +5,9 @@ Conventions (all times in seconds, rates per second of simulated time):
 - Latency statistics cover requests that *arrived* in the window; the run drains after the
   window, so slow requests are included, not censored. ``requests_unfinished`` counts window
   arrivals still unfinished when the window closed (the backlog: a sign of saturation);
-  ``requests_undrained`` those the drain limit cut off (their latencies are missing).
+  ``requests_undrained`` those the drain limit cut off (their latencies are missing);
+  ``requests_aborted`` those whose client gave up (``workload.timeout``): they have no finish
+  time, so they are missing from the latency statistics and count against goodput.
 - ``requests_per_s`` and ``goodput_requests_per_s`` count completions *in* the window.
 - ``output_tokens_per_s`` counts every token emitted in the window; ``input_tokens_per_s``
   counts prompt tokens of prefills that completed in the window (recomputation not counted).
@@ -90,6 +92,7 @@ def summarize(
     arrival = records.column("arrival_s")
     finish = records.column("finish_s")
     done = ~np.isnan(finish)
+    aborted = ~np.isnan(records.column("aborted_s"))
     arrived = arrival >= window_start_s
     measured = done & arrived
     latencies = request_latencies(records)
@@ -100,7 +103,8 @@ def summarize(
         "requests_arrived": int(np.count_nonzero(arrived)),
         "requests_completed": int(np.count_nonzero(completed_in_window)),
         "requests_unfinished": int(np.count_nonzero(arrived & ~(finish <= window_end_s))),
-        "requests_undrained": int(np.count_nonzero(arrived & ~done)),
+        "requests_undrained": int(np.count_nonzero(arrived & ~done & ~aborted)),
+        "requests_aborted": int(np.count_nonzero(arrived & aborted)),
         "output_tokens_per_s": output_tokens_in_window / span,
         "input_tokens_per_s": input_tokens_in_window / span,
         "requests_per_s": int(np.count_nonzero(completed_in_window)) / span,

@@ -4,14 +4,22 @@ An engine iteration is one batched forward pass mixing prefill chunks and decode
 predictor sees only the aggregate shape of the batch (:class:`BatchShape`), so a measured table
 or a learned model can replace the roofline without touching the engine.
 
-Roofline (per card of a TP group of ``t`` cards)::
+Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration)::
 
-    compute_s  = FLOPs / (t * peak_flops * efficiency.compute)
-    memory_s   = (weight_bytes_read / t + kv_bytes_per_card) / (memory_bandwidth * efficiency.memory)
+    compute_s  = FLOPs / (t * peak_flops * efficiency.compute * n / (n + efficiency.compute_half_tokens))
+    memory_s   = weight_bytes_read / t / (memory_bandwidth * efficiency.memory)
+                 + kv_bytes_per_card / (memory_bandwidth * efficiency.kv_memory)
                  (weights read: every matrix once; the input embedding is only looked up)
-    comm_s     = 2 * layers * [2 (t-1)/t * activation_bytes / (peer_bw * efficiency.interconnect)
-                               + collective_latency_s]                 (ring all-reduce, t > 1)
-    iteration  = max(compute_s, memory_s) + comm_s + efficiency.iteration_overhead_s
+    comm_s     = 2 * layers * allreduce(n * hidden * 2 B, t, collective_latency_s,
+                                        peer_bw * efficiency.interconnect)    (t > 1)
+    iteration  = max(compute_s, memory_s) + comm_s + engine.step_overhead_s(sequences, n)
+
+Small GEMMs reach less of the peak than large ones (tiles left partly empty, launch-bound
+kernels): ``compute_half_tokens`` is the token count at which the achieved rate is half of
+``efficiency.compute``, the large-GEMM figure (0 keeps it flat). Weight streaming and paged-KV
+reads achieve different fractions of the bandwidth, so each has its own efficiency. The
+all-reduce picks recursive doubling or a ring by message size (:mod:`kvsim.models.collectives`).
+The per-step overhead is the engine's (:class:`kvsim.models.engine.EngineSpec`).
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from typing import Protocol
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
+from kvsim.models.collectives import allreduce_s
+from kvsim.models.engine import EngineSpec
 from kvsim.models.llm import ModelSpec
 
 __all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown"]
@@ -47,6 +57,8 @@ class BatchShape:
         Sum over decode sequences of the context each attends to (including the new token).
     sampled_seqs : int
         Sequences that emit a token this iteration (decodes plus prefills that complete).
+    prefill_seqs : int
+        Sequences computing a prefill chunk this iteration.
     """
 
     prefill_tokens: int = 0
@@ -55,10 +67,15 @@ class BatchShape:
     decode_seqs: int = 0
     decode_context_tokens: int = 0
     sampled_seqs: int = 0
+    prefill_seqs: int = 0
 
     @property
     def tokens(self) -> int:
         return self.prefill_tokens + self.decode_seqs
+
+    @property
+    def sequences(self) -> int:
+        return self.prefill_seqs + self.decode_seqs
 
     @staticmethod
     def prefill_chunk_pairs(chunk_tokens: int, cached_tokens: int) -> float:
@@ -103,9 +120,12 @@ class RooflineStepTime:
         Weight and compute number format (selects the dense peak).
     kv_dtype : str
         KV-cache number format.
+    engine : EngineSpec, optional
+        The engine's per-step overhead (defaults: :class:`EngineSpec`).
     """
 
-    def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str):
+    def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
+                 engine: EngineSpec | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.model = model
@@ -113,9 +133,13 @@ class RooflineStepTime:
         self.tp = tp
         self.dtype = dtype
         self.kv_dtype = kv_dtype
+        self.engine = engine if engine is not None else EngineSpec()
         eff = accelerator.efficiency
         self._flops_per_s = tp * accelerator.peak_flops(dtype) * eff.compute
-        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # per card
+        self._half_tokens = eff.compute_half_tokens
+        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # per card, weights
+        kv_eff = eff.kv_memory if eff.kv_memory is not None else eff.memory
+        self._kv_bytes_per_s = accelerator.memory_bandwidth * kv_eff  # per card, paged KV
         self._kv_bytes_per_token_card = model.kv_bytes_per_token(kv_dtype, tp)
         self._body_flops = model.body_flops_per_token
         self._lm_head_flops = model.lm_head_flops
@@ -123,18 +147,17 @@ class RooflineStepTime:
         self._attn_decode = model.attention_flops_per_pair(decode=True)
         self._dense_weights = model.moe is None
         self._dense_bytes_read = model.weight_bytes_read(1, dtype)
-        self._overhead_s = eff.iteration_overhead_s
-        if tp > 1:
-            allreduces = 2 * model.num_layers
-            bytes_per_token = model.hidden_size * DTYPE_BYTES[ACTIVATION_DTYPE]
-            ring = 2.0 * (tp - 1) / tp
-            self._comm_s_per_token = allreduces * ring * bytes_per_token / (
-                accelerator.peer_bandwidth * eff.interconnect
-            )
-            self._comm_fixed_s = allreduces * eff.collective_latency_s
-        else:
-            self._comm_s_per_token = 0.0
-            self._comm_fixed_s = 0.0
+        self._allreduces = 2 * model.num_layers if tp > 1 else 0
+        self._activation_bytes_per_token = model.hidden_size * DTYPE_BYTES[ACTIVATION_DTYPE]
+        self._hop_latency_s = eff.collective_latency_s
+        self._peer_Bps = accelerator.peer_bandwidth * eff.interconnect
+
+    def comm_s(self, tokens: int) -> float:
+        """TP all-reduce time of one iteration over ``tokens`` tokens, seconds."""
+        if not self._allreduces:
+            return 0.0
+        nbytes = tokens * self._activation_bytes_per_token
+        return self._allreduces * allreduce_s(nbytes, self.tp, self._hop_latency_s, self._peer_Bps)
 
     def weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes the whole instance reads in one iteration over ``tokens`` tokens."""
@@ -152,13 +175,13 @@ class RooflineStepTime:
             + self._attn_decode * batch.decode_context_tokens
         )
         kv_tokens = batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens
-        bytes_per_card = self.weight_bytes_read(tokens) / self.tp + kv_tokens * self._kv_bytes_per_token_card
-        comm = self._comm_fixed_s + self._comm_s_per_token * tokens if self.tp > 1 else 0.0
+        flops_per_s = self._flops_per_s * tokens / (tokens + self._half_tokens) if self._half_tokens else self._flops_per_s
         return StepBreakdown(
-            compute_s=flops / self._flops_per_s,
-            memory_s=bytes_per_card / self._bytes_per_s,
-            comm_s=comm,
-            overhead_s=self._overhead_s,
+            compute_s=flops / flops_per_s,
+            memory_s=(self.weight_bytes_read(tokens) / self.tp / self._bytes_per_s
+                      + kv_tokens * self._kv_bytes_per_token_card / self._kv_bytes_per_s),
+            comm_s=self.comm_s(tokens),
+            overhead_s=self.engine.step_overhead_s(batch.sequences, tokens),
         )
 
     def iteration_time_s(self, batch: BatchShape) -> float:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field
 
+from kvsim.models.engine import EngineSpec
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.specs import ControllerSpec, HandoffSpec, InstanceSpec, PoolSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
@@ -68,6 +69,7 @@ class SystemSpec(FrozenSpec):
     dtype: Dtype | None = None
     kv_dtype: Dtype | None = None
     kv_cache: KVCacheSpec | None = None
+    engine: EngineSpec | None = None
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
@@ -213,6 +215,7 @@ class ScenarioSpec(FrozenSpec):
     model: str
     dtype: Dtype = "bf16"
     kv_dtype: Dtype | None = None
+    engine: EngineSpec = Field(default_factory=EngineSpec)
     workload: WorkloadSpec
     slo: SloSpec = Field(default_factory=SloSpec)
     systems: dict[str, SystemSpec] = Field(min_length=1)
@@ -257,6 +260,10 @@ class ScenarioSpec(FrozenSpec):
         for name, system in self.systems.items():
             for path, message in system.shape_problems() + system.controller_problems(self.slo):
                 problems.append((("systems", name) + path, message))
+            if self.workload.timeout is not None and system.disaggregated:
+                problems.append((("workload", "timeout"), (
+                    f"client timeouts are modelled for colocated systems only; system {name!r} is "
+                    "disaggregated (prefill/decode pools)")))
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:
             problems.append((("workload", "arrival", "rate"), (
@@ -278,6 +285,14 @@ class ScenarioSpec(FrozenSpec):
 
     def system_dtype(self, system: str) -> str:
         return self.systems[system].dtype or self.dtype
+
+    def system_engine(self, system: str) -> EngineSpec:
+        """The engine costs of ``system``: the scenario's ``engine``, with the fields the system's
+        own ``engine`` gives replacing those."""
+        own = self.systems[system].engine
+        if own is None:
+            return self.engine
+        return self.engine.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
 
     def system_kv_dtype(self, system: str) -> str:
         spec = self.systems[system]

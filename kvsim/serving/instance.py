@@ -55,7 +55,7 @@ class _RecordingEvents(SchedulerEvents):
 
     def first_token(self, seq: Sequence, now: float) -> None:
         if self.instance.role != "prefill":
-            self.records.first_token_s[seq.rid] = now
+            self.records.first_token_s[seq.rid] = now + self.instance.output_s
 
     def prompt_done(self, seq: Sequence, now: float) -> None:
         if self.instance.role != "decode":
@@ -71,7 +71,7 @@ class _RecordingEvents(SchedulerEvents):
         self.records.computed_tokens[seq.rid] += tokens
 
     def finished(self, seq: Sequence, now: float) -> None:
-        self.records.finish_s[seq.rid] = now
+        self.records.finish_s[seq.rid] = now + self.instance.output_s
         self.instance.on_finish(seq, now)
 
     def decode_started(self, seq: Sequence, now: float) -> None:
@@ -117,6 +117,9 @@ class Instance:
         on a prefill instance (a layer-by-layer handoff starts streaming then).
     gpus : list of str
         The topology endpoints of its cards.
+    output_s : float
+        From the end of the step that samples a token to the client receiving it (detokenise,
+        stream), seconds: recorded first-token and finish times are the client's.
     """
 
     def __init__(
@@ -137,6 +140,7 @@ class Instance:
         on_prefilled: Callable[["Instance", Sequence, float], None] = _ignore,
         on_final_chunk: Callable[["Instance", Sequence, float], None] | None = None,
         gpus: list[str] | None = None,
+        output_s: float = 0.0,
     ):
         self.env = env
         self.index = index
@@ -149,6 +153,7 @@ class Instance:
         self.on_prefilled = on_prefilled
         self.on_final_chunk = on_final_chunk
         self.gpus = gpus or []
+        self.output_s = output_s
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,

@@ -200,9 +200,32 @@ class BatchScheduler:
         self.events.preempted(seq)
 
     def loaded(self, seq: Sequence) -> None:
-        """A parked sequence's KV has arrived: it joins the running sequences."""
+        """A parked sequence's KV has arrived: it joins the running sequences (or, if its client
+        gave up meanwhile, gives its pages back)."""
         if self.loading.pop(seq.rid, None) is not None:
-            self.running.append(seq)
+            if seq.aborted:
+                self._drop(seq)
+            else:
+                self.running.append(seq)
+
+    def abort(self, seq: Sequence) -> None:
+        """Its client gave up: take ``seq`` out wherever it is and give back its pages (vLLM
+        aborts a request whose connection closed). A sequence parked on a load lets go when the
+        load lands; one in the iteration now running is skipped when the iteration completes."""
+        seq.aborted = True
+        if seq in self.waiting:
+            self.withdraw(seq)
+        elif seq in self.running:
+            self.running.remove(seq)
+            if seq.stalled:
+                seq.stalled = False
+                self.stalled -= 1
+            self._drop(seq)
+
+    def _drop(self, seq: Sequence) -> None:
+        self.pool.release(seq)
+        if self.hook is not None:
+            self.hook.released(seq, finished=False)
 
     def ungate(self, seq: Sequence, now: float) -> None:
         """An in-flight load under a computing sequence has landed."""
@@ -280,6 +303,7 @@ class BatchScheduler:
             decode_seqs=len(batch.decodes),
             decode_context_tokens=decode_context,
             sampled_seqs=sampled,
+            prefill_seqs=len(batch.prefills),
         )
         return batch
 
@@ -335,6 +359,8 @@ class BatchScheduler:
         emitted = 0
         detached = []
         for seq, chunk in batch.prefills:
+            if seq.aborted:
+                continue
             seq.kv_tokens += chunk
             events.prefill_computed(seq, chunk)
             if seq.kv_tokens == seq.prefill_target:
@@ -353,6 +379,8 @@ class BatchScheduler:
                 if seq.generated >= seq.output_tokens:
                     finished = True
         for seq in batch.decodes:
+            if seq.aborted:
+                continue
             seq.kv_tokens += 1
             seq.generated += 1
             emitted += 1

@@ -13,7 +13,7 @@ class Sequence:
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
-        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens",
+        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted",
     )
     # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
 
@@ -37,6 +37,7 @@ class Sequence:
         self.stalled = False      # prefill computed, waiting for that load
         self.swapped = False      # its own KV waits in host DRAM (preempted by swapping)
         self.queued_tokens = 0    # prompt tokens it brought to the waiting queue (for routers)
+        self.aborted = False      # its client gave up: it holds no pages and emits nothing more
 
     @property
     def total_tokens(self) -> int:

@@ -41,8 +41,13 @@ class InstanceSpec(FrozenSpec):
         KV page size in tokens (vLLM default 16).
     memory_utilization : float
         Fraction of device memory the engine may use (vLLM ``gpu_memory_utilization``, default 0.9).
-    activation_reserve : float
-        Bytes per card kept for activations and workspace (assumption: 2 GiB).
+    activation_reserve : float or None
+        Bytes per card kept out of the KV cache for activations, sampling and the runtime. None
+        (default) computes it from the model and the batch limits as vLLM's profiling pass does
+        (:func:`kvsim.models.memory.activation_reserve_bytes`).
+    runtime_reserve : float
+        With ``activation_reserve`` computed: bytes per card for CUDA graphs, communication
+        buffers and workspaces (assumption: 1 GiB).
     """
 
     tp: int = Field(default=1, ge=1)
@@ -50,7 +55,8 @@ class InstanceSpec(FrozenSpec):
     max_batched_tokens: int = Field(default=2048, ge=1)
     block_size_tokens: int = Field(default=16, ge=1)
     memory_utilization: Fraction = 0.9
-    activation_reserve: Bytes = 2.0 * 2**30
+    activation_reserve: Bytes | None = None
+    runtime_reserve: Bytes = 1.0 * 2**30
 
 
 class PoolSpec(FrozenSpec):

@@ -238,7 +238,9 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     entry = system.entry_role
     system.front = FrontEnd(env, records, system.in_system,
                             ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
-                            lambda: system.role_instances(entry), with_hashes=cache_spec is not None)
+                            lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
+                            engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
+                            holder=lambda index: system.instances[index])
     if sizing.disaggregated:
         system.handoff = KVHandoff(
             env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
@@ -261,7 +263,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
-            gpus=list(place.gpus))
+            gpus=list(place.gpus), output_s=pool.engine.output_s)
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:

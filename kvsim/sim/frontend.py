@@ -13,6 +13,7 @@ from typing import Any, Callable
 import simpy
 
 from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.models.engine import EngineSpec
 from kvsim.metrics.records import RequestRecords
 from kvsim.serving.instance import Instance
 from kvsim.serving.router import Router
@@ -37,11 +38,27 @@ class FrontEnd:
         Returns the instances currently taking new requests (mixed, or prefill).
     with_hashes : bool
         Pass prompts' block ids to the instances (the system caches prefixes).
+    holder : callable, optional
+        ``holder(index)`` is the system's instance of that index (to abort a request on).
+    timeout_s : float, optional
+        A client gives up on a request not finished this long after sending it; the instance
+        holding it aborts it and gives back its KV pages (None: clients wait for ever).
+    engine : EngineSpec, optional
+        The request path's costs: a request reaches an instance ``engine.request_in_s(prompt)``
+        after it arrives (API server, tokenisation), and its client hears it has finished
+        ``engine.output_s`` after its last step (none by default).
     """
 
     def __init__(self, env: simpy.Environment, records: RequestRecords, in_system: TimeWeightedLevel,
-                 router: Router, entry_instances: Callable[[], list[Instance]], with_hashes: bool):
+                 router: Router, entry_instances: Callable[[], list[Instance]], with_hashes: bool,
+                 engine: EngineSpec | None = None, timeout_s: float | None = None,
+                 holder: Callable[[int], Instance] | None = None):
         self.env = env
+        self.holder = holder
+        self.timeout_s = timeout_s
+        self.aborted = 0
+        self.request_in_s = engine.request_in_s if engine is not None else None
+        self.output_s = engine.output_s if engine is not None else 0.0
         self.records = records
         self.in_system = in_system
         self.router = router
@@ -60,12 +77,20 @@ class FrontEnd:
                        sequence_hashes=sequence_hashes)
         self.in_system.set(self.env.now, self.in_system.value + 1)
         self.submitted += 1
-        self.route(seq)
+        if self.timeout_s is not None:
+            self.env.timeout(self.timeout_s).callbacks.append(lambda _event: self._give_up(seq))
+        delay_s = self.request_in_s(input_tokens) if self.request_in_s is not None else 0.0
+        if delay_s > 0:
+            self.env.timeout(delay_s).callbacks.append(lambda _event: self.route(seq))
+        else:
+            self.route(seq)
         return rid
 
     def route(self, seq: Sequence) -> None:
         """Send a request to an entry instance: on arrival, or again when one it had not started
         on leaves the role."""
+        if seq.aborted:
+            return  # its client gave up before the API server passed it on
         instances = self.entry_instances()
         instances[self.router.choose(instances, seq)].submit(seq)
 
@@ -78,7 +103,30 @@ class FrontEnd:
         return done
 
     def finished(self, seq: Sequence, now: float) -> None:
-        """The request's last token was emitted at ``now``."""
+        """The request's last token was emitted at ``now``; its client has it ``output_s`` later."""
+        if self.output_s > 0:
+            self.env.timeout(self.output_s).callbacks.append(lambda _event: self._leave(seq))
+        else:
+            self._leave(seq)
+
+    def _give_up(self, seq: Sequence) -> None:
+        """The client's timeout expired: abort the request unless its last token has left."""
+        if seq.generated >= seq.output_tokens or seq.aborted:
+            return
+        rid = seq.rid
+        holder = self.records.instance[rid]
+        if holder >= 0:
+            self.holder(holder).scheduler.abort(seq)
+        seq.aborted = True
+        now = self.env.now
+        self.records.aborted_s[rid] = now
+        self.aborted += 1
+        self.in_system.set(now, self.in_system.value - 1)
+        if seq.on_finish is not None:
+            seq.on_finish(seq, now)
+
+    def _leave(self, seq: Sequence) -> None:
+        now = self.env.now
         self.in_system.set(now, self.in_system.value - 1)
         self.completed += 1
         if seq.on_finish is not None:

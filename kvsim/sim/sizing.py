@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
+from kvsim.models.engine import EngineSpec
+from kvsim.models.memory import activation_reserve_bytes
 from kvsim.models.step_time import RooflineStepTime
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
@@ -48,6 +50,7 @@ class PoolSizing:
     kv_budget_bytes_per_card: float
     kv_bytes_per_token_per_card: float
     kv_blocks_per_instance: int
+    engine: EngineSpec
 
     @property
     def role(self) -> str:
@@ -71,7 +74,7 @@ class PoolSizing:
         return self.kv_blocks_per_instance * self.spec.instance.block_size_tokens
 
     def step_model(self) -> RooflineStepTime:
-        return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype)
+        return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine)
 
     def describe(self) -> str:
         """One line: hardware, layout and KV capacity."""
@@ -173,14 +176,17 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
                           f"{pool.nodes} x {node.name} has {pool.nodes * node.accelerators_per_node}")
     weights_per_card = model.weight_bytes(dtype) / tp
     usable = accelerator.memory_bytes * inst.memory_utilization
-    kv_budget = usable - weights_per_card - inst.activation_reserve
+    reserve = inst.activation_reserve
+    if reserve is None:
+        reserve = activation_reserve_bytes(model, inst.max_batched_tokens, inst.max_num_seqs, inst.runtime_reserve)
+    kv_budget = usable - weights_per_card - reserve
     role = "" if pool.role == "mixed" else f" for the {pool.role} role"
     if kv_budget <= 0:
         fits = "do not fit" if weights_per_card > usable else "leave no room for the KV cache"
         raise SizingError(path + ("node",), (
             f"{model.name} weights in {dtype} ({format_quantity(model.weight_bytes(dtype), 'bytes')}) "
             f"{fits}{role}: {format_quantity(weights_per_card, 'bytes')} per card at tp={tp}, plus "
-            f"{format_quantity(inst.activation_reserve, 'bytes')} activation reserve, against "
+            f"{format_quantity(reserve, 'bytes')} activation reserve, against "
             f"{format_quantity(usable, 'bytes')} usable on one {accelerator.name} "
             f"({inst.memory_utilization:g} of {format_quantity(accelerator.memory_bytes, 'bytes')}); "
             "raise instance.tp, use a smaller dtype, or a card with more memory"))
@@ -205,5 +211,5 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         name=pool_name, spec=pool, node=node, accelerator=accelerator, model=model, dtype=dtype,
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
-        kv_blocks_per_instance=blocks,
+        kv_blocks_per_instance=blocks, engine=spec.system_engine(name),
     )

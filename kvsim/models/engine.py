@@ -1,0 +1,82 @@
+"""The serving engine's own costs: the request path around the model and the CPU side of each step.
+
+A forward pass is not the whole of a request's latency. Before the engine sees a request, the API
+server parses it, applies the chat template and tokenises the prompt; after each step, the engine
+turns sampled ids into text and streams it. Each iteration also pays host-side work the GPU
+roofline does not see: scheduling, building input tensors, launching (or replaying) the kernels,
+sampling. These are properties of the engine software and its host, not of the accelerator, so
+they live in their own spec, set per scenario (``engine:``) or per system (``systems.X.engine``),
+and a calibration file (``kvsim calibrate``) may replace them.
+
+Per-step overhead (seconds)::
+
+    overhead_s = step_fixed_s + step_per_seq_s * sequences + step_per_token_s * scheduled_tokens
+
+Request path (seconds)::
+
+    engine sees the request  = arrival + api_s + tokenize_s_per_token * prompt_tokens
+    client sees a token      = end of the step that sampled it + output_s
+
+``output_s`` is paid by every streamed token, but off the engine's critical path (vLLM V1 runs
+output processing in the API-server process, overlapped with the next step), so it shifts the
+first token and the last by the same amount and leaves TPOT unchanged.
+
+Defaults, and where they come from:
+
+- ``step_fixed_s`` 0.5 ms: the per-step floor above the roofline with CUDA graphs (assumption, L).
+  Public single-stream benchmarks bound it from above: an SGLang serving benchmark at concurrency 1
+  reports a mean TPOT of 1.47 ms for a small MoE model, forward pass included (radixark SGLang
+  cookbook, DeepSeek-OCR page, M). The earlier fixed 2 ms made small models on one card decode
+  too slowly.
+- ``step_per_seq_s`` 10 us and ``step_per_token_s`` 0.5 us: host work that grows with the batch
+  (scheduler bookkeeping, block tables, input tensors, sampling); vLLM's own profile attributes
+  29 % of a Llama-3-8B H100 run to such work before v0.6 (blog.vllm.ai 2024-09-05, H for the
+  share); the per-item figures are assumptions (L), for ``kvsim calibrate`` to replace.
+- ``api_s`` 2 ms: HTTP parsing, request validation, chat template and the hop into the engine
+  process; vLLM's profile puts 33 % of that run's time in the HTTP API server (same blog, H for
+  the share); the absolute figure is an assumption (L).
+- ``tokenize_s_per_token`` 0.1 us: a Rust BPE tokeniser at ~50 MB/s ("less than 20 seconds to
+  tokenize a GB of text", huggingface/tokenizers README, M) and ~4 bytes of text per token (L).
+- ``output_s`` 1 ms: detokenising one step's token and writing one server-sent event (assumption, L).
+"""
+
+from __future__ import annotations
+
+from kvsim.spec_types import FrozenSpec, Seconds
+
+__all__ = ["EngineSpec"]
+
+
+class EngineSpec(FrozenSpec):
+    """Engine-software costs around the forward pass (all seconds; see the module docstring).
+
+    Attributes
+    ----------
+    step_fixed_s : float
+        Host and launch time of every iteration, seconds.
+    step_per_seq_s : float
+        Added per sequence in the iteration (decodes and prefill chunks), seconds.
+    step_per_token_s : float
+        Added per token the iteration computes, seconds.
+    api_s : float
+        Per request, from arrival at the server to the engine's queue (API server), seconds.
+    tokenize_s_per_token : float
+        Tokenisation time per prompt token, seconds.
+    output_s : float
+        From the end of the step that sampled a token to the client receiving it, seconds.
+    """
+
+    step_fixed_s: Seconds = 0.5e-3
+    step_per_seq_s: Seconds = 10e-6
+    step_per_token_s: Seconds = 0.5e-6
+    api_s: Seconds = 2e-3
+    tokenize_s_per_token: Seconds = 0.1e-6
+    output_s: Seconds = 1e-3
+
+    def step_overhead_s(self, sequences: int, tokens: int) -> float:
+        """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""
+        return self.step_fixed_s + self.step_per_seq_s * sequences + self.step_per_token_s * tokens
+
+    def request_in_s(self, prompt_tokens: int) -> float:
+        """From a request's arrival to the engine seeing it, seconds."""
+        return self.api_s + self.tokenize_s_per_token * prompt_tokens
