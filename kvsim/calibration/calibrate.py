@@ -180,6 +180,7 @@ def summarise_errors(errors: Mapping[str, Mapping[str, float]], metrics: Sequenc
 def parameter_table(result: Calibrated) -> dict[str, dict]:
     """``fitted:`` of ``calib.yaml``: value, datasheet default, bounds, unit, meaning."""
     return {n: {"value": float(result.fitted.values[n]), "datasheet": float(result.defaults[n]),
-                "lower": PARAMETERS[n].lower, "upper": PARAMETERS[n].upper, "unit": PARAMETERS[n].unit or "fraction",
+                "lower": PARAMETERS[n].lower, "upper": PARAMETERS[n].upper,
+                "unit": PARAMETERS[n].unit or ("tokens" if n.endswith("_tokens") else "fraction"),
                 "at_bound": n in result.fitted.at_bounds, "meaning": PARAMETERS[n].meaning}
             for n in result.names}

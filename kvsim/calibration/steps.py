@@ -21,7 +21,7 @@ from typing import Mapping
 import numpy as np
 
 from kvsim.calibration.measurements import StepPoint
-from kvsim.calibration.parameters import apply_to_accelerator
+from kvsim.calibration.parameters import apply_to_accelerator, engine_with
 from kvsim.calibration.runs import GPU_NODES, MODEL_ALIASES, catalog_model
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
@@ -52,7 +52,7 @@ def predict_step(point: StepPoint, values: Mapping[str, float] | None = None, dt
     accelerator = accelerator_catalog()[GPU_NODES[point.hardware][0]]
     if values:
         accelerator = apply_to_accelerator(accelerator, values)
-    step = RooflineStepTime(model, accelerator, point.tp, dtype, dtype)
+    step = RooflineStepTime(model, accelerator, point.tp, dtype, dtype, engine=engine_with(None, values or {}))
     b, p, t = point.batch, point.prompt_tokens, point.output_tokens
     prefill = BatchShape(prefill_tokens=b * p, prefill_pairs=b * BatchShape.prefill_chunk_pairs(p, 0),
                          sampled_seqs=b)
