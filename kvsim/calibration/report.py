@@ -134,6 +134,25 @@ def _apct(x: float) -> str:
     return "n/a" if x is None or not np.isfinite(x) else f"{100 * x:.1f} %"
 
 
+TARGETS = (("ttft_mean_s", "datasheet", 0.15), ("tpot_mean_s", "datasheet", 0.08), ("e2e_mean_s", "datasheet", 0.08),
+           ("ttft_mean_s", "loo", 0.05), ("tpot_mean_s", "loo", 0.05), ("e2e_mean_s", "loo", 0.05))
+"""Issue 7's targets on the vLLM set: (metric, datasheet or leave-one-out, median |error| limit)."""
+
+
+def targets_markdown(summary: pd.DataFrame, dataset: str = "vllm-h100") -> list[str]:
+    """The targets, what was reached, met or missed (misses stay in the page)."""
+    lines = ["### Targets on the vLLM set", "", "| metric | predictions | target median | reached | |",
+             "|---|---|---:|---:|---|"]
+    for metric, key, limit in TARGETS:
+        row = summary[(summary.dataset == dataset) & (summary.metric == metric)]
+        if row.empty:
+            continue
+        value = float(row.iloc[0][f"{key}_median"])
+        lines.append(f"| {metric} | {'leave-one-out' if key == 'loo' else key} | <= {100 * limit:.0f} % | "
+                     f"{_apct(value)} | {'met' if value <= limit else '**missed**'} |")
+    return lines
+
+
 def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[str, dict], mooncake: list[dict],
                         notes: Sequence[str]) -> str:
     """The validation page (Markdown)."""
@@ -161,6 +180,7 @@ def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[s
         lines.append(f"| {r.dataset} | {r.metric} | {r.n} | {_apct(r.datasheet_median)} | {_apct(r.datasheet_p90)} | "
                      f"{_apct(r.calibrated_median)} | {_apct(r.calibrated_p90)} | {_apct(r.loo_median)} | "
                      f"{_apct(r.loo_p90)} |")
+    lines += [""] + targets_markdown(summary)
     for dataset, info in fits.items():
         lines += ["", f"## {dataset}: fitted parameters", "", info["about"], "",
                   "| parameter | datasheet | fitted | bounds | at a bound |", "|---|---:|---:|---|---|"]
@@ -187,6 +207,10 @@ def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[s
     return "\n".join(lines) + "\n"
 
 
+def _shared_name(text: str) -> str:
+    return text.replace(str(SHARED), "../shared")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kvsim.calibration.report", description=__doc__)
     parser.add_argument("--docs", type=Path, default=Path("docs"))
@@ -199,6 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                      progress=say)
     frames.append(results_frame(vllm, "vllm-h100"))
     document = calibration_document(vllm)
+    for entry in document["data"]:  # name shared files as the repository does, not by this machine's path
+        entry["path"] = _shared_name(entry["path"])
+    document["left_out"] = [_shared_name(n) for n in document["left_out"]]
     write_calibration(args.docs / "calib_h100_vllm.yaml", document)
     fits["vllm-h100"] = {"fitted": document["fitted"], "about": (
         f"13 vLLM 0.15.1 runs on H100-SXM ({VLLM_RUNS.name}); fitted values in `docs/calib_h100_vllm.yaml` "
@@ -208,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     fits["splitwise-h100"] = {"fitted": parameter_table(steps), "about": (
         f"Splitwise-sim per-iteration table ({STEP_TABLE.name}): llama2-70b on DGX-H100 at TP 2/4/8, "
         "a 2023 vLLM. Fitted separately: its per-iteration costs belong to another engine generation.")}
-    notes += vllm.notes + steps.notes
+    notes += [_shared_name(n) for n in vllm.notes + steps.notes]
     frame = pd.concat(frames, ignore_index=True)
     summary = error_summary(frame)
     frame.to_csv(args.docs / "validation_results.csv", index=False)
