@@ -1,4 +1,4 @@
-"""Command line: ``kvsim validate | run | storage | catalog``.
+"""Command line: ``kvsim validate | run | storage | calibrate | catalog``.
 
 Bad input (scenario files, CLI arguments) prints one clear message and exits with status 2;
 it never prints a traceback.
@@ -60,6 +60,19 @@ def _parser() -> argparse.ArgumentParser:
     storage.add_argument("bench", type=Path, help="storage benchmark YAML file (see docs/storage_bench.md)")
     storage.add_argument("--out", type=Path, default=None, help="also write storage_bench.csv into this folder")
     storage.set_defaults(handler=_storage)
+
+    calibrate = sub.add_parser("calibrate", help="fit a card family's physical parameters to measurements")
+    calibrate.add_argument("measurements", type=Path, nargs="+",
+                           help="measurement CSV files (vLLM runs table and/or per-iteration step table)")
+    calibrate.add_argument("--out", type=Path, required=True, help="calibration file to write (calib.yaml)")
+    calibrate.add_argument("--accelerator", default="h100-sxm", help="catalog accelerator to fit (default h100-sxm)")
+    calibrate.add_argument("--params", default=None,
+                           help="comma-separated parameters to fit (default: kvsim.calibration.parameters.DEFAULT_FIT)")
+    calibrate.add_argument("--no-loo", action="store_true", help="skip the leave-one-out refits")
+    calibrate.add_argument("--fit-time-scale", type=float, default=0.1,
+                           help="shorten each run's stages by this factor while fitting (reports are full length)")
+    calibrate.add_argument("--workers", type=int, default=1, help="processes simulating runs in parallel")
+    calibrate.set_defaults(handler=_calibrate)
 
     catalog = sub.add_parser("catalog", help="list the accelerators, nodes and models kvsim knows")
     catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "models"],
@@ -165,6 +178,42 @@ def _storage(args: argparse.Namespace) -> int:
     if args.out is not None:
         frame.to_csv(args.out / "storage_bench.csv", index=False)
         print(f"results written: {args.out / 'storage_bench.csv'}")
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from kvsim.calibration.calibfile import write_calibration
+    from kvsim.calibration.calibrate import calibrate
+    from kvsim.calibration.parameters import DEFAULT_FIT
+    from kvsim.calibration.report import calibration_document
+
+    names = DEFAULT_FIT if args.params is None else tuple(p.strip() for p in args.params.split(",") if p.strip())
+    if not 0 < args.fit_time_scale <= 1:
+        print(f"kvsim calibrate: --fit-time-scale must be in (0, 1], got {args.fit_time_scale:g}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.out.parent and not args.out.parent.exists():
+        print(f"kvsim calibrate: cannot write {args.out}: folder {args.out.parent} does not exist", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        result = calibrate(args.measurements, args.accelerator, names, fit_time_scale=args.fit_time_scale,
+                           with_loo=not args.no_loo, workers=max(1, args.workers),
+                           progress=lambda m: print(m, file=sys.stderr, flush=True))
+    except ValueError as exc:
+        print(f"kvsim calibrate: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    document = calibration_document(result)
+    try:
+        write_calibration(args.out, document)
+    except OSError as exc:
+        print(f"kvsim calibrate: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for name, p in document["fitted"].items():
+        print(f"{name:34s} {p['datasheet']:.4g} -> {p['value']:.4g}  [{p['lower']:g}, {p['upper']:g}]"
+              + ("  (at a bound)" if p["at_bound"] else ""))
+    for label, table in document["errors"].items():
+        if label == "note" or not table:
+            continue
+        print(f"{label}: " + "; ".join(f"{m} median |err| {100 * e['median_abs']:.1f} %, p90 {100 * e['p90_abs']:.1f} %"
+                                      for m, e in table.items()))
+    print(f"calibration written: {args.out}")
     return 0
 
 

@@ -45,3 +45,8 @@ def test_quickstart_notebook_executes(repo_root, kernel_for_this_python):
 def test_pd_ratio_notebook_executes(repo_root, kernel_for_this_python):
     _, text = _execute(repo_root / "notebooks" / "02_pd_ratio.ipynb", kernel_for_this_python)
     assert "worst-phase SLO attainment" in text
+
+
+def test_validation_notebook_executes(repo_root, kernel_for_this_python):
+    _, text = _execute(repo_root / "notebooks" / "05_validation.ipynb", kernel_for_this_python)
+    assert "validation summary: TPOT median |error|" in text

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
+from kvsim.calibration.calibfile import apply_calibration_field
 from kvsim.catalog import Catalog
 from kvsim.hardware import (
     AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
@@ -33,7 +34,7 @@ from kvsim.yaml_io import (
 __all__ = ["Catalogs", "ScenarioPoint", "Scenario", "load_scenario", "parse_scenario"]
 
 register_union_tags(["poisson", "gamma", "diurnal", "phases", "closed_loop", "fixed", "uniform", "lognormal",
-                     "empirical", "trace", "static", "threshold", "proportional", "gap", "pd"])
+                     "empirical", "trace", "static", "threshold", "proportional", "gap", "pd", "stages"])
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,7 @@ class Scenario:
     catalogs: Catalogs
     points: list[ScenarioPoint] = field(default_factory=list)
     base_dir: FsPath | None = None
+    calibration: Any = None  # kvsim.calibration.calibfile.Calibration applied, if any
 
     @property
     def name(self) -> str:
@@ -94,7 +96,7 @@ class Scenario:
             except ValueError as exc:
                 raise SpecError([f"{self.located.filename}: {dotted}: {exc}"]) from None
         located = Located(raw, self.located.filename, self.located.lines)
-        return build_scenario(raw, located, self.base_dir, strict=False)
+        return build_scenario(raw, located, self.base_dir, strict=False, calibration=self.calibration)
 
 
 def load_scenario(path: str | FsPath) -> Scenario:
@@ -122,10 +124,22 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPa
         raise SpecError([f"{filename}:1: the scenario must be a mapping of fields (name, duration, ...)"])
     base = FsPath(base_dir) if base_dir is not None else None
     raw = _resolve_files(located.data, located, base)
-    return build_scenario(raw, located, base, strict=True)
+    raw, calibration = apply_calibration_field(raw, located, base)
+    scenario = build_scenario(raw, located, base, strict=True, calibration=calibration)
+    if calibration is not None and not _uses_accelerator(scenario, calibration.accelerator):
+        raise SpecError([located.problem(("calibration",), (
+            f"{calibration.path} was fitted for {calibration.accelerator}, which no system of this scenario uses"))])
+    return scenario
 
 
-def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | None, strict: bool) -> Scenario:
+def _uses_accelerator(scenario: Scenario, accelerator: str) -> bool:
+    nodes = scenario.catalogs.nodes
+    return any(nodes[pool.node].accelerator == accelerator for point in scenario.points
+               for system in point.spec.systems.values() for pool in system.pool_specs().values())
+
+
+def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | None, strict: bool,
+                   calibration: Any = None) -> Scenario:
     context = {STRICT_UNITS: strict}
     try:
         spec = ScenarioSpec.model_validate(raw, context=context)
@@ -155,7 +169,7 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
             points.append(ScenarioPoint(index, {}, spec))
             continue
         points.append(ScenarioPoint(index, params, _point_spec(raw, params, located, catalogs, context)))
-    return Scenario(spec, raw, located, catalogs, points, base_dir)
+    return Scenario(spec, raw, located, catalogs, points, base_dir, calibration)
 
 
 def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> ScenarioSpec:

@@ -229,6 +229,9 @@ class ScenarioSpec(FrozenSpec):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
     study: StudySpec | None = None
+    calibration: str | None = None
+    """A ``calib.yaml`` (``kvsim calibrate``; relative to the scenario file) whose fitted values apply
+    to its card, under the scenario's own ``catalog:`` entries (see :mod:`kvsim.calibration.calibfile`)."""
 
     def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Checks across fields, as ``(field path, message)``; the loader reports them with lines.

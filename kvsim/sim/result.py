@@ -102,8 +102,10 @@ class RunResult:
                 systems.setdefault(run.system, []).append({"params": run.params, **entry})
             else:
                 systems[run.system] = entry
+        calibration = getattr(self.scenario, "calibration", None)
         return {
             "scenario": self.scenario.name,
+            **({"calibration": calibration.record()} if calibration is not None else {}),
             "seed": self.seed,
             "kvsim_version": __version__,
             "duration_s": self.scenario.spec.duration,

@@ -1,5 +1,5 @@
-"""Request arrival processes: open-loop (Poisson, Gamma, a diurnal rate curve), closed-loop (fixed
-concurrency), trace replay."""
+"""Request arrival processes: open-loop (Poisson, Gamma, a diurnal rate curve, constant-rate stages),
+closed-loop (fixed concurrency), trace replay."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from kvsim.workload.traces import TraceSpec
 
 __all__ = [
     "PoissonArrivals", "GammaArrivals", "DiurnalArrivals", "ClosedLoop", "PhaseSpec", "PhasedArrivals",
-    "ArrivalSpec", "open_loop_arrival_times", "MAX_CV",
+    "RateStage", "StagedArrivals", "ArrivalSpec", "open_loop_arrival_times", "MAX_CV",
 ]
 
 
@@ -115,6 +115,54 @@ class ClosedLoop(FrozenSpec):
         return np.full(n, self.think_time)
 
 
+class RateStage(FrozenSpec):
+    """One constant-rate stage: ``rate`` requests/s for ``duration``."""
+
+    rate: Rate
+    duration: Seconds
+
+    @field_validator("duration")
+    @classmethod
+    def _positive(cls, duration: float) -> float:
+        if not duration > 0:
+            raise ValueError("must be positive")
+        return duration
+
+
+class StagedArrivals(FrozenSpec):
+    """Open loop in constant-rate stages run back to back, the way the inference-perf load
+    generator's ``load.type: constant`` sends them.
+
+    Stage ``k`` sends exactly ``floor(rate_k * duration_k)`` requests. Their gaps are drawn
+    exponential with mean ``1/rate_k`` and then scaled so they add up to the stage's duration
+    (inference-perf ``ConstantLoadTimer.start_timer``, kubernetes-sigs/inference-perf
+    ``inference_perf/loadgen/load_timer.py``): a Poisson-like stream with an exact count, whose
+    last request of a stage lands at the stage's end. No request arrives after the last stage.
+    Unlike ``phases``, the stages share the workload's lengths and prefix structure.
+    """
+
+    kind: Literal["stages"] = "stages"
+    stages: list[RateStage] = Field(min_length=1)
+
+    @property
+    def rate(self) -> float:
+        """Time-average arrival rate over the stages, requests/s."""
+        return sum(s.rate * s.duration for s in self.stages) / sum(s.duration for s in self.stages)
+
+    def times(self, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+        """Arrival times in ``[0, duration_s)``, seconds, ascending."""
+        parts = []
+        start = 0.0
+        for stage in self.stages:
+            n = int(stage.rate * stage.duration)
+            if n > 0:
+                gaps = rng.exponential(1.0 / stage.rate, size=n)
+                parts.append(start + np.cumsum(gaps * (stage.duration / gaps.sum())))
+            start += stage.duration
+        out = np.concatenate(parts) if parts else np.zeros(0)
+        return out[out < duration_s]
+
+
 PhaseArrival = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, TraceSpec],
                          Field(discriminator="kind")]
 
@@ -190,15 +238,18 @@ class PhasedArrivals(FrozenSpec):
         return max(length.max_tokens for length in lengths)
 
 
-ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, ClosedLoop, TraceSpec, PhasedArrivals],
-                        Field(discriminator="kind")]
+ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, ClosedLoop, TraceSpec, PhasedArrivals,
+                              StagedArrivals], Field(discriminator="kind")]
 """A workload's arrival source; ``trace`` (:class:`~kvsim.workload.traces.TraceSpec`) also supplies lengths."""
 
 
 def open_loop_arrival_times(
-    spec: PoissonArrivals | GammaArrivals | DiurnalArrivals, duration_s: float, rng: np.random.Generator
+    spec: PoissonArrivals | GammaArrivals | DiurnalArrivals | StagedArrivals, duration_s: float,
+    rng: np.random.Generator,
 ) -> np.ndarray:
     """Arrival times in ``[0, duration_s)``, seconds, ascending."""
+    if isinstance(spec, StagedArrivals):
+        return spec.times(duration_s, rng)
     if isinstance(spec, DiurnalArrivals):
         peak_rate = spec.rate * (1.0 + spec.amplitude)
         candidates = open_loop_arrival_times(PoissonArrivals(rate=peak_rate), duration_s, rng)

@@ -1,0 +1,126 @@
+"""A measured vLLM run as a kvsim scenario, and kvsim's prediction of its metrics.
+
+The scenario reproduces the run's conditions:
+
+- one instance of ``tp`` cards on an ``h100-8x`` node, with the run's ``max_num_seqs``,
+  ``max_num_batched_tokens`` and 16-token KV pages; prefix caching on when the run had it
+  (``kv_cache: {}``: HBM prefix cache, LRU);
+- the inference-perf ``shared_prefix`` workload. inference-perf builds ``N x M`` fixed prompts
+  (group ``g``'s system prompt + a question) once and sends prompt ``i mod N*M`` as request ``i``
+  (``SharedPrefixDataGenerator.load_lazy_data``), so after its first use every *whole* prompt
+  repeats, not only its system prompt. kvsim models each of the ``N x M`` prompts as a
+  ``shared_documents`` document of ``prompt - 1`` tokens chosen uniformly, plus a one-token
+  suffix of each request's own: a warm request then hits ``floor((prompt - 1) / 16)`` pages and
+  computes the rest, as vLLM does (it caches whole pages only, and always recomputes the last
+  token). Approximations: prompts are drawn at random rather than in a shuffled cycle, and the
+  system prompt shared by a group is not shared across its questions' first uses (this only
+  affects the first ``N x M`` requests of a run);
+- arrivals in the run's constant-rate stages back to back (``kind: stages``, the way
+  inference-perf's ``constant`` load type spaces them). inference-perf drains each stage and
+  pauses before the next; kvsim runs them back to back, which changes nothing at these loads;
+- the 8 GiB CPU offload tier of some runs is left out: the runs' distinct prompts (at most 50 x
+  ~1,000 tokens) fit HBM many times over, so that tier never serves a hit.
+
+Metrics are the run's, client side: TTFT and E2E from arrival, TPOT ``(e2e - ttft) / (output - 1)``
+per request, then mean / p90 over requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from kvsim.calibration.measurements import METRICS, VllmRun
+from kvsim.calibration.parameters import apply_to_raw
+from kvsim.models import model_catalog
+from kvsim.scenario.load import Scenario, build_scenario
+from kvsim.yaml_io import Located
+
+__all__ = ["MODEL_ALIASES", "GPU_NODES", "catalog_model", "run_scenario_raw", "run_scenario", "predict_run",
+           "SUMMARY_COLUMNS"]
+
+MODEL_ALIASES = {
+    "meta-llama/Llama-2-7b-hf": "llama-2-7b",  # the base model: same architecture as the chat one catalogued
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": "llama-4-scout-17b-16e",
+    "llama2-70b": "llama-2-70b",  # Splitwise's name
+}
+"""Measured model names whose catalog entry has another ``hf_id`` (a quantised or base checkpoint)."""
+
+GPU_NODES = {"H100-SXM-80GB": ("h100-sxm", "h100-8x"), "h100-80gb": ("h100-sxm", "h100-8x")}
+"""Measured GPU names -> (kvsim accelerator, node). Splitwise's ``h100-80gb`` is a DGX H100 (SXM)."""
+
+SUMMARY_COLUMNS = {"ttft_mean_s": "ttft_s_mean", "ttft_p90_s": "ttft_s_p90", "tpot_mean_s": "tpot_s_mean",
+                   "e2e_mean_s": "e2e_s_mean", "e2e_p90_s": "e2e_s_p90"}
+"""Measured metric -> kvsim summary column."""
+
+
+def catalog_model(name: str) -> str:
+    """The kvsim catalog model for a measured model name (an HF id or an alias)."""
+    catalog = model_catalog()
+    if name in MODEL_ALIASES:
+        return MODEL_ALIASES[name]
+    for entry in catalog.names():
+        if catalog[entry].hf_id.lower() == name.lower():
+            return entry
+    raise ValueError(f"no kvsim catalog model for {name!r} (kvsim catalog models lists them; "
+                     f"add it, or an alias in kvsim/calibration/runs.py MODEL_ALIASES)")
+
+
+def gpu_node(gpu: str) -> tuple[str, str]:
+    if gpu not in GPU_NODES:
+        raise ValueError(f"no kvsim node for GPU {gpu!r}; known: {', '.join(GPU_NODES)}")
+    return GPU_NODES[gpu]
+
+
+def run_scenario_raw(run: VllmRun, time_scale: float = 1.0, seed: int = 0) -> dict[str, Any]:
+    """Scenario data (SI numbers) reproducing ``run``; ``time_scale`` shortens every stage alike
+    (the stages keep their rates and their share of the requests)."""
+    model = catalog_model(run.model)
+    _, node = gpu_node(run.gpu)
+    fp8 = run.precision.upper().startswith("FP8")
+    stages = [{"rate": rate, "duration": seconds * time_scale} for rate, seconds in run.stages]
+    system: dict[str, Any] = {
+        "node": node, "nodes": 1, "instances": 1,
+        "instance": {"tp": run.tp, "max_num_seqs": run.max_num_seqs, "max_batched_tokens": run.max_batched_tokens,
+                     "block_size_tokens": 16},
+    }
+    if run.prefix_cache:
+        system["kv_cache"] = {}
+    return {
+        "name": f"vllm-run-{run.run_id}",
+        "description": f"kvsim reproduction of measured run {run.label}",
+        "seed": seed,
+        # a little past the last stage: its last request lands exactly at the stage's end, and
+        # kvsim admits arrivals in [0, duration)
+        "duration": sum(s["duration"] for s in stages) + 1.0,
+        "model": model,
+        "dtype": "fp8" if fp8 else "bf16",  # FP16 runs: same peak and bytes as bf16 on H100
+        "kv_dtype": "bf16",
+        "workload": {
+            "arrival": {"kind": "stages", "stages": stages},
+            "prefix": {"kind": "shared_documents", "documents": run.system_prompts * run.users, "zipf_s": 0.0,
+                       "document_tokens": {"kind": "fixed", "value": run.prompt_tokens - 1},
+                       "suffix_tokens": {"kind": "fixed", "value": 1}},
+            "output_tokens": {"kind": "fixed", "value": run.output_tokens},
+            "block_tokens": 16,
+        },
+        "systems": {"vllm": system},
+    }
+
+
+def run_scenario(run: VllmRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,
+                 seed: int = 0) -> Scenario:
+    """The validated kvsim scenario of ``run`` with calibration ``values`` applied (None: datasheet)."""
+    raw = run_scenario_raw(run, time_scale, seed)
+    if values:
+        raw = apply_to_raw(raw, gpu_node(run.gpu)[0], values)
+    return build_scenario(raw, Located(raw, f"<run {run.run_id}>"), None, strict=False)
+
+
+def predict_run(run: VllmRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,
+                seed: int = 0) -> dict[str, float]:
+    """kvsim's prediction of each of :data:`METRICS` for ``run`` (seconds)."""
+    from kvsim.sim import run_scenario as simulate
+
+    result = simulate(run_scenario(run, values, time_scale, seed))
+    row = result.summary_frame().iloc[0]
+    return {m: float(row[SUMMARY_COLUMNS[m]]) for m in METRICS}
