@@ -190,18 +190,18 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     layout = pool_layout(pool)
     tp, per_node = inst.tp, node.accelerators_per_node
     pool_cards = pool.nodes * per_node
-    for name, width in (("tp", tp), ("pp", layout.cards)):
+    for knob, width in (("tp", tp), ("pp", layout.cards)):
         if per_node % width and width % per_node:
-            what = f"tp={width}" if name == "tp" else f"tp x pp = {width}"
-            raise SizingError(path + ("instance", name), (
+            what = f"tp={width}" if knob == "tp" else f"tp x pp = {width}"
+            raise SizingError(path + ("instance", knob), (
                 f"{what} cards must divide the {per_node} cards of node {node.name} or be a whole "
                 "number of nodes (an instance fills nodes in order)"))
     if layout.cards > pool_cards:
         raise SizingError(path + ("instance", "pp" if layout.pp > 1 else "tp"), (
             f"an instance of {layout.label()} needs {layout.cards} cards; the pool has {pool_cards} "
             f"({pool.nodes} x {node.name})"))
-    for name, message in layout_problems(layout, model):
-        raise SizingError(path + ("instance", name), message)
+    for knob, message in layout_problems(layout, model):
+        raise SizingError(path + ("instance", knob), message)
     links = None
     if not layout.plain_tp or tp > per_node:
         if layout.cards > per_node and node.nics.count == 0:
