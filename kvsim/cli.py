@@ -178,6 +178,8 @@ def _storage(args: argparse.Namespace) -> int:
     if args.out is not None:
         frame.to_csv(args.out / "storage_bench.csv", index=False)
         print(f"results written: {args.out / 'storage_bench.csv'}")
+    return 0
+
 
 def _calibrate(args: argparse.Namespace) -> int:
     from kvsim.calibration.calibfile import write_calibration
