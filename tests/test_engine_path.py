@@ -130,3 +130,40 @@ def test_timeout_refused_for_disaggregated_systems():
     with pytest.raises(SpecError) as info:
         kvsim.parse_scenario(text, "o.yaml")
     assert "workload.timeout" in str(info.value) and "colocated" in str(info.value)
+
+
+CADENCE = """
+name: cadence
+seed: 1
+duration: 3 s
+warmup: 0 s
+model: qwen3-1.7b
+engine: {{api_s: 0 s, tokenize_s_per_token: 0 s, output_s: 0 s, async_scheduling: {mode}}}
+workload:
+  arrival: {{kind: trace, format: azure_2023, file: {trace}}}
+systems:
+  one: {{node: h20-8x, instances: 1}}
+"""
+
+
+def _requests(tmp_path, mode: str):
+    trace = tmp_path / "two.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:00:00.0000000,100,2000\n"
+                     "2023-11-16 18:00:01.0003000,100,10\n")
+    text = CADENCE.format(mode=mode, trace=trace)
+    return kvsim.run(kvsim.parse_scenario(text, "c.yaml")).runs[0].records.to_frame()
+
+
+def test_async_scheduling_joins_the_batch_after_next(tmp_path):
+    sync = _requests(tmp_path, "false")
+    overlapped = _requests(tmp_path, "true")
+    # the first request decodes alone, one step every ~2 ms; the second arrives in the middle of one
+    first = sync.iloc[0]
+    decode_step_s = (first.finish_s - first.first_token_s) / (first.output_tokens - 1)
+    late_sync, late_async = sync.iloc[1], overlapped.iloc[1]
+    assert 0 < late_sync.admit_s - late_sync.arrival_s < decode_step_s
+    # with async scheduling the batch after the arrival was already formed: it waits one step more
+    delay = late_async.admit_s - late_sync.admit_s
+    assert delay == pytest.approx(decode_step_s, rel=0.1)
+    assert late_async.first_token_s - late_sync.first_token_s == pytest.approx(delay, rel=1e-3)

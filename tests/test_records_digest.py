@@ -7,7 +7,8 @@ runs were compared the same way (see the commit that introduced this file).
 Re-pinned for issue 7 (engine fidelity), a change meant to move numbers: the request path
 (API server, tokenisation, streaming), a per-step overhead that grows with the batch instead of a
 fixed 2 ms, size-aware all-reduce costs, a vLLM-style activation reserve instead of a fixed 2 GiB,
-and the ``aborted_s`` column. offload_gap.yaml also moved with the storage I/O model (issue 7,
+the ``aborted_s`` column, and async scheduling's cadence (a request arriving at a busy engine joins
+the batch after next). offload_gap.yaml also moved with the storage I/O model (issue 7,
 part 3): the remote pool's per-I/O latency, queue depth and the host-bounce CPU cost shifted 5 of
 5,238 requests' times in the short run by at most 0.42 ms on their own.
 """
@@ -30,9 +31,9 @@ SHORT = {
 }
 
 PINNED = {
-    "h20_vs_l20.yaml": "2b32fb90c33719fcee186bac578fe886aa1472e744e724d68580299109db670a",
+    "h20_vs_l20.yaml": "3f97a85845159a723756e21f63d41b320856454550f5c3700648c2ebfe2f527b",
     "offload_gap.yaml": "b6a0373b6f5067b5230f60e256e74e5b9381e28bd4002acecaaebea7efc99b29",
-    "offload_gap_decode.yaml": "4aceb96e6922a0595b1d7cbf3c1abe39869ade4ebb49463bb7fb768462452ccf",
+    "offload_gap_decode.yaml": "0ad9b992ee462b3e3b2adfcbaafd549c8f042b0141b947d5660739f4f295d6b2",
 }
 
 

@@ -21,6 +21,14 @@ Request path (seconds)::
 output processing in the API-server process, overlapped with the next step), so it shifts the
 first token and the last by the same amount and leaves TPOT unchanged.
 
+Cadence: a request that reaches a busy engine joins the next batch it forms. With
+``async_scheduling`` (default) the engine forms batch ``n + 1`` while batch ``n`` runs, so a
+request arriving during batch ``n`` joins batch ``n + 2``: its first token waits, on average, half
+a step, a whole step, then its own. vLLM turned async scheduling on by default in late 2025
+(vllm-project/vllm #27614; its Q4 2025 roadmap item "Async Scheduling on by default"; H), and
+SGLang's overlap scheduler does the same; ``async_scheduling: false`` is the older synchronous
+loop. An idle engine takes a request at once either way.
+
 Defaults, and where they come from:
 
 - ``step_fixed_s`` 0.5 ms: the per-step floor above the roofline with CUDA graphs (assumption, L).
@@ -64,6 +72,8 @@ class EngineSpec(FrozenSpec):
         Tokenisation time per prompt token, seconds.
     output_s : float
         From the end of the step that sampled a token to the client receiving it, seconds.
+    async_scheduling : bool
+        The engine forms the next batch while the current one runs (see the module docstring).
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -72,6 +82,7 @@ class EngineSpec(FrozenSpec):
     api_s: Seconds = 2e-3
     tokenize_s_per_token: Seconds = 0.1e-6
     output_s: Seconds = 1e-3
+    async_scheduling: bool = True
 
     def step_overhead_s(self, sequences: int, tokens: int) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""

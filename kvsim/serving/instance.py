@@ -123,6 +123,10 @@ class Instance:
         stream), seconds: recorded first-token and finish times are the client's.
     span : AttentionSpan, optional
         The model's sliding-window layers (see :class:`~kvsim.serving.scheduler.BatchScheduler`).
+    async_scheduling : bool
+        The engine forms the next batch while the current one runs (vLLM's async scheduling,
+        SGLang's overlap scheduler): a request submitted during an iteration joins the batch
+        after the next one.
     """
 
     def __init__(
@@ -145,6 +149,7 @@ class Instance:
         gpus: list[str] | None = None,
         output_s: float = 0.0,
         span: AttentionSpan | None = None,
+        async_scheduling: bool = False,
     ):
         self.env = env
         self.index = index
@@ -158,6 +163,8 @@ class Instance:
         self.on_final_chunk = on_final_chunk
         self.gpus = gpus or []
         self.output_s = output_s
+        self.async_scheduling = async_scheduling
+        self._in_flight = False  # an iteration is running
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
@@ -237,6 +244,9 @@ class Instance:
             self.records.prefill_instance[seq.rid] = self.index
         else:
             self.records.instance[seq.rid] = self.index
+        # with async scheduling the next batch was formed when the running one started, so a
+        # request arriving now joins the one after it; an idle engine takes it at once
+        seq.not_before = self.scheduler.batches_formed + 2 if self.async_scheduling and self._in_flight else 0
         self.scheduler.add(seq)
         self.wake()
 
@@ -280,7 +290,9 @@ class Instance:
             duration_s = parts.total_s if parts is not None else step_time(batch.shape)
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
+            self._in_flight = True
             yield env.timeout(duration_s)
+            self._in_flight = False
             counters.iterations += 1
             counters.busy_s += duration_s
             if start_s <= env.now <= end_s:

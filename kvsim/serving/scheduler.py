@@ -134,6 +134,7 @@ class BatchScheduler:
         self.detached: dict[int, Sequence] = {}  # rid -> prompt done, KV held until handed off
         self.stalled = 0
         self.waiting_prompt_tokens = 0  # sum of queued_tokens over the waiting queue
+        self.batches_formed = 0  # iterations formed so far (the one running is this one)
 
     @property
     def outstanding(self) -> int:
@@ -288,9 +289,14 @@ class BatchScheduler:
         # vLLM admits nothing in a step that preempted; but if that step has nothing left to run,
         # admitting is the only way forward (nothing else would wake the engine)
         if not preempted or (not batch.prefills and not batch.decodes):
-            self._admit(batch, budget, now)
+            self._admit(batch, budget, now, self.batches_formed + 1)
+            if not batch.prefills and not batch.decodes:
+                # an engine with nothing else to run schedules a new request at once, whatever
+                # its cadence would otherwise have been
+                self._admit(batch, budget, now, None)
         if not batch.prefills and not batch.decodes:
             return None
+        self.batches_formed += 1
         for seq, chunk in batch.prefills:  # running sequences' chunks first, then the admitted
             cached = seq.kv_tokens
             prefill_tokens += chunk
@@ -313,11 +319,14 @@ class BatchScheduler:
         )
         return batch
 
-    def _admit(self, batch: Batch, budget: int, now: float) -> None:
-        """Admit waiting sequences into ``batch`` (as prefill chunks) while limits allow."""
+    def _admit(self, batch: Batch, budget: int, now: float, batch_number: int | None) -> None:
+        """Admit waiting sequences into ``batch`` (as prefill chunks) while limits allow; with a
+        ``batch_number``, only those that may join that batch (see ``Sequence.not_before``)."""
         waiting, running, pool, hook = self.waiting, self.running, self.pool, self.hook
         while waiting and budget > 0 and len(running) + len(self.loading) < self.max_num_seqs:
             seq = waiting[0]
+            if batch_number is not None and seq.not_before > batch_number:
+                break  # in arrival order: those behind it arrived later still
             if hook is not None:
                 verdict = hook.admit(seq, now)
                 if verdict is None:

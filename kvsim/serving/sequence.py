@@ -13,7 +13,7 @@ class Sequence:
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
-        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted",
+        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted", "not_before",
     )
     # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
 
@@ -38,6 +38,7 @@ class Sequence:
         self.swapped = False      # its own KV waits in host DRAM (preempted by swapping)
         self.queued_tokens = 0    # prompt tokens it brought to the waiting queue (for routers)
         self.aborted = False      # its client gave up: it holds no pages and emits nothing more
+        self.not_before = 0       # the first batch (scheduler's count) it may join (async scheduling)
 
     @property
     def total_tokens(self) -> int:
