@@ -108,6 +108,15 @@ def test_staged_arrivals_send_exact_counts_and_fill_each_stage():
     assert 0.7 < gaps.std() / gaps.mean() < 1.3
 
 
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stages_filling_the_whole_run_keep_their_exact_count(seed):
+    # the last request of the last stage lands at its end, which is the run's duration
+    spec = StagedArrivals(stages=[{"rate": 10.0, "duration": 5.0}, {"rate": 20.0, "duration": 5.0}])
+    times = spec.times(10.0, RandomStreams(seed).generator("a"))
+    assert len(times) == 150 and times[-1] < 10.0
+
+
 def test_real_run_reproduction_is_shaped_like_the_run():
     runs = {r.run_id: r for r in read_measurements(VLLM_RUNS).runs}
     run = runs["20260217-155451"]

@@ -144,3 +144,8 @@ def test_candidate_layouts_are_valid_and_cover_the_cards():
     dense = candidate_layouts(MODELS["qwen3-8b"], 8)
     assert all(lay.ep == 1 and lay.dp_attention == 1 for lay in dense)
     assert Layout(tp=2, pp=4) in dense and len(dense) == 10  # tp, pp in {1,2,4,8}, tp*pp | 8
+
+
+def test_local_cache_tiers_for_an_instance_spanning_nodes_are_refused(refused):
+    message = refused("{node: h20-8x, nodes: 2, instance: {tp: 16}, kv_cache: {dram: {capacity: 64 GiB}}}")
+    assert "systems.s.kv_cache" in message and "spans 2 nodes" in message

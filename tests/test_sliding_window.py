@@ -96,3 +96,8 @@ def test_windowed_layers_make_long_prompts_cheaper_end_to_end():
         assert windowed.summary[key]["mean"] < full.summary[key]["mean"]
     assert windowed.summary["kv_utilization_mean"] < 0.6 * full.summary["kv_utilization_mean"]
     assert np.array_equal(windowed.records.column("arrival_s"), full.records.column("arrival_s"))
+
+
+def test_prefix_caching_on_a_windowed_model_is_refused_before_the_run(refused):
+    message = refused("{node: h20-8x, instances: 1, instance: {tp: 8}, kv_cache: {}}", model="gpt-oss-120b")
+    assert "systems.s.kv_cache" in message and "sliding-window" in message

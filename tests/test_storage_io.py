@@ -11,6 +11,7 @@ import math
 import pytest
 import simpy
 
+import kvsim
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.network import FlowNetwork, IoRequest, StorageIO, Transfers, build_topology, network_capacities
 from kvsim.network import topology as topo_mod
@@ -159,3 +160,26 @@ def test_uncontended_estimate_matches_the_simulated_time():
     latency = topo.path_latency_s(paths[0]) + 5e-6
     assert t == pytest.approx(64 * latency, rel=1e-9)
     assert transfers.uncontended_s(paths, 32 * MIB, io) == pytest.approx(t, rel=1e-9)
+
+
+def test_host_staging_that_costs_nothing_runs(tmp_path):
+    # no copy threads and no per-I/O cost: the bounce path has no CPU resource to share, and runs
+    text = """
+name: free-staging
+seed: 1
+duration: 20 s
+warmup: 0 s
+model: qwen3-8b
+workload:
+  arrival: {kind: closed_loop, clients: 2, think_time: 1 s}
+  prefix: {kind: shared_documents, documents: 2, zipf_s: 1.0, document_tokens: {kind: fixed, value: 4096},
+           suffix_tokens: {kind: fixed, value: 256}}
+  output_tokens: {kind: fixed, value: 1}
+systems:
+  s: {node: h20-free, instances: 2, kv_cache: {nvme: {capacity: 1 TB}, gpu_direct: false, load_policy: always}}
+catalog:
+  nodes:
+    h20-free: {base: h20-8x, host_staging: {copy_threads: 0, per_io_cpu_s: 0 s}}
+"""
+    run = kvsim.run(kvsim.parse_scenario(text, "free.yaml")).runs[0]
+    assert run.summary["requests_completed"] > 0

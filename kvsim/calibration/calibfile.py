@@ -4,6 +4,11 @@ scenario (``calibration: calib.yaml`` in a scenario file, relative to that file)
 The file is written by ``kvsim calibrate``. Only ``accelerator`` and ``fitted.<name>.value`` steer
 a scenario; the rest (bounds, datasheet defaults, data files with sha256 and row ids, residuals,
 leave-one-out errors) is the evidence, kept beside the numbers it supports.
+
+Efficiency values apply to the calibrated card only (its catalog entry). Engine values (``engine.*``)
+describe the serving software and go into the scenario's ``engine:`` section, so they apply to
+every system of the scenario, whatever its card; a system that runs another engine states its own
+``engine:`` fields, which win.
 """
 
 from __future__ import annotations

@@ -54,7 +54,7 @@ def predict_step(point: StepPoint, values: Mapping[str, float] | None = None, dt
         accelerator = apply_to_accelerator(accelerator, values)
     step = RooflineStepTime(model, accelerator, point.tp, dtype, dtype, engine=engine_with(None, values or {}))
     b, p, t = point.batch, point.prompt_tokens, point.output_tokens
-    prefill = BatchShape(prefill_tokens=b * p, prefill_pairs=b * BatchShape.prefill_chunk_pairs(p, 0),
+    prefill = BatchShape(prefill_tokens=b * p, prefill_seqs=b, prefill_pairs=b * BatchShape.prefill_chunk_pairs(p, 0),
                          sampled_seqs=b)
     ks = np.unique(np.linspace(1, max(t - 1, 1), min(DECODE_SAMPLES, max(t - 1, 1))).round().astype(int))
     decode = [step.iteration_time_s(BatchShape(decode_seqs=b, decode_context_tokens=b * (p + int(k)),

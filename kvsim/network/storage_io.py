@@ -192,8 +192,10 @@ class StorageIO:
                 resources[iops_resource(media, write)] = ios / nbytes
         if request.host is not None:
             staging = self.staging[request.host]
-            resources[staging_resource(request.host)] = staging_cpu_s_per_byte(
+            cpu_s_per_byte = staging_cpu_s_per_byte(
                 nbytes / ios, staging.copy_threads, staging.memcpy_bandwidth, staging.per_io_cpu_s)
+            if cpu_s_per_byte > 0:  # a staging that costs nothing is no resource to share
+                resources[staging_resource(request.host)] = cpu_s_per_byte
             if staging.copy_threads > 0:  # the copy reads and writes each byte in host memory
                 resources[self.topology.dram_channel(request.host)] = 2.0
             latency += staging.per_io_cpu_s

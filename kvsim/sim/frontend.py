@@ -116,7 +116,9 @@ class FrontEnd:
         rid = seq.rid
         holder = self.records.instance[rid]
         if holder >= 0:
-            self.holder(holder).scheduler.abort(seq)
+            instance = self.holder(holder)
+            instance.scheduler.abort(seq)
+            instance.wake()  # the pages and the sequence slot it freed may let queued work run
         seq.aborted = True
         now = self.env.now
         self.records.aborted_s[rid] = now

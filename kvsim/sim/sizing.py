@@ -149,6 +149,11 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                   for pool_name, pool in system.pool_specs().items())
     pool_node = None
     cache = system.kv_cache
+    if cache is not None and model.sliding_layers:
+        raise SizingError(("systems", name, "kv_cache"), (
+            f"{model.name} has sliding-window layers ({model.sliding_layers} of {model.num_layers}); prefix "
+            "caching and KV offload are not modelled for such models yet (their pages keep only the window, "
+            "a cached prefix would need every layer's): remove kv_cache, or use a model without a window"))
     if cache is not None:
         block_tokens = spec.workload.block_tokens
         control = system.controller
@@ -169,6 +174,11 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
             if cache.nvme is not None and pool.node.nvme.count == 0:
                 raise SizingError(("systems", name, "kv_cache", "nvme"),
                                   f"node {pool.node.name} has no NVMe drives ({dotted_path(pool_path + ('node',))})")
+            if (cache.dram is not None or cache.nvme is not None) and pool.layout.cards > pool.node.accelerators_per_node:
+                raise SizingError(("systems", name, "kv_cache"), (
+                    f"an instance of {pool.layout.label()} spans {pool.layout.cards // pool.node.accelerators_per_node} "
+                    f"nodes of {pool.node.name}; host DRAM and NVMe tiers are modelled per instance on one node "
+                    "only: use a remote pool (kv_cache.remote) or an instance inside one node"))
         if cache.remote is not None:
             pool_node = catalogs.pool_nodes[cache.remote.pool_node]
     return SystemSizing(name=name, spec=system, model=model, dtype=dtype, kv_dtype=kv_dtype, pools=pools,

@@ -157,7 +157,10 @@ class StagedArrivals(FrozenSpec):
             n = int(stage.rate * stage.duration)
             if n > 0:
                 gaps = rng.exponential(1.0 / stage.rate, size=n)
-                parts.append(start + np.cumsum(gaps * (stage.duration / gaps.sum())))
+                times = start + np.cumsum(gaps * (stage.duration / gaps.sum()))
+                # the last one lands at the stage's end: keep it inside [start, end) whatever the rounding,
+                # so a last stage ending at the scenario's duration keeps its exact count
+                parts.append(np.minimum(times, np.nextafter(start + stage.duration, -np.inf)))
             start += stage.duration
         out = np.concatenate(parts) if parts else np.zeros(0)
         return out[out < duration_s]
