@@ -110,11 +110,17 @@ class FrontEnd:
             self._leave(seq)
 
     def _give_up(self, seq: Sequence) -> None:
-        """The client's timeout expired: abort the request unless its last token has left."""
-        if seq.generated >= seq.output_tokens or seq.aborted:
-            return
+        """The client's timeout expired: abort the request unless its last token has reached it."""
         rid = seq.rid
-        holder = self.records.instance[rid]
+        if seq.aborted or self.records.finish_s[rid] <= self.env.now:
+            return
+        if seq.generated >= seq.output_tokens:
+            # the engine is done but the last token is still on its way (output_s): the client
+            # gives up first, and does not see the answer
+            self.records.finish_s[rid] = float("nan")
+            holder = -1
+        else:
+            holder = self.records.instance[rid]
         if holder >= 0:
             instance = self.holder(holder)
             instance.scheduler.abort(seq)
@@ -128,6 +134,8 @@ class FrontEnd:
             seq.on_finish(seq, now)
 
     def _leave(self, seq: Sequence) -> None:
+        if seq.aborted:
+            return  # its client gave up while the last token was on its way
         now = self.env.now
         self.in_system.set(now, self.in_system.value - 1)
         self.completed += 1
