@@ -16,7 +16,7 @@ from pydantic import (
 from kvsim.units import parse_quantity
 
 __all__ = [
-    "FrozenSpec", "Bytes", "Bandwidth", "Seconds", "Rate", "FlopRate", "Watts",
+    "FrozenSpec", "Bytes", "Bandwidth", "Seconds", "PositiveSeconds", "Rate", "FlopRate", "Watts",
     "PositiveFloat", "Fraction", "STRICT_UNITS", "WITH_UNITS",
 ]
 
@@ -79,6 +79,8 @@ Bandwidth = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive), 
 """Bytes per second: ``"4 TB/s"``, ``"400 Gbit/s"``."""
 Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative), _si("s")]
 """Seconds: ``"300 s"``, ``"50 ms"``, ``"3 us"``."""
+PositiveSeconds = Annotated[float, _quantity("time"), AfterValidator(_positive), _si("s")]
+"""Seconds that must be above zero (a duration, a period, a timeout)."""
 Rate = Annotated[float, _quantity("rate"), AfterValidator(_positive), _si("/s")]
 """Events per second: ``"20/s"``."""
 FlopRate = Annotated[float, _quantity("flops"), AfterValidator(_positive), _si("FLOP/s")]

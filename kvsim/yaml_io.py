@@ -10,6 +10,8 @@ into :class:`SpecError` messages such as::
 
 from __future__ import annotations
 
+import os
+import pathlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -18,7 +20,7 @@ from pydantic import ValidationError
 
 __all__ = [
     "SpecError", "Located", "load_yaml", "errors_from_validation", "validation_problems", "Path",
-    "dotted_path", "register_union_tags",
+    "dotted_path", "register_union_tags", "read_utf8",
 ]
 
 Path = tuple[Any, ...]
@@ -59,6 +61,19 @@ class Located:
         path = tuple(path)
         dotted = dotted_path(path) or "(top level)"
         return f"{self.where(path)}: {dotted}: {message}"
+
+
+def read_utf8(path: os.PathLike[str] | str, what: str, error: type[SpecError] = SpecError) -> tuple[bytes, str]:
+    """The bytes of a UTF-8 text file and its text; ``error`` (one clear line naming the file)
+    if it cannot be read or is not UTF-8. ``what`` names the file's role ("scenario file")."""
+    try:
+        data = pathlib.Path(path).read_bytes()
+    except OSError as exc:
+        raise error([f"{path}: cannot read {what}: {exc.strerror or exc}"]) from None
+    try:
+        return data, data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error([f"{path}: not a UTF-8 text file"]) from None
 
 
 def dotted_path(path: Iterable[Any]) -> str:

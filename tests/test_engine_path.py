@@ -115,7 +115,7 @@ def test_without_timeout_the_backlog_grows_instead():
 
 @pytest.mark.parametrize("bad, message", [
     ("0 s", "must be positive"),
-    ("-3 s", "must not be negative"),
+    ("-3 s", "must be positive"),
 ])
 def test_timeout_must_be_positive(bad, message):
     with pytest.raises(SpecError) as info:

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from kvsim.calibration.parameters import PARAMETERS, apply_to_raw
-from kvsim.yaml_io import Located, SpecError, load_yaml
+from kvsim.yaml_io import Located, SpecError, load_yaml, read_utf8
 
 __all__ = ["Calibration", "FORMAT_VERSION", "read_calibration", "write_calibration", "apply_calibration_field"]
 
@@ -62,14 +62,7 @@ def read_calibration(path: str | Path) -> Calibration:
         ``file:line: field: message`` for each problem.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SpecError([f"{path}: cannot read calibration file: {exc.strerror or exc}"]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError([f"{path}: not a UTF-8 text file"]) from None
+    data, text = read_utf8(path, "calibration file")
     located = load_yaml(text, str(path))
     doc = located.data
     if not isinstance(doc, dict):

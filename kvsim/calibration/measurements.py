@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvsim.yaml_io import SpecError
+from kvsim.yaml_io import SpecError, read_utf8
 
 __all__ = [
     "MeasurementError", "VllmRun", "StepPoint", "Measurements", "read_measurements", "METRICS",
@@ -132,14 +132,7 @@ def read_measurements(path: str | Path) -> Measurements:
         Naming file, line and column of every problem found.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise MeasurementError([f"{path}: cannot read measurement file: {exc.strerror or exc}"]) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MeasurementError([f"{path}: not a UTF-8 text file"]) from None
+    data, text = read_utf8(path, "measurement file", MeasurementError)
     digest = hashlib.sha256(data).hexdigest()
     reader = csv.DictReader(text.splitlines())
     header = reader.fieldnames or []

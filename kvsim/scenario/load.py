@@ -27,7 +27,7 @@ from kvsim.scenario.schema import ScenarioSpec
 from kvsim.scenario.sweep import grid_points, set_path, zipped_paths
 from kvsim.spec_types import STRICT_UNITS
 from kvsim.yaml_io import (
-    Located, Path, SpecError, dotted_path, errors_from_validation, load_yaml, register_union_tags,
+    Located, Path, SpecError, dotted_path, errors_from_validation, load_yaml, read_utf8, register_union_tags,
     validation_problems,
 )
 
@@ -108,12 +108,7 @@ def load_scenario(path: str | FsPath) -> Scenario:
         With one ``file:line: field: message`` line per problem.
     """
     path = FsPath(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError([f"{path}: cannot read scenario file: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError:
-        raise SpecError([f"{path}: not a UTF-8 text file"]) from None
+    _, text = read_utf8(path, "scenario file")
     return parse_scenario(text, str(path), path.parent)
 
 

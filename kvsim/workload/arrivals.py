@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from kvsim.rng import RandomStreams
-from kvsim.spec_types import FrozenSpec, PositiveFloat, Rate, Seconds
+from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveSeconds, Rate, Seconds
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.requests import RequestArrays
 from kvsim.workload.traces import TraceSpec
@@ -81,15 +81,8 @@ class DiurnalArrivals(FrozenSpec):
     kind: Literal["diurnal"] = "diurnal"
     rate: Rate
     amplitude: float = Field(ge=0.0, lt=1.0)
-    period: Seconds
+    period: PositiveSeconds
     peak_at: Seconds | None = None
-
-    @field_validator("period")
-    @classmethod
-    def _positive_period(cls, period: float) -> float:
-        if not period > 0:
-            raise ValueError("must be positive")
-        return period
 
     def rate_at(self, t_s: np.ndarray | float) -> np.ndarray | float:
         """The arrival rate at time ``t_s`` (seconds), requests/s."""
@@ -119,14 +112,7 @@ class RateStage(FrozenSpec):
     """One constant-rate stage: ``rate`` requests/s for ``duration``."""
 
     rate: Rate
-    duration: Seconds
-
-    @field_validator("duration")
-    @classmethod
-    def _positive(cls, duration: float) -> float:
-        if not duration > 0:
-            raise ValueError("must be positive")
-        return duration
+    duration: PositiveSeconds
 
 
 class StagedArrivals(FrozenSpec):
@@ -174,17 +160,10 @@ class PhaseSpec(FrozenSpec):
     """One phase of a workload whose mix shifts: for ``duration``, requests arrive by ``arrival``
     with these length distributions (a trace gives its own lengths: omit them)."""
 
-    duration: Seconds
+    duration: PositiveSeconds
     arrival: PhaseArrival
     input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
-
-    @field_validator("duration")
-    @classmethod
-    def _positive(cls, duration: float) -> float:
-        if not duration > 0:
-            raise ValueError("must be positive")
-        return duration
 
     @field_validator("input_tokens", "output_tokens")
     @classmethod

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.rng import RandomStreams
-from kvsim.spec_types import FrozenSpec, Seconds
+from kvsim.spec_types import FrozenSpec, PositiveSeconds
 from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, PhasedArrivals, open_loop_arrival_times
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.requests import RequestArrays
@@ -59,14 +59,7 @@ class WorkloadSpec(FrozenSpec):
     input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     block_tokens: int = Field(default=16, ge=1)
-    timeout: Seconds | None = None
-
-    @field_validator("timeout")
-    @classmethod
-    def _timeout_positive(cls, timeout: float | None) -> float | None:
-        if timeout is not None and not timeout > 0:
-            raise ValueError("must be positive (how long a client waits for a whole answer, e.g. 600 s)")
-        return timeout
+    timeout: PositiveSeconds | None = None  # how long a client waits for a whole answer
 
     @model_validator(mode="before")
     @classmethod
