@@ -100,3 +100,13 @@ def test_every_shipped_storage_bench_validates(repo_root):
     assert files
     for path in files:
         assert load_storage_bench(path).points
+
+
+def test_a_benchmark_file_that_is_not_utf8_is_one_clear_error(tmp_path, capsys):
+    from kvsim.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(b"name: x\n\xff\xfe")
+    assert main(["storage", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "not a UTF-8 text file" in err and "Traceback" not in err

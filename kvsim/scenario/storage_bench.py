@@ -26,7 +26,7 @@ from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.scenario.schema import CatalogEntries
 from kvsim.scenario.sweep import grid_points, set_path
 from kvsim.spec_types import STRICT_UNITS, Bytes, FrozenSpec, Seconds
-from kvsim.yaml_io import SpecError, errors_from_validation, load_yaml, validation_problems
+from kvsim.yaml_io import SpecError, errors_from_validation, load_yaml, read_utf8, validation_problems
 
 __all__ = ["StorageBenchSpec", "BenchPoint", "StorageBench", "load_storage_bench", "parse_storage_bench"]
 
@@ -116,10 +116,7 @@ class StorageBench:
 def load_storage_bench(path: str | FsPath) -> StorageBench:
     """Read and validate a storage benchmark file (:class:`SpecError` names file and line)."""
     path = FsPath(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError([f"{path}: cannot read storage benchmark file: {exc.strerror or exc}"]) from None
+    _, text = read_utf8(path, "storage benchmark file")
     return parse_storage_bench(text, str(path))
 
 
