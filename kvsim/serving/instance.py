@@ -72,8 +72,7 @@ class _RecordingEvents(SchedulerEvents):
         self.records.computed_tokens[seq.rid] += tokens
 
     def finished(self, seq: Sequence, now: float) -> None:
-        self.records.finish_s[seq.rid] = now + self.instance.output_s
-        self.instance.on_finish(seq, now)
+        self.instance.on_finish(seq, now)  # the front end records when the client has the answer
 
     def decode_started(self, seq: Sequence, now: float) -> None:
         self.records.decode_start_s[seq.rid] = now

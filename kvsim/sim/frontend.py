@@ -8,6 +8,7 @@ is called when its last token is emitted, wherever that happens. The workload dr
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import simpy
@@ -112,15 +113,11 @@ class FrontEnd:
     def _give_up(self, seq: Sequence) -> None:
         """The client's timeout expired: abort the request unless its last token has reached it."""
         rid = seq.rid
-        if seq.aborted or self.records.finish_s[rid] <= self.env.now:
+        if seq.aborted or not math.isnan(self.records.finish_s[rid]):
             return
-        if seq.generated >= seq.output_tokens:
-            # the engine is done but the last token is still on its way (output_s): the client
-            # gives up first, and does not see the answer
-            self.records.finish_s[rid] = float("nan")
-            holder = -1
-        else:
-            holder = self.records.instance[rid]
+        # the engine may be done with it while the last token is still on its way (output_s): the
+        # client gives up first all the same, and :meth:`_leave` will not count it
+        holder = self.records.instance[rid] if seq.generated < seq.output_tokens else -1
         if holder >= 0:
             instance = self.holder(holder)
             instance.scheduler.abort(seq)
@@ -137,6 +134,7 @@ class FrontEnd:
         if seq.aborted:
             return  # its client gave up while the last token was on its way
         now = self.env.now
+        self.records.finish_s[seq.rid] = now
         self.in_system.set(now, self.in_system.value - 1)
         self.completed += 1
         if seq.on_finish is not None:
