@@ -40,7 +40,7 @@ from kvsim.models.parallel import (
 )
 from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
-from kvsim.models.step_time import ACTIVATION_DTYPE, BatchShape, StepBreakdown
+from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown
 
 __all__ = ["LayoutStepTime"]
 
@@ -76,12 +76,7 @@ class LayoutStepTime:
         self.micro_batches = micro_batches or layout.pp
         self.schedule = schedule
         self.engine = engine if engine is not None else EngineSpec()
-        eff = accelerator.efficiency
-        self._flops_per_s = layout.tp * accelerator.peak_flops(dtype) * eff.compute  # one stage
-        self._half_tokens = eff.compute_half_tokens
-        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # weights
-        kv_eff = eff.kv_memory if eff.kv_memory is not None else eff.memory
-        self._kv_bytes_per_s = accelerator.memory_bandwidth * kv_eff  # paged KV
+        self._rates = AchievedRates(accelerator, dtype, layout.tp)  # one stage
         L = model.num_layers
         self._layers = max(stage_layers(L, layout.pp))
         self._share = self._layers / L
@@ -152,10 +147,9 @@ class LayoutStepTime:
             send = p2p_send_s(stage_send_bytes_per_card(tokens, model.hidden_size, self._act, lay.tp),
                               self.links.send_Bps, self.links.send_latency_s)
         # small GEMMs reach less of the peak: the micro-batch's tokens set the size (see step_time)
-        flops_per_s = self._flops_per_s * tokens / (tokens + self._half_tokens) if self._half_tokens \
-            else self._flops_per_s
-        return StepBreakdown(compute_s=flops / flops_per_s,
-                             memory_s=weights / self._bytes_per_s + kv / self._kv_bytes_per_s,
+        rates = self._rates
+        return StepBreakdown(compute_s=flops / rates.gemm_flops_per_s(tokens),
+                             memory_s=weights / rates.weight_Bps + kv / rates.kv_Bps,
                              comm_s=self._comm_s(tokens) + send, overhead_s=0.0)
 
     def breakdown(self, batch: BatchShape) -> StepBreakdown:

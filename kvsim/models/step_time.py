@@ -33,7 +33,7 @@ from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
 from kvsim.models.llm import ModelSpec
 
-__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown"]
+__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates"]
 
 ACTIVATION_DTYPE = "bf16"  # activations travel in 16-bit even when weights are FP8
 
@@ -110,6 +110,26 @@ class StepBreakdown:
         return "compute" if self.compute_s >= self.memory_s else "memory"
 
 
+class AchievedRates:
+    """What ``cards`` cards of ``accelerator`` achieve: FLOP/s in ``dtype`` (with the small-GEMM
+    curve), and per card the bytes/s of weight streaming and of paged-KV reads."""
+
+    __slots__ = ("flops_per_s", "half_tokens", "weight_Bps", "kv_Bps")
+
+    def __init__(self, accelerator: AcceleratorSpec, dtype: str, cards: int):
+        eff = accelerator.efficiency
+        self.flops_per_s = cards * accelerator.peak_flops(dtype) * eff.compute
+        self.half_tokens = eff.compute_half_tokens
+        self.weight_Bps = accelerator.memory_bandwidth * eff.memory
+        self.kv_Bps = accelerator.memory_bandwidth * (eff.kv_memory if eff.kv_memory is not None else eff.memory)
+
+    def gemm_flops_per_s(self, tokens: float) -> float:
+        """FLOP/s reached by an iteration (or micro-batch) of ``tokens`` tokens."""
+        if self.half_tokens:
+            return self.flops_per_s * tokens / (tokens + self.half_tokens)
+        return self.flops_per_s
+
+
 class RooflineStepTime:
     """Roofline predictor for one instance (a TP group of identical cards).
 
@@ -142,11 +162,7 @@ class RooflineStepTime:
         self.engine = engine if engine is not None else EngineSpec()
         self.weight_dtypes = dict(weight_dtypes or {})
         eff = accelerator.efficiency
-        self._flops_per_s = tp * accelerator.peak_flops(dtype) * eff.compute
-        self._half_tokens = eff.compute_half_tokens
-        self._bytes_per_s = accelerator.memory_bandwidth * eff.memory  # per card, weights
-        kv_eff = eff.kv_memory if eff.kv_memory is not None else eff.memory
-        self._kv_bytes_per_s = accelerator.memory_bandwidth * kv_eff  # per card, paged KV
+        self._rates = AchievedRates(accelerator, dtype, tp)
         self._kv_bytes_per_token_card = model.kv_bytes_per_token(kv_dtype, tp)
         self._body_flops = model.body_flops_per_token
         self._lm_head_flops = model.lm_head_flops
@@ -182,11 +198,11 @@ class RooflineStepTime:
             + self._attn_decode * batch.decode_context_tokens
         )
         kv_tokens = batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens
-        flops_per_s = self._flops_per_s * tokens / (tokens + self._half_tokens) if self._half_tokens else self._flops_per_s
+        rates = self._rates
         return StepBreakdown(
-            compute_s=flops / flops_per_s,
-            memory_s=(self.weight_bytes_read(tokens) / self.tp / self._bytes_per_s
-                      + kv_tokens * self._kv_bytes_per_token_card / self._kv_bytes_per_s),
+            compute_s=flops / rates.gemm_flops_per_s(tokens),
+            memory_s=(self.weight_bytes_read(tokens) / self.tp / rates.weight_Bps
+                      + kv_tokens * self._kv_bytes_per_token_card / rates.kv_Bps),
             comm_s=self.comm_s(tokens),
             overhead_s=self.engine.step_overhead_s(batch.sequences, tokens),
         )
