@@ -241,9 +241,10 @@ def test_calibration_field_changes_exactly_the_fitted_fields(tmp_path):
     eff_changed = {k: calibrated["efficiency"][k] for k in shipped["efficiency"]
                    if shipped["efficiency"][k] != calibrated["efficiency"][k]}
     assert eff_changed == {"memory": 0.7}
-    engine = scenario.spec.engine.model_dump()
+    engine = scenario.spec.system_engine("h100").model_dump()
     default_engine = EngineSpec().model_dump()
     assert {k: v for k, v in engine.items() if default_engine[k] != v} == {"api_s": pytest.approx(0.0031)}
+    assert scenario.spec.engine == EngineSpec()  # the card's systems get it, not the scenario
     assert scenario.calibration.path == str((tmp_path / "calib.yaml").resolve())
     # the run's summary records which file (and which bytes) was used
     import kvsim
@@ -266,7 +267,20 @@ def test_scenario_own_catalog_entry_wins_over_calibration(tmp_path):
     scenario = parse_scenario(text, str(tmp_path / "s.yaml"), tmp_path)
     eff = scenario.catalogs.accelerators["h100-sxm"].efficiency
     assert (eff.memory, eff.compute) == (0.9, 0.5)
-    assert (scenario.spec.engine.api_s, scenario.spec.engine.output_s) == (0.005, 0.002)
+    engine = scenario.spec.system_engine("h100")
+    assert (engine.api_s, engine.output_s) == (0.005, 0.002)
+
+
+def test_calibration_engine_values_go_only_to_systems_on_the_calibrated_card(tmp_path):
+    _calib(tmp_path / "calib.yaml", efficiency__memory=0.7, engine__api_s=0.003, engine__step_fixed_s=0.004)
+    text = SCENARIO + ("  l40s: {node: l40s-8x, nodes: 1, instances: 1, instance: {tp: 1}}\n"
+                       "  h100_own: {node: h100-8x, nodes: 1, instances: 1, instance: {tp: 1}, "
+                       "engine: {step_fixed_s: 1 ms}}\n"
+                       "calibration: calib.yaml\n")
+    spec = parse_scenario(text, str(tmp_path / "s.yaml"), tmp_path).spec
+    assert (spec.system_engine("h100").api_s, spec.system_engine("h100").step_fixed_s) == (0.003, 0.004)
+    assert spec.system_engine("l40s") == EngineSpec()          # another card keeps its defaults
+    assert (spec.system_engine("h100_own").api_s, spec.system_engine("h100_own").step_fixed_s) == (0.003, 0.001)
 
 
 def test_bad_calibration_files_name_file_and_field(tmp_path):
@@ -308,3 +322,29 @@ def test_calib_yaml_written_by_the_fit_reads_back(tmp_path):
     assert set(document["leave_one_out"]) == {u.uid for u in result.units}
     path = write_calibration(tmp_path / "calib.yaml", json.loads(json.dumps(document)))
     assert math.isclose(read_calibration(path).values["efficiency.memory"], 0.7, rel_tol=1e-3)
+
+
+def test_ttft_gap_in_steps_and_the_front_end_utilisation_it_needs_by_hand():
+    import pandas as pd
+
+    from kvsim.calibration.ttft_gap import ttft_gap_rows, workload_spread_rows
+
+    run = _tiny_run("g", 2.0, 4, 100)  # 2 req/s for the whole stage
+    label = "g Llama-2-7b-hf tp1 synthetic"
+    rows = [("ttft_mean_s", 0.040, 0.028), ("tpot_mean_s", 0.010, 0.0095), ("e2e_mean_s", 1.0, 0.97)]
+    frame = pd.DataFrame([{"dataset": "vllm-h100", "unit": "g", "label": label, "metric": m, "measured": y,
+                           "datasheet": p, "err_datasheet": p / y - 1.0} for m, y, p in rows])
+    (g,) = ttft_gap_rows(frame, [run])
+    assert g["ttft_steps_measured"] == pytest.approx(4.0)        # 40 ms / 10 ms
+    assert g["ttft_steps_kvsim"] == pytest.approx(0.028 / 0.0095)
+    assert g["gap_s"] == pytest.approx(0.012) and g["gap_steps"] == pytest.approx(1.2)
+    assert g["concurrency"] == pytest.approx(2.0)                 # Little: 2 req/s x 1 s
+    # A batch of work rho*T every step T: mean wait rho^2 T / 2 = gap -> rho = sqrt(2 gap / T)
+    assert g["api_rho_needed"] == pytest.approx(math.sqrt(2 * 0.012 / 0.010))
+    # Two workloads of one model: the spread of their TPOT errors
+    other = frame.assign(unit="h", label="h Llama-2-7b-hf tp1 other",
+                         datasheet=[0.03, 0.0110, 1.1])
+    other["err_datasheet"] = other.datasheet / other.measured - 1.0
+    (s,) = workload_spread_rows(pd.concat([frame, other]))
+    assert s["runs"] == 2 and s["lowest"] == pytest.approx(-0.05) and s["highest"] == pytest.approx(0.10)
+    assert s["spread"] == pytest.approx(0.15)

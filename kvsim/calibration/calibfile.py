@@ -20,10 +20,11 @@ from typing import Any
 
 import yaml
 
-from kvsim.calibration.parameters import PARAMETERS, apply_to_raw
+from kvsim.calibration.parameters import PARAMETERS, apply_to_raw, parameter
 from kvsim.yaml_io import Located, SpecError, load_yaml, read_utf8
 
-__all__ = ["Calibration", "FORMAT_VERSION", "read_calibration", "write_calibration", "apply_calibration_field"]
+__all__ = ["Calibration", "FORMAT_VERSION", "read_calibration", "write_calibration", "apply_calibration_field",
+           "apply_calibration_engine"]
 
 FORMAT_VERSION = 1
 
@@ -105,7 +106,9 @@ def apply_calibration_field(raw: dict[str, Any], located: Located, base_dir: Pat
 
     The path is resolved against the scenario's folder and written back absolute, so the
     resolved scenario can be re-run from elsewhere. The scenario's own catalog entry for the card
-    wins over the calibration, field by field.
+    wins over the calibration, field by field. Only the card's efficiencies are applied here: the
+    engine values go to the systems on that card (:func:`apply_calibration_engine`), which takes
+    the catalogs to know.
     """
     name = raw.get("calibration")
     if name is None:
@@ -119,6 +122,14 @@ def apply_calibration_field(raw: dict[str, Any], located: Located, base_dir: Pat
         calibration = read_calibration(file)
     except SpecError as exc:
         raise SpecError([located.problem(("calibration",), p) for p in exc.problems]) from None
-    out = apply_to_raw(raw, calibration.accelerator, calibration.values)
+    card_only = {n: v for n, v in calibration.values.items() if parameter(n).target == "accelerator"}
+    out = apply_to_raw(raw, calibration.accelerator, card_only)
     out["calibration"] = calibration.path
     return out, calibration
+
+
+def apply_calibration_engine(raw: dict[str, Any], calibration: Calibration, systems: list[str]) -> dict[str, Any]:
+    """``raw`` with the calibration's engine values given to ``systems`` (those running on its card);
+    a system's own ``engine:`` fields and the scenario's win over them."""
+    engine_only = {n: v for n, v in calibration.values.items() if parameter(n).target == "engine"}
+    return apply_to_raw(raw, calibration.accelerator, engine_only, systems) if engine_only and systems else raw

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from kvsim.catalog import deep_merge
 from kvsim.hardware.specs import AcceleratorSpec
@@ -136,12 +136,17 @@ def apply_to_accelerator(accelerator: AcceleratorSpec, values: Mapping[str, floa
     return accelerator.model_copy(update={"efficiency": efficiency})
 
 
-def apply_to_raw(raw: dict[str, Any], accelerator: str, values: Mapping[str, float]) -> dict[str, Any]:
+def apply_to_raw(raw: dict[str, Any], accelerator: str, values: Mapping[str, float],
+                 systems: Sequence[str] | None = None) -> dict[str, Any]:
     """A copy of scenario data ``raw`` with ``values`` applied for card ``accelerator``.
 
     Values the scenario states itself (its own ``catalog:`` entry for that card, its own
     ``engine:`` fields) win over the calibration's: an explicit choice in the file is never
     silently replaced. A system's own ``engine:`` fields win over both, as always.
+
+    Engine values were fitted with the calibration's card, so they belong to the systems that run
+    on it: with ``systems`` given they go to those systems' own ``engine:`` (and to no other);
+    without, to the scenario's ``engine:`` (a scenario of one system, as a calibration run is).
     """
     out = copy.deepcopy(raw)
     efficiency = {parameter(n).field: _yaml_value(parameter(n), v) for n, v in values.items()
@@ -155,8 +160,16 @@ def apply_to_raw(raw: dict[str, Any], accelerator: str, values: Mapping[str, flo
         accelerators[accelerator] = deep_merge({"efficiency": efficiency}, own)
     engine = {parameter(n).field: _yaml_value(parameter(n), v) for n, v in values.items()
               if parameter(n).target == "engine"}
-    if engine:
+    if not engine:
+        return out
+    if systems is None:
         out["engine"] = deep_merge(engine, out.get("engine") or {})
+        return out
+    stated = out.get("engine") or {}
+    engine = {k: v for k, v in engine.items() if k not in stated}
+    for name in systems:
+        system = out["systems"][name]
+        system["engine"] = deep_merge(engine, system.get("engine") or {})
     return out
 
 

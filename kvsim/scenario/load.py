@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from kvsim.calibration.calibfile import apply_calibration_field
+from kvsim.calibration.calibfile import apply_calibration_engine, apply_calibration_field
 from kvsim.catalog import Catalog
 from kvsim.hardware import (
     AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
@@ -121,16 +121,30 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPa
     raw = _resolve_files(located.data, located, base)
     raw, calibration = apply_calibration_field(raw, located, base)
     scenario = build_scenario(raw, located, base, strict=True, calibration=calibration)
-    if calibration is not None and not _uses_accelerator(scenario, calibration.accelerator):
+    if calibration is None:
+        return scenario
+    if not _systems_on(scenario, calibration.accelerator, every_pool=False):
         raise SpecError([located.problem(("calibration",), (
             f"{calibration.path} was fitted for {calibration.accelerator}, which no system of this scenario uses"))])
-    return scenario
+    on_card = _systems_on(scenario, calibration.accelerator, every_pool=True)
+    calibrated = apply_calibration_engine(raw, calibration, on_card)
+    if calibrated is raw:
+        return scenario
+    return build_scenario(calibrated, located, base, strict=True, calibration=calibration)
 
 
-def _uses_accelerator(scenario: Scenario, accelerator: str) -> bool:
+def _systems_on(scenario: Scenario, accelerator: str, every_pool: bool) -> list[str]:
+    """Systems of ``scenario`` whose pools run on ``accelerator`` (every pool, or any), at any
+    sweep point, in the file's order."""
     nodes = scenario.catalogs.nodes
-    return any(nodes[pool.node].accelerator == accelerator for point in scenario.points
-               for system in point.spec.systems.values() for pool in system.pool_specs().values())
+    test = all if every_pool else any
+    names = []
+    for point in scenario.points:
+        for name, system in point.spec.systems.items():
+            if name not in names and test(nodes[pool.node].accelerator == accelerator
+                                          for pool in system.pool_specs().values()):
+                names.append(name)
+    return names
 
 
 def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | None, strict: bool,

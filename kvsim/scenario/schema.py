@@ -231,7 +231,9 @@ class ScenarioSpec(FrozenSpec):
     study: StudySpec | None = None
     calibration: str | None = None
     """A ``calib.yaml`` (``kvsim calibrate``; relative to the scenario file) whose fitted values apply
-    to its card, under the scenario's own ``catalog:`` entries (see :mod:`kvsim.calibration.calibfile`)."""
+    to its card: efficiencies under the scenario's own ``catalog:`` entries, engine values to the
+    systems whose every pool runs on that card, under the scenario's and the system's own
+    ``engine:`` fields (see :mod:`kvsim.calibration.calibfile`)."""
 
     def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Checks across fields, as ``(field path, message)``; the loader reports them with lines.
