@@ -22,9 +22,10 @@ from kvsim._version import __version__
 from kvsim.calibration.calibfile import FORMAT_VERSION, write_calibration
 from kvsim.calibration.calibrate import Calibrated, calibrate, parameter_table, summarise_errors
 from kvsim.calibration.fit import relative_errors
-from kvsim.calibration.measurements import METRICS
+from kvsim.calibration.measurements import METRICS, read_measurements
 from kvsim.calibration.memory_check import kv_capacity_markdown, kv_capacity_rows
 from kvsim.calibration.steps import STEP_METRICS
+from kvsim.calibration.ttft_gap import ttft_gap_markdown, ttft_gap_rows, workload_spread_rows
 
 __all__ = ["results_frame", "calibration_document", "error_summary", "validation_markdown", "main"]
 
@@ -155,7 +156,8 @@ def targets_markdown(summary: pd.DataFrame, dataset: str = "vllm-h100") -> list[
 
 
 def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[str, dict], mooncake: list[dict],
-                        notes: Sequence[str], kv_rows: list[dict] | None = None) -> str:
+                        notes: Sequence[str], kv_rows: list[dict] | None = None,
+                        gap_lines: Sequence[str] = ()) -> str:
     """The validation page (Markdown)."""
     lines = [
         "# Validation: kvsim against measurements",
@@ -182,6 +184,8 @@ def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[s
                      f"{_apct(r.calibrated_median)} | {_apct(r.calibrated_p90)} | {_apct(r.loo_median)} | "
                      f"{_apct(r.loo_p90)} |")
     lines += [""] + targets_markdown(summary)
+    if gap_lines:
+        lines += [""] + list(gap_lines)
     for dataset, info in fits.items():
         lines += ["", f"## {dataset}: fitted parameters", "", info["about"], "",
                   "| parameter | datasheet | fitted | bounds | at a bound |", "|---|---:|---:|---|---|"]
@@ -249,7 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "3-matrix MLP, and it uses ALiBi; its rows are left out. A100 rows are left out: there is no "
                  "sourced A100 entry in ../shared/reference/hardware_facts.md.")
     notes.append(SCOUT_KV_NOTE)
-    markdown = validation_markdown(frame, summary, fits, mooncake_hit_ratios(), notes, kv_capacity_rows(VLLM_RUNS))
+    gaps = ttft_gap_rows(frame, read_measurements(VLLM_RUNS).runs)
+    markdown = validation_markdown(frame, summary, fits, mooncake_hit_ratios(), notes, kv_capacity_rows(VLLM_RUNS),
+                                   ttft_gap_markdown(gaps, workload_spread_rows(frame)))
     (args.docs / "validation.md").write_text(markdown, encoding="utf-8")
     print(summary.to_string())
     return 0
