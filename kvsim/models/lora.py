@@ -12,7 +12,7 @@ adapter's weights once per step.
 KV identity: the keys and values a layer caches are computed from that layer's input, which
 every adapted layer below it has changed, so the same tokens under two adapters are two
 different KV values. A scenario may declare that the adapters leave a shared context's KV equal
-to the base model's (``AdapterSpec.kv_sharing``) -- then that context's cached blocks can be
+to the base model's (a system's ``lora.kv_sharing``) -- then that context's cached blocks can be
 reused across adapters, by value (each adapter's request copies them into its own pages: no
 recompute, no memory saved) or by bytes (one physical copy read by all: memory saved too).
 
@@ -22,73 +22,15 @@ adapter targets here (refused at validation).
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field, field_validator
+from typing import Sequence
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.models.llm import ModelSpec
-from kvsim.spec_types import FrozenSpec
 
-__all__ = ["AdapterSpec", "LoraTarget", "TARGETS", "adapter_params", "adapter_bytes",
-           "adapter_flops_per_token", "adapter_problems"]
+__all__ = ["TARGETS", "adapter_params", "adapter_bytes", "adapter_flops_per_token", "adapter_problems"]
 
-LoraTarget = Literal["q", "k", "v", "o", "gate", "up", "down"]
 TARGETS: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down")
 """Linear layers an adapter may adapt (per transformer layer)."""
-
-KvSharing = Literal["none", "value_reuse", "byte_sharing"]
-
-
-class AdapterSpec(FrozenSpec):
-    """The LoRA adapters requests may name (all of one base model, the scenario's ``model``).
-
-    Attributes
-    ----------
-    count : int
-        Adapters; requests name them ``0 .. count - 1``.
-    rank : int
-        LoRA rank ``r`` of every adapter.
-    targets : list of str
-        Adapted linear layers of every transformer layer (default ``[q, k, v, o]``, the common
-        attention-only recipe of the LoRA paper's experiments).
-    dtype : str
-        Storage format of the adapter weights.
-    popularity : str
-        How requests pick an adapter: ``uniform``, or ``zipf`` with exponent ``zipf_s``
-        (adapter 0 the most popular).
-    kv_sharing : str
-        ``none``: KV computed under one adapter serves only that adapter. ``value_reuse``:
-        blocks of a shared context (a workload's shared documents or system prompt) computed
-        under any adapter are reused by another adapter's request by copying them into its own
-        pages. ``byte_sharing``: those blocks are one physical copy that every adapter reads.
-        Declaring either is the scenario's claim that the adapters leave that context's KV equal
-        (e.g. adapters that act only on the request's own tokens); kvsim does not check it.
-    """
-
-    count: int = Field(gt=0)
-    rank: int = Field(default=16, gt=0)
-    targets: tuple[LoraTarget, ...] = ("q", "k", "v", "o")
-    dtype: str = "bf16"
-    popularity: Literal["uniform", "zipf"] = "uniform"
-    zipf_s: float = Field(default=1.0, gt=0)
-    kv_sharing: KvSharing = "none"
-
-    @field_validator("targets")
-    @classmethod
-    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value:
-            raise ValueError("give at least one target layer, e.g. [q, k, v, o]")
-        if len(set(value)) != len(value):
-            raise ValueError(f"a target is listed twice: {list(value)}")
-        return value
-
-    @field_validator("dtype")
-    @classmethod
-    def _known_dtype(cls, value: str) -> str:
-        if value not in DTYPE_BYTES:
-            raise ValueError(f"unknown dtype {value!r}; known: {', '.join(DTYPE_BYTES)}")
-        return value
 
 
 def _shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
@@ -100,30 +42,29 @@ def _shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
             "gate": (h, i), "up": (h, i), "down": (i, h)}
 
 
-def adapter_problems(model: ModelSpec, spec: AdapterSpec) -> list[str]:
-    """Why ``spec`` cannot adapt ``model`` (empty when it can)."""
+def adapter_problems(model: ModelSpec, targets: Sequence[str]) -> list[str]:
+    """Why adapters of ``targets`` cannot adapt ``model`` (empty when they can)."""
     problems = []
     if model.mla is not None:
         problems.append(f"model {model.name or model.hf_id} uses MLA attention; LoRA adapters are modelled "
                         "for multi-head and grouped-query attention only")
-    if model.moe is not None and any(t in ("gate", "up", "down") for t in spec.targets):
+    if model.moe is not None and any(t in ("gate", "up", "down") for t in targets):
         problems.append(f"model {model.name or model.hf_id} is a mixture of experts: adapting its feed-forward "
                         "layers (gate, up, down) is not modelled; target attention layers (q, k, v, o)")
     return problems
 
 
-def adapter_params(model: ModelSpec, spec: AdapterSpec) -> int:
-    """Parameters of one adapter: ``r (d_in + d_out)`` per target per transformer layer."""
+def adapter_params(model: ModelSpec, rank: int, targets: Sequence[str]) -> int:
+    """Parameters of one adapter of rank ``rank``: ``r (d_in + d_out)`` per target per layer."""
     shapes = _shapes(model)
-    per_layer = sum(spec.rank * (shapes[t][0] + shapes[t][1]) for t in spec.targets)
-    return model.num_layers * per_layer
+    return model.num_layers * sum(rank * (shapes[t][0] + shapes[t][1]) for t in targets)
 
 
-def adapter_bytes(model: ModelSpec, spec: AdapterSpec) -> float:
+def adapter_bytes(model: ModelSpec, rank: int, targets: Sequence[str], dtype: str) -> float:
     """Bytes of one adapter's weights (what a slot holds and a load moves)."""
-    return adapter_params(model, spec) * DTYPE_BYTES[spec.dtype]
+    return adapter_params(model, rank, targets) * DTYPE_BYTES[dtype]
 
 
-def adapter_flops_per_token(model: ModelSpec, spec: AdapterSpec) -> float:
+def adapter_flops_per_token(model: ModelSpec, rank: int, targets: Sequence[str]) -> float:
     """Extra FLOPs of one token through one adapter: ``2 r (d_in + d_out)`` per adapted layer."""
-    return 2.0 * adapter_params(model, spec)
+    return 2.0 * adapter_params(model, rank, targets)

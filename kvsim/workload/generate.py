@@ -25,6 +25,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.rng import RandomStreams
 from kvsim.spec_types import FrozenSpec, PositiveSeconds
+from kvsim.workload.adapters import AdapterSpec
 from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, PhasedArrivals, open_loop_arrival_times
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.requests import RequestArrays
@@ -60,6 +61,7 @@ class WorkloadSpec(FrozenSpec):
     output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     block_tokens: int = Field(default=16, ge=1)
     timeout: PositiveSeconds | None = None  # how long a client waits for a whole answer
+    adapters: AdapterSpec | None = None  # LoRA adapters requests name (kvsim.workload.adapters)
 
     @model_validator(mode="before")
     @classmethod
@@ -116,6 +118,20 @@ class WorkloadSpec(FrozenSpec):
                 raise ValueError("must be omitted: a trace gives every request's output length")
         elif value is None:
             raise ValueError("required (a length distribution, e.g. {kind: fixed, value: 1})")
+        return value
+
+    @field_validator("adapters")
+    @classmethod
+    def _adapters_fit_arrival(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:
+            return value
+        arrival, prefix = info.data.get("arrival"), info.data.get("prefix")
+        if isinstance(arrival, (TraceSpec, PhasedArrivals)):
+            raise ValueError(f"adapters are drawn for poisson, gamma, diurnal, stages and closed_loop arrivals, "
+                             f"not {arrival.kind}")
+        if isinstance(prefix, MultiTurn):
+            raise ValueError("adapters with multi_turn sessions are not modelled; use shared_documents or "
+                             "fixed_hit (the shared context) or no prefix")
         return value
 
     @field_validator("block_tokens")
@@ -208,6 +224,7 @@ def open_loop_requests(
     arrival_s = open_loop_arrival_times(spec.arrival, duration_s, streams.generator("workload.arrival"))
     n = len(arrival_s)
     block = spec.block_tokens
+    adapter = None if spec.adapters is None else spec.adapters.draw(streams.generator("workload.adapter"), n)
     if isinstance(spec.prefix, SharedDocuments):
         outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
         library = DocumentLibrary(spec.prefix, block, streams.generator("workload.prefix.document_tokens"))
@@ -218,15 +235,19 @@ def open_loop_requests(
         for i, (d, s) in enumerate(zip(documents.tolist(), suffixes.tolist())):
             inputs[i], ids = library.prompt(d, s, (namespace, i) if namespace else (i,))
             hash_ids.append(ids)
-        return RequestArrays(arrival_s, inputs, outputs, hash_ids, block)
+        shared_tokens = None if adapter is None else library.document_tokens[documents].astype(np.int64)
+        return RequestArrays(arrival_s, inputs, outputs, hash_ids, block, adapter, shared_tokens)
     inputs = spec.input_tokens.sample(streams.generator("workload.input_tokens"), n)
     outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
     if isinstance(spec.prefix, FixedHit):
         shared = SharedPrefix(spec.prefix, block)
         hash_ids = [shared.prompt(tokens, (namespace, i) if namespace else (i,))
                     for i, tokens in enumerate(inputs.tolist())]
-        return RequestArrays(arrival_s, inputs, outputs, hash_ids, block)
-    return RequestArrays(arrival_s=arrival_s, input_tokens=inputs, output_tokens=outputs)
+        shared_tokens = None if adapter is None else np.array(
+            [spec.prefix.shared_blocks(t, block) * block for t in inputs.tolist()], dtype=np.int64)
+        return RequestArrays(arrival_s, inputs, outputs, hash_ids, block, adapter, shared_tokens)
+    shared_tokens = None if adapter is None else np.zeros(n, dtype=np.int64)
+    return RequestArrays(arrival_s, inputs, outputs, adapter=adapter, shared_tokens=shared_tokens)
 
 
 class ClientRequest(NamedTuple):
@@ -239,6 +260,8 @@ class ClientRequest(NamedTuple):
     input_tokens: int
     output_tokens: int
     hash_ids: np.ndarray | None
+    adapter: int = -1        # LoRA adapter it names (-1: the base model)
+    shared_tokens: int = 0   # leading prompt tokens of shared context (document or shared prefix)
 
 
 class ClientStream:
@@ -263,6 +286,8 @@ class ClientStream:
         self._client = int(client)
         self._namespace = namespace  # keeps unique prompt parts apart from another request set's
         self._rng = streams.generator(f"workload.client.{client}")
+        self._adapter_rng = (streams.generator(f"workload.adapter.client.{client}")
+                             if spec.adapters is not None else None)
         self._buffer: list[tuple] = []
         self._first = True
         self._sent = 0
@@ -289,11 +314,14 @@ class ClientStream:
             inputs = self._library.document_tokens[documents] + suffixes
             rows = zip(think.tolist(), inputs.tolist(), outputs.tolist(), documents.tolist(), suffixes.tolist())
         self._buffer = list(rows)[::-1]
+        if self._adapter_rng is not None:
+            self._adapters = self._spec.adapters.draw(self._adapter_rng, n).tolist()[::-1]
 
     def _next(self) -> tuple[float, int, int, int | None, int | None, int]:
         if not self._buffer:
             self._refill()
         think_s, n_in, n_out, document, suffix = self._buffer.pop()
+        self._adapter = self._adapters.pop() if self._adapter_rng is not None else -1
         if self._first:
             self._first = False
             think_s = 0.0
@@ -314,9 +342,11 @@ class ClientStream:
         think_s, n_in, n_out, document, suffix, index = self._next()
         key = ("client", self._client, index) if not self._namespace else (
             self._namespace, "client", self._client, index)
-        hash_ids = None
+        hash_ids, shared_tokens = None, 0
         if self._library is not None:
             _, hash_ids = self._library.prompt(document, suffix, key)
+            shared_tokens = int(self._library.document_tokens[document])
         elif self._shared is not None:
             hash_ids = self._shared.prompt(n_in, key)
-        return ClientRequest(think_s, n_in, n_out, hash_ids)
+            shared_tokens = self._spec.prefix.shared_blocks(n_in, self._spec.block_tokens) * self._spec.block_tokens
+        return ClientRequest(think_s, n_in, n_out, hash_ids, self._adapter, shared_tokens)
