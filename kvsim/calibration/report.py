@@ -214,7 +214,11 @@ def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[s
     return "\n".join(lines) + "\n"
 
 
-SCOUT_KV_NOTE = "Llama-4-Scout-17B-16E FP8-dynamic: kvsim sizes 66 % more KV blocks than vLLM reported (13,703 against 8,253 per GPU at TP 2); the dense models agree within 1.2 %. Not investigated: candidates are the checkpoint's vision tower and layers kept in BF16 (kvsim counts the text model in FP8; `weight_dtypes` can say otherwise) and MoE kernel workspaces."
+SCOUT_KV_NOTE = ("Llama-4-Scout-17B-16E FP8-dynamic: kvsim sizes more KV blocks than vLLM reported (see the KV "
+                 "capacity table) even with the checkpoint's BF16 attention, embeddings and lm_head counted; the "
+                 "dense models agree within 1.2 %. Not modelled, candidates for the rest: the vision tower (about "
+                 "0.9 B BF16 parameters that vLLM loads for text prompts too) and the profiling pass's "
+                 "multimodal-encoder activations.")
 
 
 def _shared_name(text: str) -> str:

@@ -18,6 +18,8 @@ The scenario reproduces the run's conditions:
 - arrivals in the run's constant-rate stages back to back (``kind: stages``, the way
   inference-perf's ``constant`` load type spaces them). inference-perf drains each stage and
   pauses before the next; kvsim runs them back to back, which changes nothing at these loads;
+- an FP8 checkpoint that keeps some layers in BF16 gets those groups' formats
+  (:data:`CHECKPOINT_WEIGHT_DTYPES`), in its weight bytes, KV capacity and reads;
 - the 8 GiB CPU offload tier of some runs is left out: the runs' distinct prompts (at most 50 x
   ~1,000 tokens) fit HBM many times over, so that tier never serves a hit.
 
@@ -35,7 +37,7 @@ from kvsim.models import model_catalog
 from kvsim.scenario.load import Scenario, build_scenario
 from kvsim.yaml_io import Located
 
-__all__ = ["MODEL_ALIASES", "GPU_NODES", "catalog_model", "run_scenario_raw", "run_scenario", "predict_run",
+__all__ = ["MODEL_ALIASES", "CHECKPOINT_WEIGHT_DTYPES", "GPU_NODES", "catalog_model", "run_scenario_raw", "run_scenario", "predict_run",
            "SUMMARY_COLUMNS"]
 
 MODEL_ALIASES = {
@@ -44,6 +46,16 @@ MODEL_ALIASES = {
     "llama2-70b": "llama-2-70b",  # Splitwise's name
 }
 """Measured model names whose catalog entry has another ``hf_id`` (a quantised or base checkpoint)."""
+
+CHECKPOINT_WEIGHT_DTYPES = {
+    # llm-compressor's Llama 4 recipes quantise the Linear layers and leave lm_head, self_attn,
+    # router, vision_model and multi_modal_projector in BF16 (vllm-project/llm-compressor
+    # examples/quantization_w8a8_fp8/llama4_fp8_block_example.py and its Llama 4 W4A16 example;
+    # the RedHatAI checkpoint is that team's FP8-dynamic build, M); embeddings are not Linear.
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic": {"attention": "bf16", "embedding": "bf16",
+                                                             "lm_head": "bf16"},
+}
+"""Quantised checkpoints whose weights are not all in the run's precision: ``weight_dtypes`` per group."""
 
 GPU_NODES = {"H100-SXM-80GB": ("h100-sxm", "h100-8x"), "h100-80gb": ("h100-sxm", "h100-8x")}
 """Measured GPU names -> (kvsim accelerator, node). Splitwise's ``h100-80gb`` is a DGX H100 (SXM)."""
@@ -94,6 +106,7 @@ def run_scenario_raw(run: VllmRun, time_scale: float = 1.0, seed: int = 0) -> di
         "duration": sum(s["duration"] for s in stages) + 1.0,
         "model": model,
         "dtype": "fp8" if fp8 else "bf16",  # FP16 runs: same peak and bytes as bf16 on H100
+        "weight_dtypes": CHECKPOINT_WEIGHT_DTYPES.get(run.model, {}) if fp8 else {},
         "kv_dtype": "bf16",
         "workload": {
             "arrival": {"kind": "stages", "stages": stages},
