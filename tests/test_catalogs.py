@@ -4,6 +4,8 @@ Reference figures are typed in from ../shared/reference/hardware_facts.md (secti
 read back from kvsim, so a wrong catalog entry or a wrong derivation fails here.
 """
 
+import re
+
 import pytest
 
 from kvsim.hardware import accelerator_catalog, node_catalog
@@ -100,7 +102,7 @@ def test_every_model_cites_its_architecture(name):
 # ---------------------------------------------------------------------------------------------
 
 REQUIRED_ACCELERATORS = [
-    "h20", "l20", "l40s", "rtx-4090", "h100-sxm", "h200-sxm", "ascend-950pr", "ascend-950dt",
+    "h20", "l20", "l40s", "rtx-4090", "a100-sxm", "h100-sxm", "h200-sxm", "ascend-950pr", "ascend-950dt",
 ]
 REQUIRED_MODELS = [
     "llama-3.1-8b", "llama-3.1-70b", "llama-2-7b", "qwen3-1.7b", "qwen3-8b", "qwen3-32b",
@@ -150,6 +152,81 @@ def test_nvidia_figures_match_facts(name):
     else:
         assert acc.scale_up_bandwidth == pytest.approx(scale_up, rel=1e-12)
     assert acc.host_link_bandwidth == pytest.approx(host, rel=1e-12)
+
+
+def test_a100_sxm_figures():
+    # The A100 SXM4 80GB as aiconfigurator's a100_sxm.yaml states it: 80 GiB (nvidia-smi shows
+    # 81,920 MiB), 2.039 TB/s, 312 TFLOPS bf16 dense, NVLink 3 at 300 GB/s per direction (600 both
+    # ways), PCIe Gen4, 400 W. Ampere has no FP8 tensor cores, so the catalog states no fp8 peak.
+    acc = ACCELERATORS["a100-sxm"]
+    assert acc.memory_bytes == 81_920 * MIB == 80 * 2**30
+    assert acc.memory_bandwidth == pytest.approx(2.039e12, rel=1e-12)
+    assert acc.peak_flops("bf16") == pytest.approx(312e12, rel=1e-12)
+    assert "fp8" not in acc.flops
+    assert 2 * acc.scale_up_bandwidth == pytest.approx(600e9, rel=1e-12)
+    assert acc.peer_bandwidth == acc.scale_up_bandwidth  # collectives use NVLink, not PCIe
+    assert acc.host_link_bandwidth == pytest.approx(32e9, rel=1e-12)
+    assert acc.tdp_w == 400
+
+
+def test_a100_node_is_a_dgx_a100():
+    node = NODES["a100-8x"]
+    assert node.accelerator == "a100-sxm" and node.accelerators_per_node == 8
+    # Two EPYC 7742 (Rome): 8 channels of DDR4-3200, 8 bytes a transfer, per socket.
+    assert node.host_dram_bandwidth == pytest.approx(2 * 8 * 3200e6 * 8, rel=1e-12)
+    # One 200 Gb/s HDR port per GPU: aiconfigurator's 25 GB/s per GPU.
+    assert node.nics.count == 8 and node.nics.bandwidth == pytest.approx(25e9, rel=1e-12)
+
+
+# Cards whose efficiencies were generic (compute 0.6, memory 0.8) until measurements were found.
+# Every efficiency a card states must name its source with a confidence tag, and a figure still
+# equal to the generic default must say it is an assumption, so a silent fallback cannot pass as
+# measured. compute and memory must be stated explicitly for each.
+MEASURED_EFFICIENCY_CARDS = ["a100-sxm", "l40s", "rtx-4090"]
+
+
+def _efficiency_source_problems(raw: dict) -> list[str]:
+    from kvsim.hardware.specs import EfficiencySpec
+
+    stated = raw.get("efficiency", {})
+    sources = raw.get("sources", {})
+    defaults = EfficiencySpec()
+    problems = [f"efficiency.{f} not stated" for f in ("compute", "memory") if f not in stated]
+    for field, value in stated.items():
+        text = sources.get(f"efficiency.{field}", "")
+        # a confidence tag as the catalog writes them: "(H)", "(M/H)", "..., M)", "..., M/L;"
+        if not re.search(r"(^|[\s(,/])[HML](/[HML])?[),;]", text) and "assumption" not in text:
+            problems.append(f"efficiency.{field}: no source with a confidence tag")
+        if value == getattr(defaults, field) and "assumption" not in text and "default" not in text:
+            problems.append(f"efficiency.{field}: equals the generic default but is not labelled an assumption")
+    return problems
+
+
+@pytest.mark.parametrize("name", MEASURED_EFFICIENCY_CARDS)
+def test_measured_efficiencies_carry_their_sources(name):
+    assert not _efficiency_source_problems(ACCELERATORS.raw[name]), name
+
+
+def test_efficiency_source_rule_can_fail():
+    # An untagged source, an unlabelled generic value and a missing memory figure are each caught.
+    raw = {"efficiency": {"compute": 0.6, "interconnect": 0.5},
+           "sources": {"efficiency.compute": "InferSim (H)", "efficiency.interconnect": "an L40S blog"}}
+    assert sorted(_efficiency_source_problems(raw)) == [
+        "efficiency.compute: equals the generic default but is not labelled an assumption",
+        "efficiency.interconnect: no source with a confidence tag",
+        "efficiency.memory not stated",
+    ]
+
+
+@pytest.mark.parametrize("name", ["l40s", "a100-sxm"])
+def test_measured_memory_efficiency_is_below_the_stream_ceiling(name):
+    # Weight-streaming kernels cannot beat a pure read-stream kernel on the same memory: the
+    # catalog's figure must sit under the STREAM-type ceiling its source quotes (L40: 844 of
+    # 864 GB/s; A100 80 GB: 1769 of 2039 GB/s; te42kyfo/gpu-benches gpu-stream).
+    ceiling = {"l40s": 844e9, "a100-sxm": 1769e9}[name]
+    acc = ACCELERATORS[name]
+    assert acc.memory_bandwidth * acc.efficiency.memory < ceiling
+    assert acc.memory_bandwidth * acc.efficiency.kv_memory < ceiling
 
 
 @pytest.mark.parametrize(

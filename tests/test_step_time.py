@@ -26,6 +26,14 @@ H20_NVLINK, H20_LINK_EFF = 450e9, 0.8
 L20_BW, L20_MEM_EFF = 864e9, 0.8
 L20_BF16, L20_MFU = 119.5e12, 0.6
 L20_PCIE, L20_LINK_EFF = 32e9, 0.78
+# Measured efficiencies (kvsim/hardware/data/accelerators.yaml gives the sources): weight streaming,
+# paged-KV reads and prefill MFU, in place of the generic 0.8 / None / 0.6.
+L40S_BW, L40S_MEM_EFF, L40S_KV_EFF = 864e9, 0.83, 0.81
+L40S_BF16, L40S_MFU = 362e12, 0.52
+RTX4090_BW, RTX4090_MEM_EFF = 1008e9, 0.82
+A100_BW, A100_MEM_EFF, A100_KV_EFF = 2.039e12, 0.78, 0.74
+A100_BF16, A100_MFU = 312e12, 0.67
+A100_NVLINK, A100_LINK_EFF = 300e9, 0.77
 OVERHEAD_S = 2e-3  # a fixed per-step overhead the tests below set, to keep the roofline terms in view
 FIXED_ENGINE = EngineSpec(step_fixed_s=OVERHEAD_S, step_per_seq_s=0.0, step_per_token_s=0.0)
 COLLECTIVE_LATENCY_S = 10e-6
@@ -82,6 +90,19 @@ def test_catalog_figures_used_below():
     for acc in (h20, l20):
         assert acc.efficiency.collective_latency_s == COLLECTIVE_LATENCY_S
         assert acc.efficiency.compute_half_tokens == 0 and acc.efficiency.kv_memory is None
+    l40s, rtx4090, a100 = ACC["l40s"], ACC["rtx-4090"], ACC["a100-sxm"]
+    assert (l40s.memory_bandwidth, l40s.efficiency.memory, l40s.efficiency.kv_memory) == (
+        L40S_BW, L40S_MEM_EFF, L40S_KV_EFF)
+    assert (l40s.flops["bf16"], l40s.efficiency.compute) == (L40S_BF16, L40S_MFU)
+    assert (rtx4090.memory_bandwidth, rtx4090.efficiency.memory) == (RTX4090_BW, RTX4090_MEM_EFF)
+    assert rtx4090.efficiency.kv_memory is None  # no paged-KV measurement: reads at `memory`
+    assert (a100.memory_bandwidth, a100.efficiency.memory, a100.efficiency.kv_memory) == (
+        A100_BW, A100_MEM_EFF, A100_KV_EFF)
+    assert (a100.flops["bf16"], a100.efficiency.compute) == (A100_BF16, A100_MFU)
+    assert (a100.scale_up_bandwidth, a100.efficiency.interconnect) == (A100_NVLINK, A100_LINK_EFF)
+    for acc in (l40s, rtx4090, a100):
+        assert acc.efficiency.collective_latency_s == COLLECTIVE_LATENCY_S
+        assert acc.efficiency.compute_half_tokens == 0
 
 
 def _roofline(model, acc, tp=1, dtype="bf16", kv_dtype="bf16", engine=FIXED_ENGINE):
@@ -216,6 +237,66 @@ def test_h20_vs_l20_memory_bound_decode_ratio():
     assert h20.bound == l20.bound == "memory"
     ratio = (l20.total_s - 2e-3) / (h20.total_s - 2e-3)
     assert ratio == pytest.approx((4.0e12 * 0.66) / (864e9 * 0.8), rel=REL)  # ~3.82
+
+
+# ---------------------------------------------------------------------------------------------
+# cards with measured efficiencies: L40S, RTX 4090, A100
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("acc, bandwidth, weight_eff, kv_eff", [
+    ("l40s", L40S_BW, L40S_MEM_EFF, L40S_KV_EFF),
+    ("rtx-4090", RTX4090_BW, RTX4090_MEM_EFF, RTX4090_MEM_EFF),  # kv_memory None: KV reads at `memory`
+    ("a100-sxm", A100_BW, A100_MEM_EFF, A100_KV_EFF),
+])
+def test_single_decode_streams_weights_at_the_measured_efficiency(acc, bandwidth, weight_eff, kv_eff):
+    # Qwen3-8B, one sequence at 1000 tokens of context: the weights at bandwidth x measured
+    # efficiency, the paged KV at bandwidth x its own efficiency; nothing of the generic 0.8.
+    step = _roofline("qwen3-8b", acc)
+    batch = BatchShape(decode_seqs=1, decode_context_tokens=1000, sampled_seqs=1)
+    weights_s = Q8_WEIGHT_BYTES_BF16 / (bandwidth * weight_eff)
+    kv_s = 1000 * Q8_KV_BF16 / (bandwidth * kv_eff)
+    b = step.breakdown(batch)
+    assert b.memory_s == pytest.approx(weights_s + kv_s, rel=REL)
+    assert b.bound == "memory"
+    assert step.iteration_time_s(batch) == pytest.approx(weights_s + kv_s + OVERHEAD_S, rel=REL)
+    # Against the generic 0.8 the step moves by exactly the efficiency ratio, in whichever direction
+    # the measurement went (L40S and the RTX 4090 stream slightly better than 0.8, the A100 worse).
+    generic = ACC[acc].model_copy(update={"efficiency": EfficiencySpec()})
+    before = RooflineStepTime(MODELS["qwen3-8b"], generic, tp=1, dtype="bf16", kv_dtype="bf16",
+                              engine=FIXED_ENGINE).breakdown(batch).memory_s
+    assert before == pytest.approx((Q8_WEIGHT_BYTES_BF16 + 1000 * Q8_KV_BF16) / (bandwidth * 0.8), rel=REL)
+    assert b.memory_s / before == pytest.approx(
+        (Q8_WEIGHT_BYTES_BF16 / weight_eff + 1000 * Q8_KV_BF16 / kv_eff)
+        / ((Q8_WEIGHT_BYTES_BF16 + 1000 * Q8_KV_BF16) / 0.8), rel=REL)
+
+
+@pytest.mark.parametrize("acc, peak, mfu", [("l40s", L40S_BF16, L40S_MFU), ("a100-sxm", A100_BF16, A100_MFU)])
+def test_big_prefill_runs_at_the_measured_mfu(acc, peak, mfu):
+    step = _roofline("qwen3-8b", acc)
+    c = 4096
+    batch = BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2, sampled_seqs=1)
+    compute_s = (c * Q8_BODY_FLOPS + Q8_LM_HEAD_FLOPS + c * (c + 1) / 2 * Q8_ATTN_PER_PAIR) / (peak * mfu)
+    b = step.breakdown(batch)
+    assert b.compute_s == pytest.approx(compute_s, rel=REL)  # L40S ~0.38 s; A100 ~0.46 s
+    assert b.bound == "compute"
+    assert step.iteration_time_s(batch) == pytest.approx(compute_s + OVERHEAD_S, rel=REL)
+
+
+def test_a100_tp2_all_reduce_over_nvlink3():
+    # 300 GB/s per direction at NCCL's ~77%; two cards: one exchange of the whole buffer.
+    t, c = 2, 2048
+    step = _roofline("qwen3-8b", "a100-sxm", tp=t)
+    batch = BatchShape(prefill_tokens=c, prefill_pairs=c * (c + 1) / 2, sampled_seqs=1)
+    comm_s = 2 * Q8_L * (c * Q8_H * 2 / (A100_NVLINK * A100_LINK_EFF) + COLLECTIVE_LATENCY_S)
+    assert step.breakdown(batch).comm_s == pytest.approx(comm_s, rel=REL)  # ~5.9 ms
+
+
+def test_a100_has_no_fp8_peak():
+    # Ampere has no FP8 tensor cores; asking for fp8 names what the card does have.
+    with pytest.raises(KeyError) as info:
+        _roofline("qwen3-8b", "a100-sxm", dtype="fp8", kv_dtype="fp8")
+    assert "fp8" in str(info.value) and "bf16" in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------
