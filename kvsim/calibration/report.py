@@ -249,13 +249,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     fits["splitwise-h100"] = {"fitted": parameter_table(steps), "about": (
         f"Splitwise-sim per-iteration table ({STEP_TABLE.name}): llama2-70b on DGX-H100 at TP 2/4/8, "
         "a 2023 vLLM. Fitted separately: its per-iteration costs belong to another engine generation.")}
+    steps_a100 = calibrate([STEP_TABLE], "a100-sxm", workers=1, progress=say)
+    frames.append(results_frame(steps_a100, "splitwise-a100"))
+    fits["splitwise-a100"] = {"fitted": parameter_table(steps_a100), "about": (
+        f"The same table's DGX-A100 rows: llama2-70b at TP 2/4/8. The datasheet column is the A100's "
+        "catalog efficiencies (kernel and engine measurements, `kvsim/hardware/data/accelerators.yaml`).")}
     notes += [_shared_name(n) for n in vllm.notes + steps.notes]
     frame = pd.concat(frames, ignore_index=True)
     summary = error_summary(frame)
     frame.to_csv(args.docs / "validation_results.csv", index=False)
     notes.append("BLOOM-176B (Splitwise table) is not in the catalog: its MLP is a 4h GELU, not kvsim's gated "
-                 "3-matrix MLP, and it uses ALiBi; its rows are left out. A100 rows are left out: there is no "
-                 "sourced A100 entry in ../shared/reference/hardware_facts.md.")
+                 "3-matrix MLP, and it uses ALiBi; its rows are left out. The power-capped H100 rows "
+                 "(h100-80gb-pcap) are left out: the catalog has no power-capped card.")
     notes.append(SCOUT_KV_NOTE)
     gaps = ttft_gap_rows(frame, read_measurements(VLLM_RUNS).runs)
     markdown = validation_markdown(frame, summary, fits, mooncake_hit_ratios(), notes, kv_capacity_rows(VLLM_RUNS),

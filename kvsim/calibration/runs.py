@@ -57,8 +57,10 @@ CHECKPOINT_WEIGHT_DTYPES = {
 }
 """Quantised checkpoints whose weights are not all in the run's precision: ``weight_dtypes`` per group."""
 
-GPU_NODES = {"H100-SXM-80GB": ("h100-sxm", "h100-8x"), "h100-80gb": ("h100-sxm", "h100-8x")}
-"""Measured GPU names -> (kvsim accelerator, node). Splitwise's ``h100-80gb`` is a DGX H100 (SXM)."""
+GPU_NODES = {"H100-SXM-80GB": ("h100-sxm", "h100-8x"), "h100-80gb": ("h100-sxm", "h100-8x"),
+             "a100-80gb": ("a100-sxm", "a100-8x")}
+"""Measured GPU names -> (kvsim accelerator, node). Splitwise's ``h100-80gb`` and ``a100-80gb`` are
+DGX H100 and DGX A100 (SXM) servers."""
 
 SUMMARY_COLUMNS = {"ttft_mean_s": "ttft_s_mean", "ttft_p90_s": "ttft_s_p90", "tpot_mean_s": "tpot_s_mean",
                    "e2e_mean_s": "e2e_s_mean", "e2e_p90_s": "e2e_s_p90"}
