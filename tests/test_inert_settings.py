@@ -183,3 +183,10 @@ def test_run_prints_the_warnings_before_running(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"kvsim run: warning: {path}:{line_of(text, 'weight_dtypes')}: weight_dtypes.experts: "
                           "does nothing for system s: qwen3-8b is a dense model")
+
+
+def test_defaults_written_out_are_not_reported(tmp_path, capsys):
+    # a resolved scenario writes every field, defaults included: they ask for nothing
+    text = scenario(instance="      expert_skew: 0.0\n      micro_batches: null\n      pp_schedule: continuous\n")
+    rc, _, err, _ = validate(tmp_path, capsys, text)
+    assert rc == 0 and err == ""

@@ -15,7 +15,8 @@ These fields are read only in some configurations:
   (:meth:`kvsim.models.llm.ModelSpec.group_params`): a model whose output projection is tied to
   its input embedding has no ``lm_head``, a dense model no ``experts``.
 
-A setting is judged over every sweep point and every system it applies to. If it does nothing at
+An instance field set to its default is never reported (it asks for nothing; a resolved scenario
+writes every field). A setting is judged over every sweep point and every system it applies to. If it does nothing at
 all of them it is an *error* (it can never matter). If it matters at some and not at others (a
 sweep over ``ep`` or over the model, a scenario-wide ``weight_dtypes`` shared by systems of
 different models), it is a *warning* naming where it does nothing. With ``layout: best`` a
@@ -74,7 +75,9 @@ def inert_settings(points: list["ScenarioPoint"], catalogs: "Catalogs",
                 per_node = catalogs.nodes[pool.node].accelerators_per_node
                 path = ("systems", name) + system.pool_path(pool_name) + ("instance",)
                 for knob in ("expert_skew", "micro_batches", "pp_schedule"):
-                    if knob in pool.instance.model_fields_set:
+                    # a default changes nothing wherever it is written (resolved scenarios write
+                    # every field); only a value that asks for something can go unread
+                    if getattr(pool.instance, knob) != type(pool.instance).model_fields[knob].default:
                         uses.setdefault(path + (knob,), []).append(
                             _Use(None, at, _instance_reason(knob, pool, model, per_node)))
     errors: list[str] = []
