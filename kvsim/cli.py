@@ -95,15 +95,27 @@ def _seed(text: str) -> int:
 def _validate(args: argparse.Namespace) -> int:
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
+    from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, candidates
 
     scenario = load_scenario(args.scenario)
     sizings = check_scenario(scenario)
+    _print_warnings("validate", scenario)
     spec = scenario.spec
     print(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
           f"{len(scenario.points)} sweep point(s), {spec.duration:g} s simulated "
           f"({spec.warmup:g} s warm-up)")
-    for (point, name), s in sizings.items():
-        if point != 0:
+    first = scenario.points[0].spec
+    for name in first.systems:
+        s = sizings.get((0, name))
+        if s is None:  # layout: best, chosen by pilot runs
+            tried = candidates(first, name, scenario.catalogs)
+            sizing = tried[0][1]
+            pool = sizing.pools[0]
+            pilot = min(first.duration, PILOT_DURATION_S)
+            print(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
+                  f"layout: best, chosen when it runs: pilots of {pilot:g} s of {len(tried)} layout(s), "
+                  f"then the best {min(FINALISTS, len(tried))} at full length")
+            print(f"    layouts tried: {', '.join(layout.label() for layout, _ in tried)}")
             continue
         if len(s.pools) == 1 and not s.disaggregated:
             print(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")
@@ -114,6 +126,11 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_warnings(command: str, scenario) -> None:
+    for warning in scenario.warnings:
+        print(f"kvsim {command}: warning: {warning}", file=sys.stderr)
+
+
 def _run(args: argparse.Namespace) -> int:
     from kvsim.report import comparison_table, write_results
     from kvsim.scenario.load import load_scenario
@@ -121,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario)
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
+    _print_warnings("run", scenario)
     out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
     if out.exists() and not out.is_dir():
         print(f"kvsim run: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)

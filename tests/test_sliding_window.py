@@ -101,3 +101,54 @@ def test_windowed_layers_make_long_prompts_cheaper_end_to_end():
 def test_prefix_caching_on_a_windowed_model_is_refused_before_the_run(refused):
     message = refused("{node: h20-8x, instances: 1, instance: {tp: 8}, kv_cache: {}}", model="gpt-oss-120b")
     assert "systems.s.kv_cache" in message and "sliding-window" in message
+
+
+PD = """
+name: pd-window
+seed: 4
+duration: 15 s
+model: {model}
+workload:
+  arrival: {{kind: closed_loop, clients: 1, think_time: 1 s}}
+  input_tokens: {{kind: fixed, value: 16000}}
+  output_tokens: {{kind: fixed, value: 4}}
+systems:
+  pd:
+    pools:
+      prefill: {{node: h20-8x, instances: 1, role: prefill, instance: {{tp: 8}}}}
+      decode: {{node: h20-8x, instances: 1, role: decode, instance: {{tp: 8}}}}
+    kv_handoff: {{mode: whole}}
+catalog:
+  models:
+    oss-full: {{base: gpt-oss-120b, sliding_window: null, sliding_window_layers: null}}
+"""
+
+
+def test_held_kv_bytes_count_the_window_of_the_sliding_layers_only():
+    from kvsim.models.attention_span import held_kv_bytes
+
+    span = OSS.attention_span()
+    # gpt-oss-120b, bf16 KV, whole model: 8 KV heads x 64 x 2 (K and V) x 2 bytes = 2 KiB per layer
+    per_layer = 8 * 64 * 2 * 2
+    per_token = 36 * per_layer
+    assert OSS.kv_bytes_per_token("bf16") == per_token
+    # 18 full layers keep all 16,000 tokens, 18 sliding layers the last 128
+    assert held_kv_bytes(16_000, per_token, span) == 18 * per_layer * 16_000 + 18 * per_layer * 128
+    assert held_kv_bytes(100, per_token, span) == 100 * per_token  # inside the window: everything
+    assert held_kv_bytes(16_000, per_token, None) == 16_000 * per_token
+
+
+def test_pd_handoff_of_a_windowed_model_moves_what_its_pages_hold():
+    windowed = kvsim.run(kvsim.parse_scenario(PD.format(model="gpt-oss-120b"), "pd.yaml")).runs[0].records.to_frame()
+    full = kvsim.run(kvsim.parse_scenario(PD.format(model="oss-full"), "pd.yaml")).runs[0].records.to_frame()
+    assert len(windowed) > 5 and len(full) > 5
+    # tp 8 splits the 8 KV heads one per card: 2 x 64 x 2 bytes = 256 B per layer per token per card.
+    # Full layers: 18 x 256 x 16,000 = 73,728,000 B; sliding: 18 x 256 x 128 = 589,824 B.
+    per_card = 18 * 256 * 16_000 + 18 * 256 * 128
+    assert per_card == 74_317_824
+    assert (windowed.handoff_bytes == 8 * per_card).all()
+    # without the window every layer would move all 16,000 tokens
+    assert (full.handoff_bytes == 8 * 36 * 256 * 16_000).all()
+    # the flows carry those bytes: one per decode card, two cards per 400 Gbit/s NIC (h20-8x has
+    # four), so 25 GB/s each on idle links, plus 4 PCIe hops of 1 us and 3 us NIC to NIC
+    assert np.allclose(windowed.handoff_landed_s - windowed.handoff_start_s, per_card / 25e9 + 7e-6, rtol=1e-9)

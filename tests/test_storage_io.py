@@ -183,3 +183,83 @@ catalog:
 """
     run = kvsim.run(kvsim.parse_scenario(text, "free.yaml")).runs[0]
     assert run.summary["requests_completed"] > 0
+
+
+# A remote NVMe pool reached without GPU-Direct, in 4 KiB I/Os: the prompts' cached documents
+# mostly come from the pool, every byte is staged by node0's CPU, which saturates.
+BUSY_STORAGE = """
+name: storage-units
+seed: 5
+duration: 10 s
+warmup: 3 s
+model: qwen3-8b
+workload:
+  arrival: {kind: closed_loop, clients: 16}
+  prefix: {kind: shared_documents, documents: 400, zipf_s: 1.0, document_tokens: {kind: fixed, value: 4096},
+           suffix_tokens: {kind: fixed, value: 128}}
+  output_tokens: {kind: fixed, value: 1}
+systems:
+  bounce:
+    node: h20-8x
+    instances: 1
+    kv_cache: {remote: {pool_node: nvme-storage-16x, nodes: 1}, gpu_direct: false, io_size: 4 KiB, prewarm: true}
+"""
+
+
+def test_storage_resources_are_reported_in_their_own_units_and_never_as_links(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from kvsim.cli import main
+
+    source = tmp_path / "s.yaml"
+    source.write_text(BUSY_STORAGE, encoding="utf-8")
+    assert main(["run", str(source), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    links = pd.read_parquet(tmp_path / "out" / "links.parquet")
+    storage = pd.read_parquet(tmp_path / "out" / "storage.parquet")
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["systems"]["bounce"]
+    # the links table holds byte links only: every row is an edge u->v of the topology
+    assert list(links.columns) == ["system", "point", "link", "capacity_Bps", "bytes", "utilization_mean"]
+    assert not links.link.str.contains("iops|staging").any()
+    by_link = links.set_index("link").bytes
+    # storage rows carry their kind and unit-named columns: I/Os and CPU-seconds, not bytes
+    assert set(storage.columns) == {"system", "point", "resource", "kind", "capacity_iops", "ios",
+                                    "capacity_cpu_s_per_s", "cpu_s", "utilization_mean"}
+    rows = {(r.resource, r.kind): r for r in storage.itertuples()}
+    read, write = rows["pool0/media", "read_iops"], rows["pool0/media", "write_iops"]
+    cpu = rows["node0/cpu", "cpu_staging"]
+    assert read.capacity_iops == NVME_POOL.read_iops and write.capacity_iops == NVME_POOL.write_iops
+    # every byte read leaves the pool's media by its media -> pcie edge, in whole 4 KiB I/Os
+    # (a card's block, 16 x 144 KiB of qwen3-8b KV, is a multiple of 4 KiB)
+    read_bytes, write_bytes = by_link["pool0/media->pool0/pcie"], by_link["pool0/pcie->pool0/media"]
+    assert read.ios == pytest.approx(read_bytes / (4 * KIB), rel=1e-9)
+    assert write.ios == pytest.approx(write_bytes / (4 * KIB), rel=1e-9)
+    assert math.isnan(read.capacity_cpu_s_per_s) and math.isnan(cpu.ios)
+    # staging: 8 copy threads = 8 CPU-s/s; each staged byte costs 1/m + c/s CPU-seconds
+    staging = NODE.host_staging
+    assert cpu.capacity_cpu_s_per_s == staging.copy_threads == 8
+    per_byte = 1 / staging.memcpy_bandwidth + staging.per_io_cpu_s / (4 * KIB)
+    assert cpu.cpu_s == pytest.approx((read_bytes + write_bytes) * per_byte, rel=1e-9)
+    assert cpu.utilization_mean > 0.95  # saturated ...
+    # ... yet the busiest *link* is a byte link: the pool's 200 Gbit/s NIC port (25 GB/s, the
+    # narrowest hop every pool read crosses; its PCIe side carries the same bytes at the same
+    # capacity, and the tie goes to the first name)
+    busiest = summary["cache"]["busiest_links"][0]
+    assert busiest["link"] == "pool0/nic0->fabric"
+    assert busiest["utilization_mean"] == pytest.approx(links.utilization_mean.max())
+    assert busiest["utilization_mean"] < cpu.utilization_mean
+    assert summary["cache"]["busiest_storage"][0]["kind"] == "cpu_staging"
+    # what bounds the run names the resource with its kind, not as a link
+    assert summary["bound"] == "CPU staging node0/cpu"
+
+
+def test_bound_resource_names_storage_resources_by_kind():
+    from kvsim.metrics.cache_summary import bound_resource, busiest_links
+
+    link = [{"link": "a->b", "utilization_mean": 0.7}]
+    iops = [{"resource": "pool0/media", "kind": "write_iops", "utilization_mean": 0.9},
+            {"resource": "n0/cpu", "kind": "cpu_staging", "utilization_mean": 0.2}]
+    assert bound_resource(0.5, {"compute": 1.0}, link, iops) == "write IOPS pool0/media"
+    assert bound_resource(0.5, {"compute": 1.0}, link, iops[1:]) == "link a->b"
+    assert busiest_links(iops, key="resource")[0]["resource"] == "pool0/media"

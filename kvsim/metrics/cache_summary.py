@@ -76,29 +76,42 @@ def cache_summary(
     }
 
 
-def busiest_links(links: list[dict[str, Any]], count: int = 5) -> list[dict[str, Any]]:
-    """The ``count`` links with the highest mean utilisation (ties by name)."""
-    return sorted(links, key=lambda l: (-l["utilization_mean"], l["link"]))[:count]
+def busiest_links(links: list[dict[str, Any]], count: int = 5, key: str = "link") -> list[dict[str, Any]]:
+    """The ``count`` rows with the highest mean utilisation (ties by the name under ``key``).
+
+    Rows are byte links (``key="link"``) or storage resources (``key="resource"``); never mix
+    the two in one call, their utilisations measure different things.
+    """
+    return sorted(links, key=lambda l: (-l["utilization_mean"], l[key]))[:count]
 
 
 _CAUSE_NAMES = {"compute": "gpu compute", "memory": "gpu memory bandwidth", "tp_comm": "tp all-reduce link",
                 "overhead": "iteration overhead"}
 
 
+_STORAGE_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "cpu_staging": "CPU staging"}
+
+
 def bound_resource(gpu_busy_fraction: float, time_by_cause_s: dict[str, float], links: list[dict[str, Any]],
-                   threshold: float = 0.6) -> str:
-    """Name the resource that limits a run: the busiest of engine time and the network links.
+                   storage: list[dict[str, Any]] = (), threshold: float = 0.6) -> str:
+    """Name the resource that limits a run: the busiest of engine time, the network links and the
+    storage resources.
 
     Engine time splits into what each iteration spent it on (``time_by_cause_s``: the binding
     side of the roofline, TP all-reduce, fixed overhead); the largest share names the GPU-side
-    limit. Below ``threshold`` utilisation everywhere, nothing saturates ("none").
+    limit. A byte link is named ``link <u->v>``; a storage resource (rows of
+    :meth:`~kvsim.network.storage_io.StorageIO.report`) by its kind and name, e.g.
+    ``read IOPS pool0/media`` or ``CPU staging node0/cpu``. Below ``threshold`` utilisation
+    everywhere, nothing saturates ("none").
     """
-    top = max(links, key=lambda l: (l["utilization_mean"], l["link"]), default=None)
-    link_util = top["utilization_mean"] if top else 0.0
+    named = [(l["utilization_mean"], f"link {l['link']}") for l in links]
+    named += [(r["utilization_mean"], f"{_STORAGE_LABELS[r['kind']]} {r['resource']}") for r in storage]
+    top = max(named, default=None)
+    link_util = top[0] if top else 0.0
     if max(gpu_busy_fraction, link_util) < threshold:
         return "none"
     if top is not None and link_util > gpu_busy_fraction:
-        return f"link {top['link']}"
+        return top[1]
     if not any(time_by_cause_s.values()):
         return "gpu"
     cause = max(sorted(time_by_cause_s), key=lambda c: time_by_cause_s[c])

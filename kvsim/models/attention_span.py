@@ -17,7 +17,7 @@ kept whole, which this per-token count ignores (at most one page per sequence).
 
 from __future__ import annotations
 
-__all__ = ["AttentionSpan"]
+__all__ = ["AttentionSpan", "held_kv_bytes"]
 
 
 class AttentionSpan:
@@ -58,3 +58,28 @@ class AttentionSpan:
     def context(self, tokens: int) -> float:
         """KV tokens a sequence of ``tokens`` keeps (or one query reads), averaged over layers."""
         return self.full * tokens + self.fraction * min(tokens, self.window)
+
+
+def held_kv_bytes(tokens: int, kv_bytes_per_token: float, span: AttentionSpan | None) -> float:
+    """KV bytes the pages of a sequence of ``tokens`` hold: what moving that sequence moves.
+
+    Parameters
+    ----------
+    tokens : int
+        The sequence's tokens ``n``.
+    kv_bytes_per_token : float
+        KV bytes one token occupies over all layers (of one card, or of the whole model), bytes.
+    span : AttentionSpan or None
+        The model's sliding-window layers (None: every layer attends to everything).
+
+    Returns
+    -------
+    float
+        Bytes: every layer's share of ``kv_bytes_per_token`` for each token it keeps, i.e. the
+        full layers x ``n`` plus the sliding layers x ``min(n, W)``; ``n * kv_bytes_per_token``
+        without a window. Layers are assumed to hold equal KV per token (true of the catalog's
+        windowed models, whose sliding and full layers have the same KV heads).
+    """
+    if span is None:
+        return tokens * kv_bytes_per_token
+    return kv_bytes_per_token * span.context(tokens)

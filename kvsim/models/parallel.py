@@ -94,6 +94,13 @@ class Layout:
         """Only tensor parallelism: the layout every scenario had before layouts existed."""
         return self.pp == 1 and self.ep == 1 and self.dp_attention == 1
 
+    def needs_layout_model(self, cards_per_node: int) -> bool:
+        """Whether the layout step model costs this instance (pipeline stages, expert or
+        attention data parallelism, or tensor parallelism across nodes); plain tensor
+        parallelism inside one node is the roofline model's, which has no micro-batches,
+        pipeline schedule or expert skew."""
+        return not self.plain_tp or self.tp > cards_per_node
+
     def label(self) -> str:
         """Short text, e.g. ``tp4 pp2`` or ``tp8 ep8 dpa8``."""
         parts = [f"tp{self.tp}"]

@@ -273,7 +273,11 @@ class FlowNetwork:
         return event
 
     def bytes_moved(self, link: Hashable) -> float:
-        """Bytes that have crossed ``link`` so far (each crossing of a repeated link counts)."""
+        """Bytes that have crossed ``link`` so far (each crossing of a repeated link counts).
+
+        For a resource that is not a byte link, the amount of it used so far, in its own units
+        (weight per byte x bytes: I/Os for an IOPS ceiling, CPU-seconds for staging threads).
+        """
         self._check(link)
         return self._bytes[link] + self._load.get(link, 0.0) * (self.env.now - self._t)
 
@@ -292,7 +296,12 @@ class FlowNetwork:
         return area / (self._capacity[link] * span)
 
     def link_report(self) -> dict[Hashable, dict[str, float]]:
-        """Per link: ``capacity_Bps``, ``bytes`` moved and ``utilization_mean`` (capacity order)."""
+        """Per link: ``capacity_Bps``, ``bytes`` moved and ``utilization_mean`` (capacity order).
+
+        Resources that are not byte links are listed too, with their capacity and use in their
+        own units under the same keys; callers that report them name their units (see
+        :meth:`kvsim.network.storage_io.StorageIO.report`).
+        """
         return {
             link: {
                 "capacity_Bps": cap,

@@ -36,12 +36,22 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvsim.network.flows import FlowNetwork
     from kvsim.network.topology import Edge, Topology
 
 __all__ = [
     "MediaIO", "IoRequest", "FlowCost", "StorageIO", "io_count", "queue_rate_cap_Bps",
-    "staging_cpu_s_per_byte", "access_time_s", "iops_resource", "staging_resource",
+    "staging_cpu_s_per_byte", "access_time_s", "iops_resource", "staging_resource", "STORAGE_KINDS",
 ]
+
+# What each kind of storage resource counts, as the unit-suffixed column names of its report rows:
+# kind -> (capacity column, amount-used column). IOPS ceilings count I/Os (capacity in I/Os per
+# second), staging CPUs count CPU-seconds (capacity in CPU-seconds per second, i.e. threads).
+STORAGE_KINDS = {
+    "read_iops": ("capacity_iops", "ios"),
+    "write_iops": ("capacity_iops", "ios"),
+    "cpu_staging": ("capacity_cpu_s_per_s", "cpu_s"),
+}
 
 
 @dataclass(frozen=True)
@@ -172,6 +182,40 @@ class StorageIO:
         for node, staging in self.staging.items():
             out[staging_resource(node)] = float(max(staging.copy_threads, 1))
         return out
+
+    def resources(self) -> list[tuple[Hashable, str, str]]:
+        """Every storage resource as ``(resource id, name, kind)``, in :meth:`capacities` order.
+
+        ``name`` is the medium (``pool0/media``) or the staging node's CPU (``node0/cpu``);
+        ``kind`` is a key of :data:`STORAGE_KINDS`.
+        """
+        out: list[tuple[Hashable, str, str]] = []
+        for media, io in self.media.items():
+            for write, iops in ((False, io.read_iops), (True, io.write_iops)):
+                if iops is not None:
+                    out.append((iops_resource(media, write), media, "write_iops" if write else "read_iops"))
+        for node in self.staging:
+            out.append((staging_resource(node), f"{node}/cpu", "cpu_staging"))
+        return out
+
+    def report(self, network: "FlowNetwork") -> list[dict[str, object]]:
+        """Every storage resource that was used, in its own units (not bytes).
+
+        One row per resource: ``resource`` (its name), ``kind`` (``read_iops``, ``write_iops``,
+        ``cpu_staging``), its capacity and the amount used under the unit-suffixed names of
+        :data:`STORAGE_KINDS` (IOPS rows: ``capacity_iops`` I/Os per second, ``ios`` I/Os; staging
+        rows: ``capacity_cpu_s_per_s`` CPU-seconds per second, ``cpu_s`` CPU-seconds), and
+        ``utilization_mean`` (fraction of capacity, time-weighted over the network's window).
+        """
+        capacities = self.capacities()
+        rows: list[dict[str, object]] = []
+        for resource, name, kind in self.resources():
+            used = network.bytes_moved(resource)  # a resource's carried amount is in its own units
+            if used > 0:
+                capacity_col, used_col = STORAGE_KINDS[kind]
+                rows.append({"resource": name, "kind": kind, capacity_col: capacities[resource],
+                             used_col: float(used), "utilization_mean": network.utilization_mean(resource)})
+        return rows
 
     def is_storage(self, endpoint: str | None) -> bool:
         """Whether accesses to ``endpoint`` are storage I/O (a drive or a pool node's media)."""

@@ -72,7 +72,8 @@ def write_results(result: RunResult, out_dir: str | Path, source_text: str | Non
         source = out / "scenario.source.yaml"
         source.write_text(source_text, encoding="utf-8")
         written.append(source)
-    for name, frame in (("links.parquet", result.links_frame()), ("timeseries.parquet", result.timeseries_frame()),
+    for name, frame in (("links.parquet", result.links_frame()), ("storage.parquet", result.storage_frame()),
+                        ("timeseries.parquet", result.timeseries_frame()),
                         ("decisions.parquet", result.decisions_frame()), ("switches.parquet", result.switches_frame())):
         if len(frame):
             frame.to_parquet(out / name, index=False)

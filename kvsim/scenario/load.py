@@ -23,6 +23,7 @@ from kvsim.hardware import (
     AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
 )
 from kvsim.models import ModelSpec, model_catalog
+from kvsim.scenario.inert import inert_settings
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.scenario.sweep import grid_points, set_path, zipped_paths
 from kvsim.spec_types import STRICT_UNITS
@@ -70,6 +71,7 @@ class Scenario:
     points: list[ScenarioPoint] = field(default_factory=list)
     base_dir: FsPath | None = None
     calibration: Any = None  # kvsim.calibration.calibfile.Calibration applied, if any
+    warnings: tuple[str, ...] = ()  # file:line: field: message of settings that may do nothing
 
     @property
     def name(self) -> str:
@@ -149,6 +151,14 @@ def _systems_on(scenario: Scenario, accelerator: str, every_pool: bool) -> list[
 
 def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | None, strict: bool,
                    calibration: Any = None) -> Scenario:
+    """Validate ``raw`` into a :class:`Scenario`.
+
+    ``strict`` is set for text read from a file: a bare number where a unit is due is refused,
+    and so is a setting that does nothing anywhere it applies (:mod:`kvsim.scenario.inert`).
+    Python callers changing a loaded scenario (:meth:`Scenario.with_changes`) pass SI numbers
+    and may leave a setting idle on purpose while they try another layout or model: for them
+    such settings are warnings (:attr:`Scenario.warnings`), not errors.
+    """
     context = {STRICT_UNITS: strict}
     try:
         spec = ScenarioSpec.model_validate(raw, context=context)
@@ -178,7 +188,10 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
             points.append(ScenarioPoint(index, {}, spec))
             continue
         points.append(ScenarioPoint(index, params, _point_spec(raw, params, located, catalogs, context)))
-    return Scenario(spec, raw, located, catalogs, points, base_dir, calibration)
+    errors, warnings = inert_settings(points, catalogs, located)
+    if errors and strict:
+        raise SpecError(errors)
+    return Scenario(spec, raw, located, catalogs, points, base_dir, calibration, tuple(errors + warnings))
 
 
 def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> ScenarioSpec:

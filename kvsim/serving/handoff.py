@@ -67,23 +67,24 @@ class KVHandoff:
         Picks among :attr:`decode_instances`.
     decode_instances : callable
         Returns the instances currently in the decode role.
-    kv_bytes_per_token_per_card : callable
-        ``kv_bytes_per_token_per_card(instance)``: KV bytes one token occupies on each of the
-        instance's cards (its TP degree decides how heads are split).
+    kv_bytes_per_card : callable
+        ``kv_bytes_per_card(instance, tokens)``: KV bytes a prompt of ``tokens`` holds on each of
+        the instance's cards (its TP degree decides how heads are split; sliding-window layers
+        hold only the window).
     num_layers : int
         The model's layers (a layer-by-layer handoff's tail is one layer's share).
     """
 
     def __init__(self, env: simpy.Environment, spec: HandoffSpec, transfers: Transfers, records: RequestRecords,
                  router: Router, decode_instances: Callable[[], list[Instance]],
-                 kv_bytes_per_token_per_card: Callable[[Instance], float], num_layers: int):
+                 kv_bytes_per_card: Callable[[Instance, int], float], num_layers: int):
         self.env = env
         self.spec = spec
         self.transfers = transfers
         self.records = records
         self.router = router
         self.decode_instances = decode_instances
-        self.kv_bytes_per_token_per_card = kv_bytes_per_token_per_card
+        self.kv_bytes_per_card = kv_bytes_per_card
         self.num_layers = num_layers
         self._early: dict[tuple[int, int], _Handoff] = {}  # (prefill index, rid) -> started early
 
@@ -126,7 +127,7 @@ class KVHandoff:
         """Pages are reserved on ``target``: move the prompt's KV, one flow per decode card."""
         source = state.source
         tokens = state.prefill_seq.prompt_tokens
-        per_card = tokens * self.kv_bytes_per_token_per_card(target)
+        per_card = self.kv_bytes_per_card(target, tokens)
         tp_src, tp_dst = len(source.gpus), len(target.gpus)
         topology = self.transfers.topology
         paths = [topology.peer_path(source.gpus[(i * tp_src) // tp_dst], gpu, self.spec.gpu_direct)

@@ -17,6 +17,7 @@ import simpy
 from kvsim.kv import BlockPool
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.metrics.records import RequestRecords
+from kvsim.models.attention_span import held_kv_bytes
 from kvsim.models.step_time import BatchShape
 from kvsim.network import FlowNetwork, StorageIO, Topology, Transfers, build_topology, network_capacities
 from kvsim.rng import RandomStreams
@@ -247,7 +248,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         system.handoff = KVHandoff(
             env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
             lambda: system.role_instances("decode"),
-            lambda inst: system.placements[inst.index].pool.kv_bytes_per_token_per_card, sizing.model.num_layers)
+            lambda inst, tokens: _held_kv_bytes_per_card(system.placements[inst.index].pool, tokens),
+            sizing.model.num_layers)
     handoff = system.handoff
     for index, place in enumerate(system.placements):
         pool = place.pool
@@ -281,6 +283,12 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                                            system.front.route, records, slo)
     system.check()
     return system
+
+
+def _held_kv_bytes_per_card(pool: PoolSizing, tokens: int) -> float:
+    """KV bytes a prompt of ``tokens`` holds on each card of an instance of ``pool`` (what a P->D
+    handoff moves per card): sliding-window layers hold only their window."""
+    return held_kv_bytes(tokens, pool.kv_bytes_per_token_per_card, pool.model.attention_span())
 
 
 def _no_handoff(instance: Instance, seq: Sequence, now: float) -> None:

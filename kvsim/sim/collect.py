@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvsim.metrics.cache_summary import bound_resource, cache_summary
+from kvsim.metrics.cache_summary import bound_resource, busiest_links, cache_summary
 from kvsim.metrics.summary import summarize
 from kvsim.scenario.load import ScenarioPoint
 from kvsim.serving.cache import TIERS
@@ -30,6 +30,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
     busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))
     summary["gpu_busy_fraction"] = busy
     links = _links(system)
+    storage = _storage(system)
     cache = system.cache
     if cache is not None:
         model = system.sizing.model
@@ -38,6 +39,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
             records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
             cache.bytes_loaded, cache.bytes_written, links,
             {tier: level.mean() for tier, level in system.tier_occupancy.items()})
+        summary_cache["busiest_storage"] = busiest_links(storage, key="resource")
         summary_cache["tier_bytes_at_end"] = {
             tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}
             for tier in TIERS}
@@ -48,22 +50,33 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
     busy_total = counters.busy_in_window_s
     summary["gpu_time_share"] = {cause: (t / busy_total if busy_total else 0.0)
                                  for cause, t in counters.time_by_cause_s.items()}
-    summary["bound"] = bound_resource(busy, counters.time_by_cause_s, links)
+    summary["bound"] = bound_resource(busy, counters.time_by_cause_s, links, storage)
     return SystemRun(
         system=system.name, point_index=point.index, params=dict(point.params), sizing=system.sizing,
         records=records, summary=summary, in_system_mean=system.in_system.mean(), iterations=counters.iterations,
         busy_s=counters.busy_s, wall_s=wall_s, timeseries=system.timeseries, links=links,
+        storage=storage,
         decisions=system.controller.decisions if system.controller is not None else [],
         switches=system.controller.switches if system.controller is not None else [],
     )
 
 
 def _links(system: System) -> list[dict[str, Any]]:
-    """Every link that carried bytes: capacity (B/s), bytes, mean utilisation over the window."""
+    """Every byte link that carried bytes: capacity (B/s), bytes, mean utilisation over the window.
+
+    Only the topology's edges: the storage resources the network also shares (IOPS ceilings,
+    staging CPUs) count I/Os and CPU-seconds, not bytes, and are reported by :func:`_storage`.
+    """
     if system.cache is None and system.handoff is None:
         return []
-    links = [{"link": f"{u}->{v}", **stats} for (u, v), stats in system.network.link_report().items()
-             if stats["bytes"] > 0]
-    for row in links:
-        row["bytes"] = float(row["bytes"])
-    return links
+    edges = system.topology.capacity_Bps()
+    return [{"link": f"{u}->{v}", "capacity_Bps": stats["capacity_Bps"], "bytes": float(stats["bytes"]),
+             "utilization_mean": stats["utilization_mean"]}
+            for (u, v), stats in system.network.link_report().items() if (u, v) in edges and stats["bytes"] > 0]
+
+
+def _storage(system: System) -> list[dict[str, Any]]:
+    """Every storage resource that was used, in its own units (see StorageIO.report)."""
+    if system.cache is None and system.handoff is None:
+        return []
+    return system.transfers.storage.report(system.network)

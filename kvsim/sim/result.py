@@ -35,6 +35,7 @@ class SystemRun:
     wall_s: float
     timeseries: list[dict[str, Any]] = field(default_factory=list)
     links: list[dict[str, Any]] = field(default_factory=list)
+    storage: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     switches: list[dict[str, Any]] = field(default_factory=list)
 
@@ -156,6 +157,16 @@ class RunResult:
         """Every network link that carried bytes: capacity (B/s), bytes, mean utilisation, per run."""
         return self._per_run_frame("links")
 
+    def storage_frame(self) -> pd.DataFrame:
+        """Every storage resource used, per run: ``resource``, ``kind`` and its own units.
+
+        IOPS ceilings (``kind`` ``read_iops`` / ``write_iops``) fill ``capacity_iops`` (I/Os per
+        second) and ``ios`` (I/Os); staging CPUs (``cpu_staging``) fill ``capacity_cpu_s_per_s``
+        (CPU-seconds per second) and ``cpu_s`` (CPU-seconds); the other kind's columns are NaN.
+        ``utilization_mean`` is the fraction of capacity used over the window.
+        """
+        return self._per_run_frame("storage")
+
     def records_digest(self, fields: tuple[str, ...] | None = None) -> str:
         """SHA-256 over every run's request records, bit for bit (runs in order, fields by name).
 
@@ -202,4 +213,7 @@ def _flat_cache(cache: dict[str, Any]) -> dict[str, Any]:
     top = cache["busiest_links"][0] if cache["busiest_links"] else None
     row["busiest_link"] = top["link"] if top else None
     row["busiest_link_utilization"] = top["utilization_mean"] if top else 0.0
+    storage = cache.get("busiest_storage") or []
+    row["busiest_storage"] = f"{storage[0]['kind']} {storage[0]['resource']}" if storage else None
+    row["busiest_storage_utilization"] = storage[0]["utilization_mean"] if storage else 0.0
     return row

@@ -213,7 +213,7 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     for knob, message in layout_problems(layout, model):
         raise SizingError(path + ("instance", knob), message)
     links = None
-    if not layout.plain_tp or tp > per_node:
+    if layout.needs_layout_model(per_node):
         if layout.cards > per_node and node.nics.count == 0:
             raise SizingError(path + ("node",), f"an instance of {layout.cards} cards spans nodes, but node "
                               f"{node.name} has no NIC to join them")
