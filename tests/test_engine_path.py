@@ -123,13 +123,14 @@ def test_timeout_must_be_positive(bad, message):
     assert "workload.timeout" in str(info.value) and message in str(info.value)
 
 
-def test_timeout_refused_for_disaggregated_systems():
+def test_timeout_accepted_for_disaggregated_systems():
+    # once refused; tests/test_pd_timeouts.py shows where such a request is aborted
     text = OVERLOAD.format(rate=1, timeout="30 s").replace(
         "one: {node: l20-8x, instances: 1, instance: {max_num_seqs: 32}}",
         "pd: {pools: {p: {node: h20-8x, instances: 1, role: prefill}, d: {node: h20-8x, instances: 1, role: decode}}}")
-    with pytest.raises(SpecError) as info:
-        kvsim.parse_scenario(text, "o.yaml")
-    assert "workload.timeout" in str(info.value) and "colocated" in str(info.value)
+    scenario = kvsim.parse_scenario(text, "o.yaml")
+    assert scenario.spec.workload.timeout == 30.0
+    assert check_scenario(scenario)[(0, "pd")].disaggregated
 
 
 CADENCE = """

@@ -254,3 +254,88 @@ def test_late_start_far_into_the_run_terminates():
     # Both at 0.5 GB/s until the first 1 MB is done (2 ms), then 2 MB alone at 1 GB/s (2 ms).
     assert done[0] == pytest.approx(1e6 + 2e-3, rel=1e-15)
     assert done[1] == pytest.approx(1e6 + 4e-3, rel=1e-15)
+
+
+# ---------------------------------------------------------------- cancelling a flow
+
+
+def test_a_cancelled_flow_keeps_what_it_delivered_and_frees_its_share_at_once():
+    env = simpy.Environment()
+    net = FlowNetwork(env, {"L": 10 * GB})
+    first = net.transfer(["L"], 10 * GB)
+    second = net.transfer(["L"], 10 * GB)
+    seen = {}
+
+    def stop():
+        yield env.timeout(1.0)
+        seen["delivered"] = net.cancel(first)  # 1 s at 5 GB/s each
+        seen["again"] = net.cancel(first)
+        seen["active"] = net.active_flows
+
+    env.process(stop())
+    run_bounded(env, max_steps=2 * EVENTS_PER_FLOW)
+    assert seen == {"delivered": pytest.approx(5 * GB, rel=1e-12), "again": None, "active": 1}
+    # the second flow has 5 GB left at 1 s and then runs alone at 10 GB/s: done at 1.5 s
+    assert second.value == pytest.approx(1.5, rel=1e-12)
+    assert not first.triggered
+    # the link carried what was delivered and nothing of the cancelled flow's remaining 5 GB
+    assert net.bytes_moved("L") == pytest.approx(15 * GB, rel=1e-12)
+    assert net.active_flows == 0
+
+
+def test_cancelling_at_the_start_moves_nothing_and_a_delivered_flow_is_not_cancelled():
+    env = simpy.Environment()
+    net = FlowNetwork(env, {"L": 10 * GB})
+    gone = net.transfer(["L"], 10 * GB)
+    assert net.cancel(gone) == 0.0  # same instant: not a byte moved, no solve with it in
+    kept = net.transfer(["L"], 10 * GB, latency_s=0.5)
+    late = {}
+
+    def in_latency():
+        yield env.timeout(1.25)  # its bytes landed at 1 s; it pays latency until 1.5 s
+        late["cancel"] = net.cancel(kept)
+
+    env.process(in_latency())
+    env.run()
+    assert late == {"cancel": None}
+    assert kept.value == pytest.approx(1.5, rel=1e-12)  # alone on the link from the start
+    assert not gone.triggered
+    assert net.bytes_moved("L") == pytest.approx(10 * GB, rel=1e-12)
+
+
+def test_conservation_with_cancelled_flows():
+    # random flows, a third cancelled at random times: each link carries exactly the delivered
+    # bytes of every flow times its crossings, and the survivors all finish
+    capacity, plan = random_plan(5, n_flows=45)
+    rng = random.Random(9)
+    env = simpy.Environment()
+    net = FlowNetwork(env, capacity)
+    delivered = [None] * len(plan)
+    done = [None] * len(plan)
+
+    def one(i, start_s, links, nbytes, latency_s, cancel_after_s):
+        yield env.timeout(start_s)
+        event = net.transfer(links, nbytes, latency_s)
+        if cancel_after_s is None:
+            done[i] = yield event
+            delivered[i] = nbytes
+            return
+        yield env.timeout(cancel_after_s)
+        moved = net.cancel(event)
+        delivered[i] = nbytes if moved is None else moved
+        if moved is None and nbytes > 0:
+            done[i] = yield event  # it had landed: it still completes
+
+    for i, (start_s, links, nbytes, latency_s) in enumerate(plan):
+        cancel_after = rng.uniform(0.0, 3.0) if i % 3 == 0 else None
+        env.process(one(i, start_s, links, nbytes, latency_s, cancel_after))
+    run_bounded(env, max_steps=EVENTS_PER_FLOW * len(plan) + 2 * len(plan))
+    assert net.active_flows == 0
+    assert any(d is not None and 0 < d < plan[i][2] for i, d in enumerate(delivered))  # some cut part-way
+    for i in range(len(plan)):
+        assert delivered[i] is not None
+        if i % 3:
+            assert done[i] is not None
+    for link in capacity:
+        expected = sum(delivered[i] * links.count(link) for i, (_, links, _, _) in enumerate(plan))
+        assert net.bytes_moved(link) == pytest.approx(expected, rel=1e-9)

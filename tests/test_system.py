@@ -144,3 +144,28 @@ def test_a_copy_inside_a_scale_up_domain_uses_the_scale_up_links():
     assert all(topology.graph.edges[e]["kind"] != "scale_up" for e in topology.load_path("a/dram", "a/gpu1", True))
     with pytest.raises(ValueError, match="without a scale-up link"):
         build_topology([("a", node_catalog()["l20-8x"], accelerator_catalog()["l20"])], scale_up_domains=[["a"]])
+
+
+def test_a_cancelled_transfer_stops_every_flow_and_counts_only_the_bytes_it_delivered():
+    env, transfers = _transfers()
+    paths = [transfers.topology.peer_path(f"a/gpu{i}", f"b/gpu{i}") for i in (0, 1)]
+    done = transfers.move(paths, 1e9, "handoff", cancellable=True)
+    other = transfers.move([paths[1]], 1e9, "cache_load")  # the same NIC (and gpu1's PCIe link)
+    result = {}
+
+    def stop():
+        # three flows share the 50 GB/s NIC at 50/3 GB/s each: at 30 ms each moved 0.5 GB
+        yield env.timeout(0.03)
+        result["delivered"] = transfers.cancel(done)
+        result["again"] = transfers.cancel(done)
+
+    env.process(stop())
+    env.run()
+    assert result["delivered"] == pytest.approx(1e9, rel=1e-9)
+    assert result["again"] == 0.0
+    assert not done.triggered
+    assert transfers.bytes_by_purpose == {"handoff": pytest.approx(1e9, rel=1e-9), "cache_load": 1e9}
+    assert transfers.transfers_by_purpose == {"handoff": 1, "cache_load": 1}
+    # the survivor had 0.5 GB left at 30 ms and then the NIC to itself: 10 ms more, plus latency
+    latency = transfers.topology.path_latency_s(paths[0])
+    assert other.value == pytest.approx(0.03 + 0.5e9 / 50e9 + latency, rel=1e-9)

@@ -35,7 +35,8 @@ class RequestRecords:
     handoff also waits for the prompt's last layer), ``decode_start_s`` the start of its first
     decode iteration (or of its recomputation, if the decode instance preempted it before),
     ``prefill_instance`` where its prompt ran (``instance`` is where it was decoded) and
-    ``handoff_bytes`` the KV bytes moved.
+    ``handoff_bytes`` the KV bytes moved (if its client gave up while they were moving, the bytes
+    delivered until then; ``handoff_landed_s`` stays NaN).
     """
 
     fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS

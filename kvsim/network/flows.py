@@ -272,6 +272,39 @@ class FlowNetwork:
             self._schedule(0.0)
         return event
 
+    def cancel(self, event: simpy.Event) -> float | None:
+        """Stop the transfer :meth:`transfer` returned ``event`` for, where its bytes are now.
+
+        The bytes it has delivered stay counted on its links; the rest never move; the flows
+        left re-share the links at once (one solve at this instant, as a finish would cost);
+        ``event`` never fires.
+
+        Parameters
+        ----------
+        event : simpy.Event
+            The event :meth:`transfer` returned.
+
+        Returns
+        -------
+        float or None
+            Bytes the flow delivered before it was stopped, or None if it is no longer moving
+            bytes (all delivered: it may still be paying its latency, and then its event still
+            fires; or it was cancelled already).
+        """
+        flow = next((f for f in self._flows if f.event is event), None)
+        if flow is None:
+            return None
+        now = self.env.now
+        self._advance(now)  # bytes up to now at the current rates; a flow done by now retires
+        if not any(f is flow for f in self._flows):
+            return None
+        self._flows = [f for f in self._flows if f is not flow]
+        # its rate stays in the links' load until the re-solve below, at this same instant: no
+        # byte is credited to it after now
+        if self._wake_at != now:
+            self._schedule(0.0)
+        return min(flow.nbytes, max(0.0, flow.nbytes - flow.remaining))
+
     def bytes_moved(self, link: Hashable) -> float:
         """Bytes that have crossed ``link`` so far (each crossing of a repeated link counts).
 

@@ -4,7 +4,9 @@ handoff) becomes flows on the topology through :class:`Transfers`.
 A transfer is one flow per path (per card, usually), all started at the same instant; the
 returned event fires when the last has landed. Each flow pays its path's latency once. Bytes are
 also counted by *purpose* (``load``, ``write``, ``swap``, ``handoff`` ...) for transfers started
-inside the measurement window, so a run can say what its links carried and why.
+inside the measurement window, so a run can say what its links carried and why. A transfer
+started ``cancellable`` may be stopped part-way (:meth:`Transfers.cancel`: a P->D handoff whose
+client gave up); it then counts only the bytes it delivered.
 
 A transfer to or from a storage medium (an NVMe drive, a pool node) also describes its access as
 an :class:`~kvsim.network.storage_io.IoRequest`; :class:`~kvsim.network.storage_io.StorageIO`
@@ -55,14 +57,18 @@ class Transfers:
         self.capacity_Bps = network_capacities(topology, self.storage)
         self.bytes_by_purpose: dict[str, float] = {}
         self.transfers_by_purpose: dict[str, int] = {}
+        # cancellable transfers in flight: their event -> (flow events, bytes each, purpose, counted)
+        self._cancellable: dict[simpy.Event, tuple[list[simpy.Event], float, str, bool]] = {}
 
-    def _count(self, purpose: str, nbytes: float) -> None:
+    def _count(self, purpose: str, nbytes: float) -> bool:
         if self.network.window_start_s <= self.env.now <= self.network.window_end_s:
             self.bytes_by_purpose[purpose] = self.bytes_by_purpose.get(purpose, 0.0) + nbytes
             self.transfers_by_purpose[purpose] = self.transfers_by_purpose.get(purpose, 0) + 1
+            return True
+        return False
 
     def move(self, paths: Sequence[Sequence[Edge]], nbytes_each: float, purpose: str,
-             io: IoRequest | None = None) -> simpy.Event:
+             io: IoRequest | None = None, cancellable: bool = False) -> simpy.Event:
         """Start one flow of ``nbytes_each`` bytes per path; the event fires when all have landed.
 
         Parameters
@@ -76,8 +82,10 @@ class Transfers:
             What the bytes are for, counted in :attr:`bytes_by_purpose`.
         io : IoRequest, optional
             The storage access the flows make (each flow does its own I/Os).
+        cancellable : bool
+            Remember the flows until the transfer lands, so :meth:`cancel` can stop them.
         """
-        self._count(purpose, nbytes_each * len(paths))
+        counted = self._count(purpose, nbytes_each * len(paths))
         flows = []
         for links in paths:
             cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
@@ -86,7 +94,37 @@ class Transfers:
             else:
                 flows.append(self.network.transfer(links, nbytes_each, cost.latency_s, cost.resources,
                                                    cost.rate_cap_Bps))
-        return flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
+        done = flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
+        if cancellable:
+            self._cancellable[done] = (flows, nbytes_each, purpose, counted)
+            done.callbacks.append(lambda _event: self._cancellable.pop(done, None))
+        return done
+
+    def cancel(self, event: simpy.Event) -> float:
+        """Stop a ``cancellable`` transfer :meth:`move` returned ``event`` for, part-way.
+
+        Each of its flows still moving bytes stops where it is (see
+        :meth:`FlowNetwork.cancel`); the bytes it will not move come off
+        :attr:`bytes_by_purpose`. A flow whose bytes have all arrived is not stopped, so if
+        every flow had delivered, ``event`` still fires; otherwise it never does.
+
+        Returns
+        -------
+        float
+            Bytes the transfer delivered, over all its flows (0 if it is not a cancellable
+            transfer in flight).
+        """
+        entry = self._cancellable.pop(event, None)
+        if entry is None:
+            return 0.0
+        flows, nbytes_each, purpose, counted = entry
+        delivered = 0.0
+        for flow in flows:
+            moved = self.network.cancel(flow)
+            delivered += nbytes_each if moved is None else moved
+        if counted:
+            self.bytes_by_purpose[purpose] -= nbytes_each * len(flows) - delivered
+        return delivered
 
     def uncontended_s(self, paths: Sequence[Sequence[Edge]], nbytes_each: float,
                       io: IoRequest | None = None) -> float:

@@ -37,8 +37,10 @@ def _capex_usd(run: SystemRun) -> float | None:
 
 
 def _in_system(run: SystemRun, t_s: float) -> int:
+    """Requests arrived by ``t_s`` that had neither finished nor been given up on by then."""
     arrival, finish = run.records.column("arrival_s"), run.records.column("finish_s")
-    return int(np.count_nonzero((arrival <= t_s) & ~(finish <= t_s)))
+    aborted = run.records.column("aborted_s")
+    return int(np.count_nonzero((arrival <= t_s) & ~(finish <= t_s) & ~(aborted <= t_s)))
 
 
 def _flags(run: SystemRun, warmup_s: float, duration_s: float) -> str:

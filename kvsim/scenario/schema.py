@@ -268,10 +268,6 @@ class ScenarioSpec(FrozenSpec):
         for name, system in self.systems.items():
             for path, message in system.shape_problems() + system.controller_problems(self.slo):
                 problems.append((("systems", name) + path, message))
-            if self.workload.timeout is not None and system.disaggregated:
-                problems.append((("workload", "timeout"), (
-                    f"client timeouts are modelled for colocated systems only; system {name!r} is "
-                    "disaggregated (prefill/decode pools)")))
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:
             problems.append((("workload", "arrival", "rate"), (

@@ -15,6 +15,12 @@ decode batch; its first decode step emits the request's first token (what the cl
 ends when the flow has landed and, after the prefill ends, the last layer's share of the flow's
 time has passed (the last layer's KV exists only once the iteration is over). ``whole``: the
 flow starts after the prefill ends.
+
+A client that gives up during the handoff (:meth:`KVHandoff.abort`) stops it where it is: a
+copy still waiting for room leaves the decode queue; a flow in flight is cancelled (the bytes it
+delivered stay counted on the links, ``handoff_bytes`` records them); the pages reserved on the
+decode instance come back. The prompt's pages on the prefill side are the front end's to free,
+like those of any request it aborts.
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ class _Handoff:
     flow_start_s: float | None = None
     flow_end_s: float | None = None
     prefill_end_s: float | None = None
+    flow: simpy.Event | None = None  # the KV transfer, while it may still be cancelled
+    aborted: bool = False            # the client gave up: nothing more happens to it
 
 
 class KVHandoff:
@@ -113,6 +121,7 @@ class KVHandoff:
         dseq.admitted = True  # admission was on the prefill side
         dseq.cache = state
         state.decode_seq = dseq
+        pseq.decode_copy = dseq  # how the front end finds it to abort
         self.route(dseq)
 
     def route(self, seq: Sequence) -> None:
@@ -137,9 +146,35 @@ class KVHandoff:
         rid = state.prefill_seq.rid
         self.records.handoff_start_s[rid] = now
         self.records.handoff_bytes[rid] = per_card * tp_dst
-        self.transfers.move(paths, per_card, "handoff").callbacks.append(lambda _event: self._landed(state))
+        state.flow = self.transfers.move(paths, per_card, "handoff", cancellable=True)
+        state.flow.callbacks.append(lambda _event: self._landed(state))
+
+    def abort(self, seq: Sequence) -> None:
+        """The client of the decode-side copy ``seq`` gave up: end its handoff where it is (see
+        the module docstring). Does nothing if the handoff is over (the copy is the decode
+        instance's like any sequence then) or was aborted already."""
+        state = seq.cache
+        if not isinstance(state, _Handoff) or state.aborted:
+            return
+        state.aborted = seq.aborted = True
+        rid = seq.rid
+        self._early.pop((state.source.index, rid), None)
+        decode = state.decode
+        if state.flow_start_s is None:
+            decode.scheduler.abort(seq)  # queued for room there: nothing reserved, nothing moving
+        else:
+            if state.flow_end_s is None:
+                self.records.handoff_bytes[rid] = self.transfers.cancel(state.flow)
+            # the KV will never be whole there: the decode instance lets go of the pages it reserved
+            decode.scheduler.loaded(seq)
+        state.flow = None
+        seq.cache = None
+        decode.wake()
 
     def _landed(self, state: _Handoff) -> None:
+        if state.aborted:
+            return  # every flow had delivered its bytes when the client gave up
+        state.flow = None
         state.flow_end_s = self.env.now
         self.records.handoff_landed_s[state.prefill_seq.rid] = self.env.now
         if state.prefill_end_s is None:
@@ -159,6 +194,8 @@ class KVHandoff:
         self.env.timeout(delay_s).callbacks.append(lambda _event: self._finish(state))
 
     def _finish(self, state: _Handoff) -> None:
+        if state.aborted:
+            return  # the client gave up while the last layer's share was still due
         rid = state.prefill_seq.rid
         self.records.handoff_end_s[rid] = self.env.now
         state.source.scheduler.release_detached(state.prefill_seq)

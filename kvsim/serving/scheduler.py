@@ -217,7 +217,8 @@ class BatchScheduler:
     def abort(self, seq: Sequence) -> None:
         """Its client gave up: take ``seq`` out wherever it is and give back its pages (vLLM
         aborts a request whose connection closed). A sequence parked on a load lets go when the
-        load lands; one in the iteration now running is skipped when the iteration completes."""
+        load lands; one in the iteration now running is skipped when the iteration completes;
+        a prompt detached for its handoff gives its pages back now."""
         seq.aborted = True
         if seq in self.waiting:
             self.withdraw(seq)
@@ -226,6 +227,9 @@ class BatchScheduler:
             if seq.stalled:
                 seq.stalled = False
                 self.stalled -= 1
+            self._drop(seq)
+        elif self.detached.get(seq.rid) is seq:
+            del self.detached[seq.rid]
             self._drop(seq)
 
     def _drop(self, seq: Sequence) -> None:

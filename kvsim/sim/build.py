@@ -132,6 +132,8 @@ class System:
                 problems.append(f"{label}: prefilled prompts go nowhere")
             if inst.on_finish != self.front.finished:
                 problems.append(f"{label}: finished requests do not reach the front end")
+        if self.handoff is not None and self.front.abort_handoff != self.handoff.abort:
+            problems.append("a request whose client gives up cannot leave its handoff")
         if self.sizing.disaggregated and not problems:
             for p in self.role_instances("prefill"):
                 for d in self.role_instances("decode"):
@@ -238,12 +240,6 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                                     block_tokens)
         if cache_spec.prewarm:
             system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
-    entry = system.entry_role
-    system.front = FrontEnd(env, records, system.in_system,
-                            ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
-                            lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
-                            engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
-                            holder=lambda index: system.instances[index])
     if sizing.disaggregated:
         system.handoff = KVHandoff(
             env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
@@ -251,6 +247,13 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             lambda inst, tokens: _held_kv_bytes_per_card(system.placements[inst.index].pool, tokens),
             sizing.model.num_layers)
     handoff = system.handoff
+    entry = system.entry_role
+    system.front = FrontEnd(env, records, system.in_system,
+                            ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
+                            lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
+                            engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
+                            holder=lambda index: system.instances[index],
+                            abort_handoff=handoff.abort if handoff is not None else None)
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance

@@ -42,8 +42,14 @@ class FrontEnd:
     holder : callable, optional
         ``holder(index)`` is the system's instance of that index (to abort a request on).
     timeout_s : float, optional
-        A client gives up on a request not finished this long after sending it; the instance
-        holding it aborts it and gives back its KV pages (None: clients wait for ever).
+        A client gives up on a request not finished this long after sending it; the instances
+        holding it abort it and give back its KV pages (None: clients wait for ever). In a
+        disaggregated system that is wherever it is: its prompt on the prefill instance (queued,
+        computing, or held for the handoff), its KV on the way (the flow is cancelled), its
+        decode-side copy on the decode instance.
+    abort_handoff : callable, optional
+        ``abort_handoff(decode_copy)`` ends a disaggregated request's handoff where it is
+        (:meth:`kvsim.serving.handoff.KVHandoff.abort`).
     engine : EngineSpec, optional
         The request path's costs: a request reaches an instance ``engine.request_in_s(prompt)``
         after it arrives (API server, tokenisation), and its client hears it has finished
@@ -53,9 +59,11 @@ class FrontEnd:
     def __init__(self, env: simpy.Environment, records: RequestRecords, in_system: TimeWeightedLevel,
                  router: Router, entry_instances: Callable[[], list[Instance]], with_hashes: bool,
                  engine: EngineSpec | None = None, timeout_s: float | None = None,
-                 holder: Callable[[int], Instance] | None = None):
+                 holder: Callable[[int], Instance] | None = None,
+                 abort_handoff: Callable[[Sequence], None] | None = None):
         self.env = env
         self.holder = holder
+        self.abort_handoff = abort_handoff
         self.timeout_s = timeout_s
         self.aborted = 0
         self.request_in_s = engine.request_in_s if engine is not None else None
@@ -115,20 +123,32 @@ class FrontEnd:
         rid = seq.rid
         if seq.aborted or not math.isnan(self.records.finish_s[rid]):
             return
+        records = self.records
+        # disaggregated: the prompt on its prefill instance (queued, computing, or held until
+        # its KV has been handed off; once handed off it is gone from there and nothing happens)
+        self._abort_on(records.prefill_instance[rid], seq)
+        copy = seq.decode_copy
+        if copy is not None and self.abort_handoff is not None:
+            self.abort_handoff(copy)  # its KV on the way: the flow stops, reserved pages come back
+        last = copy if copy is not None else seq  # the sequence that emits the client's tokens
         # the engine may be done with it while the last token is still on its way (output_s): the
         # client gives up first all the same, and :meth:`_leave` will not count it
-        holder = self.records.instance[rid] if seq.generated < seq.output_tokens else -1
-        if holder >= 0:
-            instance = self.holder(holder)
-            instance.scheduler.abort(seq)
-            instance.wake()  # the pages and the sequence slot it freed may let queued work run
-        seq.aborted = True
+        if last.generated < last.output_tokens:
+            self._abort_on(records.instance[rid], last)
+        seq.aborted = last.aborted = True
         now = self.env.now
         self.records.aborted_s[rid] = now
         self.aborted += 1
         self.in_system.set(now, self.in_system.value - 1)
         if seq.on_finish is not None:
             seq.on_finish(seq, now)
+
+    def _abort_on(self, index: int, seq: Sequence) -> None:
+        if index < 0:
+            return  # it never reached an instance of that role
+        instance = self.holder(index)
+        instance.scheduler.abort(seq)
+        instance.wake()  # the pages and the sequence slot it freed may let queued work run
 
     def _leave(self, seq: Sequence) -> None:
         if seq.aborted:

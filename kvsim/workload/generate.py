@@ -53,6 +53,15 @@ class WorkloadSpec(FrozenSpec):
     ``block_tokens`` is the block size of the prompts' ``hash_ids`` (default 16). With a trace it
     defaults to the trace's own (512 for mooncake, 16 for bailian), and any other value is refused:
     ids hashed over one block size mean nothing at another.
+
+    ``timeout`` (seconds, default None: clients wait for ever) is how long a client waits for a
+    whole answer: a request not finished that long after it was sent is aborted wherever it is
+    and every KV page it holds comes back (as vLLM aborts a request whose connection closed). On a
+    colocated system that is its instance (queued, computing, loading, decoding). On a
+    disaggregated one it is the prefill instance (queued, computing, or holding the prompt for its
+    handoff), the handoff (waiting for decode room, or its KV flow in flight, which is cancelled:
+    the bytes it delivered stay counted), or the decode instance. A request whose last token is on
+    its way to the client (``engine.output_s``) is aborted too; one already finished is not.
     """
 
     arrival: ArrivalSpec
@@ -60,7 +69,7 @@ class WorkloadSpec(FrozenSpec):
     input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     block_tokens: int = Field(default=16, ge=1)
-    timeout: PositiveSeconds | None = None  # how long a client waits for a whole answer
+    timeout: PositiveSeconds | None = None  # how long a client waits for a whole answer (see above)
     adapters: AdapterSpec | None = None  # LoRA adapters requests name (kvsim.workload.adapters)
 
     @model_validator(mode="before")
