@@ -63,7 +63,9 @@ def test_step_prediction_by_hand_for_one_decode_point():
     kv_eff = eff.kv_memory if eff.kv_memory is not None else eff.memory
     kv = model.kv_bytes_per_token("bf16", 1) * (512 + 65) / (h100.memory_bandwidth * kv_eff)  # mean context
     engine = EngineSpec()
-    expected = weights + kv + engine.step_fixed_s + engine.step_per_seq_s + engine.step_per_token_s
+    launches = 80 * 10 + 4  # dense: 10 kernels a layer, 4 a pass (kvsim/models/kernels.py)
+    expected = (weights + kv + engine.step_fixed_s + engine.step_per_seq_s + engine.step_per_token_s
+                + engine.kernel_s * launches)
     assert predict_step(point)["token_time_s"] == pytest.approx(expected, rel=2e-3)
     assert predict_step(point, {"engine.step_fixed_s": 0.01})["token_time_s"] == pytest.approx(
         expected - engine.step_fixed_s + 0.01, rel=2e-3)

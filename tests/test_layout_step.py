@@ -53,7 +53,9 @@ def test_pipeline_composes_stage_times_and_sends():
     cont = LayoutStepTime(m, a, Layout(pp=2), links, "bf16", "bf16")
     flush = LayoutStepTime(m, a, Layout(pp=2), links, "bf16", "bf16", schedule="flush")
     stage = cont.stage_breakdown(PREFILL)
-    stage_s = max(stage.compute_s, stage.memory_s) + stage.comm_s
+    # a stage pass launches its 18 layers' kernels (10 each, dense) and the 4 per-pass ones
+    assert stage.kernels_s == pytest.approx(cont.engine.kernel_s * (18 * 10 + 4))
+    stage_s = max(stage.compute_s, stage.memory_s) + stage.comm_s + stage.kernels_s
     # the stage's send: 1024 tokens (one of 2 micro-batches) x 4096 x 2 bytes at 20 GB/s + 5 us
     assert stage.comm_s == pytest.approx(1024 * 4096 * 2 / send_Bps + send_lat)
     # continuous: 2 micro-batches x stage time; flush: (2 + 2 - 1) x stage time

@@ -35,7 +35,7 @@ A100_BW, A100_MEM_EFF, A100_KV_EFF = 2.039e12, 0.78, 0.74
 A100_BF16, A100_MFU = 312e12, 0.67
 A100_NVLINK, A100_LINK_EFF = 300e9, 0.77
 OVERHEAD_S = 2e-3  # a fixed per-step overhead the tests below set, to keep the roofline terms in view
-FIXED_ENGINE = EngineSpec(step_fixed_s=OVERHEAD_S, step_per_seq_s=0.0, step_per_token_s=0.0)
+FIXED_ENGINE = EngineSpec(step_fixed_s=OVERHEAD_S, step_per_seq_s=0.0, step_per_token_s=0.0, kernel_s=0.0)
 COLLECTIVE_LATENCY_S = 10e-6
 
 # ---- Qwen3-8B by hand: 36 layers, hidden 4096, 32 q / 8 kv heads of 128, FFN 12288, vocab 151936
@@ -439,3 +439,43 @@ def test_paged_kv_reads_have_their_own_efficiency():
     batch = BatchShape(decode_seqs=16, decode_context_tokens=16 * 2000, sampled_seqs=16)
     memory_s = Q8_WEIGHT_BYTES_BF16 / (4.0e12 * 0.66) + 16 * 2000 * Q8_KV_BF16 / (4.0e12 * 0.5)
     assert step.breakdown(batch).memory_s == pytest.approx(memory_s, rel=REL)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel launches (kvsim/models/kernels.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_kernel_launches_counted_by_layer_type():
+    from kvsim.models.kernels import launches_per_pass
+
+    # dense GQA: 7 attention-block kernels + 3 feed-forward per layer, 4 per pass
+    assert launches_per_pass(MODELS["qwen3-8b"]) == 36 * (7 + 3) + 4
+    # Llama-4-Scout: every layer MoE, one expert per token (no weighted sum), one shared expert
+    assert launches_per_pass(MODELS["llama-4-scout-17b-16e"]) == 48 * (7 + 6 + 4) + 4
+    # DeepSeek-R1 (V3 architecture): MLA (+3), 3 dense layers then 58 MoE layers of 8 experts (+1 sum) and a shared one
+    ds = MODELS["deepseek-r1"]
+    assert (ds.moe.first_dense_layers, ds.num_layers) == (3, 61)
+    assert launches_per_pass(ds) == 3 * (10 + 3) + 58 * (7 + 3 + 6 + 1 + 4) + 4
+    # a pipeline stage with half the layers launches half the layer kernels, and all per-pass ones
+    assert launches_per_pass(MODELS["qwen3-8b"], 18) == 18 * 10 + 4
+
+
+def test_kernel_launches_add_to_every_iteration():
+    engine = EngineSpec(step_fixed_s=0.0, step_per_seq_s=0.0, step_per_token_s=0.0, kernel_s=4e-6)
+    step = _roofline("qwen3-8b", "h20", engine=engine)
+    bare = _roofline("qwen3-8b", "h20", engine=engine.model_copy(update={"kernel_s": 0.0}))
+    for batch in (BatchShape(decode_seqs=1, decode_context_tokens=1000, sampled_seqs=1),
+                  BatchShape(prefill_tokens=4096, prefill_pairs=4096 * 4097 / 2, sampled_seqs=1)):
+        assert step.breakdown(batch).kernels_s == pytest.approx(4e-6 * (36 * 10 + 4))
+        assert step.iteration_time_s(batch) - bare.iteration_time_s(batch) == pytest.approx(4e-6 * 364, rel=REL)
+
+
+def test_default_kernel_cost_reproduces_its_source():
+    # kvsim/models/engine.py: SGLang at ~50 % of an H100's 3.35 TB/s on Llama-3.2-1B at batch 1, the
+    # kernels streaming at 0.89; 16 layers x 10 + 4 launches share what is left
+    params = 16 * (2048 * 2048 * 2 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048) + 2048 + 128256 * 2048
+    weight_bytes = 2 * params
+    assert weight_bytes == pytest.approx(2.4716e9, rel=1e-4)
+    leftover_s = weight_bytes / (0.5 * 3.35e12) - weight_bytes / (0.89 * 3.35e12)
+    assert EngineSpec().kernel_s == pytest.approx(leftover_s / (16 * 10 + 4), rel=0.01)

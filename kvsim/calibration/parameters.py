@@ -79,6 +79,8 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
               "host time per sequence in an iteration: scheduler bookkeeping, block tables, sampling"),
     Parameter("engine.step_per_token_s", "engine", "step_per_token_s", 0.0, 10e-6, "s",
               "host time per scheduled token of an iteration (input tensors)"),
+    Parameter("engine.kernel_s", "engine", "kernel_s", 0.0, 30e-6, "s",
+              "GPU time per kernel launch outside the roofline (setup, tail, gap; a few us with CUDA graphs)"),
     Parameter("engine.api_s", "engine", "api_s", 0.0, 0.05, "s",
               "per request, arrival at the API server to the engine's queue (HTTP, template, IPC)"),
     Parameter("engine.tokenize_s_per_token", "engine", "tokenize_s_per_token", 0.0, 20e-6, "s",
@@ -87,10 +89,11 @@ PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
               "end of the step that sampled a token to the client receiving it (detokenise, stream)"),
 )}
 
-DEFAULT_FIT = ("efficiency.memory", "efficiency.kv_memory", "engine.step_fixed_s", "engine.api_s")
+DEFAULT_FIT = ("efficiency.memory", "efficiency.kv_memory", "engine.kernel_s", "engine.api_s")
 """What ``kvsim calibrate`` fits unless told otherwise: few, physical, identifiable from the data
-(weight streaming and KV reads set TPOT at small and large batches; the per-step floor and the
-request path set the part of TTFT and TPOT no roofline sees)."""
+(weight streaming and KV reads set TPOT at small and large batches; kernel launches, a cost per
+layer, set the part of a step no roofline sees and tell models of different depth apart; the
+request path sets the part of TTFT outside the engine)."""
 
 
 def parameter(name: str) -> Parameter:

@@ -252,9 +252,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     steps_a100 = calibrate([STEP_TABLE], "a100-sxm", workers=1, progress=say)
     frames.append(results_frame(steps_a100, "splitwise-a100"))
     fits["splitwise-a100"] = {"fitted": parameter_table(steps_a100), "about": (
-        f"The same table's DGX-A100 rows: llama2-70b at TP 2/4/8. The datasheet column is the A100's "
+        "The same table's DGX-A100 rows: llama2-70b at TP 2/4/8. The datasheet column is the A100's "
         "catalog efficiencies (kernel and engine measurements, `kvsim/hardware/data/accelerators.yaml`).")}
-    notes += [_shared_name(n) for n in vllm.notes + steps.notes]
+    notes += [_shared_name(n) for n in vllm.notes + steps.notes + steps_a100.notes]
     frame = pd.concat(frames, ignore_index=True)
     summary = error_summary(frame)
     frame.to_csv(args.docs / "validation_results.csv", index=False)

@@ -86,7 +86,7 @@ def busiest_links(links: list[dict[str, Any]], count: int = 5, key: str = "link"
 
 
 _CAUSE_NAMES = {"compute": "gpu compute", "memory": "gpu memory bandwidth", "tp_comm": "tp all-reduce link",
-                "overhead": "iteration overhead"}
+                "kernels": "kernel launches", "overhead": "host overhead"}
 
 
 _STORAGE_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "cpu_staging": "CPU staging"}

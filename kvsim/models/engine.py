@@ -8,9 +8,14 @@ sampling. These are properties of the engine software and its host, not of the a
 they live in their own spec, set per scenario (``engine:``) or per system (``systems.X.engine``),
 and a calibration file (``kvsim calibrate``) may replace them.
 
-Per-step overhead (seconds)::
+Per-step host work (seconds)::
 
-    overhead_s = step_fixed_s + step_per_seq_s * sequences + step_per_token_s * scheduled_tokens
+    host_s = step_fixed_s + step_per_seq_s * sequences + step_per_token_s * scheduled_tokens
+
+and on the GPU, beside the roofline, ``kernel_s`` per kernel launch of the forward pass
+(:mod:`kvsim.models.kernels` counts them). The two add up: async scheduling hides the scheduler's
+decisions behind the GPU, but input preparation, sampling and output handling still sit between
+steps (an assumption; the vLLM calibration set fits better with them added than hidden).
 
 Request path (seconds)::
 
@@ -31,6 +36,14 @@ loop. An idle engine takes a request at once either way.
 
 Defaults, and where they come from:
 
+- ``kernel_s`` 3.94 us per kernel launch: Hazy Research measured SGLang (overlap scheduler: no host
+  time on the GPU's path) at about 50 % of an H100's 3.35 TB/s decoding Llama-3.2-1B at batch 1
+  ("Look Ma, No Bubbles!", 2025-05-27, H). That model reads 2.47 GB of weights per step (16 layers
+  of 60.8 M parameters and its tied 262.7 M-parameter LM head, bf16): 1.476 ms at 50 %, against
+  0.829 ms streamed at the kernels' 0.89 (the H100's ``efficiency.memory``); the 0.647 ms left over
+  164 launches (16 layers x 10 + 4, :mod:`kvsim.models.kernels`) is 3.94 us each (derived, M). The
+  same post has vLLM slower still (its megakernel 2.5x faster than vLLM), so for vLLM this is a
+  floor; ``kvsim calibrate`` can fit it.
 - ``step_fixed_s`` 0.5 ms: the per-step floor above the roofline with CUDA graphs (assumption, L).
   Public single-stream benchmarks bound it from above: an SGLang serving benchmark at concurrency 1
   reports a mean TPOT of 1.47 ms for a small MoE model, forward pass included (radixark SGLang
@@ -61,7 +74,7 @@ class EngineSpec(FrozenSpec):
     Attributes
     ----------
     step_fixed_s : float
-        Host and launch time of every iteration, seconds.
+        Host time of every iteration (scheduling, inputs, launching the graph), seconds.
     step_per_seq_s : float
         Added per sequence in the iteration (decodes and prefill chunks), seconds.
     step_per_token_s : float
@@ -74,6 +87,8 @@ class EngineSpec(FrozenSpec):
         From the end of the step that sampled a token to the client receiving it, seconds.
     async_scheduling : bool
         The engine forms the next batch while the current one runs (see the module docstring).
+    kernel_s : float
+        GPU time per kernel launch outside the roofline (setup, tail, gap), seconds.
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -83,6 +98,7 @@ class EngineSpec(FrozenSpec):
     tokenize_s_per_token: Seconds = 0.1e-6
     output_s: Seconds = 1e-3
     async_scheduling: bool = True
+    kernel_s: Seconds = 3.94e-6
 
     def step_overhead_s(self, sequences: int, tokens: int) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""

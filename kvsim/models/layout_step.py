@@ -40,6 +40,7 @@ from kvsim.models.parallel import (
 )
 from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
+from kvsim.models.kernels import launches_per_pass
 from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown
 
 __all__ = ["LayoutStepTime"]
@@ -102,6 +103,7 @@ class LayoutStepTime:
         self._fixed_bytes = (self._share * (attention * b["attention"] / a + ffn * b["feed_forward"] / t)
                              + lm_head * lm_head_b / t)
         self._expert_bytes = model.expert_params * b["experts"] / t  # one touched expert, one layer, per card
+        self._kernels_s = self.engine.kernel_s * launches_per_pass(model, self._layers)  # one stage pass
 
     # -------------------------------------------------------------------------------- parts
 
@@ -150,7 +152,7 @@ class LayoutStepTime:
         rates = self._rates
         return StepBreakdown(compute_s=flops / rates.gemm_flops_per_s(tokens),
                              memory_s=weights / rates.weight_Bps + kv / rates.kv_Bps,
-                             comm_s=self._comm_s(tokens) + send, overhead_s=0.0)
+                             comm_s=self._comm_s(tokens) + send, overhead_s=0.0, kernels_s=self._kernels_s)
 
     def breakdown(self, batch: BatchShape) -> StepBreakdown:
         """Time components of one iteration: the slowest stage's, times the pipeline factor."""
@@ -158,7 +160,8 @@ class LayoutStepTime:
         factor = pipeline_time_s(1.0, self.layout.pp, self.micro_batches, self.schedule)
         return StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,
                              comm_s=stage.comm_s * factor,
-                             overhead_s=self.engine.step_overhead_s(batch.sequences, batch.tokens))
+                             overhead_s=self.engine.step_overhead_s(batch.sequences, batch.tokens),
+                             kernels_s=stage.kernels_s * factor)
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""

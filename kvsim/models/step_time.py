@@ -12,14 +12,15 @@ Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration):
                  (weights read: every matrix once; the input embedding is only looked up)
     comm_s     = 2 * layers * allreduce(n * hidden * 2 B, t, collective_latency_s,
                                         peer_bw * efficiency.interconnect)    (t > 1)
-    iteration  = max(compute_s, memory_s) + comm_s + engine.step_overhead_s(sequences, n)
+    kernels_s  = engine.kernel_s * launches_per_pass(model)     (kvsim.models.kernels)
+    iteration  = max(compute_s, memory_s) + comm_s + kernels_s + engine.step_overhead_s(sequences, n)
 
 Small GEMMs reach less of the peak than large ones (tiles left partly empty, launch-bound
 kernels): ``compute_half_tokens`` is the token count at which the achieved rate is half of
 ``efficiency.compute``, the large-GEMM figure (0 keeps it flat). Weight streaming and paged-KV
 reads achieve different fractions of the bandwidth, so each has its own efficiency. The
 all-reduce picks recursive doubling or a ring by message size (:mod:`kvsim.models.collectives`).
-The per-step overhead is the engine's (:class:`kvsim.models.engine.EngineSpec`).
+The kernel-launch and host costs are the engine's (:class:`kvsim.models.engine.EngineSpec`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
+from kvsim.models.kernels import launches_per_pass
 from kvsim.models.llm import ModelSpec
 
 __all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates"]
@@ -94,16 +96,18 @@ class StepTimeModel(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class StepBreakdown:
-    """Components of one iteration's time, seconds."""
+    """Components of one iteration's time, seconds: roofline, collectives, kernel launches
+    (``kernels_s``) and the host's per-step work (``overhead_s``)."""
 
     compute_s: float
     memory_s: float
     comm_s: float
     overhead_s: float
+    kernels_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.comm_s + self.overhead_s
+        return max(self.compute_s, self.memory_s) + self.comm_s + self.kernels_s + self.overhead_s
 
     @property
     def bound(self) -> str:
@@ -174,6 +178,7 @@ class RooflineStepTime:
         self._activation_bytes_per_token = model.hidden_size * DTYPE_BYTES[ACTIVATION_DTYPE]
         self._hop_latency_s = eff.collective_latency_s
         self._peer_Bps = accelerator.peer_bandwidth * eff.interconnect
+        self._kernels_s = self.engine.kernel_s * launches_per_pass(model)
 
     def comm_s(self, tokens: int) -> float:
         """TP all-reduce time of one iteration over ``tokens`` tokens, seconds."""
@@ -205,6 +210,7 @@ class RooflineStepTime:
                       + kv_tokens * self._kv_bytes_per_token_card / rates.kv_Bps),
             comm_s=self.comm_s(tokens),
             overhead_s=self.engine.step_overhead_s(batch.sequences, tokens),
+            kernels_s=self._kernels_s,
         )
 
     def iteration_time_s(self, batch: BatchShape) -> float:

@@ -38,7 +38,7 @@ class SystemCounters:
         self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
         # that time split by what it was spent on: the roofline's binding side, TP all-reduce,
         # and the fixed per-iteration overhead
-        self.time_by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "overhead": 0.0}
+        self.time_by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
 
 
 class _RecordingEvents(SchedulerEvents):
@@ -301,6 +301,7 @@ class Instance:
                     causes["compute" if parts.compute_s >= parts.memory_s else "memory"] += max(
                         parts.compute_s, parts.memory_s)
                     causes["tp_comm"] += parts.comm_s
+                    causes["kernels"] += parts.kernels_s
                     causes["overhead"] += parts.overhead_s
             scheduler.complete(batch, env.now)
             level.set(env.now, pool.utilization)
