@@ -1,7 +1,6 @@
-"""Where the missing first-token time is, run by run: evidence for the validation page.
+"""Where first-token time goes, run by run: evidence for the validation page.
 
-kvsim's datasheet TTFT is low on the vLLM set. This module measures the miss in the unit that
-matters to an engine, its own step: measured TTFT / measured TPOT against kvsim's TTFT / TPOT
+This module measures kvsim's TTFT error in the unit that matters to an engine, its own step: measured TTFT / measured TPOT against kvsim's TTFT / TPOT
 (TPOT is the mean decode step a client sees), and tests one candidate mechanism against it.
 
 The candidate: the API server as a single-threaded queue. vLLM's front end handles every
@@ -81,7 +80,7 @@ def workload_spread_rows(frame: pd.DataFrame, metric: str = "tpot_mean_s",
 
 def ttft_gap_markdown(gaps: list[dict[str, Any]], spread: list[dict[str, Any]]) -> list[str]:
     """The validation page's section on why the targets are missed (Markdown lines)."""
-    lines = ["## Why the targets are missed", "",
+    lines = ["## TTFT in engine steps, and the spread across workloads", "",
              "**TTFT in engine steps.** A step is the run's measured TPOT. kvsim's first token leaves about "
              "2.5 steps after arrival under async scheduling (the rest of the step in flight, the step already "
              "scheduled, then the request's own step) plus the request path; the measured runs take 3 to 5 "
