@@ -14,6 +14,7 @@ _CACHE_INT_FIELDS = ("hit_tokens_hbm", "hit_tokens_dram", "hit_tokens_nvme", "hi
 _CACHE_FLOAT_FIELDS = ("loaded_bytes", "written_bytes")
 _PD_FLOAT_FIELDS = ("prefill_end_s", "handoff_start_s", "handoff_landed_s", "handoff_end_s", "decode_start_s")
 _PD_INT_FIELDS = ("prefill_instance",)
+_LORA_INT_FIELDS = ("adapter",)
 _PD_BYTES_FIELDS = ("handoff_bytes",)
 _NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS
 
@@ -37,10 +38,12 @@ class RequestRecords:
     ``prefill_instance`` where its prompt ran (``instance`` is where it was decoded) and
     ``handoff_bytes`` the KV bytes moved (if its client gave up while they were moving, the bytes
     delivered until then; ``handoff_landed_s`` stays NaN).
+
+    ``adapter`` is the LoRA adapter a request named (``workload.adapters``; -1: the base model).
     """
 
     fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS
-              + _PD_INT_FIELDS + _PD_BYTES_FIELDS)
+              + _PD_INT_FIELDS + _PD_BYTES_FIELDS + _LORA_INT_FIELDS)
     colocated_fields = _FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS
     """The fields a colocated system fills (the others stay NaN / -1 / 0)."""
 
@@ -49,7 +52,7 @@ class RequestRecords:
         self.n = 0
         for name in _NAN_FIELDS:
             setattr(self, name, np.full(capacity, np.nan))
-        for name in _INT_FIELDS + _CACHE_INT_FIELDS + _PD_INT_FIELDS:
+        for name in _INT_FIELDS + _CACHE_INT_FIELDS + _PD_INT_FIELDS + _LORA_INT_FIELDS:
             setattr(self, name, np.zeros(capacity, dtype=np.int64))
         for name in _CACHE_FLOAT_FIELDS + _PD_BYTES_FIELDS:
             setattr(self, name, np.zeros(capacity))
@@ -72,6 +75,7 @@ class RequestRecords:
         self.output_tokens[i] = output_tokens
         self.instance[i] = -1
         self.prefill_instance[i] = -1
+        self.adapter[i] = -1
         self.n += 1
         return i
 

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from kvsim.models.engine import EngineSpec
 from kvsim.serving.cache.spec import KVCacheSpec
-from kvsim.serving.specs import ControllerSpec, HandoffSpec, InstanceSpec, PoolSpec, RouterKind
+from kvsim.serving.specs import ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec, RouterKind
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
 
@@ -55,7 +55,7 @@ class SystemSpec(FrozenSpec):
     ``kv_dtype`` default to the scenario's and apply to every pool. ``router`` routes requests
     among mixed instances; ``prefill_router`` and ``decode_router`` among prefill and decode
     instances. ``kv_cache`` (prefix caching and offload) applies to the instances that compute
-    prompts: mixed and prefill.
+    prompts: mixed and prefill. ``lora`` says how it serves the workload's LoRA adapters.
     """
 
     node: str | None = None
@@ -75,6 +75,7 @@ class SystemSpec(FrozenSpec):
     kv_cache: KVCacheSpec | None = None
     engine: EngineSpec | None = None
     weight_dtypes: dict[WeightGroup, Dtype] | None = None
+    lora: LoraSpec | None = None  # how it serves workload.adapters (default: all resident, no KV reuse)
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
@@ -235,6 +236,24 @@ class ScenarioSpec(FrozenSpec):
     systems whose every pool runs on that card, under the scenario's and the system's own
     ``engine:`` fields (see :mod:`kvsim.calibration.calibfile`)."""
 
+    def _lora_problems(self, name: str, system: SystemSpec) -> list[tuple[tuple[str, ...], str]]:
+        lora, adapters = system.lora, self.workload.adapters
+        if lora is None:
+            return []
+        path = ("systems", name, "lora")
+        if adapters is None:
+            return [(path, "the workload names no adapters: give workload.adapters (count, rank, ...) or drop lora")]
+        problems = []
+        if lora.max_loras is not None and lora.max_loras > adapters.count:
+            problems.append((path + ("max_loras",), f"{lora.max_loras} slots for {adapters.count} adapters: "
+                                                    f"give at most {adapters.count}"))
+        if lora.kv_sharing != "none" and self.workload.prefix is None:
+            problems.append((path + ("kv_sharing",), "the workload has no shared context (workload.prefix: "
+                                                     "shared_documents or fixed_hit) to share across adapters"))
+        if lora.kv_sharing != "none" and system.kv_cache is None:
+            problems.append((path + ("kv_sharing",), "KV is reused through the prefix cache: give kv_cache: {}"))
+        return problems
+
     def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Checks across fields, as ``(field path, message)``; the loader reports them with lines.
 
@@ -268,6 +287,7 @@ class ScenarioSpec(FrozenSpec):
         for name, system in self.systems.items():
             for path, message in system.shape_problems() + system.controller_problems(self.slo):
                 problems.append((("systems", name) + path, message))
+            problems += self._lora_problems(name, system)
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:
             problems.append((("workload", "arrival", "rate"), (

@@ -20,6 +20,7 @@ from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
+from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
 
 __all__ = ["Instance", "SystemCounters"]
@@ -126,6 +127,9 @@ class Instance:
         The engine forms the next batch while the current one runs (vLLM's async scheduling,
         SGLang's overlap scheduler): a request submitted during an iteration joins the batch
         after the next one.
+    adapters : AdapterSlots, optional
+        Its LoRA slots: which adapters a step may mix, and the copy a step waits for when one of
+        its adapters is not resident.
     """
 
     def __init__(
@@ -149,6 +153,7 @@ class Instance:
         output_s: float = 0.0,
         span: AttentionSpan | None = None,
         async_scheduling: bool = False,
+        adapters: AdapterSlots | None = None,
     ):
         self.env = env
         self.index = index
@@ -165,9 +170,10 @@ class Instance:
         self.async_scheduling = async_scheduling
         self._in_flight = False  # an iteration is running
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
+        self.adapters = adapters
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
-                                        prefill_only=role == "prefill", span=span)
+                                        prefill_only=role == "prefill", span=span, adapters=adapters)
         self.accepting = True  # takes new work in its role (False while it switches roles)
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
@@ -287,6 +293,11 @@ class Instance:
                 self._recompute_starts(batch, env.now)
             parts = breakdown(batch.shape) if breakdown is not None else None
             duration_s = parts.total_s if parts is not None else step_time(batch.shape)
+            adapter_s = 0.0
+            if self.adapters is not None:
+                adapter_s = self.adapters.activate([seq.adapter for seq, _ in batch.prefills]
+                                                   + [seq.adapter for seq in batch.decodes])
+                duration_s += adapter_s
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
             self._in_flight = True
@@ -302,7 +313,7 @@ class Instance:
                         parts.compute_s, parts.memory_s)
                     causes["tp_comm"] += parts.comm_s
                     causes["kernels"] += parts.kernels_s
-                    causes["overhead"] += parts.overhead_s
+                    causes["overhead"] += parts.overhead_s + adapter_s
             scheduler.complete(batch, env.now)
             level.set(env.now, pool.utilization)
             if self._idle is not None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from kvsim.kv.block_pool import BlockPool
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import BatchShape
+from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.sequence import Sequence
 
 __all__ = ["Sequence", "BatchScheduler", "Batch", "SchedulerEvents", "AdmissionHook"]
@@ -117,11 +118,16 @@ class BatchScheduler:
     span : AttentionSpan, optional
         The model's sliding-window layers: attention pairs and context reads are counted per
         token averaged over layers (None: every layer attends to the whole context).
+    adapters : AdapterSlots, optional
+        LoRA slots: a waiting sequence whose adapter would exceed them is skipped this step,
+        and those behind it may go first (vLLM's scheduler does the same).
     """
 
     def __init__(self, pool: BlockPool, max_batched_tokens: int, max_num_seqs: int, events: SchedulerEvents,
-                 hook: AdmissionHook | None = None, prefill_only: bool = False, span: AttentionSpan | None = None):
+                 hook: AdmissionHook | None = None, prefill_only: bool = False, span: AttentionSpan | None = None,
+                 adapters: AdapterSlots | None = None):
         self.pool = pool
+        self.adapters = adapters
         self.max_batched_tokens = max_batched_tokens
         self.max_num_seqs = max_num_seqs
         self.events = events
@@ -161,6 +167,14 @@ class BatchScheduler:
 
     def _dequeue_front(self) -> Sequence:
         seq = self.waiting.popleft()
+        self.waiting_prompt_tokens -= seq.queued_tokens
+        return seq
+
+    def _dequeue_at(self, index: int) -> Sequence:
+        if index == 0:
+            return self._dequeue_front()
+        seq = self.waiting[index]
+        del self.waiting[index]
         self.waiting_prompt_tokens -= seq.queued_tokens
         return seq
 
@@ -327,16 +341,21 @@ class BatchScheduler:
         """Admit waiting sequences into ``batch`` (as prefill chunks) while limits allow; with a
         ``batch_number``, only those that may join that batch (see ``Sequence.not_before``)."""
         waiting, running, pool, hook = self.waiting, self.running, self.pool, self.hook
-        while waiting and budget > 0 and len(running) + len(self.loading) < self.max_num_seqs:
-            seq = waiting[0]
+        adapters = self.adapters
+        skip = 0  # waiting sequences passed over for their adapter, left at the front in order
+        while len(waiting) > skip and budget > 0 and len(running) + len(self.loading) < self.max_num_seqs:
+            seq = waiting[skip]
             if batch_number is not None and seq.not_before > batch_number:
                 break  # in arrival order: those behind it arrived later still
+            if adapters is not None and not adapters.fits(seq, running + list(self.loading.values())):
+                skip += 1
+                continue
             if hook is not None:
                 verdict = hook.admit(seq, now)
                 if verdict is None:
                     break
                 if verdict == "load":
-                    self._dequeue_front()
+                    self._dequeue_at(skip)
                     self.loading[seq.rid] = seq
                     self._mark_admitted(seq, now)
                     hook.committed(seq)
@@ -348,7 +367,7 @@ class BatchScheduler:
                     seq.kv_tokens = seq.shared_tokens = 0
                     seq.gated = False
                 break
-            self._dequeue_front()
+            self._dequeue_at(skip)
             running.append(seq)
             self._mark_admitted(seq, now)
             if hook is not None:

@@ -13,7 +13,7 @@ class Sequence:
     __slots__ = (
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
-        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted", "not_before",
+        "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted", "not_before", "adapter",
         "decode_copy",
     )
     # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
@@ -40,6 +40,7 @@ class Sequence:
         self.queued_tokens = 0    # prompt tokens it brought to the waiting queue (for routers)
         self.aborted = False      # its client gave up: it holds no pages and emits nothing more
         self.not_before = 0       # the first batch (scheduler's count) it may join (async scheduling)
+        self.adapter = -1         # the LoRA adapter it runs under (-1: the base model)
         self.decode_copy: Sequence | None = None  # disaggregated: the decode-side copy the handoff made
 
     @property

@@ -11,7 +11,7 @@ from kvsim.spec_types import Bytes, Fraction, FrozenSpec, Seconds
 
 __all__ = [
     "InstanceSpec", "RouterKind", "Role", "PoolSpec", "HandoffSpec", "ROLES", "Signal", "SIGNALS",
-    "StaticController", "ThresholdController", "ProportionalController", "ControllerSpec",
+    "StaticController", "ThresholdController", "ProportionalController", "ControllerSpec", "LoraSpec",
 ]
 
 RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv", "prefix_aware"]
@@ -200,3 +200,24 @@ class ProportionalController(_Adaptive):
 ControllerSpec = Annotated[Union[StaticController, ThresholdController, ProportionalController],
                            Field(discriminator="kind")]
 """How a disaggregated system's P:D ratio moves at run time."""
+
+
+class LoraSpec(FrozenSpec):
+    """How a system serves the workload's LoRA adapters (``workload.adapters``).
+
+    Attributes
+    ----------
+    max_loras : int or None
+        Adapter slots per instance, the most distinct adapters one step may run (vLLM's
+        ``--max-loras``, whose default is 1). None: one slot per adapter, all resident. Each
+        slot holds an adapter's weights in device memory, taken from the KV cache.
+    kv_sharing : str
+        What a request may reuse of KV computed under another adapter, for its shared context
+        (the shared document or prefix; see :mod:`kvsim.models.lora`): ``none`` (KV is per
+        adapter: a different value), ``value_reuse`` (an adapter copies the shared context's KV
+        that another computed into its own cache: the compute is saved, the bytes are not) or
+        ``byte_sharing`` (one physical copy read by every adapter: compute and bytes saved).
+    """
+
+    max_loras: int | None = Field(default=None, ge=1)
+    kv_sharing: Literal["none", "value_reuse", "byte_sharing"] = "none"

@@ -22,6 +22,8 @@ from kvsim.models.step_time import BatchShape
 from kvsim.network import FlowNetwork, StorageIO, Topology, Transfers, build_topology, network_capacities
 from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
+from kvsim.models.lora import adapter_bytes
+from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.cache import TIERS, CacheGeometry, InstanceCache, SystemCache
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
@@ -31,7 +33,7 @@ from kvsim.serving.router import ROUTERS
 from kvsim.serving.scheduler import Sequence
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
-from kvsim.sim.sizing import PoolSizing, SystemSizing
+from kvsim.sim.sizing import PoolSizing, SystemSizing, adapter_slots
 
 __all__ = ["System", "Placement", "WiringError", "build_system"]
 
@@ -253,7 +255,9 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                             lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
                             engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
                             holder=lambda index: system.instances[index],
-                            abort_handoff=handoff.abort if handoff is not None else None)
+                            abort_handoff=handoff.abort if handoff is not None else None,
+                            lora_sharing=system_spec.lora.kv_sharing if system_spec.lora is not None else "none",
+                            block_tokens=block_tokens)
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
@@ -273,7 +277,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
             gpus=list(place.gpus), output_s=pool.engine.output_s, span=span,
-            async_scheduling=pool.engine.async_scheduling)
+            async_scheduling=pool.engine.async_scheduling, adapters=_adapter_slots(spec, system_spec, pool))
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:
@@ -286,6 +290,18 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                                            system.front.route, records, slo)
     system.check()
     return system
+
+
+def _adapter_slots(spec: ScenarioSpec, system_spec, pool: PoolSizing) -> AdapterSlots | None:
+    """An instance's LoRA slots, when the workload names adapters: one adapter's bytes per card
+    copied over the card's host link at the achieved rate (``efficiency.host_copy``)."""
+    adapters = spec.workload.adapters
+    if adapters is None:
+        return None
+    acc, layout = pool.accelerator, pool.layout
+    per_card = adapter_bytes(pool.model, adapters.rank, adapters.targets, adapters.dtype) / (layout.tp * layout.pp)
+    load_s = per_card / (acc.host_link_bandwidth * acc.efficiency.host_copy)
+    return AdapterSlots(adapter_slots(spec, system_spec), load_s)
 
 
 def _held_kv_bytes_per_card(pool: PoolSizing, tokens: int) -> float:

@@ -16,6 +16,7 @@ import simpy
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.models.engine import EngineSpec
 from kvsim.metrics.records import RequestRecords
+from kvsim.serving.adapters import adapter_block_ids
 from kvsim.serving.instance import Instance
 from kvsim.serving.router import Router
 from kvsim.serving.scheduler import Sequence
@@ -50,6 +51,10 @@ class FrontEnd:
     abort_handoff : callable, optional
         ``abort_handoff(decode_copy)`` ends a disaggregated request's handoff where it is
         (:meth:`kvsim.serving.handoff.KVHandoff.abort`).
+    lora_sharing : str
+        The system's ``lora.kv_sharing`` (``none``, ``value_reuse``, ``byte_sharing``).
+    block_tokens : int
+        Tokens per prompt block id (to count a shared context's whole blocks).
     engine : EngineSpec, optional
         The request path's costs: a request reaches an instance ``engine.request_in_s(prompt)``
         after it arrives (API server, tokenisation), and its client hears it has finished
@@ -59,6 +64,7 @@ class FrontEnd:
     def __init__(self, env: simpy.Environment, records: RequestRecords, in_system: TimeWeightedLevel,
                  router: Router, entry_instances: Callable[[], list[Instance]], with_hashes: bool,
                  engine: EngineSpec | None = None, timeout_s: float | None = None,
+                 lora_sharing: str = "none", block_tokens: int = 16,
                  holder: Callable[[int], Instance] | None = None,
                  abort_handoff: Callable[[Sequence], None] | None = None):
         self.env = env
@@ -73,17 +79,32 @@ class FrontEnd:
         self.router = router
         self.entry_instances = entry_instances
         self.with_hashes = with_hashes
+        self.lora_sharing = lora_sharing
+        self.block_tokens = block_tokens
         self.submitted = 0
         self.completed = 0
 
     def submit(self, input_tokens: int, output_tokens: int, arrival_s: float | None = None, hashes: Any = None,
-               sequence_hashes: Any = None, on_finish: Callable[[Sequence, float], None] | None = None) -> int:
-        """A request arrives now (recorded at ``arrival_s`` if given); returns its id."""
+               sequence_hashes: Any = None, on_finish: Callable[[Sequence, float], None] | None = None,
+               adapter: int = -1, shared_tokens: int = 0) -> int:
+        """A request arrives now (recorded at ``arrival_s`` if given); returns its id.
+
+        ``adapter`` names its LoRA adapter (-1: the base model) and ``shared_tokens`` how much of
+        its prompt is shared context: its KV is the adapter's own, except the shared context's
+        when the system shares bytes across adapters (``lora.kv_sharing: byte_sharing``).
+        """
         rid = self.records.add(self.env.now if arrival_s is None else arrival_s, input_tokens, output_tokens)
         if not self.with_hashes:
             hashes = sequence_hashes = None
+        elif adapter >= 0:
+            shared_blocks = shared_tokens // self.block_tokens if self.lora_sharing == "byte_sharing" else 0
+            hashes = adapter_block_ids(hashes, adapter, shared_blocks)
+            sequence_hashes = adapter_block_ids(sequence_hashes, adapter, shared_blocks)
         seq = Sequence(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
                        sequence_hashes=sequence_hashes)
+        if adapter >= 0:
+            seq.adapter = adapter
+            self.records.adapter[rid] = adapter
         self.in_system.set(self.env.now, self.in_system.value + 1)
         self.submitted += 1
         if self.timeout_s is not None:
@@ -104,11 +125,11 @@ class FrontEnd:
         instances[self.router.choose(instances, seq)].submit(seq)
 
     def submit_and_wait(self, input_tokens: int, output_tokens: int, hashes: Any = None,
-                        sequence_hashes: Any = None) -> simpy.Event:
+                        sequence_hashes: Any = None, adapter: int = -1, shared_tokens: int = 0) -> simpy.Event:
         """Submit a request now; the event fires when it has finished."""
         done = self.env.event()
         self.submit(input_tokens, output_tokens, hashes=hashes, sequence_hashes=sequence_hashes,
-                    on_finish=lambda _seq, _now: done.succeed())
+                    on_finish=lambda _seq, _now: done.succeed(), adapter=adapter, shared_tokens=shared_tokens)
         return done
 
     def finished(self, seq: Sequence, now: float) -> None:
@@ -165,11 +186,13 @@ def open_loop(env: simpy.Environment, front: FrontEnd, requests: RequestArrays):
     """Submit pre-drawn requests at their arrival times."""
     n = len(requests)
     hashes = requests.hash_ids if requests.hash_ids is not None else [None] * n
+    adapters = requests.adapter.tolist() if requests.adapter is not None else [-1] * n
+    shared = requests.shared_tokens.tolist() if requests.shared_tokens is not None else [0] * n
     for rid, (t, n_in, n_out) in enumerate(zip(requests.arrival_s.tolist(), requests.input_tokens.tolist(),
                                                requests.output_tokens.tolist())):
         if t > env.now:
             yield env.timeout(t - env.now)
-        front.submit(n_in, n_out, arrival_s=t, hashes=hashes[rid])
+        front.submit(n_in, n_out, arrival_s=t, hashes=hashes[rid], adapter=adapters[rid], shared_tokens=shared[rid])
 
 
 def client(env: simpy.Environment, front: FrontEnd, stream: ClientStream, stop_s: float):
@@ -180,7 +203,8 @@ def client(env: simpy.Environment, front: FrontEnd, stream: ClientStream, stop_s
             yield env.timeout(request.think_time_s)
         if env.now >= stop_s:
             return
-        yield front.submit_and_wait(request.input_tokens, request.output_tokens, request.hash_ids)
+        yield front.submit_and_wait(request.input_tokens, request.output_tokens, request.hash_ids,
+                                    adapter=request.adapter, shared_tokens=request.shared_tokens)
 
 
 def session_starts(env: simpy.Environment, front: FrontEnd, all_sessions, stop_s: float):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
 from kvsim.models.layout_step import LayoutStepTime
+from kvsim.models.lora import adapter_bytes, adapter_problems
 from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
 from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.engine import EngineSpec
@@ -227,11 +228,12 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
                           f"{instances * layout.cards} cards; {pool.nodes} x {node.name} has {pool_cards}")
     weight_dtypes = spec.system_weight_dtypes(name)
     weights_per_card = weight_bytes_per_card(model, layout, dtype, weight_dtypes)
+    adapters_per_card = adapter_slot_bytes_per_card(spec, system, model, layout)
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
     if reserve is None:
         reserve = activation_reserve_bytes(model, inst.max_batched_tokens, inst.max_num_seqs, inst.runtime_reserve)
-    kv_budget = usable - weights_per_card - reserve
+    kv_budget = usable - weights_per_card - adapters_per_card - reserve
     role = "" if pool.role == "mixed" else f" for the {pool.role} role"
     if kv_budget <= 0:
         fits = "do not fit" if weights_per_card > usable else "leave no room for the KV cache"
@@ -239,7 +241,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
             f"{model.name} weights in {_formats(dtype, weight_dtypes)} "
             f"({format_quantity(model.weight_bytes(dtype, weight_dtypes), 'bytes')}) "
             f"{fits}{role}: {format_quantity(weights_per_card, 'bytes')} per card at {layout.label()}, plus "
-            f"{format_quantity(reserve, 'bytes')} activation reserve, against "
+            + (f"{format_quantity(adapters_per_card, 'bytes')} of LoRA adapter slots, " if adapters_per_card else "")
+            + f"{format_quantity(reserve, 'bytes')} activation reserve, against "
             f"{format_quantity(usable, 'bytes')} usable on one {accelerator.name} "
             f"({inst.memory_utilization:g} of {format_quantity(accelerator.memory_bytes, 'bytes')}); "
             "raise instance.tp (or pp), use a smaller dtype, or a card with more memory"))
@@ -275,6 +278,27 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
         weight_dtypes=weight_dtypes,
     )
+
+
+def adapter_slots(spec: ScenarioSpec, system) -> int:
+    """Adapter slots per instance of ``system`` (0 without adapters)."""
+    adapters = spec.workload.adapters
+    if adapters is None:
+        return 0
+    lora = system.lora
+    return lora.max_loras if lora is not None and lora.max_loras is not None else adapters.count
+
+
+def adapter_slot_bytes_per_card(spec: ScenarioSpec, system, model: ModelSpec, layout: Layout) -> float:
+    """Device memory per card the system's LoRA slots take: an adapter's weights split like the
+    layers they adapt (over ``tp`` and the ``pp`` stages), times the slots."""
+    adapters = spec.workload.adapters
+    if adapters is None:
+        return 0.0
+    for message in adapter_problems(model, adapters.targets):
+        raise SizingError(("workload", "adapters", "targets"), message)
+    one = adapter_bytes(model, adapters.rank, adapters.targets, adapters.dtype)
+    return adapter_slots(spec, system) * one / (layout.tp * layout.pp)
 
 
 def pool_layout(pool: PoolSpec) -> Layout:
