@@ -11,6 +11,11 @@ the ``aborted_s`` column, and async scheduling's cadence (a request arriving at 
 the batch after next). offload_gap.yaml also moved with the storage I/O model (issue 7,
 part 3): the remote pool's per-I/O latency, queue depth and the host-bounce CPU cost shifted 5 of
 5,238 requests' times in the short run by at most 0.42 ms on their own.
+
+Re-pinned again for issue 7, meant to move numbers: kernel launches as a GPU cost beside the
+roofline (``engine.kernel_s`` x launches by layer type) with the cards' kernel-level memory and
+paged-KV efficiencies (aiconfigurator's measured kernels; L20 and H20 by stand-in), in place of
+the generic 0.8 derate.
 """
 
 from __future__ import annotations
@@ -31,9 +36,9 @@ SHORT = {
 }
 
 PINNED = {
-    "h20_vs_l20.yaml": "3f97a85845159a723756e21f63d41b320856454550f5c3700648c2ebfe2f527b",
-    "offload_gap.yaml": "b6a0373b6f5067b5230f60e256e74e5b9381e28bd4002acecaaebea7efc99b29",
-    "offload_gap_decode.yaml": "0ad9b992ee462b3e3b2adfcbaafd549c8f042b0141b947d5660739f4f295d6b2",
+    "h20_vs_l20.yaml": "ab6c25f8d4aed0bd697ed2eea7c0f8bd6a3d07d0a1070826e1352de717d78005",
+    "offload_gap.yaml": "1fe67c2e63f6cc5e5e26695a332ea95b1122c99449e6d5fb8ac2f7c38961c3c5",
+    "offload_gap_decode.yaml": "b43cbf487fd6686d980934f6ab51c511092bc4ad0fdc20709070fbe9bb0e2ac5",
 }
 
 

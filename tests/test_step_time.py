@@ -488,9 +488,11 @@ def test_kernel_launches_add_to_every_iteration():
 
 def test_default_kernel_cost_reproduces_its_source():
     # kvsim/models/engine.py: SGLang at ~50 % of an H100's 3.35 TB/s on Llama-3.2-1B at batch 1, the
-    # kernels streaming at 0.89; 16 layers x 10 + 4 launches share what is left
+    # kernels streaming at the H100's efficiency.memory; 16 layers x 10 + 4 launches share what is left
     params = 16 * (2048 * 2048 * 2 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048) + 2048 + 128256 * 2048
     weight_bytes = 2 * params
     assert weight_bytes == pytest.approx(2.4716e9, rel=1e-4)
-    leftover_s = weight_bytes / (0.5 * 3.35e12) - weight_bytes / (0.89 * 3.35e12)
+    h100 = ACC["h100-sxm"]
+    assert h100.memory_bandwidth == 3.35e12
+    leftover_s = weight_bytes / (0.5 * 3.35e12) - weight_bytes / (h100.efficiency.memory * 3.35e12)
     assert EngineSpec().kernel_s == pytest.approx(leftover_s / (16 * 10 + 4), rel=0.01)

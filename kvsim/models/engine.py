@@ -36,12 +36,12 @@ loop. An idle engine takes a request at once either way.
 
 Defaults, and where they come from:
 
-- ``kernel_s`` 3.94 us per kernel launch: Hazy Research measured SGLang (overlap scheduler: no host
+- ``kernel_s`` 3.64 us per kernel launch: Hazy Research measured SGLang (overlap scheduler: no host
   time on the GPU's path) at about 50 % of an H100's 3.35 TB/s decoding Llama-3.2-1B at batch 1
   ("Look Ma, No Bubbles!", 2025-05-27, H). That model reads 2.47 GB of weights per step (16 layers
   of 60.8 M parameters and its tied 262.7 M-parameter LM head, bf16): 1.476 ms at 50 %, against
-  0.829 ms streamed at the kernels' 0.89 (the H100's ``efficiency.memory``); the 0.647 ms left over
-  164 launches (16 layers x 10 + 4, :mod:`kvsim.models.kernels`) is 3.94 us each (derived, M). The
+  0.878 ms streamed at the kernels' 0.84 (the H100's ``efficiency.memory``); the 0.597 ms left over
+  164 launches (16 layers x 10 + 4, :mod:`kvsim.models.kernels`) is 3.64 us each (derived, M). The
   same post has vLLM slower still (its megakernel 2.5x faster than vLLM), so for vLLM this is a
   floor; ``kvsim calibrate`` can fit it.
 - ``step_fixed_s`` 0.5 ms: the per-step floor above the roofline with CUDA graphs (assumption, L).
@@ -98,7 +98,7 @@ class EngineSpec(FrozenSpec):
     tokenize_s_per_token: Seconds = 0.1e-6
     output_s: Seconds = 1e-3
     async_scheduling: bool = True
-    kernel_s: Seconds = 3.94e-6
+    kernel_s: Seconds = 3.64e-6
 
     def step_overhead_s(self, sequences: int, tokens: int) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""
