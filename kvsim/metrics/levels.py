@@ -24,6 +24,7 @@ class TimeWeightedLevel:
         self.value = initial
         self._t = 0.0
         self._area = 0.0
+        self._peak = float("-inf")
 
     def _area_until(self, t: float) -> float:
         start = max(self._t, self.window_start_s)
@@ -33,8 +34,19 @@ class TimeWeightedLevel:
     def set(self, t: float, value: float) -> None:
         """The signal becomes ``value`` at time ``t`` (seconds, non-decreasing)."""
         self._area += self._area_until(t)
+        if t > self.window_start_s and self._t <= self.window_end_s:
+            self._peak = max(self._peak, self.value)  # the old value was held inside the window
+        if self.window_start_s <= t <= self.window_end_s:
+            self._peak = max(self._peak, value)
         self._t = t
         self.value = value
+
+    def peak(self) -> float:
+        """Highest value held inside the window (NaN if the window saw none)."""
+        best = self._peak
+        if self._t <= self.window_end_s:  # the value now is held from its change into the window
+            best = max(best, self.value)
+        return best if best > float("-inf") else float("nan")
 
     def mean(self, until_s: float | None = None) -> float:
         """Time-weighted mean over ``[window_start_s, min(until_s, window_end_s)]``."""

@@ -250,6 +250,8 @@ class ScenarioSpec(FrozenSpec):
         if lora.kv_sharing != "none" and self.workload.prefix is None:
             problems.append((path + ("kv_sharing",), "the workload has no shared context (workload.prefix: "
                                                      "shared_documents or fixed_hit) to share across adapters"))
+        if lora.kv_sharing == "value_reuse":
+            problems.append((path + ("kv_sharing",), "value_reuse is not modelled yet; use none or byte_sharing"))
         if lora.kv_sharing != "none" and system.kv_cache is None:
             problems.append((path + ("kv_sharing",), "KV is reused through the prefix cache: give kv_cache: {}"))
         return problems

@@ -29,6 +29,14 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
     # an iteration that straddles the window start counts whole: clamp the fraction to 1
     busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))
     summary["gpu_busy_fraction"] = busy
+    summary["kv_utilization_peak"] = max(i.kv_utilization.peak() for i in instances)
+    summary["kv_bytes_peak"] = sum(i.kv_utilization.peak() * _pool_bytes(place.pool)
+                                   for i, place in zip(instances, system.placements))
+    if instances[0].adapters is not None:
+        lora = spec.systems[system.name].lora
+        summary["lora"] = {"adapters": spec.workload.adapters.count, "slots_per_instance": instances[0].adapters.max_loras,
+                           "kv_sharing": lora.kv_sharing if lora is not None else "none",
+                           "adapter_loads": sum(i.adapters.loads for i in instances)}
     links = _links(system)
     storage = _storage(system)
     cache = system.cache
@@ -59,6 +67,12 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         decisions=system.controller.decisions if system.controller is not None else [],
         switches=system.controller.switches if system.controller is not None else [],
     )
+
+
+def _pool_bytes(pool) -> float:
+    """KV bytes one instance of ``pool`` holds when its page pool is full (all its cards)."""
+    return (pool.kv_blocks_per_instance * pool.spec.instance.block_size_tokens * pool.kv_bytes_per_token_per_card
+            * pool.layout.cards)
 
 
 def _links(system: System) -> list[dict[str, Any]]:
