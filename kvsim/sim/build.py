@@ -15,13 +15,15 @@ from dataclasses import dataclass
 import simpy
 
 from kvsim.kv import BlockPool
+from kvsim.metrics.domain_summary import DomainLevels
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.step_time import BatchShape
 from kvsim.network import FlowNetwork, StorageIO, Topology, Transfers, build_topology, network_capacities
 from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
-from kvsim.serving.cache import TIERS, CacheGeometry, InstanceCache, SystemCache
+from kvsim.serving.cache import SOURCES, TIERS, CacheGeometry, InstanceCache, SystemCache
+from kvsim.serving.cache.access import addressing_domain
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
@@ -92,6 +94,7 @@ class System:
         self.controller: RoleController | None = None
         self.hooks: dict[tuple[int, str], object] = {}  # (instance, role) -> its hook in that role
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
+        self.domain_levels: DomainLevels | None = None  # HBM bytes per addressing domain (with a cache)
         self.timeseries: list[dict] = []
         self.topology: Topology
         self.network: FlowNetwork
@@ -146,7 +149,25 @@ class System:
         if self.cache is None:
             return
         self.tier_occupancy = {tier: TimeWeightedLevel(*self.window) for tier in TIERS}
+        self.domain_levels = DomainLevels(*self.window, self._domains())
         self.env.process(self._sample_tiers(every_s, until_s))
+
+    def _domains(self) -> dict[str, tuple[list, list]]:
+        """Each addressing domain's page pools and HBM block stores (see DomainLevels)."""
+        caches = {index: hook for (index, _role), hook in self.hooks.items() if isinstance(hook, InstanceCache)}
+        domains: dict[str, tuple[list, list]] = {}
+        seen: set[int] = set()
+        for inst, place in zip(self.instances, self.placements):
+            pool = place.pool
+            pools, stores = domains.setdefault(addressing_domain(self.topology, list(place.gpus), inst.index),
+                                               ([], []))
+            pools.append((inst.pool, pool.kv_bytes_per_token_per_card * pool.layout.cards
+                          * pool.spec.instance.block_size_tokens))
+            cache = caches.get(inst.index)
+            if cache is not None and id(cache.hbm) not in seen:  # a shared domain store counts once
+                seen.add(id(cache.hbm))
+                stores.append((cache.hbm, cache.geometry.block_bytes_per_card * cache.geometry.tp))
+        return domains
 
     def _sample_tiers(self, every_s: float, until_s: float):
         cache = self.cache
@@ -160,6 +181,7 @@ class System:
                 row[f"{tier}_bytes"] = held
                 # what readers see: one block's bytes per reader (sharing makes it exceed physical)
                 row[f"{tier}_logical_bytes"] = float(sum(store.logical_bytes for store in group))
+            self.domain_levels.sample(self.env.now)
             self.timeseries.append(row)
             yield self.env.timeout(every_s)
 
@@ -324,7 +346,7 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
             prefill_tokens=tokens, prefill_pairs=BatchShape.prefill_chunk_pairs(tokens, cached_tokens),
             prefill_context_tokens=cached_tokens, sampled_seqs=1))
 
-    columns = {tier: f"hit_tokens_{tier}" for tier in TIERS}
+    columns = {source: f"hit_tokens_{source}" for source in SOURCES}
 
     def record_hits(seq: Sequence, tier: str, tokens: int, loaded_bytes: float) -> None:
         # look the columns up on every call: the records grow (and reallocate) in closed loops

@@ -69,11 +69,13 @@ class InstanceCache(AdmissionHook):
                  record_hits: Callable[[Sequence, str, int, float], None],
                  record_written: Callable[[Sequence, float], None]):
         self.system = system
+        self.index = index
         self.node = node
         self.gpus = gpus
         self.pool = pool
         self.geometry = geometry
         self.hbm = system.add_instance_hbm(index, node, pool.num_blocks // geometry.pages_per_block)
+        self.domain = system.access.register(self)  # its addressing domain (see cache.access)
         self.record_hits = record_hits
         self.record_written = record_written
         self.wake: Callable[[], None] = lambda: None

@@ -17,9 +17,10 @@ from kvsim.kv import BlockStore, KVIndex
 from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
 from kvsim.network.transfers import Transfers
+from kvsim.serving.cache.access import SOURCES, CacheAccess
 from kvsim.serving.cache.spec import KVCacheSpec
 
-__all__ = ["CacheGeometry", "SystemCache", "TIERS"]
+__all__ = ["CacheGeometry", "SystemCache", "TIERS", "SOURCES"]
 
 TIERS = ("hbm", "dram", "nvme", "remote")
 """Tier names, fastest first; a store's rank is its tier's position here."""
@@ -87,10 +88,12 @@ class SystemCache:
         for pool in pool_names:
             self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
                                            "remote", topology.pool_media(pool), None))
-        # bytes by tier, counted when a transfer starts inside the measurement window
-        self.bytes_loaded = dict.fromkeys(TIERS[1:], 0.0)
+        # bytes by source / tier, counted when a transfer starts inside the measurement window
+        self.bytes_loaded = dict.fromkeys(SOURCES[1:], 0.0)
         self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
+        self.cross_domain_bytes = 0.0  # copied from one addressing domain's HBM into another's
         self.window = (transfers.network.window_start_s, transfers.network.window_end_s)
+        self.access = CacheAccess(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None) -> BlockStore:
@@ -131,6 +134,11 @@ class SystemCache:
         """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
         if self.window[0] <= self.env.now <= self.window[1]:
             table[tier] += nbytes
+
+    def count_cross_domain(self, nbytes: float) -> None:
+        """Add ``nbytes`` copied across an addressing-domain boundary (inside the window)."""
+        if self.window[0] <= self.env.now <= self.window[1]:
+            self.cross_domain_bytes += nbytes
 
     def remote_store(self, block: int) -> BlockStore:
         """The pool node a block lives on (spread by id, as a distributed KV store shards)."""
