@@ -34,19 +34,22 @@ workload:
   block_tokens: {block}
   prefix: {{kind: shared_documents, documents: 1, zipf_s: 1.0, document_tokens: {{kind: fixed, value: {doc}}},
            suffix_tokens: {{kind: fixed, value: {suffix}}}}}
-  output_tokens: {{kind: fixed, value: 1}}
+  output_tokens: {{kind: fixed, value: {out}}}
 systems:
   s: {{node: {node}, nodes: {nodes}, instances: 2, router: round_robin, kv_cache: {cache}}}
 catalog:
+  accelerators:
+    h20-slowlink: {{base: h20, scale_up_bandwidth: 40 GB/s}}
   nodes:
     h20-1x: {{base: h20-8x, accelerators_per_node: 1, nics: {{count: 1, bandwidth: 400 Gbit/s}}}}
+    slowlink-8x: {{base: h20-8x, accelerator: h20-slowlink}}
 """
 
 BEFORE = "load_mode: before, load_policy: always"
 
 
-def _text(cache: str, node: str = "h20-8x", nodes: int = 1, block: int = 16, doc: int = DOC) -> str:
-    return SCENARIO.format(doc=doc, suffix=SUFFIX, cache=cache, node=node, nodes=nodes, block=block)
+def _text(cache: str, node: str = "h20-8x", nodes: int = 1, block: int = 16, doc: int = DOC, out: int = 1) -> str:
+    return SCENARIO.format(doc=doc, suffix=SUFFIX, cache=cache, node=node, nodes=nodes, block=block, out=out)
 
 
 def _run(cache: str, **kwargs):
@@ -191,3 +194,155 @@ def test_an_instance_spanning_nodes_inside_one_domain_may_copy_from_peers():
         "instances: 2, ", "instance: {tp: 8, pp: 2}, scale_up_domain_nodes: 2, ")
     sizing = check_scenario(kvsim.parse_scenario(text, "d.yaml"))[(0, "s")]
     assert sizing.pools[0].instances == 2
+
+
+# -- read in place: byte sharing inside a domain ------------------------------------------------
+
+def test_read_in_place_hit_moves_no_bytes_and_the_step_pays_the_remote_read():
+    frame, run, sizing = _run("{peer_hbm: read_in_place}")
+    # request 1 (instance 1) reads the document where instance 0 holds it: no copy, no pages
+    assert frame.hit_tokens_peer_hbm[1] == DOC and frame.loaded_bytes[1] == 0 and frame.computed_tokens[1] == SUFFIX
+    # its suffix prefill reads the 8192 remote tokens over NVLink at 450 GB/s x 0.8 (3.36 ms),
+    # in parallel with the local memory phase; the compute of 256 tokens on 8192 takes longer
+    step = sizing.pools[0].step_model()
+    shape = BatchShape(prefill_tokens=SUFFIX, prefill_seqs=1, prefill_pairs=BatchShape.prefill_chunk_pairs(SUFFIX, DOC),
+                       prefill_context_tokens=DOC, sampled_seqs=1, remote_kv_tokens=DOC)
+    parts = step.breakdown(shape)
+    assert parts.remote_s == pytest.approx(DOC * KV_PER_TOKEN / (H20_NVLINK_Bps * 0.8), rel=1e-12)
+    assert parts.remote_s == pytest.approx(3.3554e-3, rel=1e-4) and parts.compute_s > parts.remote_s
+    assert frame.ttft_s[1] == pytest.approx(_suffix_prefill_s(sizing), rel=1e-9)
+    # one physical copy in the domain, read by instance 1's and later by every request
+    domains = run.summary["cache"]["domains"]
+    assert domains["hit_tokens_by_source"]["peer_hbm"] > DOC and domains["scale_up"]["read_in_place_bytes"] > 0
+
+
+def test_a_decode_step_reading_in_place_takes_the_remote_bytes_over_the_scale_up_link():
+    # a 40 GB/s scale-up link makes the remote read the longest part of a decode step
+    frame, _, sizing = _run("{peer_hbm: read_in_place}", node="slowlink-8x", out=6)
+    assert frame.hit_tokens_peer_hbm[1] == DOC and frame.hit_tokens_hbm[2] == DOC
+    engine = sizing.pools[0].engine
+    remote_s = DOC * KV_PER_TOKEN / (40e9 * 0.8)  # 37.7 ms: 8192 tokens x 147,456 B at 32 GB/s
+    assert remote_s == pytest.approx(37.749e-3, rel=1e-4)
+    # one sequence alone: each decode step is its remote read plus the engine's step overhead
+    assert frame.tpot_s[1] == pytest.approx(remote_s + engine.step_overhead_s(1, 1), rel=1e-9)
+    # the same request on the instance that holds the document reads it at HBM speed
+    assert frame.tpot_s[2] < remote_s / 3
+
+
+def test_a_block_read_by_k_instances_is_held_once_and_counted_k_times(monkeypatch):
+    """Three clients start together on three instances: each computes the document, the first
+    to finish files it, the other two give their copies back and read it in place."""
+    import kvsim.sim.run as run_module
+
+    seen = {}
+    real_build = run_module.build_system
+
+    def build(env, *args, **kwargs):
+        system = real_build(env, *args, **kwargs)
+
+        def look():
+            yield env.timeout(2.0)  # the prompts are done (~1.6 s); 200 tokens are decoding
+            store = system.cache.domain_pools["su0"].store
+            readers = [store.readers(block) for block in list(store._readers)]
+            seen["readers"] = readers
+            seen["levels"] = system.domain_levels.measure("su0")
+            seen["running"] = sum(len(inst.scheduler.running) for inst in system.instances)
+        env.process(look())
+        return system
+
+    monkeypatch.setattr(run_module, "build_system", build)
+    text = _text("{peer_hbm: read_in_place}", out=200).replace("clients: 1", "clients: 3").replace(
+        "instances: 2", "instances: 3").replace("duration: 12 s", "duration: 3 s")
+    frame = kvsim.run(kvsim.parse_scenario(text, "d.yaml")).runs[0].records.to_frame()
+    assert seen["running"] == 3 and sorted(frame.instance[:3]) == [0, 1, 2]
+    doc_blocks = DOC // 16
+    assert seen["readers"].count(3) == doc_blocks and max(seen["readers"]) == 3
+    physical, logical = seen["levels"]
+    assert logical - physical == pytest.approx((3 - 1) * doc_blocks * 16 * KV_PER_TOKEN)
+
+
+def _check_pages(system) -> None:
+    """Every page of every instance is a running sequence's own or a cached block's, never both;
+    no scheduled sequence writes below its shared prefix."""
+    for inst in system.instances:
+        cache = inst.hook
+        pool = cache.domain_pool
+        ppb = cache.geometry.pages_per_block
+        held = inst.scheduler.running + list(inst.scheduler.loading.values())
+        own = sum(seq.kv_blocks for seq in held)
+        assert inst.pool.used_blocks == own + ppb * len(pool.resident[id(cache)])
+        for seq in held:
+            assert seq.shared_tokens % cache.geometry.block_tokens == 0 and seq.kv_tokens >= seq.shared_tokens
+            assert seq.remote_tokens <= seq.shared_tokens
+
+
+PRESSURE = """
+name: pressure
+seed: 3
+duration: 6 s
+warmup: 0 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 12/s}
+  prefix: {kind: shared_documents, documents: 100, zipf_s: 1.0, document_tokens: {kind: lognormal, median: 6000,
+           sigma: 0.5, max: 8000}, suffix_tokens: {kind: fixed, value: 300}}
+  output_tokens: {kind: lognormal, median: 200, sigma: 0.5, max: 1000}
+systems:
+  s: {node: h20-8x, kv_cache: {peer_hbm: read_in_place}, instance: {memory_utilization: 0.2}}
+"""
+
+
+def test_copy_on_write_no_page_is_both_a_sequences_and_shared(monkeypatch, built_systems):
+    from kvsim.serving.scheduler import BatchScheduler
+
+    real_schedule = BatchScheduler.schedule
+    checks = []
+
+    def schedule(scheduler, now):
+        batch = real_schedule(scheduler, now)
+        if batch is not None:
+            for seq, chunk in batch.prefills + [(seq, 1) for seq in batch.decodes]:
+                # the tokens it writes now go to its own pages, past the shared prefix
+                page = scheduler.pool.block_size_tokens
+                assert seq.kv_tokens >= seq.shared_tokens
+                assert seq.kv_blocks * page >= seq.kv_tokens + chunk - seq.shared_tokens
+            _check_pages(built_systems[-1])
+            checks.append(len(batch.prefills) + len(batch.decodes))
+        return batch
+
+    monkeypatch.setattr(BatchScheduler, "schedule", schedule)
+    run = kvsim.run(kvsim.parse_scenario(PRESSURE, "p.yaml")).runs[0]
+    pool = built_systems[-1].cache.domain_pools["su0"]
+    # the run was under pressure: blocks moved between cards, were evicted, and requests shared
+    assert len(checks) > 1000 and pool.moves > 0 and pool.store.evictions > 0
+    assert run.summary["cache"]["domains"]["moved_bytes"] > 0
+    assert run.records.column("preemptions").sum() > 0
+    domains = run.summary["cache"]["domains"]
+    assert domains["dedup_ratio"] > 1 and domains["hit_tokens_by_source"]["peer_hbm"] > 0
+
+
+def test_read_in_place_runs_are_deterministic():
+    text = PRESSURE.replace("duration: 6 s", "duration: 4 s")
+    digests = {kvsim.run(kvsim.parse_scenario(text, "p.yaml")).records_digest() for _ in range(2)}
+    assert len(digests) == 1
+
+
+def test_read_in_place_hit_in_another_domain_is_copied_into_the_readers_domain():
+    frame, run, _ = _run("{peer_hbm: read_in_place, %s}" % BEFORE, node="h20-1x", nodes=2, block=DOC)
+    assert frame.hit_tokens_other_domain[1] == DOC and frame.loaded_bytes[1] == pytest.approx(DOC * KV_PER_TOKEN)
+    domains = run.summary["cache"]["domains"]
+    assert domains["cross_domain_bytes"] == pytest.approx(DOC * KV_PER_TOKEN)
+    # afterwards each domain holds its own copy: both instances hit their own HBM
+    assert frame.hit_tokens_hbm[2] == DOC and frame.hit_tokens_hbm[3] == DOC
+
+
+@pytest.mark.parametrize("system, fragment", [
+    ("node: l20-8x\n    kv_cache: {peer_hbm: read_in_place}", "has none (PCIe"),
+    ("node: h20-8x\n    nodes: 2\n    scale_up_domain_nodes: 2\n    instance: {tp: 8, pp: 2}\n"
+     "    kv_cache: {peer_hbm: read_in_place}", "plain tensor-parallel instances inside one node"),
+    ("pools: {h: {node: h20-8x, roles: {prefill: 4, decode: 4}}}\n    controller: {kind: threshold, "
+     "signal: prefill_queue, low: 2, high: 5}\n    kv_cache: {peer_hbm: read_in_place}", "switches roles"),
+])
+def test_read_in_place_where_it_is_not_modelled_is_refused(refused, system, fragment):
+    err = refused(system)
+    assert fragment in err and "systems.s.kv_cache.peer_hbm" in err and "bad.yaml:" in err

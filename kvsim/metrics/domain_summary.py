@@ -117,7 +117,7 @@ def scale_up_summary(link_report: dict, scale_up_edges: list, window_s: float,
 
 
 def domain_summary(peer_mode: str, levels: DomainLevels, hit_tokens: dict[str, int], cross_domain_bytes: float,
-                   scale_up: dict[str, Any]) -> dict[str, Any]:
+                   scale_up: dict[str, Any], moved_bytes: float = 0.0) -> dict[str, Any]:
     """The ``domains`` section of a cached system's summary.
 
     Parameters
@@ -131,6 +131,8 @@ def domain_summary(peer_mode: str, levels: DomainLevels, hit_tokens: dict[str, i
         KV bytes copied from one domain's HBM into another's inside the window.
     scale_up : dict
         :func:`scale_up_summary`.
+    moved_bytes : float
+        KV bytes a shared domain pool moved between its cards to make room (read in place).
     """
     by_source = {("own_hbm" if source == "hbm" else source): int(tokens) for source, tokens in hit_tokens.items()}
     return {
@@ -140,5 +142,6 @@ def domain_summary(peer_mode: str, levels: DomainLevels, hit_tokens: dict[str, i
         "by_domain": {name: levels.summary(name) for name in levels.domains},
         "hit_tokens_by_source": by_source,
         "cross_domain_bytes": float(cross_domain_bytes),
+        "moved_bytes": float(moved_bytes),
         "scale_up": scale_up,
     }

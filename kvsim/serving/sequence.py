@@ -14,6 +14,7 @@ class Sequence:
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
         "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted", "not_before",
+        "remote_tokens",
     )
     # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
 
@@ -39,6 +40,7 @@ class Sequence:
         self.queued_tokens = 0    # prompt tokens it brought to the waiting queue (for routers)
         self.aborted = False      # its client gave up: it holds no pages and emits nothing more
         self.not_before = 0       # the first batch (scheduler's count) it may join (async scheduling)
+        self.remote_tokens = 0    # of its shared tokens, those read in place from a peer's HBM
 
     @property
     def total_tokens(self) -> int:

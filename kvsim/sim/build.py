@@ -255,8 +255,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     # instances that compute prompts cache them; with a controller any instance may come to
     caching = [p.role != "decode" or switchable for p in system.placements]
     if cache_spec is not None:
-        system.cache = _build_cache(env, system, sizing, [p for p, c in zip(system.placements, caching) if c],
-                                    block_tokens)
+        system.cache = _build_cache(env, system, sizing, [(i, p) for i, (p, c) in enumerate(
+            zip(system.placements, caching)) if c], block_tokens)
         if cache_spec.prewarm:
             system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     entry = system.entry_role
@@ -309,11 +309,18 @@ def _no_handoff(instance: Instance, seq: Sequence, now: float) -> None:
     raise RuntimeError(f"instance {instance.index} prefilled request {seq.rid} but the system has no handoff")
 
 
-def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing, caching: list[Placement],
-                 block_tokens: int) -> SystemCache:
+def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing,
+                 indexed: list[tuple[int, Placement]], block_tokens: int) -> SystemCache:
     spec = sizing.spec.kv_cache
+    caching = [p for _, p in indexed]
     first = caching[0].pool
     geometry = _geometry(sizing, first, block_tokens)
+    domain_blocks: dict[str, int] = {}
+    if spec.peer_hbm == "read_in_place":  # each domain's HBM cache is one pool of its instances' pages
+        for index, place in indexed:
+            domain = addressing_domain(system.topology, list(place.gpus), index)
+            blocks = place.pool.kv_blocks_per_instance // geometry.pages_per_block
+            domain_blocks[domain] = domain_blocks.get(domain, 0) + blocks
     nodes = list(dict.fromkeys(p.node for p in caching))
     node_spec = {p.node: p.pool.node for p in caching}
     dram = {n: spec.dram.capacity for n in nodes} if spec.dram is not None else {}
@@ -322,7 +329,7 @@ def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing, c
         nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
-    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes)
+    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks)
 
 
 def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:
@@ -356,6 +363,8 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
     def record_written(seq: Sequence, nbytes: float) -> None:
         records.written_bytes[seq.rid] += nbytes
 
+    acc = place.pool.accelerator
+    read_Bps = acc.scale_up_bandwidth * acc.efficiency.interconnect if acc.scale_up_bandwidth is not None else None
     return InstanceCache(system.cache, index, place.node, list(place.gpus), pages,
                          _geometry(system.sizing, place.pool, block_tokens), recompute_s, record_hits,
-                         record_written)
+                         record_written, read_Bps)

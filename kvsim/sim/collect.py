@@ -76,5 +76,7 @@ def _domains(system: System, span: float, hit_tokens: dict[str, int]) -> dict[st
     cache = system.cache
     graph = system.topology.graph
     edges = [(u, v) for u, v, kind in graph.edges(data="kind") if kind == "scale_up"]
-    scale_up = scale_up_summary(system.network.link_report(), edges, span)
-    return domain_summary(cache.spec.peer_hbm, system.domain_levels, hit_tokens, cache.cross_domain_bytes, scale_up)
+    scale_up = scale_up_summary(system.network.link_report(), edges, span, cache.remote_reads.edge_bytes())
+    moved = sum(pool.moved_bytes for pool in cache.domain_pools.values())
+    return domain_summary(cache.spec.peer_hbm, system.domain_levels, hit_tokens, cache.cross_domain_bytes, scale_up,
+                          moved)

@@ -207,6 +207,20 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
     where = ("systems", name, "kv_cache", "peer_hbm")
     switchable = system.controller is not None and system.controller.kind != "static"
     caching = [p for p in pools if p.role != "decode" or switchable]
+    if cache.peer_hbm == "read_in_place":
+        for pool in caching:
+            if pool.accelerator.scale_up_bandwidth is None:
+                raise SizingError(where, (
+                    f"read_in_place reads a peer's HBM over scale-up links (NVLink, UB), but {pool.accelerator.name} "
+                    f"(pool {pool.name}) has none ({pool.accelerator.host_link}): use copy_in, or cards with a "
+                    "scale-up link"))
+            if pool.links is not None:
+                raise SizingError(where, (
+                    f"read_in_place is modelled for plain tensor-parallel instances inside one node; pool "
+                    f"{pool.name} runs {pool.layout.label()}: use copy_in"))
+        if switchable:
+            raise SizingError(where, "read_in_place with a controller that switches roles is not modelled "
+                                     "(a switching instance's HBM would leave the shared pool): use copy_in")
     shapes = {(p.layout.cards, p.kv_bytes_per_token_per_card) for p in caching}
     if len(shapes) > 1:
         raise SizingError(where, "peer HBM access needs every caching pool to have the same cards per instance "

@@ -13,7 +13,9 @@ Where a prompt's cached block comes from (its *source*, recorded per request as
 ========================  ==========================================================================
 ``hbm``                   the reader's own HBM (no transfer)
 ``peer_hbm``              another instance's HBM in the reader's domain: copied in over the
-                          scale-up links (``peer_hbm: copy_in``)
+                          scale-up links (``peer_hbm: copy_in``), or read in place there by every
+                          step (``read_in_place``: one physical copy per domain, see
+                          :mod:`~kvsim.serving.cache.domain_pool`)
 ``other_domain``          an instance's HBM in another domain: copied over the message-passing
                           path (GPU-Direct RDMA through the NICs, or through host memory), so the
                           bytes cross the domain boundary and are duplicated in the reader's domain
@@ -22,7 +24,9 @@ Where a prompt's cached block comes from (its *source*, recorded per request as
 ========================  ==========================================================================
 
 Ranking. With ``peer_hbm: none`` the sources rank by tier, fastest first (HBM < DRAM < NVMe <
-remote), as before peers existed. With peer access on, a block held in several places is taken
+remote), as before peers existed. With read in place the reader's "own HBM" is its domain's
+shared store: a block there is never loaded, wherever its home. With peer access on, a block
+held in several places is taken
 from the one with the shortest *estimated load time* of one block into the reader: the
 uncontended time of the flows that would move it (:meth:`~kvsim.network.Transfers.uncontended_s`,
 the estimate the ``faster`` load policy uses), 0 for the reader's own HBM. On catalog hardware
@@ -42,6 +46,7 @@ from kvsim.kv import BlockStore
 
 if TYPE_CHECKING:
     from kvsim.network.topology import Topology
+    from kvsim.serving.cache.domain_pool import DomainPool
     from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
@@ -71,6 +76,7 @@ class CacheAccess:
         self.system = system
         self.peer_mode = system.spec.peer_hbm
         self.holder: dict[int, "InstanceCache"] = {}   # id(HBM store) -> instance whose cards hold it
+        self.pools: dict[int, "DomainPool"] = {}       # id(domain store) -> its pool (read in place)
         self.members: dict[str, list["InstanceCache"]] = {}  # domain -> its caching instances
         self._usable: dict[int, Callable[[BlockStore], bool]] = {}
         self._rank: dict[int, Callable[[BlockStore], float]] = {}
@@ -78,7 +84,10 @@ class CacheAccess:
     def register(self, cache: "InstanceCache") -> str:
         """Enter ``cache``'s instance (its cards and HBM store); returns its domain's name."""
         domain = addressing_domain(self.system.topology, cache.gpus, cache.index)
-        self.holder[id(cache.hbm)] = cache
+        if cache.domain_pool is not None:
+            self.pools[id(cache.hbm)] = cache.domain_pool
+        else:
+            self.holder[id(cache.hbm)] = cache
         self.members.setdefault(domain, []).append(cache)
         return domain
 
@@ -132,15 +141,21 @@ class CacheAccess:
 
     # -- where the bytes are and what they cost ------------------------------------------------
 
-    def source(self, reader: "InstanceCache", store: BlockStore) -> tuple[str, "InstanceCache | None"]:
-        """What taking a block from ``store`` is for ``reader``: its source name (module docstring)
-        and, for another instance's HBM, that instance."""
+    def source(self, reader: "InstanceCache", store: BlockStore, block=None) -> tuple[str, "InstanceCache | None"]:
+        """What taking ``block`` from ``store`` is for ``reader``: its source name (module
+        docstring) and, for another instance's HBM, that instance. ``reader``'s own store (its
+        domain's, with read in place) is ``hbm``: nothing to load. Another domain's shared store
+        holds each block in its home; without ``block``, its first instance stands for all."""
         tier = self.system.tier_of[id(store)]
         if tier != "hbm":
             return tier, None
         if store is reader.hbm:
             return "hbm", None
-        holder = self.holder[id(store)]
+        pool = self.pools.get(id(store))
+        if pool is not None:
+            holder = pool.home[block] if block is not None else pool.members[0]
+        else:
+            holder = self.holder[id(store)]
         return ("peer_hbm" if holder.domain == reader.domain else "other_domain"), holder
 
     def peer_paths(self, holder: "InstanceCache", reader: "InstanceCache") -> list:

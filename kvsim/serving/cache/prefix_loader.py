@@ -26,6 +26,7 @@ class SeqCache:
     blocks: list = field(default_factory=list)  # HBM blocks it reads (reader references)
     hits: dict[str, int] = field(default_factory=dict)  # tier -> tokens, recorded on commit
     loaded_bytes: float = 0.0
+    remote_from: dict = field(default_factory=dict)  # peer holding blocks it reads in place -> tokens
 
 
 class PrefixLoader:
@@ -92,15 +93,24 @@ class PrefixLoader:
             for block in held:
                 hbm.drop_reader(block)
             return None
+        state = SeqCache(blocks=held)
+        seq.cache = state
+        seq.remote_tokens = 0
+        # read in place: the blocks already in the domain are read where they are (no pages)
+        remote = sum(cache.read_remote(seq, block) for block in held) if cache.domain_pool is not None else 0
+        state.hits["hbm"] = (n - len(to_load) - remote) * g.block_tokens
+        if remote:
+            state.hits["peer_hbm"] = remote * g.block_tokens
+        domain = cache.domain_pool
         for block, _ in to_load:
             # the copy lands in this HBM; the transfer pins it until the bytes are there
             if index.insert(hbm, block) is None:
                 raise RuntimeError("HBM cache index refused a block it had pages for")
+            if domain is not None:
+                domain.homed(block, cache)
             hbm.pin(block)
             hbm.add_reader(block)
             held.append(block)
-        state = SeqCache(blocks=held, hits={"hbm": (n - len(to_load)) * g.block_tokens})
-        seq.cache = state
         seq.kv_tokens = seq.shared_tokens = n * g.block_tokens
         waits = list(pending.values())
         if to_load:
@@ -160,7 +170,7 @@ class PrefixLoader:
         g = cache.geometry
         groups: dict[tuple[int, int], tuple[BlockStore, object, str, list]] = {}
         for block, store in to_load:
-            kind, holder = access.source(cache, store)
+            kind, holder = access.source(cache, store, block)
             groups.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(block)
         events = []
         for store, holder, tier, blocks in groups.values():

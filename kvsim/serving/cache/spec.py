@@ -16,7 +16,7 @@ __all__ = ["EvictionKind", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpe
 
 EvictionKind = Literal["lru", "lfu", "s3fifo"]
 
-PeerMode = Literal["none", "copy_in"]
+PeerMode = Literal["none", "copy_in", "read_in_place"]
 """How an instance may use KV blocks held in other instances' HBM (``kv_cache.peer_hbm``)."""
 
 
@@ -89,6 +89,12 @@ class KVCacheSpec(FrozenSpec):
         scale-up links inside the reader's addressing domain (source ``peer_hbm``), over the
         message-passing path (NIC / RDMA, or host memory without a scale-up link) from another
         domain (source ``other_domain``). Copies duplicate bytes: value reuse, not sharing.
+        ``read_in_place``: byte sharing inside a domain (cards with scale-up links only). The
+        domain's HBM is one KV pool with one physical copy of each block, reference-counted,
+        and domain-wide eviction (:mod:`kvsim.serving.cache.domain_pool`); a block homed in a
+        peer is not copied: every engine step of a reader pays the bytes it reads over the
+        scale-up links (:mod:`kvsim.serving.cache.remote_reads`). Across domains a hit is
+        copied as with ``copy_in``.
     """
 
     hbm_eviction: EvictionKind = "lru"

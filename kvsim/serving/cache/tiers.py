@@ -18,6 +18,8 @@ from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
 from kvsim.network.transfers import Transfers
 from kvsim.serving.cache.access import SOURCES, CacheAccess
+from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
+from kvsim.serving.cache.remote_reads import RemoteReads
 from kvsim.serving.cache.spec import KVCacheSpec
 
 __all__ = ["CacheGeometry", "SystemCache", "TIERS", "SOURCES"]
@@ -62,7 +64,7 @@ class SystemCache:
 
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
                  transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
-                 pool_names: list[str], pool_bytes: float):
+                 pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None):
         self.env = env
         self.spec = spec
         self.geometry = geometry
@@ -94,6 +96,10 @@ class SystemCache:
         self.cross_domain_bytes = 0.0  # copied from one addressing domain's HBM into another's
         self.window = (transfers.network.window_start_s, transfers.network.window_end_s)
         self.access = CacheAccess(self)
+        # read in place: each addressing domain's HBM is one pool (capacity in blocks, by domain)
+        self.domain_blocks = dict(domain_blocks or {})
+        self.domain_pools: dict[str, DomainPool] = {}
+        self.remote_reads = RemoteReads(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None) -> BlockStore:
@@ -111,6 +117,21 @@ class SystemCache:
                             self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node)
         self.hbm.append(store)
         return store
+
+    def domain_pool(self, domain: str) -> DomainPool:
+        """The shared HBM pool of addressing domain ``domain`` (``peer_hbm: read_in_place``)."""
+        pool = self.domain_pools.get(domain)
+        if pool is None:
+            g = self.geometry
+            store = DomainStore(f"{domain}.hbm", self.domain_blocks[domain] * g.block_bytes, g.block_bytes,
+                                self.spec.hbm_eviction, None)
+            self.rank[id(store)] = TIERS.index("hbm")
+            self.endpoint[id(store)] = ""
+            self.tier_of[id(store)] = "hbm"
+            self.hbm.append(store)
+            pool = store.pool = DomainPool(domain, self, store)
+            self.domain_pools[domain] = pool
+        return pool
 
     def io(self, store: BlockStore, write: bool, node: str, unit_bytes: float,
            source: BlockStore | None = None) -> IoRequest | None:
