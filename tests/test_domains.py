@@ -242,8 +242,8 @@ def test_a_block_read_by_k_instances_is_held_once_and_counted_k_times(monkeypatc
 
         def look():
             yield env.timeout(2.0)  # the prompts are done (~1.6 s); 200 tokens are decoding
-            store = system.cache.domain_pools["su0"].store
-            readers = [store.readers(block) for block in list(store._readers)]
+            pool = system.cache.domain_pools["su0"]
+            readers = [pool.store.readers(block) for block in pool.home if pool.store.readers(block)]
             seen["readers"] = readers
             seen["levels"] = system.domain_levels.measure("su0")
             seen["running"] = sum(len(inst.scheduler.running) for inst in system.instances)
