@@ -66,8 +66,9 @@ __all__ = ["DomainPool", "DomainStore", "MOVE_BATCH"]
 
 MOVE_BATCH = 0.01
 """Fraction of an instance's pages that one reclaim frees by moving blocks to peers with room
-(at least what it needs): an assumption that bounds moves to one per batch, not one per page,
-like the 1 % free-page watermark vLLM keeps before admitting (``watermark=0.01``)."""
+(at least what it needs). An assumption, to bound moves to one per batch rather than one per
+page; the figure is borrowed from the free-block watermark vLLM v0 kept when admitting
+(``BlockSpaceManager(..., watermark=0.01)`` in ``vllm/core/block_manager.py``)."""
 
 
 class DomainStore(BlockStore):
