@@ -140,6 +140,17 @@ class BlockStore:
         return self._reader_refs * self.block_bytes
 
     @property
+    def reader_refs(self) -> int:
+        """Reader references held, over all blocks."""
+        return self._reader_refs
+
+    @property
+    def read_blocks(self) -> int:
+        """Distinct blocks with at least one reader (so ``reader_refs - read_blocks`` is how many
+        more copies the readers would hold without sharing)."""
+        return len(self._readers)
+
+    @property
     def pinned_blocks(self) -> int:
         """Distinct blocks with at least one pin."""
         return len(self._pins)

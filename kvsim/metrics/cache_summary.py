@@ -11,9 +11,12 @@ import numpy as np
 
 from kvsim.metrics.records import RequestRecords
 
-__all__ = ["cache_summary", "bound_resource", "busiest_links", "TIER_NAMES"]
+__all__ = ["cache_summary", "bound_resource", "busiest_links", "TIER_NAMES", "HIT_SOURCES"]
 
 TIER_NAMES = ("hbm", "dram", "nvme", "remote")
+HIT_SOURCES = ("hbm", "peer_hbm", "other_domain", "dram", "nvme", "remote")
+"""Where hit tokens come from: the tiers, plus other instances' HBM (``peer_hbm`` inside the
+addressing domain, ``other_domain`` outside it); ``hbm`` is the instance's own."""
 
 
 def cache_summary(
@@ -48,14 +51,14 @@ def cache_summary(
     arrival = records.column("arrival_s")
     measured = arrival >= window_start_s
     inputs = records.column("input_tokens")[measured].astype(float)
-    hits = {t: records.column(f"hit_tokens_{t}")[measured].astype(float) for t in TIER_NAMES}
+    hits = {t: records.column(f"hit_tokens_{t}")[measured].astype(float) for t in HIT_SOURCES}
     computed = records.column("computed_tokens")[measured].astype(float)
     # Every admission needs KV for its prompt: some tokens come from a tier, the rest are
     # computed (a preempted request re-admitted needs them again). The hit rate of a tier is its
     # share of all those tokens, so the shares and the computed share add up to one.
     needed = computed.sum() + sum(h.sum() for h in hits.values())
-    hit_rate = {t: (hits[t].sum() / needed if needed else 0.0) for t in TIER_NAMES}
-    hit_rate["total"] = sum(hit_rate[t] for t in TIER_NAMES)
+    hit_rate = {t: (hits[t].sum() / needed if needed else 0.0) for t in HIT_SOURCES}
+    hit_rate["total"] = sum(hit_rate[t] for t in HIT_SOURCES)
     # FLOPs avoided: per request, the leading hit tokens (at most its prompt) it did not compute
     total_hit = np.minimum(sum(hits.values()), inputs)
     # prefill FLOPs a hit of H leading tokens avoids: H linear passes and H(H+1)/2 attention pairs
@@ -64,7 +67,7 @@ def cache_summary(
     busiest = busiest_links(links)
     return {
         "hit_rate": hit_rate,
-        "hit_tokens": {t: int(hits[t].sum()) for t in TIER_NAMES},
+        "hit_tokens": {t: int(hits[t].sum()) for t in HIT_SOURCES},
         "computed_tokens": int(records.column("computed_tokens")[measured].sum()),
         "flops_avoided": flops_avoided,
         "bytes_loaded": dict(bytes_loaded),

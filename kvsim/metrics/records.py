@@ -12,6 +12,7 @@ _INT_FIELDS = ("input_tokens", "output_tokens", "preemptions", "instance")
 _CACHE_INT_FIELDS = ("hit_tokens_hbm", "hit_tokens_dram", "hit_tokens_nvme", "hit_tokens_remote",
                      "computed_tokens")
 _CACHE_FLOAT_FIELDS = ("loaded_bytes", "written_bytes")
+_PEER_INT_FIELDS = ("hit_tokens_peer_hbm", "hit_tokens_other_domain")
 _PD_FLOAT_FIELDS = ("prefill_end_s", "handoff_start_s", "handoff_landed_s", "handoff_end_s", "decode_start_s")
 _PD_INT_FIELDS = ("prefill_instance",)
 _LORA_INT_FIELDS = ("adapter",)
@@ -39,20 +40,27 @@ class RequestRecords:
     ``handoff_bytes`` the KV bytes moved (if its client gave up while they were moving, the bytes
     delivered until then; ``handoff_landed_s`` stays NaN).
 
+    Peer HBM (``kv_cache.peer_hbm``, zero without it): ``hit_tokens_peer_hbm`` prompt tokens
+    served from another instance's HBM in the same addressing domain, ``hit_tokens_other_domain``
+    from an instance's HBM in another domain (see :mod:`kvsim.serving.cache.access`);
+    ``hit_tokens_hbm`` is the instance's own HBM.
+
     ``adapter`` is the LoRA adapter a request named (``workload.adapters``; -1: the base model).
     """
 
     fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS
-              + _PD_INT_FIELDS + _PD_BYTES_FIELDS + _LORA_INT_FIELDS)
+              + _PD_INT_FIELDS + _PD_BYTES_FIELDS + _PEER_INT_FIELDS
+              + _LORA_INT_FIELDS)
     colocated_fields = _FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS
-    """The fields a colocated system fills (the others stay NaN / -1 / 0)."""
+    """The fields every colocated system fills (the others stay NaN / -1 / 0; the peer-HBM hit
+    columns are filled only with ``kv_cache.peer_hbm``)."""
 
     def __init__(self, capacity: int = 1024):
         capacity = max(int(capacity), 16)
         self.n = 0
         for name in _NAN_FIELDS:
             setattr(self, name, np.full(capacity, np.nan))
-        for name in _INT_FIELDS + _CACHE_INT_FIELDS + _PD_INT_FIELDS + _LORA_INT_FIELDS:
+        for name in _INT_FIELDS + _CACHE_INT_FIELDS + _PD_INT_FIELDS + _PEER_INT_FIELDS + _LORA_INT_FIELDS:
             setattr(self, name, np.zeros(capacity, dtype=np.int64))
         for name in _CACHE_FLOAT_FIELDS + _PD_BYTES_FIELDS:
             setattr(self, name, np.zeros(capacity))

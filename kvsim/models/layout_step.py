@@ -154,8 +154,12 @@ class LayoutStepTime:
                              memory_s=weights / rates.weight_Bps + kv / rates.kv_Bps,
                              comm_s=self._comm_s(tokens) + send, overhead_s=0.0, kernels_s=self._kernels_s)
 
-    def breakdown(self, batch: BatchShape) -> StepBreakdown:
-        """Time components of one iteration: the slowest stage's, times the pipeline factor."""
+    def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None) -> StepBreakdown:
+        """Time components of one iteration: the slowest stage's, times the pipeline factor.
+        KV read in place from peers is not modelled with a layout (sizing refuses it)."""
+        if batch.remote_kv_tokens:
+            raise ValueError("KV read in place from a peer's HBM is modelled for plain tensor-parallel "
+                             "instances inside one node only")
         stage = self.stage_breakdown(batch)
         factor = pipeline_time_s(1.0, self.layout.pp, self.micro_batches, self.schedule)
         return StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,

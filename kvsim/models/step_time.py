@@ -8,12 +8,19 @@ Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration):
 
     compute_s  = FLOPs / (t * peak_flops * efficiency.compute * n / (n + efficiency.compute_half_tokens))
     memory_s   = weight_bytes_read / t / (memory_bandwidth * efficiency.memory)
-                 + kv_bytes_per_card / (memory_bandwidth * efficiency.kv_memory)
+                 + local_kv_bytes_per_card / (memory_bandwidth * efficiency.kv_memory)
                  (weights read: every matrix once; the input embedding is only looked up)
+    remote_s   = remote_kv_bytes_per_card / remote rate                 (KV read in place)
     comm_s     = 2 * layers * allreduce(n * hidden * 2 B, t, collective_latency_s,
                                         peer_bw * efficiency.interconnect)    (t > 1)
     kernels_s  = engine.kernel_s * launches_per_pass(model)     (kvsim.models.kernels)
-    iteration  = max(compute_s, memory_s) + comm_s + kernels_s + engine.step_overhead_s(sequences, n)
+    iteration  = max(compute_s, memory_s, remote_s) + comm_s + kernels_s + engine.step_overhead_s(sequences, n)
+
+KV *read in place* from a peer's HBM (``kv_cache.peer_hbm: read_in_place``) streams over the
+scale-up link while the local KV and the weights stream from the card's own HBM, so the two
+overlap and the memory phase is the longer of them. The remote rate is ``scale_up_bandwidth *
+efficiency.interconnect`` per card unless the caller passes a contended one
+(:mod:`kvsim.serving.cache.remote_reads`).
 
 Small GEMMs reach less of the peak than large ones (tiles left partly empty, launch-bound
 kernels): ``compute_half_tokens`` is the token count at which the achieved rate is half of
@@ -64,6 +71,9 @@ class BatchShape:
         Sequences that emit a token this iteration (decodes plus prefills that complete).
     prefill_seqs : int
         Sequences computing a prefill chunk this iteration.
+    remote_kv_tokens : int
+        Of the context tokens read (prefill and decode), those read in place from a peer's HBM
+        over the scale-up links rather than from this instance's own HBM.
     """
 
     prefill_tokens: int = 0
@@ -73,6 +83,7 @@ class BatchShape:
     decode_context_tokens: int = 0
     sampled_seqs: int = 0
     prefill_seqs: int = 0
+    remote_kv_tokens: int = 0
 
     @property
     def tokens(self) -> int:
@@ -97,21 +108,24 @@ class StepTimeModel(Protocol):
 @dataclass(frozen=True, slots=True)
 class StepBreakdown:
     """Components of one iteration's time, seconds: roofline, collectives, kernel launches
-    (``kernels_s``) and the host's per-step work (``overhead_s``)."""
+    (``kernels_s``), the host's per-step work (``overhead_s``), and ``remote_s``, KV read in place
+    over the scale-up links, overlapping the local memory phase."""
 
     compute_s: float
     memory_s: float
     comm_s: float
     overhead_s: float
     kernels_s: float = 0.0
+    remote_s: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.comm_s + self.kernels_s + self.overhead_s
+        return (max(self.compute_s, self.memory_s, self.remote_s) + self.comm_s + self.kernels_s
+                + self.overhead_s)
 
     @property
     def bound(self) -> str:
-        return "compute" if self.compute_s >= self.memory_s else "memory"
+        return "compute" if self.compute_s >= max(self.memory_s, self.remote_s) else "memory"
 
 
 class AchievedRates:
@@ -179,6 +193,8 @@ class RooflineStepTime:
         self._hop_latency_s = eff.collective_latency_s
         self._peer_Bps = accelerator.peer_bandwidth * eff.interconnect
         self._kernels_s = self.engine.kernel_s * launches_per_pass(model)
+        scale_up = accelerator.scale_up_bandwidth
+        self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
 
     def comm_s(self, tokens: int) -> float:
         """TP all-reduce time of one iteration over ``tokens`` tokens, seconds."""
@@ -193,8 +209,9 @@ class RooflineStepTime:
             return self._dense_bytes_read
         return self.model.weight_bytes_read(tokens, self.dtype, self.weight_dtypes)
 
-    def breakdown(self, batch: BatchShape) -> StepBreakdown:
-        """Time components of one iteration (seconds)."""
+    def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None) -> StepBreakdown:
+        """Time components of one iteration (seconds); ``remote_kv_Bps`` is the per-card rate of
+        the KV read in place from peers (default: the uncontended scale-up rate)."""
         tokens = batch.tokens
         flops = (
             self._body_flops * tokens
@@ -204,6 +221,13 @@ class RooflineStepTime:
         )
         kv_tokens = batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens
         rates = self._rates
+        remote_s = 0.0
+        if batch.remote_kv_tokens:
+            kv_tokens -= batch.remote_kv_tokens
+            rate = remote_kv_Bps if remote_kv_Bps is not None else self._remote_Bps
+            if rate is None:
+                raise ValueError(f"{self.accelerator.name} has no scale-up link to read KV in place over")
+            remote_s = batch.remote_kv_tokens * self._kv_bytes_per_token_card / rate
         return StepBreakdown(
             compute_s=flops / rates.gemm_flops_per_s(tokens),
             memory_s=(self.weight_bytes_read(tokens) / self.tp / rates.weight_Bps
@@ -211,6 +235,7 @@ class RooflineStepTime:
             comm_s=self.comm_s(tokens),
             overhead_s=self.engine.step_overhead_s(batch.sequences, tokens),
             kernels_s=self._kernels_s,
+            remote_s=remote_s,
         )
 
     def iteration_time_s(self, batch: BatchShape) -> float:

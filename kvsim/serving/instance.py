@@ -291,7 +291,13 @@ class Instance:
                 self._final_chunks(batch, env.now)
             elif self.role == "decode" and batch.prefills:
                 self._recompute_starts(batch, env.now)
-            parts = breakdown(batch.shape) if breakdown is not None else None
+            # KV read in place from peers: the hook knows who else reads from them now
+            hook = scheduler.hook
+            remote_Bps = hook.begin_remote_reads(batch) if batch.shape.remote_kv_tokens and hook else None
+            if breakdown is None:
+                parts = None
+            else:
+                parts = breakdown(batch.shape) if remote_Bps is None else breakdown(batch.shape, remote_Bps)
             duration_s = parts.total_s if parts is not None else step_time(batch.shape)
             adapter_s = 0.0
             if self.adapters is not None:
@@ -303,14 +309,16 @@ class Instance:
             self._in_flight = True
             yield env.timeout(duration_s)
             self._in_flight = False
+            if remote_Bps is not None:
+                hook.end_remote_reads()
             counters.iterations += 1
             counters.busy_s += duration_s
             if start_s <= env.now <= end_s:
                 counters.busy_in_window_s += duration_s
                 if parts is not None:
                     causes = counters.time_by_cause_s
-                    causes["compute" if parts.compute_s >= parts.memory_s else "memory"] += max(
-                        parts.compute_s, parts.memory_s)
+                    memory_s = max(parts.memory_s, parts.remote_s)  # remote reads overlap local ones
+                    causes["compute" if parts.compute_s >= memory_s else "memory"] += max(parts.compute_s, memory_s)
                     causes["tp_comm"] += parts.comm_s
                     causes["kernels"] += parts.kernels_s
                     causes["overhead"] += parts.overhead_s + adapter_s

@@ -97,6 +97,15 @@ class AdmissionHook:
         """
         return False
 
+    def begin_remote_reads(self, batch: "Batch") -> float | None:
+        """An iteration of ``batch`` starts and reads ``batch.shape.remote_kv_tokens`` context
+        tokens in place from peers' HBM: the per-card rate of those reads, bytes/s (None: the
+        step model's uncontended rate)."""
+        return None
+
+    def end_remote_reads(self) -> None:
+        """The iteration :meth:`begin_remote_reads` was told of has ended."""
+
 
 class BatchScheduler:
     """Iteration-level batching policy of one instance.
@@ -273,7 +282,7 @@ class BatchScheduler:
         span = self.span
         running = self.running
         batch = Batch()
-        prefill_tokens = prefill_context = decode_context = sampled = 0
+        prefill_tokens = prefill_context = decode_context = sampled = remote = 0
         prefill_pairs = 0.0
         preempted = False
         i = 0
@@ -299,6 +308,7 @@ class BatchScheduler:
                         self.events.decode_started(seq, now)
                     batch.decodes.append(seq)
                     decode_context += cached + 1 if span is None else span.context(cached + 1)
+                    remote += seq.remote_tokens
                     sampled += 1
                 budget -= chunk
                 i += 1
@@ -318,6 +328,7 @@ class BatchScheduler:
         for seq, chunk in batch.prefills:  # running sequences' chunks first, then the admitted
             cached = seq.kv_tokens
             prefill_tokens += chunk
+            remote += seq.remote_tokens
             if span is None:
                 prefill_context += cached
                 prefill_pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
@@ -334,6 +345,7 @@ class BatchScheduler:
             decode_context_tokens=decode_context,
             sampled_seqs=sampled,
             prefill_seqs=len(batch.prefills),
+            remote_kv_tokens=remote,
         )
         return batch
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import simpy
 
 from kvsim.kv import BlockPool
+from kvsim.metrics.domain_summary import DomainLevels
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import held_kv_bytes
@@ -24,7 +25,8 @@ from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.models.lora import adapter_bytes
 from kvsim.serving.adapters import AdapterSlots
-from kvsim.serving.cache import TIERS, CacheGeometry, InstanceCache, SystemCache
+from kvsim.serving.cache import SOURCES, TIERS, CacheGeometry, InstanceCache, SystemCache
+from kvsim.serving.cache.access import addressing_domain
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
@@ -95,6 +97,7 @@ class System:
         self.controller: RoleController | None = None
         self.hooks: dict[tuple[int, str], object] = {}  # (instance, role) -> its hook in that role
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
+        self.domain_levels: DomainLevels | None = None  # HBM bytes per addressing domain (with a cache)
         self.timeseries: list[dict] = []
         self.topology: Topology
         self.network: FlowNetwork
@@ -151,7 +154,25 @@ class System:
         if self.cache is None:
             return
         self.tier_occupancy = {tier: TimeWeightedLevel(*self.window) for tier in TIERS}
+        self.domain_levels = DomainLevels(*self.window, self._domains())
         self.env.process(self._sample_tiers(every_s, until_s))
+
+    def _domains(self) -> dict[str, tuple[list, list]]:
+        """Each addressing domain's page pools and HBM block stores (see DomainLevels)."""
+        caches = {index: hook for (index, _role), hook in self.hooks.items() if isinstance(hook, InstanceCache)}
+        domains: dict[str, tuple[list, list]] = {}
+        seen: set[int] = set()
+        for inst, place in zip(self.instances, self.placements):
+            pool = place.pool
+            pools, stores = domains.setdefault(addressing_domain(self.topology, list(place.gpus), inst.index),
+                                               ([], []))
+            pools.append((inst.pool, pool.kv_bytes_per_token_per_card * pool.layout.cards
+                          * pool.spec.instance.block_size_tokens))
+            cache = caches.get(inst.index)
+            if cache is not None and id(cache.hbm) not in seen:  # a shared domain store counts once
+                seen.add(id(cache.hbm))
+                stores.append((cache.hbm, cache.geometry.block_bytes_per_card * cache.geometry.tp))
+        return domains
 
     def _sample_tiers(self, every_s: float, until_s: float):
         cache = self.cache
@@ -165,6 +186,7 @@ class System:
                 row[f"{tier}_bytes"] = held
                 # what readers see: one block's bytes per reader (sharing makes it exceed physical)
                 row[f"{tier}_logical_bytes"] = float(sum(store.logical_bytes for store in group))
+            self.domain_levels.sample(self.env.now)
             self.timeseries.append(row)
             yield self.env.timeout(every_s)
 
@@ -238,8 +260,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     # instances that compute prompts cache them; with a controller any instance may come to
     caching = [p.role != "decode" or switchable for p in system.placements]
     if cache_spec is not None:
-        system.cache = _build_cache(env, system, sizing, [p for p, c in zip(system.placements, caching) if c],
-                                    block_tokens)
+        system.cache = _build_cache(env, system, sizing, [(i, p) for i, (p, c) in enumerate(
+            zip(system.placements, caching)) if c], block_tokens)
         if cache_spec.prewarm:
             system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     if sizing.disaggregated:
@@ -314,11 +336,18 @@ def _no_handoff(instance: Instance, seq: Sequence, now: float) -> None:
     raise RuntimeError(f"instance {instance.index} prefilled request {seq.rid} but the system has no handoff")
 
 
-def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing, caching: list[Placement],
-                 block_tokens: int) -> SystemCache:
+def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing,
+                 indexed: list[tuple[int, Placement]], block_tokens: int) -> SystemCache:
     spec = sizing.spec.kv_cache
+    caching = [p for _, p in indexed]
     first = caching[0].pool
     geometry = _geometry(sizing, first, block_tokens)
+    domain_blocks: dict[str, int] = {}
+    if spec.peer_hbm == "read_in_place":  # each domain's HBM cache is one pool of its instances' pages
+        for index, place in indexed:
+            domain = addressing_domain(system.topology, list(place.gpus), index)
+            blocks = place.pool.kv_blocks_per_instance // geometry.pages_per_block
+            domain_blocks[domain] = domain_blocks.get(domain, 0) + blocks
     nodes = list(dict.fromkeys(p.node for p in caching))
     node_spec = {p.node: p.pool.node for p in caching}
     dram = {n: spec.dram.capacity for n in nodes} if spec.dram is not None else {}
@@ -327,7 +356,7 @@ def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing, c
         nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
-    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes)
+    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks)
 
 
 def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:
@@ -351,7 +380,7 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
             prefill_tokens=tokens, prefill_pairs=BatchShape.prefill_chunk_pairs(tokens, cached_tokens),
             prefill_context_tokens=cached_tokens, sampled_seqs=1))
 
-    columns = {tier: f"hit_tokens_{tier}" for tier in TIERS}
+    columns = {source: f"hit_tokens_{source}" for source in SOURCES}
 
     def record_hits(seq: Sequence, tier: str, tokens: int, loaded_bytes: float) -> None:
         # look the columns up on every call: the records grow (and reallocate) in closed loops
@@ -361,6 +390,8 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
     def record_written(seq: Sequence, nbytes: float) -> None:
         records.written_bytes[seq.rid] += nbytes
 
+    acc = place.pool.accelerator
+    read_Bps = acc.scale_up_bandwidth * acc.efficiency.interconnect if acc.scale_up_bandwidth is not None else None
     return InstanceCache(system.cache, index, place.node, list(place.gpus), pages,
                          _geometry(system.sizing, place.pool, block_tokens), recompute_s, record_hits,
-                         record_written)
+                         record_written, read_Bps)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.metrics.cache_summary import bound_resource, busiest_links, cache_summary
+from kvsim.metrics.domain_summary import domain_summary, scale_up_summary
 from kvsim.metrics.summary import summarize
 from kvsim.scenario.load import ScenarioPoint
 from kvsim.serving.cache import TIERS
@@ -51,6 +52,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         summary_cache["tier_bytes_at_end"] = {
             tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}
             for tier in TIERS}
+        summary_cache["domains"] = _domains(system, span, summary_cache["hit_tokens"])
         summary["cache"] = summary_cache
     if system.sizing.disaggregated:
         summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
@@ -94,3 +96,14 @@ def _storage(system: System) -> list[dict[str, Any]]:
     if system.cache is None and system.handoff is None:
         return []
     return system.transfers.storage.report(system.network)
+
+
+def _domains(system: System, span: float, hit_tokens: dict[str, int]) -> dict[str, Any]:
+    """The addressing-domain section of a cached system's summary (see metrics.domain_summary)."""
+    cache = system.cache
+    graph = system.topology.graph
+    edges = [(u, v) for u, v, kind in graph.edges(data="kind") if kind == "scale_up"]
+    scale_up = scale_up_summary(system.network.link_report(), edges, span, cache.remote_reads.edge_bytes())
+    moved = sum(pool.moved_bytes for pool in cache.domain_pools.values())
+    return domain_summary(cache.spec.peer_hbm, system.domain_levels, hit_tokens, cache.cross_domain_bytes, scale_up,
+                          moved)

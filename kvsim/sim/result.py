@@ -210,6 +210,13 @@ def _flat_cache(cache: dict[str, Any]) -> dict[str, Any]:
         row[key] = cache[key]
     row["bytes_loaded"] = sum(cache["bytes_loaded"].values())
     row["bytes_written"] = sum(cache["bytes_written"].values())
+    domains = cache.get("domains")
+    if domains is not None:
+        row["hbm_physical_bytes_mean"] = domains["physical_bytes_mean"]
+        row["hbm_logical_bytes_mean"] = domains["logical_bytes_mean"]
+        row["dedup_ratio"] = domains["dedup_ratio"]
+        row["cross_domain_bytes"] = domains["cross_domain_bytes"]
+        row["scale_up_utilization_mean"] = domains["scale_up"]["utilization_mean"]
     top = cache["busiest_links"][0] if cache["busiest_links"] else None
     row["busiest_link"] = top["link"] if top else None
     row["busiest_link_utilization"] = top["utilization_mean"] if top else 0.0

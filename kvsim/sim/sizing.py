@@ -148,6 +148,7 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
     dtype, kv_dtype = spec.system_dtype(name), spec.system_kv_dtype(name)
     pools = tuple(_size_pool(spec, name, pool_name, pool, model, dtype, kv_dtype, catalogs)
                   for pool_name, pool in system.pool_specs().items())
+    _check_domains(name, system, pools)
     pool_node = None
     cache = system.kv_cache
     if cache is not None and model.sliding_layers:
@@ -184,6 +185,63 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
             pool_node = catalogs.pool_nodes[cache.remote.pool_node]
     return SystemSizing(name=name, spec=system, model=model, dtype=dtype, kv_dtype=kv_dtype, pools=pools,
                         pool_node=pool_node)
+
+
+def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:
+    """Refuse scale-up domains that do not tile the system's linked nodes, and peer HBM access
+    the cache does not model (see :mod:`kvsim.serving.cache.access`)."""
+    per = system.scale_up_domain_nodes
+    linked = sum(p.spec.nodes for p in pools if p.accelerator.scale_up_bandwidth is not None)
+    where = ("systems", name, "scale_up_domain_nodes")
+    if per > 1 and linked == 0:
+        raise SizingError(where, "no card of this system has a scale-up link (NVLink, UB), so its nodes "
+                                 "cannot share a scale-up domain: remove scale_up_domain_nodes")
+    if per > linked > 0:
+        raise SizingError(where, f"a domain of {per} nodes is larger than the {linked} node(s) with scale-up "
+                                 "links it would span")
+    if linked and linked % per:
+        raise SizingError(where, f"{per} does not divide the {linked} nodes with scale-up links: every "
+                                 "domain must be whole")
+    cache = system.kv_cache
+    if cache is None or cache.peer_hbm == "none":
+        return
+    where = ("systems", name, "kv_cache", "peer_hbm")
+    switchable = system.controller is not None and system.controller.kind != "static"
+    caching = [p for p in pools if p.role != "decode" or switchable]
+    if cache.peer_hbm == "read_in_place":
+        for pool in caching:
+            if pool.accelerator.scale_up_bandwidth is None:
+                raise SizingError(where, (
+                    f"read_in_place reads a peer's HBM over scale-up links (NVLink, UB), but {pool.accelerator.name} "
+                    f"(pool {pool.name}) has none ({pool.accelerator.host_link}): use copy_in, or cards with a "
+                    "scale-up link"))
+            if pool.links is not None:
+                raise SizingError(where, (
+                    f"read_in_place is modelled for plain tensor-parallel instances inside one node; pool "
+                    f"{pool.name} runs {pool.layout.label()}: use copy_in"))
+        if switchable:
+            raise SizingError(where, "read_in_place with a controller that switches roles is not modelled "
+                                     "(a switching instance's HBM would leave the shared pool): use copy_in")
+    shapes = {(p.layout.cards, p.kv_bytes_per_token_per_card) for p in caching}
+    if len(shapes) > 1:
+        raise SizingError(where, "peer HBM access needs every caching pool to have the same cards per instance "
+                                 "and KV bytes per card (a block's shares must line up card by card); pools "
+                                 + ", ".join(f"{p.name} ({p.layout.label()})" for p in caching) + " differ")
+    offset = 0
+    for pool in pools:
+        per_node = pool.node.accelerators_per_node
+        if pool.accelerator.scale_up_bandwidth is None:
+            continue
+        span = pool.layout.cards // per_node  # nodes one instance spans (0: inside one node)
+        if span > 1 and any(pool is p for p in caching):
+            for i in range(pool.instances):
+                first, last = offset + i * span, offset + (i + 1) * span - 1
+                if first // per != last // per:
+                    raise SizingError(where, (
+                        f"instance {i} of pool {pool.name} ({pool.layout.label()}, {span} nodes) spans two scale-up "
+                        f"domains of {per} node(s): peer HBM access needs each instance inside one addressing "
+                        "domain (raise scale_up_domain_nodes to a multiple of the instance's nodes)"))
+        offset += pool.spec.nodes
 
 
 def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, model: ModelSpec, dtype: str,

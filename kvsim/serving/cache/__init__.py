@@ -3,9 +3,9 @@ a system (:class:`SystemCache`) and each instance's admission hook (:class:`Inst
 
 from kvsim.serving.cache.instance_cache import InstanceCache, SeqCache
 from kvsim.serving.cache.spec import EvictionKind, KVCacheSpec, RemotePoolSpec, TierSpec
-from kvsim.serving.cache.tiers import TIERS, CacheGeometry, SystemCache
+from kvsim.serving.cache.tiers import SOURCES, TIERS, CacheGeometry, SystemCache
 
 __all__ = [
     "InstanceCache", "SeqCache", "KVCacheSpec", "TierSpec", "RemotePoolSpec", "EvictionKind",
-    "SystemCache", "CacheGeometry", "TIERS",
+    "SystemCache", "CacheGeometry", "TIERS", "SOURCES",
 ]

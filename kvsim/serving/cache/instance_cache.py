@@ -28,6 +28,8 @@ from typing import Callable
 import simpy
 
 from kvsim.kv import BlockPool
+from kvsim.serving.cache.access import addressing_domain
+from kvsim.serving.cache.domain_pool import DomainPool
 from kvsim.serving.cache.prefix_loader import PrefixLoader, SeqCache
 from kvsim.serving.cache.swapper import Swapper
 from kvsim.serving.cache.tiers import CacheGeometry, SystemCache
@@ -60,25 +62,41 @@ class InstanceCache(AdmissionHook):
         ``record_hits(seq, tier, tokens, loaded_bytes)`` for the per-request records.
     record_written : callable
         ``record_written(seq, nbytes)``.
+    remote_read_Bps : float or None
+        Per card, the rate of KV reads in place from a peer's HBM (scale-up bandwidth x the
+        link's efficiency); None without a scale-up link.
 
-    :meth:`attach` connects it to its instance's scheduler and engine-loop alarm.
+    :meth:`attach` connects it to its instance's scheduler and engine-loop alarm. With
+    ``peer_hbm: read_in_place`` its ``hbm`` is its addressing domain's shared store and
+    ``domain_pool`` that domain's :class:`~kvsim.serving.cache.domain_pool.DomainPool`.
     """
 
     def __init__(self, system: SystemCache, index: int, node: str, gpus: list[str], pool: BlockPool,
                  geometry: CacheGeometry, recompute_s: Callable[[int, int], float],
                  record_hits: Callable[[Sequence, str, int, float], None],
-                 record_written: Callable[[Sequence, float], None]):
+                 record_written: Callable[[Sequence, float], None], remote_read_Bps: float | None = None):
         self.system = system
+        self.index = index
         self.node = node
         self.gpus = gpus
         self.pool = pool
         self.geometry = geometry
-        self.hbm = system.add_instance_hbm(index, node, pool.num_blocks // geometry.pages_per_block)
+        self.remote_read_Bps = remote_read_Bps
+        self.domain_pool: DomainPool | None = None
+        self.inflight: dict = {}   # block -> event that fires when its bytes have landed
+        if system.spec.peer_hbm == "read_in_place":
+            self.domain_pool = system.domain_pool(addressing_domain(system.topology, gpus, index))
+            self.domain_pool.join(self)
+            self.hbm = self.domain_pool.store
+            self.inflight = self.domain_pool.inflight  # one copy per domain: in flight for all
+        else:
+            self.hbm = system.add_instance_hbm(index, node, pool.num_blocks // geometry.pages_per_block)
+        self.domain = system.access.register(self)  # its addressing domain (see cache.access)
         self.record_hits = record_hits
         self.record_written = record_written
         self.wake: Callable[[], None] = lambda: None
         self.scheduler: BatchScheduler | None = None
-        self.inflight: dict = {}   # block -> event that fires when its bytes have landed
+        self._reading: dict | None = None  # remote tokens by holder of the step running now
         self.writer = CacheWriter(self)
         self.loader = PrefixLoader(self, recompute_s)
         self.swapper = Swapper(self)
@@ -122,6 +140,39 @@ class InstanceCache(AdmissionHook):
         for block in state.blocks:
             self.hbm.drop_reader(block)
         seq.cache = None
+        seq.remote_tokens = 0
+
+    def begin_remote_reads(self, batch) -> float | None:
+        """A step of ``batch`` starts: its per-card rate of reads from peers' HBM (bytes/s), or
+        None if it reads none (see :mod:`kvsim.serving.cache.remote_reads`)."""
+        tokens: dict = {}
+        for seq in [seq for seq, _ in batch.prefills] + batch.decodes:
+            state = seq.cache
+            if state is not None and state.remote_from:
+                for holder, count in state.remote_from.items():
+                    tokens[holder] = tokens.get(holder, 0) + count
+        if not tokens:
+            return None
+        self._reading = tokens
+        return self.system.remote_reads.begin(self, tokens)
+
+    def end_remote_reads(self) -> None:
+        """The step :meth:`begin_remote_reads` started has ended."""
+        if self._reading is not None:
+            self.system.remote_reads.end(self._reading)
+            self._reading = None
+
+    def read_remote(self, seq: Sequence, block) -> bool:
+        """``seq`` reads cached ``block`` of its domain in place: if a peer holds it, count the
+        block's tokens as read from that peer in every step. True if a peer holds it."""
+        holder = self.domain_pool.home[block] if self.domain_pool is not None else self
+        if holder is self:
+            return False
+        tokens = self.geometry.block_tokens
+        state = seq.cache
+        state.remote_from[holder] = state.remote_from.get(holder, 0) + tokens
+        seq.remote_tokens += tokens
+        return True
 
     def swap_out(self, seq: Sequence) -> bool:
         return self.swapper.swap_out(seq)

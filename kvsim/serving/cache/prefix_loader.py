@@ -1,6 +1,7 @@
 """Admission-time lookup and loads: where a prompt's cached prefix comes from, and the flows that
-bring the blocks not already in this instance's HBM -- one flow per source store and card, never
-one per block."""
+bring the blocks not already in this instance's HBM -- one flow per source (store, and holding
+instance for a peer's HBM) and card, never one per block. Which stores an instance may use and
+how they rank is :class:`~kvsim.serving.cache.access.CacheAccess`'s to say."""
 
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ class SeqCache:
     blocks: list = field(default_factory=list)  # HBM blocks it reads (reader references)
     hits: dict[str, int] = field(default_factory=dict)  # tier -> tokens, recorded on commit
     loaded_bytes: float = 0.0
+    remote_from: dict = field(default_factory=dict)  # peer holding blocks it reads in place -> tokens
 
 
 class PrefixLoader:
     """Finds the longest cached prefix of a prompt among the stores an instance can reach (its own
-    HBM, its node's DRAM and NVMe, the remote pool), keeps the blocks already in its HBM (shared
-    pages, no copy) and loads the others.
+    HBM, its node's DRAM and NVMe, the remote pool, and with ``peer_hbm`` other instances' HBM),
+    keeps the blocks already in its HBM (shared pages, no copy) and loads the others.
 
     Parameters
     ----------
@@ -45,30 +47,20 @@ class PrefixLoader:
     def __init__(self, cache: "InstanceCache", recompute_s: Callable[[int, int], float]):
         self.cache = cache
         self.system = cache.system
+        self.access = cache.system.access
         self.recompute_s = recompute_s
-
-    def _usable(self, store: BlockStore) -> bool:
-        tier = self.system.tier_of[id(store)]
-        if tier == "hbm":
-            return store is self.cache.hbm
-        if tier == "remote":
-            return True
-        node = self.cache.node
-        return store is self.system.dram.get(node) or store is self.system.nvme.get(node)
-
-    def _rank(self, store: BlockStore) -> int:
-        return self.system.rank[id(store)]
 
     def admit(self, seq: Sequence) -> str | None:
         """Prepare the admission of ``seq`` (which has prefix hashes); see AdmissionHook.admit."""
         cache, system = self.cache, self.system
         g = cache.geometry
         index = system.index
+        usable, rank = self.access.usable(cache), self.access.rank(cache)
         # at least one token is always computed: the last prompt block is never a hit
         eligible = min(seq.prompt_tokens // g.block_tokens, (seq.prefill_target - 1) // g.block_tokens)
         hashes = seq.hashes
-        n = index.longest_prefix(hashes[:eligible], self._usable) if eligible > 0 else 0
-        sources = index.tier_breakdown(hashes, n, self._rank, self._usable) if n else []
+        n = index.longest_prefix(hashes[:eligible], usable) if eligible > 0 else 0
+        sources = index.tier_breakdown(hashes, n, rank, usable) if n else []
         hbm = cache.hbm
         local = 0
         while local < n and sources[local] is hbm:
@@ -101,15 +93,24 @@ class PrefixLoader:
             for block in held:
                 hbm.drop_reader(block)
             return None
+        state = SeqCache(blocks=held)
+        seq.cache = state
+        seq.remote_tokens = 0
+        # read in place: the blocks already in the domain are read where they are (no pages)
+        remote = sum(cache.read_remote(seq, block) for block in held) if cache.domain_pool is not None else 0
+        state.hits["hbm"] = (n - len(to_load) - remote) * g.block_tokens
+        if remote:
+            state.hits["peer_hbm"] = remote * g.block_tokens
+        domain = cache.domain_pool
         for block, _ in to_load:
             # the copy lands in this HBM; the transfer pins it until the bytes are there
             if index.insert(hbm, block) is None:
                 raise RuntimeError("HBM cache index refused a block it had pages for")
+            if domain is not None:
+                domain.homed(block, cache)
             hbm.pin(block)
             hbm.add_reader(block)
             held.append(block)
-        state = SeqCache(blocks=held, hits={"hbm": (n - len(to_load)) * g.block_tokens})
-        seq.cache = state
         seq.kv_tokens = seq.shared_tokens = n * g.block_tokens
         waits = list(pending.values())
         if to_load:
@@ -136,36 +137,43 @@ class PrefixLoader:
         yield self.system.env.timeout(delay_s)
         self.cache.after_load(seq, state, ungate=True)
 
-    def _paths(self, store: BlockStore) -> list:
-        system = self.system
-        return [system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
-                for gpu in self.cache.gpus]
-
     def _estimated_load_s(self, sources: list[BlockStore]) -> float:
         """Uncontended time to load blocks from ``sources``: every card's flow at once, so a
         link the ``tp`` flows share (a NIC) carries all of them; the slowest source decides."""
-        g = self.cache.geometry
         counts: dict[int, tuple[BlockStore, int]] = {}
         for store in sources:
             entry = counts.get(id(store))
             counts[id(store)] = (store, (entry[1] if entry else 0) + 1)
         worst = 0.0
         for store, count in counts.values():
-            io = self.system.io(store, False, self.cache.node, g.block_bytes_per_card)
-            worst = max(worst, self.system.transfers.uncontended_s(self._paths(store), count * g.block_bytes_per_card,
-                                                                   io))
+            worst = max(worst, self.access.block_load_s(self.cache, store, count))
         return worst
+
+    def _copy_from(self, holder, blocks: list, nbytes: float) -> simpy.Event:
+        """Copy ``blocks`` from ``holder``'s HBM into this instance, card by card, once any of them
+        still landing in ``holder`` has landed (its bytes are not there before)."""
+        env, transfers = self.system.env, self.system.transfers
+        paths = self.access.peer_paths(holder, self.cache)
+        landing = [e for e in dict.fromkeys(holder.inflight.get(b) for b in blocks) if e is not None]
+        if not landing:
+            return transfers.move(paths, nbytes, "peer_copy")
+
+        def after_landing():
+            yield simpy.AllOf(env, landing)
+            yield transfers.move(paths, nbytes, "peer_copy")
+
+        return env.process(after_landing())
 
     def _load(self, state: SeqCache, to_load: list) -> simpy.Event:
         """Start the flows that bring ``to_load`` into HBM; the returned event fires when all land."""
-        cache, system = self.cache, self.system
+        cache, system, access = self.cache, self.system, self.access
         g = cache.geometry
-        groups: dict[int, tuple[BlockStore, list]] = {}
+        groups: dict[tuple[int, int], tuple[BlockStore, object, str, list]] = {}
         for block, store in to_load:
-            groups.setdefault(id(store), (store, []))[1].append(block)
+            kind, holder = access.source(cache, store, block)
+            groups.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(block)
         events = []
-        for store, blocks in groups.values():
-            tier = system.tier_of[id(store)]
+        for store, holder, tier, blocks in groups.values():
             for block in blocks:
                 store.lookup(block)
                 store.pin(block)
@@ -173,8 +181,13 @@ class PrefixLoader:
             state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
             state.loaded_bytes += nbytes * g.tp
             system.count(system.bytes_loaded, tier, nbytes * g.tp)
-            io = system.io(store, False, cache.node, g.block_bytes_per_card)
-            group_done = system.transfers.move(self._paths(store), nbytes, "cache_load", io)
+            if holder is None:
+                io = system.io(store, False, cache.node, g.block_bytes_per_card)
+                group_done = system.transfers.move(access.load_paths(cache, store), nbytes, "cache_load", io)
+            else:
+                if tier == "other_domain":
+                    system.count_cross_domain(nbytes * g.tp)
+                group_done = self._copy_from(holder, blocks, nbytes)
 
             def unpin_source(_event, store=store, blocks=blocks):
                 for block in blocks:

@@ -12,9 +12,12 @@ from pydantic import Field, field_validator
 
 from kvsim.spec_types import Bytes, FrozenSpec
 
-__all__ = ["EvictionKind", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
+__all__ = ["EvictionKind", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
 
 EvictionKind = Literal["lru", "lfu", "s3fifo"]
+
+PeerMode = Literal["none", "copy_in", "read_in_place"]
+"""How an instance may use KV blocks held in other instances' HBM (``kv_cache.peer_hbm``)."""
 
 
 class TierSpec(FrozenSpec):
@@ -79,6 +82,19 @@ class KVCacheSpec(FrozenSpec):
         again later (prompt blocks already filed in the HBM cache stay and usually hit again);
         ``swap`` copies its own pages to host DRAM and back when readmitted (no recompute; the
         copies cross PCIe and the DRAM channels like any other transfer).
+    peer_hbm : str
+        Prefix blocks held in *other* instances' HBM (see :mod:`kvsim.serving.cache.access`).
+        ``none`` (default): an instance uses only its own HBM and the tiers below. ``copy_in``:
+        a block in a peer's HBM is a hit, copied into the reader's HBM at admission -- over the
+        scale-up links inside the reader's addressing domain (source ``peer_hbm``), over the
+        message-passing path (NIC / RDMA, or host memory without a scale-up link) from another
+        domain (source ``other_domain``). Copies duplicate bytes: value reuse, not sharing.
+        ``read_in_place``: byte sharing inside a domain (cards with scale-up links only). The
+        domain's HBM is one KV pool with one physical copy of each block, reference-counted,
+        and domain-wide eviction (:mod:`kvsim.serving.cache.domain_pool`); a block homed in a
+        peer is not copied: every engine step of a reader pays the bytes it reads over the
+        scale-up links (:mod:`kvsim.serving.cache.remote_reads`). Across domains a hit is
+        copied as with ``copy_in``.
     """
 
     hbm_eviction: EvictionKind = "lru"
@@ -93,6 +109,7 @@ class KVCacheSpec(FrozenSpec):
     preemption: Literal["recompute", "swap"] = "recompute"
     prewarm: bool = False
     io_size: Bytes | None = None
+    peer_hbm: PeerMode = "none"
 
     @field_validator("io_size")
     @classmethod

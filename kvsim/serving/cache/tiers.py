@@ -17,9 +17,12 @@ from kvsim.kv import BlockStore, KVIndex
 from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
 from kvsim.network.transfers import Transfers
+from kvsim.serving.cache.access import SOURCES, CacheAccess
+from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
+from kvsim.serving.cache.remote_reads import RemoteReads
 from kvsim.serving.cache.spec import KVCacheSpec
 
-__all__ = ["CacheGeometry", "SystemCache", "TIERS"]
+__all__ = ["CacheGeometry", "SystemCache", "TIERS", "SOURCES"]
 
 TIERS = ("hbm", "dram", "nvme", "remote")
 """Tier names, fastest first; a store's rank is its tier's position here."""
@@ -61,7 +64,7 @@ class SystemCache:
 
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
                  transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
-                 pool_names: list[str], pool_bytes: float):
+                 pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None):
         self.env = env
         self.spec = spec
         self.geometry = geometry
@@ -87,10 +90,16 @@ class SystemCache:
         for pool in pool_names:
             self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
                                            "remote", topology.pool_media(pool), None))
-        # bytes by tier, counted when a transfer starts inside the measurement window
-        self.bytes_loaded = dict.fromkeys(TIERS[1:], 0.0)
+        # bytes by source / tier, counted when a transfer starts inside the measurement window
+        self.bytes_loaded = dict.fromkeys(SOURCES[1:], 0.0)
         self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
+        self.cross_domain_bytes = 0.0  # copied from one addressing domain's HBM into another's
         self.window = (transfers.network.window_start_s, transfers.network.window_end_s)
+        self.access = CacheAccess(self)
+        # read in place: each addressing domain's HBM is one pool (capacity in blocks, by domain)
+        self.domain_blocks = dict(domain_blocks or {})
+        self.domain_pools: dict[str, DomainPool] = {}
+        self.remote_reads = RemoteReads(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None) -> BlockStore:
@@ -108,6 +117,21 @@ class SystemCache:
                             self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node)
         self.hbm.append(store)
         return store
+
+    def domain_pool(self, domain: str) -> DomainPool:
+        """The shared HBM pool of addressing domain ``domain`` (``peer_hbm: read_in_place``)."""
+        pool = self.domain_pools.get(domain)
+        if pool is None:
+            g = self.geometry
+            store = DomainStore(f"{domain}.hbm", self.domain_blocks[domain] * g.block_bytes, g.block_bytes,
+                                self.spec.hbm_eviction, None)
+            self.rank[id(store)] = TIERS.index("hbm")
+            self.endpoint[id(store)] = ""
+            self.tier_of[id(store)] = "hbm"
+            self.hbm.append(store)
+            pool = store.pool = DomainPool(domain, self, store)
+            self.domain_pools[domain] = pool
+        return pool
 
     def io(self, store: BlockStore, write: bool, node: str, unit_bytes: float,
            source: BlockStore | None = None) -> IoRequest | None:
@@ -131,6 +155,11 @@ class SystemCache:
         """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
         if self.window[0] <= self.env.now <= self.window[1]:
             table[tier] += nbytes
+
+    def count_cross_domain(self, nbytes: float) -> None:
+        """Add ``nbytes`` copied across an addressing-domain boundary (inside the window)."""
+        if self.window[0] <= self.env.now <= self.window[1]:
+            self.cross_domain_bytes += nbytes
 
     def remote_store(self, block: int) -> BlockStore:
         """The pool node a block lives on (spread by id, as a distributed KV store shards)."""

@@ -1,6 +1,7 @@
 """Writes into the cache: new prompt blocks filed in HBM, copies down to lower tiers
 (write-through at prefill, write-back on eviction), decoded blocks kept for the next turn, and
-eviction when HBM runs short."""
+eviction when HBM runs short (domain-wide with ``peer_hbm: read_in_place``, see
+:mod:`kvsim.serving.cache.domain_pool`)."""
 
 from __future__ import annotations
 
@@ -39,15 +40,21 @@ class CacheWriter:
         first_new = seq.shared_tokens // g.block_tokens
         if full <= first_new:
             return
-        hbm, index = cache.hbm, self.system.index
+        hbm, index, domain = cache.hbm, self.system.index, cache.domain_pool
         new_blocks = []
         for block in seq.hashes[first_new:full]:
             if block in hbm:
-                cache.pool.give(g.pages_per_block)  # computed twice: keep the cached copy
+                # computed twice: keep the cached copy (one per domain: it may be a peer's, then
+                # this sequence reads it in place from now on)
+                cache.pool.give(g.pages_per_block)
+                if domain is not None:
+                    cache.read_remote(seq, block)
             elif index.insert(hbm, block) is None:
                 raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
             else:
                 new_blocks.append(block)
+                if domain is not None:
+                    domain.homed(block, cache)
             hbm.add_reader(block)
             state.blocks.append(block)
         seq.kv_blocks -= (full - first_new) * g.pages_per_block
@@ -105,6 +112,8 @@ class CacheWriter:
             if index.insert(hbm, block) is None:
                 cache.pool.give(g.pages_per_block)
                 break
+            if cache.domain_pool is not None:
+                cache.domain_pool.homed(block, cache)
             new_blocks.append(block)
         if new_blocks and self.system.spec.write_policy == "write_through":
             self.write_down(seq, new_blocks)
@@ -113,6 +122,9 @@ class CacheWriter:
         """Evict unheld cached blocks from HBM to free ``shortfall_pages`` pages -- only if they
         can: a request that cannot be met evicts nothing."""
         cache = self.cache
+        if cache.domain_pool is not None:
+            cache.domain_pool.reclaim(cache, shortfall_pages)
+            return
         g = cache.geometry
         if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
             return
@@ -125,14 +137,17 @@ class CacheWriter:
             victims.append(victim)
         cache.pool.give(len(victims) * g.pages_per_block)
         if victims and self.system.spec.write_policy == "write_back":
-            self._write_back(victims)
+            self.write_back(victims)
 
     def flush(self) -> None:
         """Evict every cached block no one holds (the instance leaves a role that caches)."""
         cache = self.cache
+        if cache.domain_pool is not None:
+            cache.domain_pool.flush(cache)
+            return
         self.reclaim(cache.hbm.evictable_blocks * cache.geometry.pages_per_block)
 
-    def _write_back(self, blocks: list) -> None:
+    def write_back(self, blocks: list) -> None:
         """Write-back: evicted HBM blocks go to the next tier down that lacks them, one flow per
         card and target (from a staging copy: their pages were freed already, i.e. the copy is
         assumed staged)."""

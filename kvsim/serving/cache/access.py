@@ -1,0 +1,184 @@
+"""Who may read which KV store, from which cards, at what cost: the addressing domains of a
+system's cache (DESIGN.md, "Addressing domains" and "Reuse is not sharing").
+
+An *addressing domain* is a set of cards with one physical address space: the cards of one
+scale-up domain of the topology (:meth:`~kvsim.network.topology.Topology.scale_up_domain`: an
+NVLink server, a rack, a UB unit of ``scale_up_domain_nodes`` nodes). An instance whose cards
+have no scale-up link is a domain of its own. Sizing refuses peer access when an instance's
+cards lie in two domains, so every instance belongs to exactly one.
+
+Where a prompt's cached block comes from (its *source*, recorded per request as
+``hit_tokens_<source>``):
+
+========================  ==========================================================================
+``hbm``                   the reader's own HBM (no transfer)
+``peer_hbm``              another instance's HBM in the reader's domain: copied in over the
+                          scale-up links (``peer_hbm: copy_in``), or read in place there by every
+                          step (``read_in_place``: one physical copy per domain, see
+                          :mod:`~kvsim.serving.cache.domain_pool`)
+``other_domain``          an instance's HBM in another domain: copied over the message-passing
+                          path (GPU-Direct RDMA through the NICs, or through host memory), so the
+                          bytes cross the domain boundary and are duplicated in the reader's domain
+``dram``, ``nvme``        the reader's node's host DRAM and local NVMe tiers
+``remote``                the remote pool
+========================  ==========================================================================
+
+Ranking. With ``peer_hbm: none`` the sources rank by tier, fastest first (HBM < DRAM < NVMe <
+remote), as before peers existed. With read in place the reader's "own HBM" is its domain's
+shared store: a block there is never loaded, wherever its home. With peer access on, a block
+held in several places is taken
+from the one with the shortest *estimated load time* of one block into the reader: the
+uncontended time of the flows that would move it (:meth:`~kvsim.network.Transfers.uncontended_s`,
+the estimate the ``faster`` load policy uses), 0 for the reader's own HBM. On catalog hardware
+this orders own HBM < peer HBM (scale-up links, hundreds of GB/s) < host DRAM and other domains
+(PCIe copy engine vs a NIC, tens of GB/s; which comes first depends on the figures) < NVMe and
+the remote pool (per-I/O latency and media rates). Ties go to the store that acquired the block
+first (:meth:`~kvsim.kv.KVIndex.tier_breakdown`). A peer's bytes are read card by card: card
+``c`` of the reader loads its share from card ``c`` of the holder (sizing requires every caching
+instance to have the same cards per instance, so their shares line up).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from kvsim.kv import BlockStore
+
+if TYPE_CHECKING:
+    from kvsim.network.topology import Topology
+    from kvsim.serving.cache.domain_pool import DomainPool
+    from kvsim.serving.cache.instance_cache import InstanceCache
+    from kvsim.serving.cache.tiers import SystemCache
+
+__all__ = ["CacheAccess", "SOURCES", "addressing_domain"]
+
+SOURCES = ("hbm", "peer_hbm", "other_domain", "dram", "nvme", "remote")
+"""Where a cached block may come from (see the module docstring), fastest class first."""
+
+
+def addressing_domain(topology: "Topology", gpus: list[str], index: int) -> str:
+    """The addressing domain of instance ``index`` on cards ``gpus``: its cards' scale-up domain
+    (``su{k}``), or ``instance{index}`` when they have no scale-up link."""
+    return topology.scale_up_domain(gpus[0]) or f"instance{index}"
+
+
+class CacheAccess:
+    """The one place that says which stores an instance may use, where their bytes are, and what
+    a block from each costs (see the module docstring).
+
+    Parameters
+    ----------
+    system : SystemCache
+        The system's stores; instances join with :meth:`register`.
+    """
+
+    def __init__(self, system: "SystemCache"):
+        self.system = system
+        self.peer_mode = system.spec.peer_hbm
+        self.holder: dict[int, "InstanceCache"] = {}   # id(HBM store) -> instance whose cards hold it
+        self.pools: dict[int, "DomainPool"] = {}       # id(domain store) -> its pool (read in place)
+        self.members: dict[str, list["InstanceCache"]] = {}  # domain -> its caching instances
+        self._usable: dict[int, Callable[[BlockStore], bool]] = {}
+        self._rank: dict[int, Callable[[BlockStore], float]] = {}
+
+    def register(self, cache: "InstanceCache") -> str:
+        """Enter ``cache``'s instance (its cards and HBM store); returns its domain's name."""
+        domain = addressing_domain(self.system.topology, cache.gpus, cache.index)
+        if cache.domain_pool is not None:
+            self.pools[id(cache.hbm)] = cache.domain_pool
+        else:
+            self.holder[id(cache.hbm)] = cache
+        self.members.setdefault(domain, []).append(cache)
+        return domain
+
+    # -- who may read what --------------------------------------------------------------------
+
+    def usable(self, reader: "InstanceCache") -> Callable[[BlockStore], bool]:
+        """``usable(store)``: may ``reader`` take blocks from ``store``? Its own HBM, its node's
+        DRAM and NVMe, the remote pool; with peer access, every other instance's HBM too."""
+        known = self._usable.get(id(reader))
+        if known is not None:
+            return known
+        system = self.system
+        tier_of = system.tier_of
+        own_hbm, dram, nvme = reader.hbm, system.dram.get(reader.node), system.nvme.get(reader.node)
+        peers = self.peer_mode != "none"
+
+        def usable(store: BlockStore) -> bool:
+            tier = tier_of[id(store)]
+            if tier == "hbm":
+                return store is own_hbm or peers
+            if tier == "remote":
+                return True
+            return store is dram or store is nvme
+
+        self._usable[id(reader)] = usable
+        return usable
+
+    def rank(self, reader: "InstanceCache") -> Callable[[BlockStore], float]:
+        """``rank(store)``, lower is better: the tier's position without peer access, else the
+        estimated time to load one block from ``store`` into ``reader`` (see the module docstring)."""
+        known = self._rank.get(id(reader))
+        if known is not None:
+            return known
+        system = self.system
+        if self.peer_mode == "none":
+            positions = system.rank
+
+            def rank(store: BlockStore) -> float:
+                return positions[id(store)]
+        else:
+            estimates: dict[int, float] = {}
+
+            def rank(store: BlockStore) -> float:
+                key = id(store)
+                if key not in estimates:
+                    estimates[key] = 0.0 if store is reader.hbm else self.block_load_s(reader, store)
+                return estimates[key]
+
+        self._rank[id(reader)] = rank
+        return rank
+
+    # -- where the bytes are and what they cost ------------------------------------------------
+
+    def source(self, reader: "InstanceCache", store: BlockStore, block=None) -> tuple[str, "InstanceCache | None"]:
+        """What taking ``block`` from ``store`` is for ``reader``: its source name (module
+        docstring) and, for another instance's HBM, that instance. ``reader``'s own store (its
+        domain's, with read in place) is ``hbm``: nothing to load. Another domain's shared store
+        holds each block in its home; without ``block``, its first instance stands for all."""
+        tier = self.system.tier_of[id(store)]
+        if tier != "hbm":
+            return tier, None
+        if store is reader.hbm:
+            return "hbm", None
+        pool = self.pools.get(id(store))
+        if pool is not None:
+            holder = pool.home[block] if block is not None else pool.members[0]
+        else:
+            holder = self.holder[id(store)]
+        return ("peer_hbm" if holder.domain == reader.domain else "other_domain"), holder
+
+    def peer_paths(self, holder: "InstanceCache", reader: "InstanceCache") -> list:
+        """One path per card: card ``c`` of ``holder`` to card ``c`` of ``reader`` (scale-up links
+        inside a domain, the NICs or host memory across domains)."""
+        system = self.system
+        return [system.topology.peer_path(src, dst, system.spec.gpu_direct)
+                for src, dst in zip(holder.gpus, reader.gpus)]
+
+    def load_paths(self, reader: "InstanceCache", store: BlockStore) -> list:
+        """One path per card of ``reader`` from a lower tier's medium into its cards."""
+        system = self.system
+        return [system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
+                for gpu in reader.gpus]
+
+    def block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int = 1) -> float:
+        """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds."""
+        system = self.system
+        per_card = blocks * reader.geometry.block_bytes_per_card
+        kind, holder = self.source(reader, store)
+        if kind == "hbm":
+            return 0.0
+        if holder is not None:
+            return system.transfers.uncontended_s(self.peer_paths(holder, reader), per_card)
+        io = system.io(store, False, reader.node, reader.geometry.block_bytes_per_card)
+        return system.transfers.uncontended_s(self.load_paths(reader, store), per_card, io)
