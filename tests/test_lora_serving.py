@@ -119,6 +119,32 @@ def test_adapter_slots_come_out_of_the_kv_cache_by_hand(built_systems):
     assert slots.load_s == pytest.approx(one / (h100.host_link_bandwidth * h100.efficiency.host_copy))
 
 
+def test_value_reuse_copies_another_adapters_kv_instead_of_computing_it_and_saves_no_bytes():
+    result = _run([_system("none", "{kv_sharing: none}"), _system("value", "{kv_sharing: value_reuse}"),
+                   _system("shared", "{kv_sharing: byte_sharing}")])
+    runs = {run.system: run for run in result.runs}
+    frames = {name: run.records.to_frame() for name, run in runs.items()}
+    doc = 4096
+    none, value, shared = frames["none"], frames["value"], frames["shared"]
+    # no reuse computes each document once per adapter; reuse computes it about once in all (a
+    # request that arrives while the first computation of its document runs computes it too)
+    cold = {name: int((frame.hit_tokens_hbm < doc).sum()) for name, frame in frames.items()}
+    assert cold["none"] == 16 and 2 <= cold["value"] <= 4 and 2 <= cold["shared"] <= 4
+    # value reuse fills each (document, adapter) pair's own copy once, from another adapter's
+    copies = value[(value.loaded_bytes > 0)]
+    block_bytes = 16 * model_catalog()["llama-3.1-8b"].kv_bytes_per_token("bf16")
+    assert len(copies) == 16 - cold["value"] and (copies.loaded_bytes == doc // 16 * block_bytes).all()
+    assert (copies.hit_tokens_hbm == doc).all()
+    assert (shared.loaded_bytes == 0).all() and (none.loaded_bytes == 0).all()
+    # the copies keep one per adapter, as with no reuse: the bytes are not saved
+    assert runs["value"].summary["kv_bytes_peak"] == pytest.approx(runs["none"].summary["kv_bytes_peak"], rel=0.02)
+    assert runs["shared"].summary["kv_bytes_peak"] < 0.5 * runs["value"].summary["kv_bytes_peak"]
+    # and a copy inside the card is much faster than the prefill it replaces
+    copied = value.loc[copies.index]
+    computed = none.loc[copies.index]
+    assert (copied.first_token_s - copied.arrival_s).mean() < 0.5 * (computed.first_token_s - computed.arrival_s).mean()
+
+
 @pytest.mark.parametrize("lora, extra, message", [
     ("{kv_sharing: byte_sharing}", "drop_adapters", "names no adapters"),
     ("{max_loras: 9}", "", "9 slots for 8 adapters"),

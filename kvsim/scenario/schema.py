@@ -250,8 +250,10 @@ class ScenarioSpec(FrozenSpec):
         if lora.kv_sharing != "none" and self.workload.prefix is None:
             problems.append((path + ("kv_sharing",), "the workload has no shared context (workload.prefix: "
                                                      "shared_documents or fixed_hit) to share across adapters"))
-        if lora.kv_sharing == "value_reuse":
-            problems.append((path + ("kv_sharing",), "value_reuse is not modelled yet; use none or byte_sharing"))
+        cache = system.kv_cache
+        if lora.kv_sharing == "value_reuse" and cache is not None and cache.peer_hbm == "read_in_place":
+            problems.append((path + ("kv_sharing",), "value_reuse copies KV into each adapter's own blocks; "
+                                                     "with peer_hbm: read_in_place use byte_sharing"))
         if lora.kv_sharing != "none" and system.kv_cache is None:
             problems.append((path + ("kv_sharing",), "KV is reused through the prefix cache: give kv_cache: {}"))
         return problems

@@ -22,7 +22,7 @@ import numpy as np
 
 from kvsim.serving.sequence import Sequence
 
-__all__ = ["AdapterSlots", "adapter_block_ids"]
+__all__ = ["AdapterSlots", "adapter_block_ids", "value_keys"]
 
 _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constants: salting is a bijection per adapter
 _SALT = np.uint64(0xD1B54A32D192ED03)
@@ -40,6 +40,15 @@ def adapter_block_ids(hashes: np.ndarray | None, adapter: int, shared_blocks: in
         tail *= _MIX
         tail += np.uint64(adapter + 1) * _SALT
     return out
+
+
+def value_keys(hashes: np.ndarray, adapter: int, shared_blocks: int, count: int) -> np.ndarray:
+    """Where else the KV of a request's shared context may sit, for value reuse: row ``k`` lists
+    block ``k``'s ids under the base model and under every other adapter (``shared_blocks`` rows,
+    ``count`` columns). The same value, computed by another adapter, is copied, not shared."""
+    base = np.asarray(hashes[:shared_blocks], dtype=np.int64)
+    columns = [base] + [adapter_block_ids(base, b, 0) for b in range(count) if b != adapter]
+    return np.stack(columns, axis=1) if len(base) else np.empty((0, len(columns)), dtype=np.int64)
 
 
 class AdapterSlots:

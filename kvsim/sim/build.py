@@ -279,7 +279,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                             holder=lambda index: system.instances[index],
                             abort_handoff=handoff.abort if handoff is not None else None,
                             lora_sharing=system_spec.lora.kv_sharing if system_spec.lora is not None else "none",
-                            block_tokens=block_tokens)
+                            block_tokens=block_tokens,
+                            adapter_count=spec.workload.adapters.count if spec.workload.adapters is not None else 0)
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
@@ -392,6 +393,9 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
 
     acc = place.pool.accelerator
     read_Bps = acc.scale_up_bandwidth * acc.efficiency.interconnect if acc.scale_up_bandwidth is not None else None
+    eff = acc.efficiency
+    # a copy inside HBM reads and writes every byte: half the achieved paged-KV rate
+    local_copy_Bps = acc.memory_bandwidth * (eff.kv_memory if eff.kv_memory is not None else eff.memory) / 2
     return InstanceCache(system.cache, index, place.node, list(place.gpus), pages,
                          _geometry(system.sizing, place.pool, block_tokens), recompute_s, record_hits,
-                         record_written, read_Bps)
+                         record_written, read_Bps, local_copy_Bps)

@@ -16,7 +16,7 @@ import simpy
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.models.engine import EngineSpec
 from kvsim.metrics.records import RequestRecords
-from kvsim.serving.adapters import adapter_block_ids
+from kvsim.serving.adapters import adapter_block_ids, value_keys
 from kvsim.serving.instance import Instance
 from kvsim.serving.router import Router
 from kvsim.serving.scheduler import Sequence
@@ -55,6 +55,8 @@ class FrontEnd:
         The system's ``lora.kv_sharing`` (``none``, ``value_reuse``, ``byte_sharing``).
     block_tokens : int
         Tokens per prompt block id (to count a shared context's whole blocks).
+    adapter_count : int
+        LoRA adapters the workload names (value reuse looks for the others' copies).
     engine : EngineSpec, optional
         The request path's costs: a request reaches an instance ``engine.request_in_s(prompt)``
         after it arrives (API server, tokenisation), and its client hears it has finished
@@ -64,7 +66,7 @@ class FrontEnd:
     def __init__(self, env: simpy.Environment, records: RequestRecords, in_system: TimeWeightedLevel,
                  router: Router, entry_instances: Callable[[], list[Instance]], with_hashes: bool,
                  engine: EngineSpec | None = None, timeout_s: float | None = None,
-                 lora_sharing: str = "none", block_tokens: int = 16,
+                 lora_sharing: str = "none", block_tokens: int = 16, adapter_count: int = 0,
                  holder: Callable[[int], Instance] | None = None,
                  abort_handoff: Callable[[Sequence], None] | None = None):
         self.env = env
@@ -81,6 +83,7 @@ class FrontEnd:
         self.with_hashes = with_hashes
         self.lora_sharing = lora_sharing
         self.block_tokens = block_tokens
+        self.adapter_count = adapter_count
         self.submitted = 0
         self.completed = 0
 
@@ -91,17 +94,22 @@ class FrontEnd:
 
         ``adapter`` names its LoRA adapter (-1: the base model) and ``shared_tokens`` how much of
         its prompt is shared context: its KV is the adapter's own, except the shared context's
-        when the system shares bytes across adapters (``lora.kv_sharing: byte_sharing``).
+        when the system shares bytes across adapters (``lora.kv_sharing: byte_sharing``); with
+        ``value_reuse`` the adapter keeps its own copy, filled from another's when one exists.
         """
         rid = self.records.add(self.env.now if arrival_s is None else arrival_s, input_tokens, output_tokens)
         if not self.with_hashes:
             hashes = sequence_hashes = None
         elif adapter >= 0:
-            shared_blocks = shared_tokens // self.block_tokens if self.lora_sharing == "byte_sharing" else 0
-            hashes = adapter_block_ids(hashes, adapter, shared_blocks)
-            sequence_hashes = adapter_block_ids(sequence_hashes, adapter, shared_blocks)
+            shared_blocks = shared_tokens // self.block_tokens
+            keep = shared_blocks if self.lora_sharing == "byte_sharing" else 0
+            base = hashes
+            hashes = adapter_block_ids(hashes, adapter, keep)
+            sequence_hashes = adapter_block_ids(sequence_hashes, adapter, keep)
         seq = Sequence(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
                        sequence_hashes=sequence_hashes)
+        if adapter >= 0 and self.lora_sharing == "value_reuse" and hashes is not None and shared_blocks:
+            seq.value_keys = value_keys(base, adapter, shared_blocks, self.adapter_count)
         if adapter >= 0:
             seq.adapter = adapter
             self.records.adapter[rid] = adapter

@@ -65,6 +65,9 @@ class InstanceCache(AdmissionHook):
     remote_read_Bps : float or None
         Per card, the rate of KV reads in place from a peer's HBM (scale-up bandwidth x the
         link's efficiency); None without a scale-up link.
+    local_copy_Bps : float or None
+        Per card, the rate of a copy from one place in its HBM to another (LoRA value reuse: an
+        adapter's copy of a shared context filled from another adapter's).
 
     :meth:`attach` connects it to its instance's scheduler and engine-loop alarm. With
     ``peer_hbm: read_in_place`` its ``hbm`` is its addressing domain's shared store and
@@ -74,8 +77,10 @@ class InstanceCache(AdmissionHook):
     def __init__(self, system: SystemCache, index: int, node: str, gpus: list[str], pool: BlockPool,
                  geometry: CacheGeometry, recompute_s: Callable[[int, int], float],
                  record_hits: Callable[[Sequence, str, int, float], None],
-                 record_written: Callable[[Sequence, float], None], remote_read_Bps: float | None = None):
+                 record_written: Callable[[Sequence, float], None], remote_read_Bps: float | None = None,
+                 local_copy_Bps: float | None = None):
         self.system = system
+        self.local_copy_Bps = local_copy_Bps  # copies inside its own HBM (LoRA value reuse), B/s per card
         self.index = index
         self.node = node
         self.gpus = gpus

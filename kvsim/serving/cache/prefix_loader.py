@@ -77,11 +77,11 @@ class PrefixLoader:
                 n = local
         held = []
         pending: dict[int, simpy.Event] = {}
-        to_load = []
+        to_load = []  # (block, source store, the id it has there)
         for k in range(n):
             block = hashes[k]
             if sources[k] is not hbm:
-                to_load.append((block, sources[k]))
+                to_load.append((block, sources[k], block))
                 continue
             hbm.lookup(block)
             hbm.add_reader(block)
@@ -89,6 +89,10 @@ class PrefixLoader:
             event = cache.inflight.get(block)
             if event is not None:
                 pending[id(event)] = event
+        if seq.value_keys is not None and n == len(sources):  # (not cut short by the load policy)
+            copies = self._value_copies(seq, n, eligible, usable, rank)
+            to_load += copies
+            n += len(copies)
         if to_load and not cache.pool.take(len(to_load) * g.pages_per_block):
             for block in held:
                 hbm.drop_reader(block)
@@ -102,7 +106,7 @@ class PrefixLoader:
         if remote:
             state.hits["peer_hbm"] = remote * g.block_tokens
         domain = cache.domain_pool
-        for block, _ in to_load:
+        for block, _, _ in to_load:
             # the copy lands in this HBM; the transfer pins it until the bytes are there
             if index.insert(hbm, block) is None:
                 raise RuntimeError("HBM cache index refused a block it had pages for")
@@ -132,6 +136,23 @@ class PrefixLoader:
 
         done.callbacks.append(layer_tail)
         return "run"
+
+    def _value_copies(self, seq: Sequence, n: int, eligible: int, usable, rank) -> list:
+        """LoRA value reuse: after the blocks cached under the request's own adapter, each next
+        block of its shared context that another adapter (or the base model) has computed, as
+        ``(own id, source store, id there)``: the value is copied into a block of its own."""
+        index, keys = self.system.index, seq.value_keys
+        out = []
+        for k in range(n, min(len(keys), eligible)):
+            found = None
+            for key in keys[k].tolist():
+                if index.longest_prefix([key], usable) == 1:
+                    found = (seq.hashes[k], index.tier_breakdown([key], 1, rank, usable)[0], key)
+                    break
+            if found is None:
+                break
+            out.append(found)
+        return out
 
     def _ungate_after(self, seq: Sequence, state: SeqCache, delay_s: float):
         yield self.system.env.timeout(delay_s)
@@ -169,9 +190,9 @@ class PrefixLoader:
         cache, system, access = self.cache, self.system, self.access
         g = cache.geometry
         groups: dict[tuple[int, int], tuple[BlockStore, object, str, list]] = {}
-        for block, store in to_load:
-            kind, holder = access.source(cache, store, block)
-            groups.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(block)
+        for block, store, source_id in to_load:
+            kind, holder = access.source(cache, store, source_id)
+            groups.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(source_id)
         events = []
         for store, holder, tier, blocks in groups.values():
             for block in blocks:
@@ -180,11 +201,14 @@ class PrefixLoader:
             nbytes = len(blocks) * g.block_bytes_per_card
             state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
             state.loaded_bytes += nbytes * g.tp
-            system.count(system.bytes_loaded, tier, nbytes * g.tp)
-            if holder is None:
+            if store is cache.hbm:  # another adapter's copy in this HBM: a copy inside the card
+                group_done = system.env.timeout(nbytes / cache.local_copy_Bps)
+            elif holder is None:
+                system.count(system.bytes_loaded, tier, nbytes * g.tp)
                 io = system.io(store, False, cache.node, g.block_bytes_per_card)
                 group_done = system.transfers.move(access.load_paths(cache, store), nbytes, "cache_load", io)
             else:
+                system.count(system.bytes_loaded, tier, nbytes * g.tp)
                 if tier == "other_domain":
                     system.count_cross_domain(nbytes * g.tp)
                 group_done = self._copy_from(holder, blocks, nbytes)
@@ -196,10 +220,10 @@ class PrefixLoader:
             group_done.callbacks.append(unpin_source)
             events.append(group_done)
         done = events[0] if len(events) == 1 else simpy.AllOf(system.env, events)
-        loaded = [b for b, _ in to_load]
+        loaded = [b for b, _, _ in to_load]
         for block in loaded:
             cache.inflight[block] = done
-        promote = [b for b, store in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
+        promote = [b for b, store, _ in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
 
         def landed(_event):
             for block in loaded:
