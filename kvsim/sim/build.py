@@ -26,7 +26,7 @@ from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
 from kvsim.serving.instance import Instance, SystemCounters
-from kvsim.serving.router import ROUTERS
+from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
@@ -235,17 +235,19 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     if cache_spec is not None:
         system.cache = _build_cache(env, system, sizing, [p for p, c in zip(system.placements, caching) if c],
                                     block_tokens)
-        if cache_spec.prewarm:
-            system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     entry = system.entry_role
-    system.front = FrontEnd(env, records, system.in_system,
-                            ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
+    # before the prewarm: a cache-aware router with a delayed view follows the index from its start
+    router = make_router(system_spec.prefill_router if entry == "prefill" else system_spec.router, system.cache,
+                         system_spec.cache_aware, lambda: env.now)
+    if cache_spec is not None and cache_spec.prewarm:
+        system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
+    system.front = FrontEnd(env, records, system.in_system, router,
                             lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
                             engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
                             holder=lambda index: system.instances[index])
     if sizing.disaggregated:
         system.handoff = KVHandoff(
-            env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
+            env, system_spec.kv_handoff, system.transfers, records, make_router(system_spec.decode_router),
             lambda: system.role_instances("decode"),
             lambda inst: system.placements[inst.index].pool.kv_bytes_per_token_per_card, sizing.model.num_layers)
     handoff = system.handoff
