@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.metrics.cache_summary import bound_resource, cache_summary
+from kvsim.metrics.routing_summary import routing_summary
 from kvsim.metrics.summary import summarize
 from kvsim.scenario.load import ScenarioPoint
 from kvsim.serving.cache import TIERS
@@ -42,6 +43,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
             tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}
             for tier in TIERS}
         summary["cache"] = summary_cache
+        summary["routing"] = _routing(system, warmup, summary_cache["hit_rate"]["total"])
     if system.sizing.disaggregated:
         summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
                                    links, system.controller.switches, system.instances)
@@ -56,6 +58,24 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         decisions=system.controller.decisions if system.controller is not None else [],
         switches=system.controller.switches if system.controller is not None else [],
     )
+
+
+def _routing(system: System, window_start_s: float, token_hit_rate: float) -> dict[str, Any]:
+    """Hit rate against the infinite-cache bound, and load balance over the entry instances."""
+    front = system.front
+    entry = system.entry_role
+    out = routing_summary(system.records, window_start_s, front.prompt_hashes, front.held_hashes,
+                          system.cache.geometry.block_tokens,
+                          "prefill_instance" if entry == "prefill" else "instance",
+                          [k for k, p in enumerate(system.placements) if p.role == entry], token_hit_rate)
+    router = front.router
+    out["router"] = type(router).__name__
+    if hasattr(router, "guarded"):
+        out["load_guard_decisions"] = router.guarded
+    spec = getattr(router, "spec", None)
+    if spec is not None:
+        out["staleness_s"] = spec.staleness
+    return out
 
 
 def _links(system: System) -> list[dict[str, Any]]:

@@ -65,6 +65,10 @@ class FrontEnd:
         self.router = router
         self.entry_instances = entry_instances
         self.with_hashes = with_hashes
+        # per request id, its prompt's block ids and those it leaves cached (prompt + output when
+        # the workload gives them): for the infinite-cache bound of the routing summary
+        self.prompt_hashes: list[Any] = []
+        self.held_hashes: list[Any] = []
         self.submitted = 0
         self.completed = 0
 
@@ -74,6 +78,9 @@ class FrontEnd:
         rid = self.records.add(self.env.now if arrival_s is None else arrival_s, input_tokens, output_tokens)
         if not self.with_hashes:
             hashes = sequence_hashes = None
+        else:
+            self.prompt_hashes.append(hashes)
+            self.held_hashes.append(sequence_hashes if sequence_hashes is not None else hashes)
         seq = Sequence(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
                        sequence_hashes=sequence_hashes)
         self.in_system.set(self.env.now, self.in_system.value + 1)
