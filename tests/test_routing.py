@@ -4,6 +4,7 @@ against the infinite-cache bound is in ``test_routing_bound.py``."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from types import SimpleNamespace
 
@@ -311,3 +312,50 @@ def test_a_stale_router_routes_by_what_it_saw():
 ])
 def test_bad_routing_input_is_refused_with_file_line_and_field(refused, system, fragment):
     assert fragment in refused(system)
+
+
+# ---------------------------------------------------------------------------------------------
+# in a run
+# ---------------------------------------------------------------------------------------------
+
+DOCUMENTS = """
+name: documents
+seed: 3
+duration: 20 s
+warmup: 5 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 12/s}
+  prefix: {kind: shared_documents, documents: 200, zipf_s: 0.6, document_tokens: {kind: fixed, value: 4096},
+           suffix_tokens: {kind: fixed, value: 128}}
+  output_tokens: {kind: fixed, value: 16}
+systems:
+  live: {node: h20-8x, instances: 4, router: cache_aware, kv_cache: {dram: {capacity: 64 GiB}}}
+  zero: {node: h20-8x, instances: 4, router: cache_aware, cache_aware: {staleness: 0 s},
+         kv_cache: {dram: {capacity: 64 GiB}}}
+  stale: {node: h20-8x, instances: 4, router: cache_aware, cache_aware: {staleness: 2 s},
+          kv_cache: {dram: {capacity: 64 GiB}}}
+"""
+
+
+def _digest(records) -> str:
+    digest = hashlib.sha256()
+    for name in records.fields:
+        digest.update(records.column(name).tobytes())
+    return digest.hexdigest()
+
+
+def test_a_zero_staleness_is_the_live_index_and_runs_repeat_bit_for_bit():
+    import kvsim
+
+    result = kvsim.run(kvsim.parse_scenario(DOCUMENTS, "d.yaml"))
+    digest = {name: _digest(result.run(name).records) for name in ("live", "zero", "stale")}
+    # two systems built apart from the same settings (staleness 0 given or left out) route alike
+    assert digest["zero"] == digest["live"]
+    assert digest["stale"] != digest["live"]
+    routing = {name: result.run(name).summary["routing"] for name in digest}
+    # one request stream, one bound
+    assert len({r["token_hit_rate_infinite_cache"] for r in routing.values()}) == 1
+    assert routing["live"]["staleness_s"] == 0.0 and routing["stale"]["staleness_s"] == 2.0
+    for r in routing.values():
+        assert r["token_hit_rate"] <= r["token_hit_rate_infinite_cache"] + 1e-12
