@@ -116,7 +116,8 @@ def routing_summary(records: RequestRecords, window_start_s: float, lookups: Seq
         The indices of the instances the router chose among (those that got nothing count too;
         an instance that took requests after a role switch is added).
     token_hit_rate : float
-        The run's achieved token hit rate (``cache.hit_rate.total``), for the gap.
+        The run's achieved token hit rate (``cache.hit_rate.total``; 0 for a system without a KV
+        cache), for the gap.
 
     Returns
     -------

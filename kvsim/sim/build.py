@@ -74,6 +74,8 @@ class System:
         Where requests enter and leave.
     records, counters, in_system
         What the run measures.
+    block_tokens : int
+        Tokens per prefix-hash block of the workload (a cache block).
     """
 
     def __init__(self, env: simpy.Environment, name: str, sizing: SystemSizing, window_start_s: float,
@@ -93,6 +95,7 @@ class System:
         self.hooks: dict[tuple[int, str], object] = {}  # (instance, role) -> its hook in that role
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
         self.timeseries: list[dict] = []
+        self.block_tokens = 0
         self.topology: Topology
         self.network: FlowNetwork
         self.transfers: Transfers
@@ -215,6 +218,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     """
     warmup, duration = spec.warmup, spec.duration
     system = System(env, sizing.name, sizing, warmup, duration, records)
+    system.block_tokens = block_tokens
     system_spec = sizing.spec
     pool_nodes = []
     cache_spec = system_spec.kv_cache

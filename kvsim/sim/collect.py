@@ -43,7 +43,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
             tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}
             for tier in TIERS}
         summary["cache"] = summary_cache
-        summary["routing"] = _routing(system, warmup, summary_cache["hit_rate"]["total"])
+    summary["routing"] = _routing(system, warmup, summary["cache"]["hit_rate"]["total"] if cache is not None else 0.0)
     if system.sizing.disaggregated:
         summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
                                    links, system.controller.switches, system.instances)
@@ -65,7 +65,7 @@ def _routing(system: System, window_start_s: float, token_hit_rate: float) -> di
     front = system.front
     entry = system.entry_role
     out = routing_summary(system.records, window_start_s, front.prompt_hashes, front.held_hashes,
-                          system.cache.geometry.block_tokens,
+                          system.block_tokens,
                           "prefill_instance" if entry == "prefill" else "instance",
                           [k for k, p in enumerate(system.placements) if p.role == entry], token_hit_rate)
     router = front.router

@@ -66,7 +66,8 @@ class FrontEnd:
         self.entry_instances = entry_instances
         self.with_hashes = with_hashes
         # per request id, its prompt's block ids and those it leaves cached (prompt + output when
-        # the workload gives them): for the infinite-cache bound of the routing summary
+        # the workload gives them), whether the system caches or not: for the infinite-cache
+        # bound of the routing summary
         self.prompt_hashes: list[Any] = []
         self.held_hashes: list[Any] = []
         self.submitted = 0
@@ -76,11 +77,10 @@ class FrontEnd:
                sequence_hashes: Any = None, on_finish: Callable[[Sequence, float], None] | None = None) -> int:
         """A request arrives now (recorded at ``arrival_s`` if given); returns its id."""
         rid = self.records.add(self.env.now if arrival_s is None else arrival_s, input_tokens, output_tokens)
+        self.prompt_hashes.append(hashes)
+        self.held_hashes.append(sequence_hashes if sequence_hashes is not None else hashes)
         if not self.with_hashes:
             hashes = sequence_hashes = None
-        else:
-            self.prompt_hashes.append(hashes)
-            self.held_hashes.append(sequence_hashes if sequence_hashes is not None else hashes)
         seq = Sequence(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
                        sequence_hashes=sequence_hashes)
         self.in_system.set(self.env.now, self.in_system.value + 1)
