@@ -13,6 +13,9 @@ and go to the store directly.
 
 Determinism: a block's locations are kept in the order the stores acquired it (a dict, not a
 set), and ties in rank go to the earliest.
+
+Watchers (:meth:`KVIndex.watch`) hear of every change of membership, one call per block and
+store, as it happens: a router that sees the index with a delay keeps its own copy from them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class KVIndex:
     def __init__(self) -> None:
         # Inner dicts are ordered sets keyed by store (stores hash by identity).
         self._where: dict[Block, dict[BlockStore, None]] = {}
+        self._watchers: list[Callable[[Block, BlockStore, bool], None]] = []
 
     def __len__(self) -> int:
         """Distinct blocks held somewhere."""
@@ -42,22 +46,32 @@ class KVIndex:
 
     # -- raw bookkeeping ------------------------------------------------------------------------
 
+    def watch(self, watcher: Callable[[Block, BlockStore, bool], None]) -> None:
+        """Call ``watcher(block, store, added)`` on every change of membership from now on."""
+        self._watchers.append(watcher)
+
     def add(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` holds ``block`` (idempotent)."""
         where = self._where.get(block)
         if where is None:
             self._where[block] = {store: None}
+        elif store in where:
+            return
         else:
             where[store] = None
+        for watcher in self._watchers:
+            watcher(block, store, True)
 
     def discard(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` no longer holds ``block`` (no error if it was not recorded)."""
         where = self._where.get(block)
-        if where is None:
+        if where is None or store not in where:
             return
-        where.pop(store, None)
+        del where[store]
         if not where:
             del self._where[block]
+        for watcher in self._watchers:
+            watcher(block, store, False)
 
     def locations(self, block: Block) -> tuple[BlockStore, ...]:
         """Stores holding ``block``, in the order they acquired it; ``()`` if none."""

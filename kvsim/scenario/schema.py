@@ -12,7 +12,8 @@ from pydantic import Field
 
 from kvsim.models.engine import EngineSpec
 from kvsim.serving.cache.spec import KVCacheSpec
-from kvsim.serving.specs import ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec, RouterKind
+from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec,
+                                  RouterKind)
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
 
@@ -55,7 +56,8 @@ class SystemSpec(FrozenSpec):
     ``kv_dtype`` default to the scenario's and apply to every pool. ``router`` routes requests
     among mixed instances; ``prefill_router`` and ``decode_router`` among prefill and decode
     instances. ``kv_cache`` (prefix caching and offload) applies to the instances that compute
-    prompts: mixed and prefill. ``lora`` says how it serves the workload's LoRA adapters.
+    prompts: mixed and prefill. ``cache_aware`` holds the settings of a ``cache_aware`` router
+    (which reads the cluster KV index, so it needs ``kv_cache``). ``lora`` says how it serves the workload's LoRA adapters.
     """
 
     node: str | None = None
@@ -66,6 +68,7 @@ class SystemSpec(FrozenSpec):
     router: RouterKind = "least_outstanding"
     prefill_router: RouterKind = "least_prompt_tokens"
     decode_router: RouterKind = "most_free_kv"
+    cache_aware: CacheAwareSpec | None = None
     kv_handoff: HandoffSpec = Field(default_factory=HandoffSpec)
     scale_up_domain_nodes: int = Field(default=1, ge=1)
     controller: ControllerSpec | None = None
@@ -135,6 +138,23 @@ class SystemSpec(FrozenSpec):
             problems.append((("pools",), "a decode pool needs a prefill pool to hand it prompts' KV"))
         elif "prefill" in roles and "decode" not in roles:
             problems.append((("pools",), "a prefill pool needs a decode pool to hand its prompts' KV to"))
+        return problems
+
+    def routing_problems(self) -> list[tuple[tuple[str, ...], str]]:
+        """Problems with the routers given the system's shape and cache."""
+        problems: list[tuple[tuple[str, ...], str]] = []
+        entry = "prefill_router" if self.disaggregated else "router"
+        if self.decode_router == "cache_aware":
+            problems.append((("decode_router",), "cache_aware routes to the instances that compute prompts "
+                                                 "(router, or prefill_router when disaggregated); decode "
+                                                 "instances cache nothing"))
+        aware = getattr(self, entry) == "cache_aware"
+        if aware and self.kv_cache is None:
+            problems.append(((entry,), "cache_aware reads the cluster KV index: give the system a kv_cache "
+                                       "(kv_cache: {} caches prefixes in HBM only)"))
+        if self.cache_aware is not None and not aware:
+            problems.append((("cache_aware",), f"settings of the cache_aware router, but this system's {entry} is "
+                                               f"{getattr(self, entry)}: set {entry}: cache_aware or drop them"))
         return problems
 
     def controller_problems(self, slo: "SloSpec") -> list[tuple[tuple[str, ...], str]]:
@@ -289,7 +309,8 @@ class ScenarioSpec(FrozenSpec):
                     if system not in self.systems:
                         problems.append((("study", "configs", label), f"{system!r} is not one of the systems"))
         for name, system in self.systems.items():
-            for path, message in system.shape_problems() + system.controller_problems(self.slo):
+            for path, message in (system.shape_problems() + system.controller_problems(self.slo)
+                                  + system.routing_problems()):
                 problems.append((("systems", name) + path, message))
             problems += self._lora_problems(name, system)
         rate = getattr(self.workload.arrival, "rate", None)

@@ -193,6 +193,17 @@ class Instance:
         return self.scheduler.pending_prompt_tokens
 
     @property
+    def held_kv_tokens(self) -> int:
+        """KV tokens of the requests assigned here and not finished: prompt plus tokens generated
+        so far, whether admitted yet or not (what a KV-aware router counts as decode load)."""
+        s = self.scheduler
+        total = 0
+        for group in (s.waiting, s.running, s.loading.values()):
+            for seq in group:
+                total += seq.prompt_tokens + seq.generated
+        return total
+
+    @property
     def free_kv_tokens(self) -> int:
         return self.pool.free_blocks * self.pool.block_size_tokens
 

@@ -2,16 +2,20 @@
 
 Every router has one method, ``choose(instances, seq=None) -> index`` into the list it is given
 (the instances currently in that role), ``seq`` being the request to place. Ties are broken by
-the lowest index, so routing is deterministic.
+the lowest index, so routing is deterministic. The ``cache_aware`` router, which reads the
+cluster KV index, lives in :mod:`kvsim.serving.cache_router`; :func:`make_router` builds any kind.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol, Sequence as Seq
 
+from kvsim.serving.cache_router import CacheAwareRouter
+from kvsim.serving.specs import CacheAwareSpec
+
 __all__ = [
     "Router", "RoundRobinRouter", "LeastOutstandingRouter", "LeastPromptTokensRouter", "MostFreeKVRouter",
-    "PrefixAwareRouter", "ROUTERS",
+    "PrefixAwareRouter", "ROUTERS", "make_router",
 ]
 
 
@@ -24,6 +28,9 @@ class Routable(Protocol):
 
     @property
     def free_kv_tokens(self) -> int: ...
+
+    @property
+    def held_kv_tokens(self) -> int: ...
 
     def cached_prefix_tokens(self, seq: Any) -> int: ...
 
@@ -91,4 +98,14 @@ ROUTERS = {
     "least_prompt_tokens": LeastPromptTokensRouter, "most_free_kv": MostFreeKVRouter,
     "prefix_aware": PrefixAwareRouter,
 }
-"""Router ``kind`` in a scenario -> class."""
+"""Router ``kind`` in a scenario -> class, for the kinds that need nothing to be built."""
+
+
+def make_router(kind: str, cache: Any = None, spec: Any = None, clock: Any = None) -> Router:
+    """A router of ``kind``; ``cache_aware`` needs the system's cache (a
+    :class:`~kvsim.serving.cache.SystemCache`), its spec (default settings if None) and the clock."""
+    if kind == "cache_aware":
+        if cache is None:
+            raise ValueError("the cache_aware router reads the cluster KV index: the system needs a kv_cache")
+        return CacheAwareRouter(cache, spec if spec is not None else CacheAwareSpec(), clock)
+    return ROUTERS[kind]()

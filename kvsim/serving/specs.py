@@ -10,12 +10,70 @@ from pydantic import Field
 from kvsim.spec_types import Bytes, Fraction, FrozenSpec, Seconds
 
 __all__ = [
-    "InstanceSpec", "RouterKind", "Role", "PoolSpec", "HandoffSpec", "ROLES", "Signal", "SIGNALS",
+    "InstanceSpec", "RouterKind", "CacheAwareSpec", "Role", "PoolSpec", "HandoffSpec", "ROLES", "Signal", "SIGNALS",
     "StaticController", "ThresholdController", "ProportionalController", "ControllerSpec", "LoraSpec",
 ]
 
-RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv", "prefix_aware"]
+RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv", "prefix_aware",
+                     "cache_aware"]
 """How a router picks an instance among those of one role (see :mod:`kvsim.serving.router`)."""
+
+
+class CacheAwareSpec(FrozenSpec):
+    """Settings of the ``cache_aware`` router (:class:`~kvsim.serving.cache_router.CacheAwareRouter`).
+
+    The router sends a request where serving it is expected to cost least, in tokens, as NVIDIA
+    Dynamo's KV router does (cost = ``prefill_load_scale`` x max(0, prompt tokens queued there +
+    this prompt - credited cached tokens) + ``decode_weight`` x KV tokens of the requests it
+    holds; Dynamo docs, "Routing Concepts" / "Configuration and Tuning", router v1.3; code
+    ``ai-dynamo/dynamo`` ``lib/kv-router/src/scheduling/selector/default.rs``). A cached block is
+    credited by the tier the instance would load it from; the defaults are Dynamo's.
+
+    Attributes
+    ----------
+    staleness : float
+        Seconds between refreshes of the router's view of the cluster KV index: it sees the index
+        as it was at the last refresh (0 to ``staleness`` old). 0 (default) reads the live index,
+        an idealisation: real routers learn of cache changes from engine events a little later.
+    hbm_credit : float
+        Credit per block in the instance's own HBM (Dynamo ``overlap_score_credit``, 1.0).
+    dram_credit : float
+        Per block in its node's host DRAM tier (Dynamo ``host_cache_hit_weight``, 0.75).
+    nvme_credit : float
+        Per block in its node's NVMe tier (Dynamo ``disk_cache_hit_weight``, 0.25).
+    remote_credit : float
+        Per block in the remote pool (Dynamo ``shared_cache_multiplier``, 0.5, marked
+        experimental there).
+    prefill_load_scale : float
+        Weight of the prompt tokens to compute (Dynamo ``prefill_load_scale``, 1.0).
+    decode_weight : float
+        Weight of the KV tokens of the requests an instance holds (Dynamo adds its decode blocks
+        with weight 1).
+    cache_threshold : float
+        A candidate's cached prefix counts only if it is more than this fraction of the prompt;
+        a smaller match (a shared system prompt, say) is ignored and the request goes by load.
+        SGLang's cache-aware router does the same (``cache_threshold``, default 0.3): below it,
+        it sends the request to the instance with the least cached rather than chasing a short
+        match, which would pile every new conversation onto the few instances that hold the
+        common first blocks. 0 credits every match, as Dynamo does.
+    balance_abs_threshold, balance_rel_threshold : int, float
+        Load guard, as SGLang's cache-aware router (``sgl-router`` ``policies/cache_aware.rs``;
+        defaults 64 and 1.5 there): when the most and least loaded candidates differ by more
+        than ``balance_abs_threshold`` outstanding requests *and* the most exceeds
+        ``balance_rel_threshold`` times the least, the request goes to the least loaded
+        instance whatever is cached, so a hot prefix cannot pile work onto one instance.
+    """
+
+    staleness: Seconds = 0.0
+    hbm_credit: float = Field(default=1.0, ge=0.0, le=1.0)
+    dram_credit: float = Field(default=0.75, ge=0.0, le=1.0)
+    nvme_credit: float = Field(default=0.25, ge=0.0, le=1.0)
+    remote_credit: float = Field(default=0.5, ge=0.0, le=1.0)
+    prefill_load_scale: float = Field(default=1.0, gt=0.0)
+    decode_weight: float = Field(default=1.0, ge=0.0)
+    cache_threshold: float = Field(default=0.3, ge=0.0, lt=1.0)
+    balance_abs_threshold: int = Field(default=64, ge=0)
+    balance_rel_threshold: float = Field(default=1.5, ge=1.0)
 
 Role = Literal["mixed", "prefill", "decode"]
 """What an instance does: ``mixed`` serves whole requests (colocated prefill and decode);

@@ -31,7 +31,7 @@ from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
 from kvsim.serving.instance import Instance, SystemCounters
-from kvsim.serving.router import ROUTERS
+from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
@@ -79,6 +79,8 @@ class System:
         Where requests enter and leave.
     records, counters, in_system
         What the run measures.
+    block_tokens : int
+        Tokens per prefix-hash block of the workload (a cache block).
     """
 
     def __init__(self, env: simpy.Environment, name: str, sizing: SystemSizing, window_start_s: float,
@@ -99,6 +101,7 @@ class System:
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
         self.domain_levels: DomainLevels | None = None  # HBM bytes per addressing domain (with a cache)
         self.timeseries: list[dict] = []
+        self.block_tokens = 0
         self.topology: Topology
         self.network: FlowNetwork
         self.transfers: Transfers
@@ -242,6 +245,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     """
     warmup, duration = spec.warmup, spec.duration
     system = System(env, sizing.name, sizing, warmup, duration, records)
+    system.block_tokens = block_tokens
     system_spec = sizing.spec
     pool_nodes = []
     cache_spec = system_spec.kv_cache
@@ -262,18 +266,20 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     if cache_spec is not None:
         system.cache = _build_cache(env, system, sizing, [(i, p) for i, (p, c) in enumerate(
             zip(system.placements, caching)) if c], block_tokens)
-        if cache_spec.prewarm:
-            system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     if sizing.disaggregated:
         system.handoff = KVHandoff(
-            env, system_spec.kv_handoff, system.transfers, records, ROUTERS[system_spec.decode_router](),
+            env, system_spec.kv_handoff, system.transfers, records, make_router(system_spec.decode_router),
             lambda: system.role_instances("decode"),
             lambda inst, tokens: _held_kv_bytes_per_card(system.placements[inst.index].pool, tokens),
             sizing.model.num_layers)
     handoff = system.handoff
     entry = system.entry_role
-    system.front = FrontEnd(env, records, system.in_system,
-                            ROUTERS[system_spec.prefill_router if entry == "prefill" else system_spec.router](),
+    # before the prewarm: a cache-aware router with a delayed view follows the index from its start
+    router = make_router(system_spec.prefill_router if entry == "prefill" else system_spec.router, system.cache,
+                         system_spec.cache_aware, lambda: env.now)
+    if cache_spec is not None and cache_spec.prewarm:
+        system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
+    system.front = FrontEnd(env, records, system.in_system, router,
                             lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
                             engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
                             holder=lambda index: system.instances[index],

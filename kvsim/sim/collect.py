@@ -7,6 +7,7 @@ from typing import Any
 
 from kvsim.metrics.cache_summary import bound_resource, busiest_links, cache_summary
 from kvsim.metrics.domain_summary import domain_summary, scale_up_summary
+from kvsim.metrics.routing_summary import routing_summary
 from kvsim.metrics.summary import summarize
 from kvsim.scenario.load import ScenarioPoint
 from kvsim.serving.cache import TIERS
@@ -54,6 +55,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
             for tier in TIERS}
         summary_cache["domains"] = _domains(system, span, summary_cache["hit_tokens"])
         summary["cache"] = summary_cache
+    summary["routing"] = _routing(system, warmup, summary["cache"]["hit_rate"]["total"] if cache is not None else 0.0)
     if system.sizing.disaggregated:
         summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
                                    links, system.controller.switches, system.instances)
@@ -75,6 +77,24 @@ def _pool_bytes(pool) -> float:
     """KV bytes one instance of ``pool`` holds when its page pool is full (all its cards)."""
     return (pool.kv_blocks_per_instance * pool.spec.instance.block_size_tokens * pool.kv_bytes_per_token_per_card
             * pool.layout.cards)
+
+
+def _routing(system: System, window_start_s: float, token_hit_rate: float) -> dict[str, Any]:
+    """Hit rate against the infinite-cache bound, and load balance over the entry instances."""
+    front = system.front
+    entry = system.entry_role
+    out = routing_summary(system.records, window_start_s, front.prompt_hashes, front.held_hashes,
+                          system.block_tokens,
+                          "prefill_instance" if entry == "prefill" else "instance",
+                          [k for k, p in enumerate(system.placements) if p.role == entry], token_hit_rate)
+    router = front.router
+    out["router"] = type(router).__name__
+    if hasattr(router, "guarded"):
+        out["load_guard_decisions"] = router.guarded
+    spec = getattr(router, "spec", None)
+    if spec is not None:
+        out["staleness_s"] = spec.staleness
+    return out
 
 
 def _links(system: System) -> list[dict[str, Any]]:

@@ -84,6 +84,11 @@ class FrontEnd:
         self.lora_sharing = lora_sharing
         self.block_tokens = block_tokens
         self.adapter_count = adapter_count
+        # per request id, its prompt's block ids and those it leaves cached (prompt + output when
+        # the workload gives them), whether the system caches or not: for the infinite-cache
+        # bound of the routing summary
+        self.prompt_hashes: list[Any] = []
+        self.held_hashes: list[Any] = []
         self.submitted = 0
         self.completed = 0
 
@@ -98,6 +103,8 @@ class FrontEnd:
         ``value_reuse`` the adapter keeps its own copy, filled from another's when one exists.
         """
         rid = self.records.add(self.env.now if arrival_s is None else arrival_s, input_tokens, output_tokens)
+        self.prompt_hashes.append(hashes)
+        self.held_hashes.append(sequence_hashes if sequence_hashes is not None else hashes)
         if not self.with_hashes:
             hashes = sequence_hashes = None
         elif adapter >= 0:
