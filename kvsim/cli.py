@@ -165,6 +165,15 @@ def _run(args: argparse.Namespace) -> int:
         (out / "pd.md").write_text(markdown, encoding="utf-8")
         frame.to_csv(out / "pd.csv", index=False)
         written += [out / "pd.md", out / "pd.csv"] + pd_figures(result, out, frame)
+    elif scenario.spec.study is not None and scenario.spec.study.kind == "options":
+        from kvsim.report.options import options_figure, options_frame, options_markdown
+
+        frame = options_frame(result)
+        markdown = options_markdown(result, frame)
+        print(markdown)
+        (out / "options.md").write_text(markdown, encoding="utf-8")
+        frame.to_csv(out / "options.csv", index=False)
+        written += [out / "options.md", out / "options.csv", options_figure(result, out / "options.png", frame)]
     elif scenario.spec.study is not None:
         from kvsim.report.gap import gap_figure, gap_frame, gap_markdown
 

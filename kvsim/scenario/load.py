@@ -183,6 +183,13 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     if study is not None and study.kind == "pd" and study.timeline_point >= len(grid):
         raise SpecError([located.problem(("study", "timeline_point"), (
             f"the sweep has {len(grid)} point(s): give 0 to {len(grid) - 1}"))])
+    if study is not None and study.kind == "options":
+        swept = [f.strip() for key in spec.sweep for f in key.split(",")]
+        for name in ("x", "load"):
+            field = getattr(study, name)
+            if field is not None and field not in swept:
+                raise SpecError([located.problem(("study", name), (
+                    f"{field!r} is not a swept field (sweep: {', '.join(swept) or 'none'})"))])
     for index, params in enumerate(grid):
         if not params:
             points.append(ScenarioPoint(index, {}, spec))

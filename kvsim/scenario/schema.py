@@ -220,7 +220,22 @@ class PDStudySpec(FrozenSpec):
     timeline_point: int = Field(default=0, ge=0)
 
 
-StudySpec = Annotated[Union[GapStudySpec, PDStudySpec], Field(discriminator="kind")]
+class OptionsStudySpec(FrozenSpec):
+    """Systems that differ in one design choice (the options), compared on one workload
+    (``options.md``, ``options.csv``, ``options.png``; see :mod:`kvsim.report.options`): TTFT and
+    its speed-up over ``reference`` (default: the first system) at the lightest load, hit rate,
+    peak KV bytes, dedup and cross-domain bytes, and capacity, the most of ``load`` (a swept
+    field, e.g. ``workload.arrival.clients``) within the SLO; one table per value of ``x`` (a
+    swept field, e.g. the shared context's length), labelled ``x_label``."""
+
+    kind: Literal["options"] = "options"
+    reference: str | None = None
+    x: str | None = None
+    x_label: str | None = None
+    load: str | None = None
+
+
+StudySpec = Annotated[Union[GapStudySpec, PDStudySpec, OptionsStudySpec], Field(discriminator="kind")]
 
 
 class ScenarioSpec(FrozenSpec):
@@ -278,6 +293,16 @@ class ScenarioSpec(FrozenSpec):
             problems.append((path + ("kv_sharing",), "KV is reused through the prefix cache: give kv_cache: {}"))
         return problems
 
+    def _options_study_problems(self) -> list[tuple[tuple[str, ...], str]]:
+        study, problems = self.study, []
+        if study.reference is not None and study.reference not in self.systems:
+            problems.append((("study", "reference"), f"{study.reference!r} is not one of the systems: "
+                                                     f"{', '.join(self.systems)}"))
+        if study.load is not None and self.slo.ttft_p99 is None and self.slo.tpot_p99 is None:
+            problems.append((("study", "load"), "capacity is the most load within the SLO: give slo.ttft_p99 "
+                                                "and/or slo.tpot_p99"))
+        return problems
+
     def consistency_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Checks across fields, as ``(field path, message)``; the loader reports them with lines.
 
@@ -300,6 +325,8 @@ class ScenarioSpec(FrozenSpec):
             for system in self.study.timeline:
                 if system not in self.systems:
                     problems.append((("study", "timeline"), f"{system!r} is not one of the systems"))
+        elif self.study is not None and self.study.kind == "options":
+            problems += self._options_study_problems()
         elif self.study is not None:
             for label, pair in self.study.configs.items():
                 if len(pair) != 2:

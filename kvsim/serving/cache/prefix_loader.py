@@ -93,9 +93,15 @@ class PrefixLoader:
             copies = self._value_copies(seq, n, eligible, usable, rank)
             to_load += copies
             n += len(copies)
+        local_sources = [source_id for _, store, source_id in to_load if store is hbm]
+        for source_id in local_sources:  # another adapter's copy in this HBM: making room must not evict it
+            hbm.lookup(source_id)
+            hbm.pin(source_id)
         if to_load and not cache.pool.take(len(to_load) * g.pages_per_block):
             for block in held:
                 hbm.drop_reader(block)
+            for source_id in local_sources:
+                hbm.unpin(source_id)
             return None
         state = SeqCache(blocks=held)
         seq.cache = state
@@ -142,12 +148,14 @@ class PrefixLoader:
         block of its shared context that another adapter (or the base model) has computed, as
         ``(own id, source store, id there)``: the value is copied into a block of its own."""
         index, keys = self.system.index, seq.value_keys
+        limit = min(len(keys), eligible)
         out = []
-        for k in range(n, min(len(keys), eligible)):
+        for k, row in enumerate(keys[n:limit].tolist(), start=n):
             found = None
-            for key in keys[k].tolist():
-                if index.longest_prefix([key], usable) == 1:
-                    found = (seq.hashes[k], index.tier_breakdown([key], 1, rank, usable)[0], key)
+            for key in row:
+                stores = [store for store in index.locations(key) if usable(store)]
+                if stores:  # the cheapest place it sits (the earliest of equals)
+                    found = (seq.hashes[k], min(stores, key=rank), key)
                     break
             if found is None:
                 break
@@ -195,9 +203,10 @@ class PrefixLoader:
             groups.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(source_id)
         events = []
         for store, holder, tier, blocks in groups.values():
-            for block in blocks:
-                store.lookup(block)
-                store.pin(block)
+            if store is not cache.hbm:  # (a copy inside this HBM pinned its source at admission)
+                for block in blocks:
+                    store.lookup(block)
+                    store.pin(block)
             nbytes = len(blocks) * g.block_bytes_per_card
             state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
             state.loaded_bytes += nbytes * g.tp

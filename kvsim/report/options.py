@@ -1,0 +1,163 @@
+"""The options study: systems that differ in one design choice, compared on the same workload.
+
+For every value of ``study.x`` (e.g. the shared context's length) and every system (an option,
+e.g. a way to share KV), over the loads of ``study.load`` (e.g. closed-loop clients):
+
+- TTFT p50 and p99 at the lightest load, and the TTFT speed-up over the reference system
+  (reference TTFT p50 / the option's);
+- the token hit rate and the peak KV bytes held in HBM at that load (physical bytes: a block
+  shared by many readers counts once);
+- where the system has addressing domains (``kv_cache.peer_hbm``): logical / physical HBM bytes
+  (the dedup ratio) and the bytes that crossed a domain boundary;
+- capacity: the largest load whose p99 TTFT and TPOT met the scenario's SLO, with a flag when
+  the swept loads do not bracket it ("≥" every load met it, "<" none did).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kvsim.sim.result import RunResult
+
+__all__ = ["options_frame", "options_markdown", "options_figure"]
+
+
+def _met(summary: dict[str, Any]) -> bool:
+    met = summary.get("slo_met") or {}
+    return bool(met) and all(met.values())
+
+
+def _domains(summary: dict[str, Any]) -> tuple[float | None, float | None]:
+    domains = (summary.get("cache") or {}).get("domains")
+    if not domains:
+        return None, None
+    return domains.get("dedup_ratio"), domains.get("cross_domain_bytes")
+
+
+def options_frame(result: RunResult) -> pd.DataFrame:
+    """One row per (``x`` value, system)."""
+    study = result.scenario.spec.study
+    systems = list(result.scenario.spec.systems)
+    reference = study.reference or systems[0]
+    cells: dict[tuple[Any, str], list[tuple[Any, dict]]] = {}
+    for point in result.points():
+        for system in systems:
+            run = result.run(system, point)
+            x = run.params.get(study.x) if study.x else None
+            load = run.params.get(study.load) if study.load else None
+            cells.setdefault((x, system), []).append((load, run.summary))
+    rows = []
+    xs = list(dict.fromkeys(x for x, _ in cells))
+    for x in xs:
+        light_ref = min(cells[(x, reference)], key=lambda c: (c[0] is None, c[0]))[1]
+        for system in systems:
+            points = sorted(cells[(x, system)], key=lambda c: (c[0] is None, c[0]))
+            load0, light = points[0]
+            met = [load for load, summary in points if _met(summary)]
+            capacity = max(met) if met else None
+            if capacity is None:
+                capacity_flag = "<"
+            elif capacity == points[-1][0]:
+                capacity_flag = ">="
+            else:
+                capacity_flag = ""
+            dedup, cross = _domains(light)
+            ttft = light["ttft_s"]["p50"]
+            ref_ttft = light_ref["ttft_s"]["p50"]
+            rows.append({
+                "x": x, "system": system, "light_load": load0,
+                "ttft_p50_s": ttft, "ttft_p99_s": light["ttft_s"]["p99"],
+                "ttft_speedup": ref_ttft / ttft if ttft and ref_ttft else None,
+                "hit_rate": ((light.get("cache") or {}).get("hit_rate") or {}).get("total", 0.0),
+                "kv_peak_GB": light.get("kv_bytes_peak", 0.0) / 1e9,
+                "dedup_ratio": dedup, "cross_domain_GB": cross / 1e9 if cross is not None else None,
+                "goodput_at_capacity": next((s["goodput_requests_per_s"] for load, s in points if load == capacity),
+                                            None),
+                "capacity": capacity, "capacity_flag": capacity_flag,
+            })
+    return pd.DataFrame(rows)
+
+
+def _fmt(value: Any, digits: str = ".3g") -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:{digits}}"
+    return str(value)
+
+
+def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
+    """Markdown: one table per ``x`` value, one row per system."""
+    study = result.scenario.spec.study
+    spec = result.scenario.spec
+    frame = options_frame(result) if frame is None else frame
+    systems = list(spec.systems)
+    reference = study.reference or systems[0]
+    slo = f"p99 TTFT <= {spec.slo.ttft_p99:g} s" + (f", p99 TPOT <= {1e3 * spec.slo.tpot_p99:g} ms"
+                                                     if spec.slo.tpot_p99 is not None else "")
+    load_name = (study.load or "load").split(".")[-1]
+    lines = [f"# Options study: {result.scenario.name}", "",
+             f"Seed {result.seed}; measured over [{spec.warmup:g} s, {spec.duration:g} s] of simulated time. "
+             f"TTFT, hit rate and peak KV bytes at the lightest {load_name} swept; speed-up = {reference}'s "
+             f"TTFT p50 / the system's. Capacity = the most {load_name} whose requests met the SLO ({slo}); "
+             "'>=' means every swept load met it (capacity is at least that), '<' that none did. Peak KV "
+             "counts physical bytes in HBM (a block read by many counts once); dedup = logical / physical "
+             "HBM bytes, and cross-domain the KV bytes copied between addressing domains, where the system "
+             "has them.", ""]
+    header = ["system", "TTFT p50 (s)", "TTFT p99 (s)", "speed-up", "hit rate", "peak KV (GB)", "dedup",
+              "cross-domain (GB)", f"capacity ({load_name})", "goodput at capacity (req/s)"]
+    x_name = study.x_label or (study.x or "").split(".")[-1]
+    for x, rows in frame.groupby("x", sort=False, dropna=False):
+        lines += [f"## {x_name} = {x}" if study.x else "## all", "",
+                  "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
+        for _, r in rows.iterrows():
+            capacity = "-" if r.capacity is None or r.capacity != r.capacity else f"{r.capacity_flag}{r.capacity:g}"
+            if r.capacity_flag == "<":
+                capacity = f"< {rows.light_load.iloc[0]:g}"
+            lines.append("| " + " | ".join([
+                r.system, _fmt(r.ttft_p50_s), _fmt(r.ttft_p99_s),
+                _fmt(r.ttft_speedup, ".2f") + ("x" if r.ttft_speedup is not None else ""),
+                f"{100 * r.hit_rate:.1f} %", _fmt(r.kv_peak_GB), _fmt(r.dedup_ratio, ".2f"),
+                _fmt(r.cross_domain_GB), capacity, _fmt(r.goodput_at_capacity)]) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
+    """PNG: TTFT speed-up, peak KV bytes and capacity against ``study.x``, one line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    study = result.scenario.spec.study
+    frame = options_frame(result) if frame is None else frame
+    fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.8))
+    panels = (("ttft_speedup", "TTFT p50 speed-up (x)"), ("kv_peak_GB", "peak KV in HBM (GB)"),
+              ("capacity", f"capacity ({(study.load or 'load').split('.')[-1]} within SLO)"))
+    x_name = study.x_label or (study.x or "").split(".")[-1]
+    for ax, (column, label) in zip(axes, panels):
+        for system, rows in frame.groupby("system", sort=False):
+            ys = [float("nan") if v is None else v for v in rows[column].tolist()]
+            ax.plot(rows.x.tolist(), ys, marker="o", label=system)
+            if column == "capacity":
+                for x, y, flag in zip(rows.x, ys, rows.capacity_flag):
+                    if flag == ">=" and y == y:
+                        ax.annotate("≥", (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=8)
+        if study.x and frame.x.notna().all() and min(frame.x) > 0:
+            ax.set_xscale("log", base=2)
+            ticks = sorted(set(frame.x))
+            ax.set_xticks(ticks, [f"{t / 1024:g}K" if t >= 1024 else str(t) for t in ticks])
+        ax.set_xlabel(x_name)
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(result.scenario.name, fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
