@@ -149,9 +149,10 @@ def test_value_reuse_copies_another_adapters_kv_instead_of_computing_it_and_save
     ("{kv_sharing: byte_sharing}", "drop_adapters", "names no adapters"),
     ("{max_loras: 9}", "", "9 slots for 8 adapters"),
     ("{kv_sharing: byte_sharing}", "no_cache", "give kv_cache"),
+    ("{kv_sharing: value_reuse}", "read_in_place", "with peer_hbm: read_in_place use byte_sharing"),
 ])
 def test_bad_lora_settings_are_refused(tmp_path, capsys, lora, extra, message):
-    cache = "" if extra == "no_cache" else "kv_cache: {}, "
+    cache = {"no_cache": "", "read_in_place": "kv_cache: {peer_hbm: read_in_place}, "}.get(extra, "kv_cache: {}, ")
     text = SCENARIO.format(duration="10 s", rate="1/s", documents=2,
                            systems=f"  s: {{node: h100-8x, nodes: 1, instances: 1, instance: {{tp: 1}}, {cache}lora: {lora}}}")
     if extra == "drop_adapters":
