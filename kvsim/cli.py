@@ -156,33 +156,12 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if scenario.spec.study is not None and scenario.spec.study.kind == "pd":
-        from kvsim.report.pd import pd_figures, pd_frame, pd_markdown
+    if scenario.spec.study is not None:
+        from kvsim.report.studies import write_study
 
-        frame = pd_frame(result)
-        markdown = pd_markdown(result, frame)
+        markdown, study_files = write_study(result, out)
         print(markdown)
-        (out / "pd.md").write_text(markdown, encoding="utf-8")
-        frame.to_csv(out / "pd.csv", index=False)
-        written += [out / "pd.md", out / "pd.csv"] + pd_figures(result, out, frame)
-    elif scenario.spec.study is not None and scenario.spec.study.kind == "options":
-        from kvsim.report.options import options_figure, options_frame, options_markdown
-
-        frame = options_frame(result)
-        markdown = options_markdown(result, frame)
-        print(markdown)
-        (out / "options.md").write_text(markdown, encoding="utf-8")
-        frame.to_csv(out / "options.csv", index=False)
-        written += [out / "options.md", out / "options.csv", options_figure(result, out / "options.png", frame)]
-    elif scenario.spec.study is not None:
-        from kvsim.report.gap import gap_figure, gap_frame, gap_markdown
-
-        frame = gap_frame(result)
-        markdown = gap_markdown(result, frame)
-        print(markdown)
-        (out / "gap.md").write_text(markdown, encoding="utf-8")
-        frame.to_csv(out / "gap.csv", index=False)
-        written += [out / "gap.md", out / "gap.csv", gap_figure(result, out / "gap.png", frame)]
+        written += study_files
     print("results written: " + ", ".join(str(p) for p in written))
     return 0
 
