@@ -210,7 +210,7 @@ def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[s
     lines += ["| Mooncake conversation trace: LRU block hits at 1k / 10k / 50k blocks | (no figure in the public "
               "record here) | equal to an independent LRU replay | tests/test_kv_mooncake_lru.py; the paper's "
               "hit-rate-vs-capacity curve itself is not reproduced |"]
-    lines += ["", "## Left out and known misses", ""] + [f"- {n}" for n in notes]
+    lines += ["", "## Left out and known misses", ""] + [f"- {n}" for n in dict.fromkeys(notes)]
     return "\n".join(lines) + "\n"
 
 
