@@ -76,3 +76,14 @@ def test_capacity_needs_an_slo(tmp_path, capsys):
     path.write_text(text)
     assert main(["validate", str(path)]) == 2
     assert "give slo.ttft_p99" in capsys.readouterr().err
+
+
+def test_a_swept_rate_is_a_number_for_capacity():
+    text = (SCENARIO.format(ttft="2 s")
+            .replace("arrival: {kind: closed_loop, clients: 1, think_time: 1 s}", "arrival: {kind: poisson, rate: 1/s}")
+            .replace("workload.arrival.clients: [1, 4]", "workload.arrival.rate: [8/s, 16/s]")
+            .replace("load: workload.arrival.clients", "load: workload.arrival.rate"))
+    result = kvsim.run(kvsim.parse_scenario(text, "rates.yaml"))
+    frame = options_frame(result)
+    assert set(frame.light_load) == {8.0}  # "8/s" < "16/s" as rates, not as strings
+    assert "capacity (rate)" in options_markdown(result, frame)

@@ -25,6 +25,18 @@ from kvsim.sim.result import RunResult
 __all__ = ["options_frame", "options_markdown", "options_figure"]
 
 
+def _number(value: Any) -> Any:
+    """A swept value as a number: ``"8/s"`` is a rate (8.0 per second), ``32`` stays 32."""
+    if isinstance(value, str):
+        from kvsim.units import UnitError, parse_quantity
+
+        try:
+            return parse_quantity(value, "rate")
+        except UnitError:
+            return float(value)
+    return value
+
+
 def _met(summary: dict[str, Any]) -> bool:
     met = summary.get("slo_met") or {}
     return bool(met) and all(met.values())
@@ -47,7 +59,7 @@ def options_frame(result: RunResult) -> pd.DataFrame:
         for system in systems:
             run = result.run(system, point)
             x = run.params.get(study.x) if study.x else None
-            load = run.params.get(study.load) if study.load else None
+            load = _number(run.params.get(study.load)) if study.load else None
             cells.setdefault((x, system), []).append((load, run.summary))
     rows = []
     xs = list(dict.fromkeys(x for x, _ in cells))
