@@ -151,14 +151,26 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
     panels = (("ttft_speedup", "TTFT p50 speed-up (x)"), ("kv_peak_GB", "peak KV in HBM (GB)"),
               ("capacity", f"capacity ({(study.load or 'load').split('.')[-1]} within SLO)"))
     x_name = study.x_label or (study.x or "").split(".")[-1]
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-")]
     for ax, (column, label) in zip(axes, panels):
-        for system, rows in frame.groupby("system", sort=False):
-            ys = [float("nan") if v is None else v for v in rows[column].tolist()]
-            ax.plot(rows.x.tolist(), ys, marker="o", label=system)
-            if column == "capacity":
+        top = 0.0
+        for k, (system, rows) in enumerate(frame.groupby("system", sort=False)):
+            marker, line = styles[k % len(styles)]
+            ys = [float("nan") if v is None else float(v) for v in rows[column].tolist()]
+            top = max([top] + [y for y in ys if y == y])
+            ax.plot(rows.x.tolist(), ys, marker=marker, linestyle=line, label=system, alpha=0.85)
+            if column == "capacity":  # a system that met the SLO at no swept load: an x on the axis
+                below = [x for x, flag in zip(rows.x, rows.capacity_flag) if flag == "<"]
+                ax.plot(below, [0.0] * len(below), marker="x", linestyle="none", color=ax.lines[-1].get_color(),
+                        markersize=9)
                 for x, y, flag in zip(rows.x, ys, rows.capacity_flag):
                     if flag == ">=" and y == y:
-                        ax.annotate("≥", (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=8)
+                        ax.annotate(">=", (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+        if column == "ttft_speedup":
+            ax.set_yscale("log")
+        else:
+            top = top if top > 0 else 1.0
+            ax.set_ylim(-0.06 * top if column == "capacity" else 0.0, top * 1.15)
         if study.x and frame.x.notna().all() and min(frame.x) > 0:
             ax.set_xscale("log", base=2)
             ticks = sorted(set(frame.x))
@@ -166,6 +178,7 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
         ax.set_xlabel(x_name)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
+    axes[2].set_title("x: no swept load met the SLO; >=: every one did", fontsize=8)
     axes[0].legend(fontsize=8)
     fig.suptitle(result.scenario.name, fontsize=10)
     fig.tight_layout()
