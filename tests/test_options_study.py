@@ -87,3 +87,14 @@ def test_a_swept_rate_is_a_number_for_capacity():
     frame = options_frame(result)
     assert set(frame.light_load) == {8.0}  # "8/s" < "16/s" as rates, not as strings
     assert "capacity (rate)" in options_markdown(result, frame)
+
+
+def test_without_a_load_each_x_is_one_row_per_system_and_no_capacity(tmp_path):
+    text = (SCENARIO.format(ttft="2 s")
+            .replace("  workload.arrival.clients: [1, 4]\n", "")
+            .replace(", load: workload.arrival.clients", ""))
+    result = kvsim.run(kvsim.parse_scenario(text, "noload.yaml"))
+    frame = options_frame(result)
+    assert len(frame) == 4 and frame.capacity.isna().all() and (frame.capacity_flag == "").all()
+    assert "| cold |" in options_markdown(result, frame)
+    assert options_figure(result, tmp_path / "n.png", frame).stat().st_size > 10_000

@@ -58,7 +58,7 @@ def options_frame(result: RunResult) -> pd.DataFrame:
     for point in result.points():
         for system in systems:
             run = result.run(system, point)
-            x = run.params.get(study.x) if study.x else None
+            x = _number(run.params.get(study.x)) if study.x else None
             load = _number(run.params.get(study.load)) if study.load else None
             cells.setdefault((x, system), []).append((load, run.summary))
     rows = []
@@ -69,8 +69,10 @@ def options_frame(result: RunResult) -> pd.DataFrame:
             points = sorted(cells[(x, system)], key=lambda c: (c[0] is None, c[0]))
             load0, light = points[0]
             met = [load for load, summary in points if _met(summary)]
-            capacity = max(met) if met else None
-            if capacity is None:
+            capacity = max(met) if met and study.load else None
+            if not study.load:
+                capacity_flag = ""
+            elif capacity is None:
                 capacity_flag = "<"
             elif capacity == points[-1][0]:
                 capacity_flag = ">="
@@ -148,8 +150,27 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
     study = result.scenario.spec.study
     frame = options_frame(result) if frame is None else frame
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.8))
-    panels = (("ttft_speedup", "TTFT p50 speed-up (x)"), ("kv_peak_GB", "peak KV in HBM (GB)"),
-              ("capacity", f"capacity ({(study.load or 'load').split('.')[-1]} within SLO)"))
+    third = (("capacity", f"capacity ({study.load.split('.')[-1]} within SLO)") if study.load
+             else ("cross_domain_GB", "KV copied across domains (GB)"))
+    panels = (("ttft_speedup", "TTFT p50 speed-up (x)"), ("kv_peak_GB", "peak KV in HBM (GB)"), third)
+    if study.x is None:  # one value per system: bars
+        names = frame.system.tolist()
+        for ax, (column, label) in zip(axes, panels):
+            ys = [0.0 if v is None or v != v else float(v) for v in frame[column].tolist()]
+            bars = ax.bar(names, ys, color=[f"C{k}" for k in range(len(names))])
+            if column == "capacity":
+                for bar, flag in zip(bars, frame.capacity_flag):
+                    ax.annotate(flag or "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                                textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+            ax.set_ylabel(label)
+            ax.tick_params(axis="x", labelsize=8)
+            ax.grid(alpha=0.3, axis="y")
+        fig.suptitle(result.scenario.name, fontsize=10)
+        fig.tight_layout()
+        out = Path(path)
+        fig.savefig(out, dpi=120)
+        plt.close(fig)
+        return out
     x_name = study.x_label or (study.x or "").split(".")[-1]
     styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-")]
     for ax, (column, label) in zip(axes, panels):
@@ -174,11 +195,12 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
         if study.x and frame.x.notna().all() and min(frame.x) > 0:
             ax.set_xscale("log", base=2)
             ticks = sorted(set(frame.x))
-            ax.set_xticks(ticks, [f"{t / 1024:g}K" if t >= 1024 else str(t) for t in ticks])
+            ax.set_xticks(ticks, [f"{t / 1024:g}K" if t >= 1024 else f"{t:g}" for t in ticks])
         ax.set_xlabel(x_name)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    axes[2].set_title("x: no swept load met the SLO; >=: every one did", fontsize=8)
+    if study.load:
+        axes[2].set_title("x: no swept load met the SLO; >=: every one did", fontsize=8)
     axes[0].legend(fontsize=8)
     fig.suptitle(result.scenario.name, fontsize=10)
     fig.tight_layout()
