@@ -57,11 +57,13 @@ def test_slots_admit_at_most_max_loras_adapters_and_charge_each_copy():
     running[0].adapter, running[1].adapter, running[2].adapter = 5, 5, 6
     new = Sequence(9, 10, 10)
     new.adapter = 7
-    assert not slots.fits(new, running)          # 5 and 6 already fill two slots
+    active = slots.active(running)
+    assert active == {5, 6}
+    assert not slots.fits(new, active)           # 5 and 6 already fill two slots
     new.adapter = 6
-    assert slots.fits(new, running)              # its adapter is already in the step
+    assert slots.fits(new, active)               # its adapter is already in the step
     base = Sequence(10, 10, 10)
-    assert slots.fits(base, running)             # the base model needs no slot
+    assert slots.fits(base, active)              # the base model needs no slot
     assert slots.activate([5, 5, 6]) == pytest.approx(2 * 0.003)  # two copies
     assert slots.activate([6, 5]) == 0.0                             # both resident
     assert slots.activate([7, 6]) == pytest.approx(0.003)           # 7 evicts 5, the least recently used

@@ -153,24 +153,36 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
     third = (("capacity", f"capacity ({study.load.split('.')[-1]} within SLO)") if study.load
              else ("cross_domain_GB", "KV copied across domains (GB)"))
     panels = (("ttft_speedup", "TTFT p50 speed-up (x)"), ("kv_peak_GB", "peak KV in HBM (GB)"), third)
-    if study.x is None:  # one value per system: bars
-        names = frame.system.tolist()
-        for ax, (column, label) in zip(axes, panels):
-            ys = [0.0 if v is None or v != v else float(v) for v in frame[column].tolist()]
-            bars = ax.bar(names, ys, color=[f"C{k}" for k in range(len(names))])
-            if column == "capacity":
-                for bar, flag in zip(bars, frame.capacity_flag):
-                    ax.annotate(flag or "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                                textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
-            ax.set_ylabel(label)
-            ax.tick_params(axis="x", labelsize=8)
-            ax.grid(alpha=0.3, axis="y")
-        fig.suptitle(result.scenario.name, fontsize=10)
-        fig.tight_layout()
-        out = Path(path)
-        fig.savefig(out, dpi=120)
-        plt.close(fig)
-        return out
+    if study.x is None:
+        _bars(axes, frame, panels)
+    else:
+        _lines(axes, frame, panels, study)
+        axes[0].legend(fontsize=8)
+    fig.suptitle(result.scenario.name, fontsize=10)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def _bars(axes, frame: pd.DataFrame, panels) -> None:
+    """One value per system (no swept ``x``): a bar each."""
+    names = frame.system.tolist()
+    for ax, (column, label) in zip(axes, panels):
+        ys = [0.0 if v is None or v != v else float(v) for v in frame[column].tolist()]
+        bars = ax.bar(names, ys, color=[f"C{k}" for k in range(len(names))])
+        if column == "capacity":
+            for bar, flag in zip(bars, frame.capacity_flag):
+                ax.annotate(flag or "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            textcoords="offset points", xytext=(0, 3), ha="center", fontsize=8)
+        ax.set_ylabel(label)
+        ax.tick_params(axis="x", labelsize=8)
+        ax.grid(alpha=0.3, axis="y")
+
+
+def _lines(axes, frame: pd.DataFrame, panels, study) -> None:
+    """One line per system against the swept ``x``."""
     x_name = study.x_label or (study.x or "").split(".")[-1]
     styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-")]
     for ax, (column, label) in zip(axes, panels):
@@ -201,10 +213,3 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
         ax.grid(alpha=0.3)
     if study.load:
         axes[2].set_title("x: no swept load met the SLO; >=: every one did", fontsize=8)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(result.scenario.name, fontsize=10)
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out

@@ -70,11 +70,16 @@ class AdapterSlots:
         self.resident: OrderedDict[int, None] = OrderedDict()  # least recently used first
         self.loads = 0
 
-    def fits(self, seq: Sequence, running: Iterable[Sequence]) -> bool:
-        """May ``seq`` join sequences ``running`` without exceeding the slots?"""
+    @staticmethod
+    def active(*groups: Iterable[Sequence]) -> set[int]:
+        """The adapters the sequences of ``groups`` run under (the base model needs no slot)."""
+        return {s.adapter for group in groups for s in group if s.adapter >= 0}
+
+    def fits(self, seq: Sequence, active: set[int]) -> bool:
+        """May ``seq`` join sequences running under the adapters ``active`` without exceeding
+        the slots?"""
         if seq.adapter < 0:
             return True
-        active = {s.adapter for s in running if s.adapter >= 0}
         return seq.adapter in active or len(active) < self.max_loras
 
     def activate(self, adapters: Iterable[int]) -> float:

@@ -354,12 +354,13 @@ class BatchScheduler:
         ``batch_number``, only those that may join that batch (see ``Sequence.not_before``)."""
         waiting, running, pool, hook = self.waiting, self.running, self.pool, self.hook
         adapters = self.adapters
+        active = adapters.active(running, self.loading.values()) if adapters is not None else None
         skip = 0  # waiting sequences passed over for their adapter, left at the front in order
         while len(waiting) > skip and budget > 0 and len(running) + len(self.loading) < self.max_num_seqs:
             seq = waiting[skip]
             if batch_number is not None and seq.not_before > batch_number:
                 break  # in arrival order: those behind it arrived later still
-            if adapters is not None and not adapters.fits(seq, running + list(self.loading.values())):
+            if active is not None and not adapters.fits(seq, active):
                 skip += 1
                 continue
             if hook is not None:
@@ -369,6 +370,8 @@ class BatchScheduler:
                 if verdict == "load":
                     self._dequeue_at(skip)
                     self.loading[seq.rid] = seq
+                    if active is not None and seq.adapter >= 0:
+                        active.add(seq.adapter)
                     self._mark_admitted(seq, now)
                     hook.committed(seq)
                     continue
@@ -381,6 +384,8 @@ class BatchScheduler:
                 break
             self._dequeue_at(skip)
             running.append(seq)
+            if active is not None and seq.adapter >= 0:
+                active.add(seq.adapter)
             self._mark_admitted(seq, now)
             if hook is not None:
                 hook.committed(seq)
