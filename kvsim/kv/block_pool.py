@@ -15,7 +15,17 @@ from __future__ import annotations
 import math
 from typing import Callable, Protocol
 
-__all__ = ["BlockPool", "HoldsBlocks"]
+__all__ = ["BlockPool", "HoldsBlocks", "PoolObserver"]
+
+
+class PoolObserver(Protocol):
+    """An engine fast-forwarding through decode steps it has not yet applied to the pool."""
+
+    def settle(self) -> None:
+        """Apply the steps that have started by now (the pool's counts become exact)."""
+
+    def interrupt(self) -> None:
+        """Settle, and stop fast-forwarding: the pool is about to change from outside."""
 
 
 class HoldsBlocks(Protocol):
@@ -45,9 +55,19 @@ class BlockPool:
             raise ValueError("a block pool needs at least one block of at least one token")
         self.num_blocks = num_blocks
         self.block_size_tokens = block_size_tokens
-        self.free_blocks = num_blocks
+        self._free = num_blocks
         self.reclaim = reclaim  # called with a page shortfall: may free cached pages via give/take
         self.resident = resident
+        # set while the instance's engine advances decode steps in one event (see
+        # kvsim.serving.decode_run): reads settle those steps first, changes end the run
+        self.observer: PoolObserver | None = None
+
+    @property
+    def free_blocks(self) -> int:
+        """Blocks not held by any sequence or cache."""
+        if self.observer is not None:
+            self.observer.settle()
+        return self._free
 
     @property
     def used_blocks(self) -> int:
@@ -56,7 +76,9 @@ class BlockPool:
     @property
     def utilization(self) -> float:
         """Fraction of blocks in use, 0..1."""
-        return (self.num_blocks - self.free_blocks) / self.num_blocks
+        if self.observer is not None:
+            self.observer.settle()
+        return (self.num_blocks - self._free) / self.num_blocks
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` tokens."""
@@ -65,36 +87,44 @@ class BlockPool:
     def grow(self, holder: HoldsBlocks, tokens: int) -> bool:
         """Make ``holder`` own enough blocks for its first ``tokens`` tokens (beyond the
         ``shared_tokens`` it reads from cached pages); False (and no change) if the pool is full."""
+        if self.observer is not None:
+            self.observer.interrupt()
         own = tokens - holder.shared_tokens
         if self.resident is not None:
             own = math.ceil(self.resident(own))
         extra = -(-own // self.block_size_tokens) - holder.kv_blocks
         if extra <= 0:
             return True
-        if extra > self.free_blocks and self.reclaim is not None:
-            self.reclaim(extra - self.free_blocks)
-        if extra > self.free_blocks:
+        if extra > self._free and self.reclaim is not None:
+            self.reclaim(extra - self._free)
+        if extra > self._free:
             return False
-        self.free_blocks -= extra
+        self._free -= extra
         holder.kv_blocks += extra
         return True
 
     def release(self, holder: HoldsBlocks) -> None:
         """Return all of ``holder``'s blocks to the pool."""
-        self.free_blocks += holder.kv_blocks
+        if self.observer is not None:
+            self.observer.interrupt()
+        self._free += holder.kv_blocks
         holder.kv_blocks = 0
 
     def take(self, pages: int) -> bool:
         """Reserve ``pages`` for a cache outside any sequence (False, no change, if short)."""
-        if pages > self.free_blocks and self.reclaim is not None:
-            self.reclaim(pages - self.free_blocks)
-        if pages > self.free_blocks:
+        if self.observer is not None:
+            self.observer.interrupt()
+        if pages > self._free and self.reclaim is not None:
+            self.reclaim(pages - self._free)
+        if pages > self._free:
             return False
-        self.free_blocks -= pages
+        self._free -= pages
         return True
 
     def give(self, pages: int) -> None:
         """Return ``pages`` reserved with :meth:`take`."""
-        self.free_blocks += pages
-        if self.free_blocks > self.num_blocks:
+        if self.observer is not None:
+            self.observer.interrupt()
+        self._free += pages
+        if self._free > self.num_blocks:
             raise RuntimeError("block pool released more pages than it holds")

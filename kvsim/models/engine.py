@@ -89,6 +89,10 @@ class EngineSpec(FrozenSpec):
         The engine forms the next batch while the current one runs (see the module docstring).
     kernel_s : float
         GPU time per kernel launch outside the roofline (setup, tail, gap), seconds.
+    coalesce : bool
+        Advance a run of decode iterations whose batch does not change in one simulation event
+        (a simulator setting, not an engine's: results are the same either way; ``false`` runs
+        the step-by-step reference, one event per iteration).
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -99,6 +103,7 @@ class EngineSpec(FrozenSpec):
     output_s: Seconds = 1e-3
     async_scheduling: bool = True
     kernel_s: Seconds = 3.64e-6
+    coalesce: bool = True
 
     def step_overhead_s(self, sequences: int, tokens: int) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""

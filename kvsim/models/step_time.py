@@ -42,7 +42,7 @@ from kvsim.models.engine import EngineSpec
 from kvsim.models.kernels import launches_per_pass
 from kvsim.models.llm import ModelSpec
 
-__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates"]
+__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates", "DecodeSteps"]
 
 ACTIVATION_DTYPE = "bf16"  # activations travel in 16-bit even when weights are FP8
 
@@ -97,6 +97,20 @@ class BatchShape:
     def prefill_chunk_pairs(chunk_tokens: int, cached_tokens: int) -> float:
         """Attention pairs of a causal chunk of ``chunk_tokens`` after ``cached_tokens``."""
         return chunk_tokens * cached_tokens + chunk_tokens * (chunk_tokens + 1) / 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeSteps:
+    """The breakdowns of consecutive decode-only iterations (see
+    :meth:`RooflineStepTime.decode_steps`): per step ``total_s``, ``compute_s`` and
+    ``memory_s``; the collective, kernel-launch and host times are the same every step."""
+
+    total_s: list[float]
+    compute_s: list[float]
+    memory_s: list[float]
+    comm_s: float
+    kernels_s: float
+    overhead_s: float
 
 
 class StepTimeModel(Protocol):
@@ -241,3 +255,34 @@ class RooflineStepTime:
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""
         return self.breakdown(batch).total_s
+
+    def decode_steps(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
+        """Consecutive decode-only iterations of ``seqs`` sequences with no KV read in place: the
+        first attends to ``context_tokens`` context tokens in all, each later one to ``seqs``
+        more (every context grows by the token just written).
+
+        Each step equals :meth:`breakdown` of its shape bit for bit: the same floating-point
+        operations in the same order, on constants computed once (a coalesced decode run costs
+        a few float operations per step, not a shape and a breakdown).
+        """
+        tokens = seqs
+        # breakdown() adds the prefill-pair term (0.0 here) between these; x + 0.0 == x
+        fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
+        attn = self._attn_decode
+        rate = self._rates.gemm_flops_per_s(tokens)
+        weights_s = self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps
+        kv_bytes = self._kv_bytes_per_token_card
+        kv_Bps = self._rates.kv_Bps
+        comm_s = self.comm_s(tokens)
+        kernels_s = self._kernels_s
+        overhead_s = self.engine.step_overhead_s(seqs, tokens)
+        total, compute, memory = [], [], []
+        context = context_tokens
+        for _ in range(steps):
+            c = (fixed_flops + attn * context) / rate
+            m = weights_s + context * kv_bytes / kv_Bps
+            compute.append(c)
+            memory.append(m)
+            total.append((c if c >= m else m) + comm_s + kernels_s + overhead_s)
+            context += seqs
+        return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)

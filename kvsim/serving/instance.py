@@ -21,9 +21,47 @@ from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
 from kvsim.serving.adapters import AdapterSlots
+from kvsim.serving.decode_run import DecodeRun
 from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
 
 __all__ = ["Instance", "SystemCounters"]
+
+
+class EngineTime:
+    """One instance's engine time: in all, inside the window, and split by what it was spent on
+    (the roofline's binding side, TP all-reduce, kernel launches, the host's per-step work).
+
+    Kept per instance, so an instance that applies many steps at once adds them in the same
+    order as one that applies them one by one (the sums are the same bit for bit).
+    """
+
+    __slots__ = ("busy_s", "busy_in_window_s", "by_cause_s", "window_start_s", "window_end_s")
+
+    def __init__(self, window_start_s: float, window_end_s: float):
+        self.window_start_s = window_start_s
+        self.window_end_s = window_end_s
+        self.busy_s = 0.0
+        self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
+        self.by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
+
+    def add(self, end_s: float, duration_s: float, compute_s: float, memory_s: float, comm_s: float,
+            kernels_s: float, overhead_s: float) -> None:
+        """An iteration of ``duration_s`` ended at ``end_s`` (``memory_s``: the longer of the local
+        and the remote reads)."""
+        self.busy_s += duration_s
+        if self.window_start_s <= end_s <= self.window_end_s:
+            self.busy_in_window_s += duration_s
+            causes = self.by_cause_s
+            causes["compute" if compute_s >= memory_s else "memory"] += max(compute_s, memory_s)
+            causes["tp_comm"] += comm_s
+            causes["kernels"] += kernels_s
+            causes["overhead"] += overhead_s
+
+    def add_time_only(self, end_s: float, duration_s: float) -> None:
+        """An iteration whose step model gives no breakdown."""
+        self.busy_s += duration_s
+        if self.window_start_s <= end_s <= self.window_end_s:
+            self.busy_in_window_s += duration_s
 
 
 class SystemCounters:
@@ -33,13 +71,34 @@ class SystemCounters:
         self.output_tokens = WindowCounter(window_start_s, window_end_s)
         self.input_tokens = WindowCounter(window_start_s, window_end_s)
         self.iterations = 0
-        self.busy_s = 0.0
         self.window_start_s = window_start_s
         self.window_end_s = window_end_s
-        self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
-        # that time split by what it was spent on: the roofline's binding side, TP all-reduce,
-        # and the fixed per-iteration overhead
-        self.time_by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
+        self.engine_times: list[EngineTime] = []  # one per instance, in instance order
+
+    def engine_time(self) -> EngineTime:
+        """A new instance's engine-time account."""
+        account = EngineTime(self.window_start_s, self.window_end_s)
+        self.engine_times.append(account)
+        return account
+
+    @property
+    def busy_s(self) -> float:
+        """Engine time of every iteration, summed over instances, seconds."""
+        return sum(account.busy_s for account in self.engine_times)
+
+    @property
+    def busy_in_window_s(self) -> float:
+        """Engine time of iterations ending inside the window, summed over instances, seconds."""
+        return sum(account.busy_in_window_s for account in self.engine_times)
+
+    @property
+    def time_by_cause_s(self) -> dict[str, float]:
+        """:attr:`busy_in_window_s` split by what it was spent on, seconds."""
+        totals = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
+        for account in self.engine_times:
+            for cause, seconds in account.by_cause_s.items():
+                totals[cause] += seconds
+        return totals
 
 
 class _RecordingEvents(SchedulerEvents):
@@ -130,6 +189,9 @@ class Instance:
     adapters : AdapterSlots, optional
         Its LoRA slots: which adapters a step may mix, and the copy a step waits for when one of
         its adapters is not resident.
+    coalesce : bool
+        Advance runs of unchanging decode iterations in one event (:mod:`kvsim.serving.decode_run`);
+        False steps one iteration per event (the reference).
     """
 
     def __init__(
@@ -154,6 +216,7 @@ class Instance:
         span: AttentionSpan | None = None,
         async_scheduling: bool = False,
         adapters: AdapterSlots | None = None,
+        coalesce: bool = False,
     ):
         self.env = env
         self.index = index
@@ -170,6 +233,9 @@ class Instance:
         self.async_scheduling = async_scheduling
         self._in_flight = False  # an iteration is running
         self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
+        self.engine_time = counters.engine_time()
+        self.coalesce = coalesce
+        self._decode_run: DecodeRun | None = None  # the coalesced run in progress, if any
         self.adapters = adapters
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
@@ -196,6 +262,8 @@ class Instance:
     def held_kv_tokens(self) -> int:
         """KV tokens of the requests assigned here and not finished: prompt plus tokens generated
         so far, whether admitted yet or not (what a KV-aware router counts as decode load)."""
+        if self._decode_run is not None:
+            self.settle()
         s = self.scheduler
         total = 0
         for group in (s.waiting, s.running, s.loading.values()):
@@ -250,12 +318,34 @@ class Instance:
         self.on_final_chunk = on_final_chunk
 
     def wake(self) -> None:
-        """Resume the engine loop if it sleeps (a load landed, pages came free)."""
+        """Resume the engine loop if it sleeps (a load landed, pages came free), or end the
+        coalesced run it is in at the step in progress."""
+        if self._decode_run is not None:
+            self.interrupt()
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 
+    def settle(self) -> None:
+        """Bring the coalesced run's state up to now (see :mod:`kvsim.serving.decode_run`)."""
+        run = self._decode_run
+        if run is not None:
+            run.settle(self.env.now)
+
+    def interrupt(self) -> None:
+        """Something outside changes this instance now: settle the coalesced run and end it at
+        the step in progress, so the engine plans again from the state that follows."""
+        run = self._decode_run
+        if run is None:
+            return
+        self._decode_run = None
+        self.pool.observer = self.scheduler.observer = None
+        run.cut(self.env.now)
+        self.process.interrupt()  # the engine sleeps in _coalesced: it wakes to end the step in progress
+
     def submit(self, seq: Sequence) -> None:
         """Hand a request to this instance (at the current simulated time)."""
+        if self._decode_run is not None:
+            self.interrupt()
         if self.role == "prefill":
             self.records.prefill_instance[seq.rid] = self.index
         else:
@@ -284,8 +374,9 @@ class Instance:
         scheduler = self.scheduler
         step_time = self.step_model.iteration_time_s
         breakdown = getattr(self.step_model, "breakdown", None)
+        coalesce = self.coalesce and breakdown is not None
+        account = self.engine_time
         counters = self.counters
-        start_s, end_s = counters.window_start_s, counters.window_end_s
         level = self.kv_utilization
         pool = self.pool
         while True:
@@ -318,22 +409,48 @@ class Instance:
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
             self._in_flight = True
-            yield env.timeout(duration_s)
-            self._in_flight = False
-            if remote_Bps is not None:
-                hook.end_remote_reads()
-            counters.iterations += 1
-            counters.busy_s += duration_s
-            if start_s <= env.now <= end_s:
-                counters.busy_in_window_s += duration_s
+            run = DecodeRun.plan(self, batch, duration_s, parts, env.now) if coalesce and not batch.prefills else None
+            if run is not None:
+                yield from self._coalesced(run)
+                self._in_flight = False
+            else:
+                yield env.timeout(duration_s)
+                self._in_flight = False
+                if remote_Bps is not None:
+                    hook.end_remote_reads()
+                counters.iterations += 1
                 if parts is not None:
-                    causes = counters.time_by_cause_s
-                    memory_s = max(parts.memory_s, parts.remote_s)  # remote reads overlap local ones
-                    causes["compute" if parts.compute_s >= memory_s else "memory"] += max(parts.compute_s, memory_s)
-                    causes["tp_comm"] += parts.comm_s
-                    causes["kernels"] += parts.kernels_s
-                    causes["overhead"] += parts.overhead_s + adapter_s
+                    account.add(env.now, duration_s, parts.compute_s, max(parts.memory_s, parts.remote_s),
+                                parts.comm_s, parts.kernels_s, parts.overhead_s + adapter_s)
+                else:
+                    account.add_time_only(env.now, duration_s)
             scheduler.complete(batch, env.now)
             level.set(env.now, pool.utilization)
             if self._idle is not None:
                 self._check_idle()
+
+    def _sleep_until(self, t: float):
+        """Sleep until exactly ``t``, the step-by-step loop's sum of durations: SimPy wakes at
+        ``now + delay``, which lands on ``t`` to the bit once ``now >= t / 2`` (Sterbenz: ``t - now``
+        is then exact); from earlier, first sleep to halfway."""
+        env = self.env
+        if env.now < t / 2:
+            yield env.timeout((t - env.now) / 2)
+        yield env.timeout(t - env.now)
+
+    def _coalesced(self, run: DecodeRun):
+        """Sleep through ``run`` until its last step ends (or, interrupted, the step in progress),
+        apply the steps before it and account the last; the caller completes it."""
+        env = self.env
+        self._decode_run = run
+        self.pool.observer = self.scheduler.observer = self
+        try:
+            yield from self._sleep_until(run.end_s)
+        except simpy.Interrupt:
+            # cut at the step in progress (interrupt() did): sleep until it ends
+            yield from self._sleep_until(run.end_s)
+        if self._decode_run is run:
+            self._decode_run = None
+            self.pool.observer = self.scheduler.observer = None
+            run.settle(env.now)
+        run.finish_step()

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from kvsim.kv.block_pool import BlockPool
+from kvsim.kv.block_pool import BlockPool, PoolObserver
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import BatchShape
 from kvsim.serving.adapters import AdapterSlots
@@ -150,6 +150,9 @@ class BatchScheduler:
         self.stalled = 0
         self.waiting_prompt_tokens = 0  # sum of queued_tokens over the waiting queue
         self.batches_formed = 0  # iterations formed so far (the one running is this one)
+        # the instance while it advances a coalesced decode run (kvsim.serving.decode_run): a
+        # change from outside ends the run first
+        self.observer: PoolObserver | None = None
 
     @property
     def outstanding(self) -> int:
@@ -189,11 +192,15 @@ class BatchScheduler:
 
     def withdraw(self, seq: Sequence) -> None:
         """Take a waiting sequence out of the queue (it goes to another instance)."""
+        if self.observer is not None:
+            self.observer.interrupt()
         self.waiting.remove(seq)
         self.waiting_prompt_tokens -= seq.queued_tokens
 
     def release_detached(self, seq: Sequence) -> None:
         """A detached sequence's KV has been handed off: give back its pages."""
+        if self.observer is not None:
+            self.observer.interrupt()
         del self.detached[seq.rid]
         self.pool.release(seq)
         if self.hook is not None:
@@ -205,6 +212,8 @@ class BatchScheduler:
         self.events.prefilled(seq, now)
 
     def add(self, seq: Sequence) -> None:
+        if self.observer is not None:
+            self.observer.interrupt()
         self._enqueue(seq)
 
     def _preempt(self, seq: Sequence) -> None:
@@ -231,6 +240,8 @@ class BatchScheduler:
     def loaded(self, seq: Sequence) -> None:
         """A parked sequence's KV has arrived: it joins the running sequences (or, if its client
         gave up meanwhile, gives its pages back)."""
+        if self.observer is not None:
+            self.observer.interrupt()
         if self.loading.pop(seq.rid, None) is not None:
             if seq.aborted:
                 self._drop(seq)
@@ -242,6 +253,8 @@ class BatchScheduler:
         aborts a request whose connection closed). A sequence parked on a load lets go when the
         load lands; one in the iteration now running is skipped when the iteration completes;
         a prompt detached for its handoff gives its pages back now."""
+        if self.observer is not None:
+            self.observer.interrupt()
         seq.aborted = True
         if seq in self.waiting:
             self.withdraw(seq)
@@ -262,6 +275,8 @@ class BatchScheduler:
 
     def ungate(self, seq: Sequence, now: float) -> None:
         """An in-flight load under a computing sequence has landed."""
+        if self.observer is not None:
+            self.observer.interrupt()
         seq.gated = False
         if seq.stalled and seq in self.running:
             seq.stalled = False
