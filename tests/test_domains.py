@@ -270,6 +270,7 @@ def _check_pages(system) -> None:
     """Every page of every instance is a running sequence's own or a cached block's, never both;
     no scheduled sequence writes below its shared prefix."""
     for inst in system.instances:
+        inst.settle()  # an instance in a coalesced decode run: its sequences' counts as of now
         cache = inst.hook
         pool = cache.domain_pool
         ppb = cache.geometry.pages_per_block

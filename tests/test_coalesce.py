@@ -1,0 +1,257 @@
+"""Coalesced decode runs equal the step-by-step engine: records bit for bit, summaries exactly.
+
+The step-by-step loop (``engine.coalesce: false``, one event per iteration) is the reference.
+Every shipped scenario (shortened), 50 random small scenarios (idle to overloaded, with and
+without cache tiers, preemption, closed loops, client timeouts) and a case built to cut runs short
+at every kind of outside event must give the same records and summaries with runs coalesced.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import simpy
+
+import kvsim
+from kvsim.hardware import accelerator_catalog
+from kvsim.models import model_catalog
+from kvsim.models.step_time import BatchShape, RooflineStepTime
+from kvsim.serving import decode_run
+from kvsim.serving.instance import Instance
+
+REPO = Path(__file__).resolve().parent.parent
+ACC = accelerator_catalog()
+MODELS = model_catalog()
+
+
+def _same_summary(a, b, path="summary"):
+    """Every number of two summaries equal (NaN equal to NaN)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            _same_summary(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same_summary(x, y, f"{path}[{k}]")
+    elif isinstance(a, float) and math.isnan(a):
+        assert isinstance(b, float) and math.isnan(b), path
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def _both(scenario):
+    """(reference, coalesced) results of ``scenario``."""
+    return (kvsim.run(scenario.with_changes({"engine.coalesce": False})),
+            kvsim.run(scenario.with_changes({"engine.coalesce": True})))
+
+
+def _assert_equal(reference, coalesced):
+    assert coalesced.records_digest() == reference.records_digest()
+    for ref, run in zip(reference.runs, coalesced.runs):
+        assert run.iterations == ref.iterations
+        assert run.busy_s == ref.busy_s
+        _same_summary(ref.summary, run.summary)
+        assert run.timeseries == ref.timeseries
+
+
+# ---------------------------------------------------------------------------------------------
+# the closed form of a decode run's step times
+
+@pytest.mark.parametrize("model, acc, tp, dtype", [
+    ("qwen3-8b", "h20", 1, "bf16"), ("qwen3-8b", "l20", 2, "bf16"), ("qwen3-235b-a22b", "h20", 8, "fp8"),
+    ("qwen3-235b-a22b", "l20", 8, "fp8"), ("llama-3.1-70b", "h100-sxm", 4, "fp8"), ("deepseek-r1", "h20", 8, "fp8"), ("llama-2-70b", "a100-sxm", 8, "bf16"),
+])
+@pytest.mark.parametrize("seqs, context", [(1, 17), (7, 7 * 900), (64, 64 * 3001), (256, 256 * 150)])
+def test_decode_steps_equal_the_breakdown_of_each_step_to_the_bit(model, acc, tp, dtype, seqs, context):
+    step = RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
+    steps = step.decode_steps(seqs, context, 40)
+    fallback = decode_run.decode_steps(_NoClosedForm(step), seqs, context, 40)
+    for i in range(40):
+        parts = step.breakdown(BatchShape(decode_seqs=seqs, decode_context_tokens=context + i * seqs,
+                                          sampled_seqs=seqs))
+        assert steps.total_s[i] == parts.total_s == fallback.total_s[i]
+        assert steps.compute_s[i] == parts.compute_s == fallback.compute_s[i]
+        assert steps.memory_s[i] == parts.memory_s == fallback.memory_s[i]
+        assert (steps.comm_s, steps.kernels_s, steps.overhead_s) == (parts.comm_s, parts.kernels_s, parts.overhead_s)
+    # contexts grow by one token per sequence per step: decode time grows (memory-bound or not)
+    assert steps.total_s[-1] > steps.total_s[0]
+
+
+class _NoClosedForm:
+    """A step model with a breakdown but no closed form (as a layout's)."""
+
+    def __init__(self, inner):
+        self.breakdown = inner.breakdown
+
+
+# ---------------------------------------------------------------------------------------------
+# shipped scenarios
+
+def _shortened(path: Path, duration="12 s", systems: tuple[str, ...] | None = None):
+    scenario = kvsim.load_scenario(path)
+    changes: dict = {"duration": duration, "warmup": "2 s"}
+    if systems is not None:
+        changes["systems"] = {name: scenario.raw["systems"][name] for name in systems}
+        changes["compare"] = None
+    sweep = scenario.raw.get("sweep") or {}
+    if sweep:
+        changes["sweep"] = {key: [values[0]] for key, values in sweep.items()}
+    if "study" in scenario.raw:
+        changes["study"] = None  # one sweep point is no study: the runs are what is compared
+    return scenario.with_changes(changes)
+
+
+SHIPPED = sorted(p.name for p in (REPO / "scenarios").glob("*.yaml"))
+# it pilots every layout of every system, each with its cache prewarmed: two systems will do
+SLOW = {"offload_gap_layouts.yaml": {"duration": "3 s", "systems": ("h20-none", "l20-dram")}}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_scenarios_give_the_same_results_coalesced(name):
+    _assert_equal(*_both(_shortened(REPO / "scenarios" / name, **SLOW.get(name, {}))))
+
+
+# ---------------------------------------------------------------------------------------------
+# random small scenarios
+
+def _random_scenario(tmp_path: Path, case: int):
+    rng = np.random.default_rng(case)
+    node, memory = [("h20-8x", [0.2, 0.3, 0.9]), ("l20-8x", [0.45, 0.9])][case % 2]
+    tp = int(rng.choice([1, 2, 4, 8]))
+    pp = 2 if tp <= 4 and rng.random() < 0.25 else 1  # a pipeline: the layout step model, no closed form
+    instances = int(8 // (tp * pp))
+    if rng.random() < 0.35:
+        arrival = f"{{kind: closed_loop, clients: {int(rng.integers(1, 48))}}}"
+    else:
+        rate = float(rng.choice([0.3, 2.0, 8.0, 25.0, 80.0]) * instances / 8)
+        arrival = f"{{kind: poisson, rate: {rate:.3f}/s}}"
+    cache = ""
+    if rng.random() < 0.4:
+        cache = ", kv_cache: " + str(rng.choice(["{}", "{dram: {capacity: 64 GiB}}"]))
+        prompts = ("  prefix: {kind: shared_documents, documents: 8, zipf_s: 1.0, "
+                   f"document_tokens: {{kind: fixed, value: {int(rng.choice([256, 1024]))}}}, "
+                   "suffix_tokens: {kind: uniform, low: 16, high: 400}}\n")
+    else:
+        prompts = f"  input_tokens: {{kind: lognormal, median: {int(rng.integers(32, 1500))}, sigma: 0.8, max: 6000}}\n"
+    timeout = f"  timeout: {float(rng.uniform(3, 15)):.2f} s\n" if rng.random() < 0.3 else ""
+    text = (
+        f"name: random-{case}\nseed: {case}\nduration: 10 s\nwarmup: 2 s\nmodel: qwen3-8b\n"
+        f"engine: {{async_scheduling: {str(bool(rng.random() < 0.6)).lower()}}}\n"
+        f"workload:\n  arrival: {arrival}\n{prompts}"
+        f"  output_tokens: {{kind: lognormal, median: {int(rng.integers(4, 400))}, sigma: 0.9, max: 3000}}\n"
+        f"{timeout}"
+        f"systems:\n  s: {{node: {node}, instance: {{tp: {tp}, pp: {pp}, max_num_seqs: {int(rng.choice([2, 16, 64, 256]))}, "
+        f"max_batched_tokens: {int(rng.choice([512, 2048, 8192]))}, memory_utilization: {rng.choice(memory)}}}, "
+        f"router: {rng.choice(['least_outstanding', 'round_robin', 'most_free_kv', 'least_prompt_tokens'])}{cache}}}\n"
+    )
+    path = tmp_path / f"random_{case}.yaml"
+    path.write_text(text)
+    return kvsim.load_scenario(path)
+
+
+@pytest.mark.parametrize("case", range(50))
+def test_random_scenarios_give_the_same_results_coalesced(tmp_path, case):
+    _assert_equal(*_both(_random_scenario(tmp_path, case)))
+
+
+# ---------------------------------------------------------------------------------------------
+# runs cut short by every kind of outside event
+
+CUT = """
+name: cut-runs
+seed: 3
+duration: 30 s
+warmup: 1 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: poisson, rate: {rate}/s}}
+  prefix: {{kind: shared_documents, documents: 6, zipf_s: 1.0, document_tokens: {{kind: fixed, value: 2048}},
+           suffix_tokens: {{kind: uniform, low: 16, high: 256}}}}
+  output_tokens: {{kind: lognormal, median: 300, sigma: 1.0, max: 3000}}
+  timeout: 8 s
+systems:
+  colocated: {{node: h20-8x, instance: {{tp: 4, memory_utilization: 0.25}},
+              kv_cache: {{dram: {{capacity: 8 GiB}}, remote: {{pool_node: nvme-storage-16x, nodes: 1}}}}}}
+  pd:
+    pools:
+      prefill: {{node: h20-8x, instances: 2, role: prefill, instance: {{tp: 2}}}}
+      decode: {{node: h20-8x, instances: 2, role: decode, instance: {{tp: 2, max_num_seqs: 24}}}}
+    kv_cache: {{dram: {{capacity: 16 GiB}}}}
+"""
+
+
+def _meddle(system):
+    """Another component's reads and writes at odd times: read an instance's free KV and held
+    tokens, take pages from its pool and give them back (as a peer's domain cache does)."""
+    env = system.env
+    step = 0
+    while True:
+        yield env.timeout(0.173)
+        step += 1
+        instance = system.instances[step % len(system.instances)]
+        instance.free_kv_tokens, instance.held_kv_tokens
+        if step % 5 == 0 and instance.pool.free_blocks > 40:
+            instance.pool.take(40)
+            yield env.timeout(0.05)
+            instance.pool.give(40)
+
+
+def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch):
+    path = tmp_path / "cut.yaml"
+    path.write_text(CUT.format(rate=6))
+    scenario = kvsim.load_scenario(path)
+    import kvsim.sim.run as run_module
+    build = run_module.build_system
+
+    def build_and_meddle(*args, **kwargs):
+        system = build(*args, **kwargs)
+        system.env.process(_meddle(system))
+        return system
+
+    monkeypatch.setattr(run_module, "build_system", build_and_meddle)
+    causes: dict[str, int] = {}
+    interrupt = Instance.interrupt
+
+    def counted(self):
+        if self._decode_run is not None:
+            import sys
+            caller = sys._getframe(1)
+            name = caller.f_code.co_name
+            if name == "interrupt":  # the scheduler's or the pool's observer call: one frame up
+                caller = caller.f_back
+                name = caller.f_code.co_name
+            causes[name] = causes.get(name, 0) + 1
+        interrupt(self)
+
+    monkeypatch.setattr(Instance, "interrupt", counted)
+    reference, coalesced = _both(scenario)
+    _assert_equal(reference, coalesced)
+    # the case reaches what it is built for: runs cut by arrivals, aborts, loads landing, pages
+    # taken and given from outside, and wake-ups
+    assert {"submit", "abort", "loaded", "wake", "take", "give"} <= causes.keys(), causes
+    assert sum(causes.values()) > 100, causes
+    assert coalesced.runs[0].summary["requests_aborted"] > 0
+
+
+def test_coalescing_takes_far_fewer_events(repo_root, monkeypatch):
+    """The point of it: one event per run, not per iteration (same iterations either way)."""
+    scenario = kvsim.load_scenario(repo_root / "scenarios" / "h20_vs_l20.yaml").with_changes(
+        {"duration": "30 s", "warmup": "5 s", "sweep": {"workload.arrival.rate": ["10/s"]}})
+    counts = {}
+    schedule = simpy.Environment.schedule
+
+    def counting(self, event, priority=1, delay=0):
+        counts[mode] = counts.get(mode, 0) + 1
+        return schedule(self, event, priority, delay)
+
+    monkeypatch.setattr(simpy.Environment, "schedule", counting)
+    iterations = {}
+    for mode in (False, True):
+        result = kvsim.run(scenario.with_changes({"engine.coalesce": mode}))
+        iterations[mode] = sum(run.iterations for run in result.runs)
+    assert iterations[True] == iterations[False]
+    assert counts[True] < counts[False] / 4, counts
