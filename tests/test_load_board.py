@@ -183,20 +183,37 @@ systems:
     kv_cache: {dram: {capacity: 8 GiB}}
 """
 
+MIXED_CACHED = """
+name: mixed-cached-lo
+seed: 2
+duration: 20 s
+warmup: 1 s
+model: qwen3-8b
+workload:
+  timeout: 3 s
+  arrival: {kind: closed_loop, clients: 48, think_time: 0.05 s}
+  prefix: {kind: fixed_hit, hit_ratio: 0.6}
+  input_tokens: {kind: uniform, low: 200, high: 6000}
+  output_tokens: {kind: uniform, low: 1, high: 60}
+systems:
+  mixed:
+    node: h20-8x
+    instance: {activation_reserve: 68.5 GiB, max_num_seqs: 16}
+    kv_cache: {dram: {capacity: 8 GiB}}
+"""
+
 
 def _scenarios(repo_root):
     h20 = kvsim.load_scenario(repo_root / "scenarios" / "h20_vs_l20.yaml").with_changes(
         {"duration": "40 s", "warmup": "5 s", "sweep": {"workload.arrival.rate": ["15/s", "40/s"]}})
-    offload = kvsim.load_scenario(repo_root / "scenarios" / "offload_gap.yaml").with_changes(
-        {"duration": "10 s", "warmup": "2 s",
-         "sweep": {"workload.prefix.document_tokens.value, workload.prefix.suffix_tokens.value": [[7680, 512]],
-                   "workload.arrival.clients": [16]}})
     return {
         "h20_vs_l20": h20,
         "h20_vs_l20_timeouts": h20.with_changes({"workload.timeout": "8 s",
                                                  "sweep": {"workload.arrival.rate": ["25/s"]}}),
-        "offload_gap": offload,
+        "mixed_cached_timeouts": kvsim.parse_scenario(MIXED_CACHED, "mixed.yaml"),
         "pd_switching": kvsim.parse_scenario(SHIFT.format(timeout="null", mode="layerwise"), "shift.yaml"),
+        # a whole-prompt handoff routes to a decode instance from inside the prefill instance's step,
+        # while the detached prompt is still in its running list (the board must not read it then)
         "pd_switching_timeouts": kvsim.parse_scenario(SHIFT.format(timeout="4 s", mode="whole"), "shift.yaml"),
         "pd_cached_switching": kvsim.parse_scenario(CACHED, "cached.yaml"),
     }
@@ -210,7 +227,7 @@ def _scan_everything(monkeypatch):
                         [inst for inst in self.instances if inst.role == role and inst.accepting])
 
 
-@pytest.mark.parametrize("name", ["h20_vs_l20", "h20_vs_l20_timeouts", "offload_gap", "pd_switching",
+@pytest.mark.parametrize("name", ["h20_vs_l20", "h20_vs_l20_timeouts", "mixed_cached_timeouts", "pd_switching",
                                   "pd_switching_timeouts", "pd_cached_switching"])
 def test_whole_runs_route_as_the_scan_and_keep_their_records(repo_root, monkeypatch, built_systems, name):
     scenario = _scenarios(repo_root)[name]
@@ -235,6 +252,8 @@ def test_whole_runs_route_as_the_scan_and_keep_their_records(repo_root, monkeypa
         assert len(fast.switches_frame()) >= 2  # roles changed under the router
     if "timeouts" in name or name == "pd_cached_switching":
         assert fast.requests_frame().aborted_s.notna().sum() > 0  # and clients gave up
+    if "cached" in name:
+        assert fast.requests_frame().hit_tokens_dram.sum() > 0  # and prefixes loaded from DRAM
     with monkeypatch.context() as patch:
         _scan_everything(patch)
         scanned = kvsim.run(scenario)
