@@ -10,7 +10,10 @@ unfinished requests, the lowest index on ties -- exactly what a scan of the list
 How the board learns of changes. An instance calls :meth:`LoadBoard.changed` whenever its
 ``outstanding`` count may have moved and :meth:`LoadBoard.moved` when it joins or leaves a
 role; the board only marks it dirty, and reads the count itself when a router next asks
-about that role (so several changes between two arrivals cost one heap push). The contract the
+about that role (so several changes between two arrivals cost one heap push). Only that role's
+dirty instances are read then: a prefill instance reports a prompt it detaches before the
+prompt has left its running list, and the handoff routes that prompt to a decode instance at
+once -- the decode router must not read the prefill instance's count at that moment. The contract the
 instance keeps (see :class:`~kvsim.serving.instance.Instance`): a change is notified after it
 is made, or before it with no routing decision in that role in between. Heap entries are never
 updated in place: a stale one (its count or its instance's role moved on) is dropped when it
