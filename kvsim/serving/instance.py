@@ -22,6 +22,7 @@ from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
 from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.decode_run import DecodeRun
+from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
 
 __all__ = ["Instance", "SystemCounters"]
@@ -132,6 +133,7 @@ class _RecordingEvents(SchedulerEvents):
         self.records.computed_tokens[seq.rid] += tokens
 
     def finished(self, seq: Sequence, now: float) -> None:
+        self.instance._load_changed()
         self.instance.on_finish(seq, now)  # the front end records when the client has the answer
 
     def decode_started(self, seq: Sequence, now: float) -> None:
@@ -139,6 +141,7 @@ class _RecordingEvents(SchedulerEvents):
 
     def prefilled(self, seq: Sequence, now: float) -> None:
         self.records.prefill_end_s[seq.rid] = now
+        self.instance._load_changed()  # the prompt has left: no longer outstanding here
         self.instance.on_prefilled(self.instance, seq, now)
 
 
@@ -192,6 +195,19 @@ class Instance:
     coalesce : bool
         Advance runs of unchanging decode iterations in one event (:mod:`kvsim.serving.decode_run`);
         False steps one iteration per event (the reference).
+
+    Notes
+    -----
+    ``board``, when set (by :meth:`~kvsim.serving.load_board.LoadBoard.add`), is told whenever
+    :attr:`outstanding` may have changed (:meth:`_load_changed`) or the instance joins or leaves
+    a role (:meth:`set_role`, ``accepting``), so that routers need not scan every instance.
+    Inside the engine loop the count moves only when a request finishes or a prompt is detached,
+    both reported through the scheduler's events; from outside (submit, abort, a load landing,
+    a handoff ending) every change is followed by :meth:`wake`. A report may come before the
+    change is complete (a finished or detached request is still in the running list while the
+    events run); the board reads counts only when a router of the instance's own role asks,
+    and nothing routes to that role from inside those events (a detached prompt is routed to
+    a decode instance).
     """
 
     def __init__(
@@ -240,7 +256,8 @@ class Instance:
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
                                         prefill_only=role == "prefill", span=span, adapters=adapters)
-        self.accepting = True  # takes new work in its role (False while it switches roles)
+        self.board: LoadBoard | None = None  # told when outstanding or membership changes
+        self._accepting = True
         self._idle: simpy.Event | None = None
         self._wake: simpy.Event | None = None
         self.process = env.process(self._run())
@@ -248,6 +265,24 @@ class Instance:
     @property
     def hook(self) -> AdmissionHook | None:
         return self.scheduler.hook
+
+    @property
+    def accepting(self) -> bool:
+        """It takes new work in its role (False while it switches roles)."""
+        return self._accepting
+
+    @accepting.setter
+    def accepting(self, value: bool) -> None:
+        self._accepting = value
+        self._role_changed()
+
+    def _load_changed(self) -> None:
+        if self.board is not None:
+            self.board.changed(self)
+
+    def _role_changed(self) -> None:
+        if self.board is not None:
+            self.board.moved(self)
 
     @property
     def outstanding(self) -> int:
@@ -316,12 +351,15 @@ class Instance:
         self.scheduler.hook = hook
         self.scheduler.prefill_only = role == "prefill"
         self.on_final_chunk = on_final_chunk
+        self._role_changed()
 
     def wake(self) -> None:
         """Resume the engine loop if it sleeps (a load landed, pages came free), or end the
-        coalesced run it is in at the step in progress."""
+        coalesced run it is in at the step in progress. Whatever changes the requests it holds
+        from outside the engine loop calls this afterwards."""
         if self._decode_run is not None:
             self.interrupt()
+        self._load_changed()
         if self._wake is not None and not self._wake.triggered:
             self._wake.succeed()
 

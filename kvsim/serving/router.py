@@ -4,6 +4,17 @@ Every router has one method, ``choose(instances, seq=None) -> index`` into the l
 (the instances currently in that role), ``seq`` being the request to place. Ties are broken by
 the lowest index, so routing is deterministic. The ``cache_aware`` router, which reads the
 cluster KV index, lives in :mod:`kvsim.serving.cache_router`; :func:`make_router` builds any kind.
+
+Cost per arrival. ``least_outstanding`` is O(log n) in the instances of the role: its key moves
+only when a request arrives, finishes, leaves or is handed off, and instances report those moves
+to the system's :class:`~kvsim.serving.load_board.LoadBoard`. The others scan, O(n): their keys
+move inside the engine loop on every iteration -- ``pending_prompt_tokens`` with each prefill
+chunk computed and at each admission that finds a cached prefix or parks to load one (not all
+of which reach a scheduler event), ``free_kv_tokens`` whenever a page is allocated or freed
+while forming a batch -- so keeping them in a heap would mean a notification from inside the
+batch scheduler on every iteration of every instance, not just per request; and
+``prefix_aware`` (like ``cache_aware``) depends on the request being placed, so no order of the
+instances can be kept ahead of it.
 """
 
 from __future__ import annotations
@@ -11,11 +22,12 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence as Seq
 
 from kvsim.serving.cache_router import CacheAwareRouter
+from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.specs import CacheAwareSpec
 
 __all__ = [
     "Router", "RoundRobinRouter", "LeastOutstandingRouter", "LeastPromptTokensRouter", "MostFreeKVRouter",
-    "PrefixAwareRouter", "ROUTERS", "make_router",
+    "PrefixAwareRouter", "ROUTERS", "make_router", "least_outstanding_scan",
 ]
 
 
@@ -51,16 +63,34 @@ class RoundRobinRouter:
         return index
 
 
+def least_outstanding_scan(instances: Seq[Routable]) -> int:
+    """Position of the instance with the fewest unfinished requests, lowest on ties, by a scan."""
+    best, best_load = 0, instances[0].outstanding
+    for index in range(1, len(instances)):
+        load = instances[index].outstanding
+        if load < best_load:
+            best, best_load = index, load
+    return best
+
+
 class LeastOutstandingRouter:
-    """The instance with the fewest unfinished requests (lowest index on ties)."""
+    """The instance with the fewest unfinished requests (lowest index on ties).
+
+    With a :class:`~kvsim.serving.load_board.LoadBoard` and the board's member list of a role as
+    ``instances`` (what the front end and the handoff pass), the answer comes from the board's
+    heap in O(log n); given any other list, or without a board, it scans. Both give the same
+    choice (``tests/test_load_board.py``).
+    """
+
+    def __init__(self, board: LoadBoard | None = None) -> None:
+        self.board = board
 
     def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
-        best, best_load = 0, instances[0].outstanding
-        for index in range(1, len(instances)):
-            load = instances[index].outstanding
-            if load < best_load:
-                best, best_load = index, load
-        return best
+        if self.board is not None:
+            best = self.board.least_outstanding(instances)
+            if best is not None:
+                return best
+        return least_outstanding_scan(instances)
 
 
 class LeastPromptTokensRouter:
@@ -101,11 +131,15 @@ ROUTERS = {
 """Router ``kind`` in a scenario -> class, for the kinds that need nothing to be built."""
 
 
-def make_router(kind: str, cache: Any = None, spec: Any = None, clock: Any = None) -> Router:
+def make_router(kind: str, cache: Any = None, spec: Any = None, clock: Any = None,
+                board: LoadBoard | None = None) -> Router:
     """A router of ``kind``; ``cache_aware`` needs the system's cache (a
-    :class:`~kvsim.serving.cache.SystemCache`), its spec (default settings if None) and the clock."""
+    :class:`~kvsim.serving.cache.SystemCache`), its spec (default settings if None) and the clock;
+    ``least_outstanding`` reads the system's ``board`` if given (it scans otherwise)."""
     if kind == "cache_aware":
         if cache is None:
             raise ValueError("the cache_aware router reads the cluster KV index: the system needs a kv_cache")
         return CacheAwareRouter(cache, spec if spec is not None else CacheAwareSpec(), clock)
+    if kind == "least_outstanding":
+        return LeastOutstandingRouter(board)
     return ROUTERS[kind]()

@@ -31,6 +31,7 @@ from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
 from kvsim.serving.instance import Instance, SystemCounters
+from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
 from kvsim.sim.frontend import FrontEnd
@@ -94,6 +95,7 @@ class System:
         self.in_system = TimeWeightedLevel(window_start_s, window_end_s)
         self.cache: SystemCache | None = None
         self.instances: list[Instance] = []
+        self.board = LoadBoard()  # the instances by role, and the least loaded of each
         self.placements: list[Placement] = []
         self.handoff: KVHandoff | None = None
         self.controller: RoleController | None = None
@@ -108,8 +110,10 @@ class System:
         self.front: FrontEnd
 
     def role_instances(self, role: str) -> list[Instance]:
-        """The instances serving in ``role`` now (not those switching), in index order."""
-        return [inst for inst in self.instances if inst.role == role and inst.accepting]
+        """The instances serving in ``role`` now (not those switching), in index order: the
+        board's list, the same object until an instance joins or leaves the role (not to be
+        modified)."""
+        return self.board.members(role)
 
     @property
     def entry_role(self) -> str:
@@ -268,7 +272,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             zip(system.placements, caching)) if c], block_tokens)
     if sizing.disaggregated:
         system.handoff = KVHandoff(
-            env, system_spec.kv_handoff, system.transfers, records, make_router(system_spec.decode_router),
+            env, system_spec.kv_handoff, system.transfers, records,
+            make_router(system_spec.decode_router, board=system.board),
             lambda: system.role_instances("decode"),
             lambda inst, tokens: _held_kv_bytes_per_card(system.placements[inst.index].pool, tokens),
             sizing.model.num_layers)
@@ -276,7 +281,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     entry = system.entry_role
     # before the prewarm: a cache-aware router with a delayed view follows the index from its start
     router = make_router(system_spec.prefill_router if entry == "prefill" else system_spec.router, system.cache,
-                         system_spec.cache_aware, lambda: env.now)
+                         system_spec.cache_aware, lambda: env.now, system.board)
     if cache_spec is not None and cache_spec.prewarm:
         system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     system.front = FrontEnd(env, records, system.in_system, router,
@@ -313,6 +318,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         if handoff is not None:
             system.hooks[(index, "decode")].attach(instance)
         system.instances.append(instance)
+        system.board.add(instance)
     if sizing.disaggregated:
         slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99}
         system.controller = RoleController(env, control, system.instances,
