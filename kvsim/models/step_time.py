@@ -35,6 +35,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models.collectives import allreduce_s
@@ -105,9 +107,9 @@ class DecodeSteps:
     :meth:`RooflineStepTime.decode_steps`): per step ``total_s``, ``compute_s`` and
     ``memory_s``; the collective, kernel-launch and host times are the same every step."""
 
-    total_s: list[float]
-    compute_s: list[float]
-    memory_s: list[float]
+    total_s: list[float] | np.ndarray
+    compute_s: list[float] | np.ndarray
+    memory_s: list[float] | np.ndarray
     comm_s: float
     kernels_s: float
     overhead_s: float
@@ -285,4 +287,19 @@ class RooflineStepTime:
             memory.append(m)
             total.append((c if c >= m else m) + comm_s + kernels_s + overhead_s)
             context += seqs
+        return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
+
+    def decode_steps_array(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
+        """:meth:`decode_steps` as numpy arrays: element-wise the same float operations in the same
+        order, so each step equals :meth:`breakdown` to the bit (for long runs)."""
+        tokens = seqs
+        fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
+        context = context_tokens + seqs * np.arange(steps, dtype=np.int64)
+        compute = (fixed_flops + self._attn_decode * context) / self._rates.gemm_flops_per_s(tokens)
+        weights_s = self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps
+        memory = weights_s + context * self._kv_bytes_per_token_card / self._rates.kv_Bps
+        comm_s = self.comm_s(tokens)
+        kernels_s = self._kernels_s
+        overhead_s = self.engine.step_overhead_s(seqs, tokens)
+        total = np.where(compute >= memory, compute, memory) + comm_s + kernels_s + overhead_s
         return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)

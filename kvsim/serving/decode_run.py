@@ -29,25 +29,42 @@ import math
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from kvsim.models.step_time import BatchShape, DecodeSteps
 
 if TYPE_CHECKING:
     from kvsim.serving.instance import Instance
     from kvsim.serving.scheduler import Batch
 
-__all__ = ["DecodeRun", "decode_steps", "MAX_STEPS"]
+__all__ = ["DecodeRun", "decode_steps", "MAX_STEPS", "FIRST_HORIZON"]
 
 MAX_STEPS = 4096
 """Longest run planned at once: a longer one is planned again when it ends (bounds the lists)."""
 
+ARRAY_STEPS = 48
+"""Runs planned this long or longer keep their steps in numpy arrays (a few array operations per
+run instead of a few float operations per step); shorter ones in lists (less overhead)."""
 
-def decode_steps(step_model, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
+FIRST_HORIZON = 128
+"""Steps an instance plans its first run for. Each instance then adapts (:meth:`DecodeRun.next_horizon`):
+four times as far after a run that reached its horizon, twice the steps it lasted (at least this)
+after one cut short.
+Planning steps that an arrival will cut costs time, not results: any horizon gives the same
+records."""
+
+
+def decode_steps(step_model, seqs: int, context_tokens: int, steps: int, arrays: bool = False) -> DecodeSteps:
     """Breakdowns of ``steps`` consecutive decode-only iterations (see
     :meth:`~kvsim.models.step_time.RooflineStepTime.decode_steps`): the model's closed form if it
-    has one, else its :meth:`breakdown` of each step's shape."""
-    closed_form = getattr(step_model, "decode_steps", None)
+    has one, else its :meth:`breakdown` of each step's shape; as numpy arrays if ``arrays``."""
+    closed_form = getattr(step_model, "decode_steps_array" if arrays else "decode_steps", None)
     if closed_form is not None:
         return closed_form(seqs, context_tokens, steps)
+    if arrays:
+        parts = decode_steps(step_model, seqs, context_tokens, steps)
+        return DecodeSteps(np.array(parts.total_s), np.array(parts.compute_s), np.array(parts.memory_s),
+                           parts.comm_s, parts.kernels_s, parts.overhead_s)
     total, compute, memory = [], [], []
     comm_s = kernels_s = overhead_s = 0.0
     for step in range(steps):
@@ -68,8 +85,8 @@ class DecodeRun:
     Steps before ``last`` are applied here; step ``last`` is completed by the scheduler.
     """
 
-    __slots__ = ("instance", "batch", "seqs", "ends_s", "parts", "utilization", "free0", "new_blocks",
-                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "batches0", "block_tokens")
+    __slots__ = ("instance", "batch", "seqs", "ends_s", "parts", "free0", "new_blocks",
+                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "batches0", "block_tokens", "planned")
 
     def __init__(self, instance: "Instance", batch: "Batch", ends_s: list[float], parts: DecodeSteps,
                  new_blocks: list[int]):
@@ -86,7 +103,7 @@ class DecodeRun:
         self.blocks0 = [seq.kv_blocks for seq in self.seqs]
         self.own0 = [seq.kv_tokens + 1 - seq.shared_tokens for seq in self.seqs]  # own tokens in step 1
         self.block_tokens = pool.block_size_tokens
-        self.last = len(ends_s) - 1
+        self.last = self.planned = len(ends_s) - 1
         self.applied = 0                      # steps applied so far (completed, the next allocated)
         self.batches0 = instance.scheduler.batches_formed
 
@@ -104,7 +121,7 @@ class DecodeRun:
         if scheduler.waiting and len(scheduler.running) + len(scheduler.loading) < scheduler.max_num_seqs \
                 and scheduler.max_batched_tokens > len(seqs) and not DecodeRun._head_blocked(instance, len(seqs)):
             return None  # a waiting request could be admitted at a later step
-        steps = MAX_STEPS
+        steps = instance.decode_horizon
         for seq in seqs:
             left = seq.output_tokens - seq.generated
             if left < steps:
@@ -116,34 +133,34 @@ class DecodeRun:
         # pages: a sequence owning b pages with o own tokens in step 1 needs a new page in step
         # b*B - o + 2 and every B steps after; stop before the pool would have to reclaim or preempt
         block = pool.block_size_tokens
-        per_step = [0] * (steps + 1)
-        for seq in seqs:
-            for i in range(seq.kv_blocks * block - (seq.kv_tokens + 1 - seq.shared_tokens) + 2, steps + 1, block):
-                per_step[i] += 1
-        free = pool._free
-        new_blocks = [0] * (steps + 1)
-        total = 0
-        for i in range(2, steps + 1):
-            total += per_step[i]
-            if total > free:
-                steps = i - 1
-                break
-            new_blocks[i] = total
+        firsts = [seq.kv_blocks * block - (seq.kv_tokens + 1 - seq.shared_tokens) + 2 for seq in seqs]
+        arrays = steps >= ARRAY_STEPS
+        new_blocks = (_new_pages_array if arrays else _new_pages)(firsts, block, steps, pool._free)
+        steps = len(new_blocks) - 1
         if steps < 2:
             return None
-        del new_blocks[steps + 1:]
-        later = decode_steps(instance.step_model, len(seqs), batch.shape.decode_context_tokens + len(seqs), steps - 1)
-        ends = [now]
-        t = now + first_s
-        ends.append(t)
-        for d in later.total_s:
-            if not d > 0 or math.isinf(d):
-                raise RuntimeError(f"step-time model returned {d!r} s for a decode step of {len(seqs)} sequences")
-            t += d
+        n = len(seqs)
+        later = decode_steps(instance.step_model, n, batch.shape.decode_context_tokens + n, steps - 1, arrays)
+        first_memory_s = max(first_parts.memory_s, first_parts.remote_s)
+        if arrays:
+            if not (np.all(later.total_s > 0) and np.all(np.isfinite(later.total_s))):
+                raise RuntimeError(f"step-time model returned a non-positive or infinite decode step of {n} sequences")
+            durations = np.concatenate(([now, first_s], later.total_s))
+            ends = np.add.accumulate(durations)  # in order, as the step-by-step clock adds them
+            parts = DecodeSteps(durations[1:], np.concatenate(([first_parts.compute_s], later.compute_s)),
+                                np.concatenate(([first_memory_s], later.memory_s)),
+                                later.comm_s, later.kernels_s, later.overhead_s)
+        else:
+            ends = [now]
+            t = now + first_s
             ends.append(t)
-        parts = DecodeSteps([first_s] + later.total_s, [first_parts.compute_s] + later.compute_s,
-                            [max(first_parts.memory_s, first_parts.remote_s)] + later.memory_s,
-                            later.comm_s, later.kernels_s, later.overhead_s)
+            for d in later.total_s:
+                if not d > 0 or math.isinf(d):
+                    raise RuntimeError(f"step-time model returned {d!r} s for a decode step of {n} sequences")
+                t += d
+                ends.append(t)
+            parts = DecodeSteps([first_s] + later.total_s, [first_parts.compute_s] + later.compute_s,
+                                [first_memory_s] + later.memory_s, later.comm_s, later.kernels_s, later.overhead_s)
         return DecodeRun(instance, batch, ends, parts, new_blocks)
 
     @staticmethod
@@ -164,7 +181,7 @@ class DecodeRun:
     @property
     def end_s(self) -> float:
         """When the run's last step ends, seconds."""
-        return self.ends_s[self.last]
+        return float(self.ends_s[self.last])
 
     def settle(self, now: float) -> None:
         """Apply every step before the last that has ended by ``now`` (and allocate the next)."""
@@ -174,25 +191,27 @@ class DecodeRun:
         first = self.applied + 1
         self.applied = done
         instance = self.instance
-        ends = self.ends_s
         parts = self.parts
         pool = instance.pool
         num_blocks = pool.num_blocks
-        free0 = self.free0
-        new_blocks = self.new_blocks
-        level = instance.kv_utilization
-        account = instance.engine_time
-        emitted = instance.counters.output_tokens
-        n = len(self.seqs)
-        for i in range(first, done + 1):
-            t = ends[i]
-            account.add(t, parts.total_s[i - 1], parts.compute_s[i - 1], parts.memory_s[i - 1],
-                        parts.comm_s, parts.kernels_s, parts.overhead_s)
-            emitted.add(t, n)
-            level.set(t, (num_blocks - (free0 - new_blocks[i])) / num_blocks)
-            level.set(t, (num_blocks - (free0 - new_blocks[i + 1])) / num_blocks)
-        instance.counters.iterations += done - first + 1
-        pool._free = free0 - new_blocks[done + 1]
+        used0 = num_blocks - self.free0
+        ends = self.ends_s[first:done + 1]
+        steps = (parts.total_s[first - 1:done], parts.compute_s[first - 1:done], parts.memory_s[first - 1:done])
+        counters = instance.counters
+        counters.iterations += done - first + 1
+        # the pool's level as each step ends (its pages) and the next is formed (its new pages)
+        if isinstance(ends, np.ndarray):
+            instance.engine_time.add_each_array(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s)
+            counters.output_tokens.add_at_each_array(ends, len(self.seqs))
+            during = (used0 + self.new_blocks[first:done + 2]) / num_blocks
+            instance.kv_utilization.set_at_each_array(ends, during[:-1], during[1:])
+        else:
+            instance.engine_time.add_each(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s)
+            counters.output_tokens.add_at_each(ends, len(self.seqs))
+            new_blocks = self.new_blocks
+            during = [(used0 + new_blocks[i]) / num_blocks for i in range(first, done + 2)]
+            instance.kv_utilization.set_at_each(ends, during[:-1], during[1:])
+        pool._free = self.free0 - int(self.new_blocks[done + 1])
         block = self.block_tokens
         for seq, kv, generated, blocks, own in zip(self.seqs, self.kv0, self.generated0, self.blocks0, self.own0):
             seq.kv_tokens = kv + done
@@ -206,10 +225,46 @@ class DecodeRun:
         self.settle(now)
         self.last = min(self.last, self.applied + 1)
 
+    def next_horizon(self, horizon: int) -> int:
+        """How far to plan the instance's next run, after this one ended (see ``FIRST_HORIZON``)."""
+        if self.last < self.planned:
+            return min(MAX_STEPS, max(FIRST_HORIZON, 2 * self.last))
+        if self.last >= horizon:
+            return min(MAX_STEPS, 4 * horizon)
+        return horizon
+
     def finish_step(self) -> None:
         """Account the last step's engine time (the scheduler completes it)."""
         i = self.last
         parts = self.parts
-        self.instance.engine_time.add(self.ends_s[i], parts.total_s[i - 1], parts.compute_s[i - 1],
-                                      parts.memory_s[i - 1], parts.comm_s, parts.kernels_s, parts.overhead_s)
+        self.instance.engine_time.add(float(self.ends_s[i]), float(parts.total_s[i - 1]), float(parts.compute_s[i - 1]),
+                                      float(parts.memory_s[i - 1]), parts.comm_s, parts.kernels_s, parts.overhead_s)
         self.instance.counters.iterations += 1
+
+
+def _new_pages(firsts: list[int], block: int, steps: int, free: int) -> list[int]:
+    """Pages allocated by steps 2..i, for i = 0..m: sequence k needs one at step ``firsts[k]`` and
+    every ``block`` steps after; ``m <= steps`` is the last step before they outgrow ``free``."""
+    per_step = [0] * (steps + 1)
+    for first in firsts:
+        for i in range(first, steps + 1, block):
+            per_step[i] += 1
+    new_blocks = [0] * (steps + 1)
+    total = 0
+    for i in range(2, steps + 1):
+        total += per_step[i]
+        if total > free:
+            return new_blocks[:i]
+        new_blocks[i] = total
+    return new_blocks
+
+
+def _new_pages_array(firsts: list[int], block: int, steps: int, free: int) -> np.ndarray:
+    """:func:`_new_pages` with numpy: first needs counted per step, then carried ``block`` steps on."""
+    first = np.asarray(firsts, dtype=np.int64)
+    counts = np.bincount(first[first <= steps], minlength=steps + 1)
+    pad = -(steps + 1) % block
+    per_step = np.concatenate((counts, np.zeros(pad, dtype=counts.dtype))).reshape(-1, block).cumsum(axis=0).ravel()
+    new_blocks = np.cumsum(per_step[:steps + 1])
+    over = int(np.searchsorted(new_blocks, free, side="right"))  # first step they outgrow ``free``
+    return new_blocks[:over]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import numpy as np
 import simpy
 
 from kvsim.kv.block_pool import BlockPool
@@ -21,7 +22,7 @@ from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
 from kvsim.serving.adapters import AdapterSlots
-from kvsim.serving.decode_run import DecodeRun
+from kvsim.serving.decode_run import FIRST_HORIZON, DecodeRun
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
 
@@ -57,6 +58,51 @@ class EngineTime:
             causes["tp_comm"] += comm_s
             causes["kernels"] += kernels_s
             causes["overhead"] += overhead_s
+
+    def add_each(self, ends_s: list[float], durations_s: list[float], compute_s: list[float], memory_s: list[float],
+                 comm_s: float, kernels_s: float, overhead_s: float) -> None:
+        """:meth:`add` for each iteration in order (same collective, launch and host times), to
+        the bit, in one call."""
+        ws, we = self.window_start_s, self.window_end_s
+        busy, in_window = self.busy_s, self.busy_in_window_s
+        causes = self.by_cause_s
+        compute, memory = causes["compute"], causes["memory"]
+        comm, kernels, overhead = causes["tp_comm"], causes["kernels"], causes["overhead"]
+        for t, d, c, m in zip(ends_s, durations_s, compute_s, memory_s):
+            busy += d
+            if ws <= t <= we:
+                in_window += d
+                if c >= m:
+                    compute += c
+                else:
+                    memory += m
+                comm += comm_s
+                kernels += kernels_s
+                overhead += overhead_s
+        self.busy_s, self.busy_in_window_s = busy, in_window
+        causes["compute"], causes["memory"] = compute, memory
+        causes["tp_comm"], causes["kernels"], causes["overhead"] = comm, kernels, overhead
+
+    def add_each_array(self, ends_s: np.ndarray, durations_s: np.ndarray, compute_s: np.ndarray,
+                       memory_s: np.ndarray, comm_s: float, kernels_s: float, overhead_s: float) -> None:
+        """:meth:`add_each` with numpy arrays (``ends_s`` increasing): each sum is accumulated
+        in the same order, so the totals are the same to the bit."""
+        def added(total: float, values) -> float:
+            return float(np.add.accumulate(np.concatenate(([total], values)))[-1]) if len(values) else total
+
+        self.busy_s = added(self.busy_s, durations_s)
+        lo = int(np.searchsorted(ends_s, self.window_start_s, side="left"))
+        hi = int(np.searchsorted(ends_s, self.window_end_s, side="right"))
+        if hi <= lo:
+            return
+        self.busy_in_window_s = added(self.busy_in_window_s, durations_s[lo:hi])
+        c, m = compute_s[lo:hi], memory_s[lo:hi]
+        bound = c >= m
+        causes = self.by_cause_s
+        causes["compute"] = added(causes["compute"], c[bound])
+        causes["memory"] = added(causes["memory"], m[~bound])
+        for cause, seconds in (("tp_comm", comm_s), ("kernels", kernels_s), ("overhead", overhead_s)):
+            causes[cause] = added(causes[cause], np.full(hi - lo, seconds))
 
     def add_time_only(self, end_s: float, duration_s: float) -> None:
         """An iteration whose step model gives no breakdown."""
@@ -252,6 +298,7 @@ class Instance:
         self.engine_time = counters.engine_time()
         self.coalesce = coalesce
         self._decode_run: DecodeRun | None = None  # the coalesced run in progress, if any
+        self.decode_horizon = FIRST_HORIZON  # steps the next coalesced run is planned for
         self.adapters = adapters
         self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
@@ -357,7 +404,9 @@ class Instance:
         """Resume the engine loop if it sleeps (a load landed, pages came free), or end the
         coalesced run it is in at the step in progress. Whatever changes the requests it holds
         from outside the engine loop calls this afterwards."""
-        if self._decode_run is not None:
+        if self._decode_run is not None and self.scheduler.waiting:
+            # pages came free: a waiting request may fit now (what else wakes it -- a request
+            # submitted, a load landing, an abort -- ended the run already)
             self.interrupt()
         self._load_changed()
         if self._wake is not None and not self._wake.triggered:
@@ -492,3 +541,4 @@ class Instance:
             self.pool.observer = self.scheduler.observer = None
             run.settle(env.now)
         run.finish_step()
+        self.decode_horizon = run.next_horizon(self.decode_horizon)
