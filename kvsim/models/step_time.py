@@ -211,6 +211,7 @@ class RooflineStepTime:
         self._kernels_s = self.engine.kernel_s * launches_per_pass(model)
         scale_up = accelerator.scale_up_bandwidth
         self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
+        self._decode_cache: dict[int, tuple] = {}
 
     def comm_s(self, tokens: int) -> float:
         """TP all-reduce time of one iteration over ``tokens`` tokens, seconds."""
@@ -258,6 +259,21 @@ class RooflineStepTime:
         """Duration of one iteration of ``batch``, seconds."""
         return self.breakdown(batch).total_s
 
+    def _decode_terms(self, seqs: int) -> tuple:
+        """The per-step constants of a decode-only iteration of ``seqs`` sequences (cached: a
+        coalesced run looks them up, not recomputes them)."""
+        terms = self._decode_cache.get(seqs)
+        if terms is None:
+            tokens = seqs
+            # breakdown() adds the prefill-pair term (0.0 here) between these; x + 0.0 == x
+            fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
+            terms = (fixed_flops, self._attn_decode, self._rates.gemm_flops_per_s(tokens),
+                     self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps,
+                     self._kv_bytes_per_token_card, self._rates.kv_Bps, self.comm_s(tokens), self._kernels_s,
+                     self.engine.step_overhead_s(seqs, tokens))
+            self._decode_cache[seqs] = terms
+        return terms
+
     def decode_steps(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """Consecutive decode-only iterations of ``seqs`` sequences with no KV read in place: the
         first attends to ``context_tokens`` context tokens in all, each later one to ``seqs``
@@ -267,17 +283,7 @@ class RooflineStepTime:
         operations in the same order, on constants computed once (a coalesced decode run costs
         a few float operations per step, not a shape and a breakdown).
         """
-        tokens = seqs
-        # breakdown() adds the prefill-pair term (0.0 here) between these; x + 0.0 == x
-        fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
-        attn = self._attn_decode
-        rate = self._rates.gemm_flops_per_s(tokens)
-        weights_s = self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps
-        kv_bytes = self._kv_bytes_per_token_card
-        kv_Bps = self._rates.kv_Bps
-        comm_s = self.comm_s(tokens)
-        kernels_s = self._kernels_s
-        overhead_s = self.engine.step_overhead_s(seqs, tokens)
+        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = self._decode_terms(seqs)
         total, compute, memory = [], [], []
         context = context_tokens
         for _ in range(steps):
@@ -292,14 +298,9 @@ class RooflineStepTime:
     def decode_steps_array(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """:meth:`decode_steps` as numpy arrays: element-wise the same float operations in the same
         order, so each step equals :meth:`breakdown` to the bit (for long runs)."""
-        tokens = seqs
-        fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
+        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = self._decode_terms(seqs)
         context = context_tokens + seqs * np.arange(steps, dtype=np.int64)
-        compute = (fixed_flops + self._attn_decode * context) / self._rates.gemm_flops_per_s(tokens)
-        weights_s = self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps
-        memory = weights_s + context * self._kv_bytes_per_token_card / self._rates.kv_Bps
-        comm_s = self.comm_s(tokens)
-        kernels_s = self._kernels_s
-        overhead_s = self.engine.step_overhead_s(seqs, tokens)
+        compute = (fixed_flops + attn * context) / rate
+        memory = weights_s + context * kv_bytes / kv_Bps
         total = np.where(compute >= memory, compute, memory) + comm_s + kernels_s + overhead_s
         return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)

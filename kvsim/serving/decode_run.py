@@ -42,7 +42,7 @@ __all__ = ["DecodeRun", "decode_steps", "MAX_STEPS", "FIRST_HORIZON"]
 MAX_STEPS = 4096
 """Longest run planned at once: a longer one is planned again when it ends (bounds the lists)."""
 
-ARRAY_STEPS = 48
+ARRAY_STEPS = 96
 """Runs planned this long or longer keep their steps in numpy arrays (a few array operations per
 run instead of a few float operations per step); shorter ones in lists (less overhead)."""
 
@@ -89,7 +89,7 @@ class DecodeRun:
                  "kv0", "generated0", "blocks0", "own0", "last", "applied", "batches0", "block_tokens", "planned")
 
     def __init__(self, instance: "Instance", batch: "Batch", ends_s: list[float], parts: DecodeSteps,
-                 new_blocks: list[int]):
+                 new_blocks: list[int], start: tuple[list[int], list[int], list[int], list[int]]):
         pool = instance.pool
         self.instance = instance
         self.batch = batch
@@ -98,10 +98,8 @@ class DecodeRun:
         self.parts = parts
         self.new_blocks = new_blocks          # cumulative pages allocated by steps 2..i, index i
         self.free0 = pool._free               # after step 1's pages
-        self.kv0 = [seq.kv_tokens for seq in self.seqs]
-        self.generated0 = [seq.generated for seq in self.seqs]
-        self.blocks0 = [seq.kv_blocks for seq in self.seqs]
-        self.own0 = [seq.kv_tokens + 1 - seq.shared_tokens for seq in self.seqs]  # own tokens in step 1
+        # per sequence as step 1 runs: KV tokens, tokens generated, pages, own tokens written
+        self.kv0, self.generated0, self.blocks0, self.own0 = start
         self.block_tokens = pool.block_size_tokens
         self.last = self.planned = len(ends_s) - 1
         self.applied = 0                      # steps applied so far (completed, the next allocated)
@@ -122,18 +120,26 @@ class DecodeRun:
                 and scheduler.max_batched_tokens > len(seqs) and not DecodeRun._head_blocked(instance, len(seqs)):
             return None  # a waiting request could be admitted at a later step
         steps = instance.decode_horizon
-        for seq in seqs:
-            left = seq.output_tokens - seq.generated
-            if left < steps:
-                steps = left
-            if seq.generated == 0 or seq.remote_tokens or seq.gated:
-                return None
-        if steps < 2:
-            return None
         # pages: a sequence owning b pages with o own tokens in step 1 needs a new page in step
         # b*B - o + 2 and every B steps after; stop before the pool would have to reclaim or preempt
         block = pool.block_size_tokens
-        firsts = [seq.kv_blocks * block - (seq.kv_tokens + 1 - seq.shared_tokens) + 2 for seq in seqs]
+        kv0, generated0, blocks0, own0, firsts = [], [], [], [], []
+        for seq in seqs:
+            generated = seq.generated
+            if generated == 0 or seq.remote_tokens or seq.gated:
+                return None
+            left = seq.output_tokens - generated
+            if left < steps:
+                if left < 2:
+                    return None
+                steps = left
+            kv, blocks = seq.kv_tokens, seq.kv_blocks
+            own = kv + 1 - seq.shared_tokens
+            kv0.append(kv)
+            generated0.append(generated)
+            blocks0.append(blocks)
+            own0.append(own)
+            firsts.append(blocks * block - own + 2)
         arrays = steps >= ARRAY_STEPS
         new_blocks = (_new_pages_array if arrays else _new_pages)(firsts, block, steps, pool._free)
         steps = len(new_blocks) - 1
@@ -161,7 +167,7 @@ class DecodeRun:
                 ends.append(t)
             parts = DecodeSteps([first_s] + later.total_s, [first_parts.compute_s] + later.compute_s,
                                 [first_memory_s] + later.memory_s, later.comm_s, later.kernels_s, later.overhead_s)
-        return DecodeRun(instance, batch, ends, parts, new_blocks)
+        return DecodeRun(instance, batch, ends, parts, new_blocks, (kv0, generated0, blocks0, own0))
 
     @staticmethod
     def _head_blocked(instance: "Instance", decodes: int) -> bool:
