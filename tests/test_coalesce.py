@@ -255,3 +255,66 @@ def test_coalescing_takes_far_fewer_events(repo_root, monkeypatch):
         iterations[mode] = sum(run.iterations for run in result.runs)
     assert iterations[True] == iterations[False]
     assert counts[True] < counts[False] / 4, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# the list and array forms of a run's bookkeeping agree with one call per step
+
+def test_pages_lists_and_arrays_agree():
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        block = int(rng.choice([1, 4, 16, 256]))
+        firsts = [int(f) for f in rng.integers(2, 3 * block + 3, size=int(rng.integers(1, 40)))]
+        steps, free = int(rng.integers(2, 400)), int(rng.integers(0, 200))
+        as_list = decode_run._new_pages(firsts, block, steps, free)
+        as_array = decode_run._new_pages_array(firsts, block, steps, free)
+        assert list(as_array) == as_list
+        # by hand: pages needed through each step, stopping before more than ``free``
+        def need(i):
+            return sum(1 for f in firsts for _ in range(f, i + 1, block))
+
+        assert as_list == [need(i) for i in range(len(as_list))] and as_list[-1] <= free
+        assert len(as_list) == steps + 1 or need(len(as_list)) > free  # stops only where pages run out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_level_and_engine_time_bulk_updates_equal_one_call_per_step(seed):
+    from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
+    from kvsim.serving.instance import EngineTime
+
+    rng = np.random.default_rng(seed)
+    window = (float(rng.uniform(0, 5)), float(rng.uniform(5, 10)))
+    times = list(np.cumsum(rng.uniform(1e-3, 0.2, size=int(rng.integers(1, 120)))) + rng.uniform(1, 6))
+    first, then = list(rng.random(len(times))), list(rng.random(len(times)))
+    durations, compute, memory = (list(rng.uniform(1e-3, 0.1, size=len(times))) for _ in range(3))
+    one, bulk, arrays = (TimeWeightedLevel(*window, initial=0.3) for _ in range(3))
+    e_one, e_bulk, e_arrays = (EngineTime(*window) for _ in range(3))
+    c_one, c_bulk, c_arrays = (WindowCounter(*window) for _ in range(3))
+    for level in (one, bulk, arrays):
+        level.set(0.5, 0.25)
+    for k, t in enumerate(times):
+        one.set(t, first[k])
+        one.set(t, then[k])
+        e_one.add(t, durations[k], compute[k], memory[k], 1e-4, 2e-4, 3e-4)
+        c_one.add(t, 7)
+    bulk.set_at_each(times, first, then)
+    arrays.set_at_each_array(np.array(times), np.array(first), np.array(then))
+    e_bulk.add_each(times, durations, compute, memory, 1e-4, 2e-4, 3e-4)
+    e_arrays.add_each_array(np.array(times), np.array(durations), np.array(compute), np.array(memory),
+                            1e-4, 2e-4, 3e-4)
+    c_bulk.add_at_each(times, 7)
+    c_arrays.add_at_each_array(np.array(times), 7)
+    for level in (bulk, arrays):
+        assert (level.mean(), level.peak(), level.value, level._t) == (one.mean(), one.peak(), one.value, one._t)
+    for account in (e_bulk, e_arrays):
+        assert (account.busy_s, account.busy_in_window_s, account.by_cause_s) == (
+            e_one.busy_s, e_one.busy_in_window_s, e_one.by_cause_s)
+    for counter in (c_bulk, c_arrays):
+        assert (counter.total, counter.in_window) == (c_one.total, c_one.in_window)
+
+
+@pytest.mark.parametrize("array_steps", [2, 10**9])
+@pytest.mark.parametrize("case", [1, 4, 7, 12])
+def test_runs_kept_as_lists_or_arrays_give_the_same_results(tmp_path, monkeypatch, array_steps, case):
+    monkeypatch.setattr(decode_run, "ARRAY_STEPS", array_steps)
+    _assert_equal(*_both(_random_scenario(tmp_path, case)))

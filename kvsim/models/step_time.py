@@ -33,7 +33,7 @@ The kernel-launch and host costs are the engine's (:class:`kvsim.models.engine.E
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -49,9 +49,9 @@ __all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "
 ACTIVATION_DTYPE = "bf16"  # activations travel in 16-bit even when weights are FP8
 
 
-@dataclass(frozen=True, slots=True)
-class BatchShape:
-    """What one iteration computes, aggregated over its sequences.
+class BatchShape(NamedTuple):
+    """What one iteration computes, aggregated over its sequences (immutable; a named tuple,
+    cheap to build once per engine iteration).
 
     Attributes
     ----------
@@ -121,8 +121,7 @@ class StepTimeModel(Protocol):
     def iteration_time_s(self, batch: BatchShape) -> float: ...
 
 
-@dataclass(frozen=True, slots=True)
-class StepBreakdown:
+class StepBreakdown(NamedTuple):
     """Components of one iteration's time, seconds: roofline, collectives, kernel launches
     (``kernels_s``), the host's per-step work (``overhead_s``), and ``remote_s``, KV read in place
     over the scale-up links, overlapping the local memory phase."""

@@ -301,21 +301,24 @@ class BatchScheduler:
         prefill_pairs = 0.0
         preempted = False
         i = 0
+        # pages a step needs are usually held already: check that inline, call the pool otherwise
+        block = pool.block_size_tokens if pool.resident is None else 0
         while i < len(running) and budget > 0:
             seq = running[i]
             if seq.stalled:
                 i += 1
                 continue
-            prefilling = seq.kv_tokens < seq.prefill_target
-            chunk = min(seq.prefill_target - seq.kv_tokens, budget) if prefilling else 1
-            while not pool.grow(seq, seq.kv_tokens + chunk):
+            cached = seq.kv_tokens
+            prefilling = cached < seq.prefill_target
+            chunk = min(seq.prefill_target - cached, budget) if prefilling else 1
+            while not (cached + chunk - seq.shared_tokens <= seq.kv_blocks * block
+                       or pool.grow(seq, cached + chunk)):
                 victim = running.pop()
                 self._preempt(victim)
                 preempted = True
                 if victim is seq:
                     break
             else:
-                cached = seq.kv_tokens
                 if prefilling:
                     batch.prefills.append((seq, chunk))
                 else:
