@@ -189,12 +189,16 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, check=True).stdout.strip()
+
     try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        commit += " (with uncommitted changes)" if dirty else ""
+        commit = git("rev-parse", "--short", "HEAD")
+        engine = git("log", "-1", "--format=%h", "--", "kvsim")
+        if engine != commit:
+            commit += f", kvsim/ as of {engine}"
+        if git("status", "--porcelain", "--untracked-files=no", "--", "kvsim"):
+            commit += ", with uncommitted changes to kvsim/"
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return {"kvsim": kvsim.__version__, "commit": commit, "python": platform.python_version(),

@@ -150,3 +150,39 @@ def test_measure_a_short_rr_conv_replay(tmp_path, monkeypatch):
     assert m["results"][0]["requests_completed"] > 0
     rates = speed_measure.rates(m)
     assert rates["events_per_req"] == pytest.approx(m["events"] / m["requests"])
+
+
+def _measurement(case, requests, cpu_s, sim_s=100.0, rss_mib=(150, 200), digest="d", answers=None):
+    return {"case": case, "requests": requests, "cpu_s": cpu_s, "wall_s": cpu_s, "sim_s": sim_s, "events": 30 * requests,
+            "iterations": 10 * requests, "rss_before_bytes": rss_mib[0] * 2**20, "rss_peak_bytes": rss_mib[1] * 2**20,
+            "cards": 8, "instances": 8, "records_digest": digest,
+            "results": answers or [{"system": "s", "ttft_s": {"p50": 0.1, "p99": 0.5}}]}
+
+
+def test_report_checks_each_target_against_its_measurement():
+    import speed
+
+    results = {
+        "rr_conv_80": _measurement("rr_conv_80", 48_263, 8.0, sim_s=612.0),  # 6,033 req/CPU-s, 76x
+        "ladder-8": _measurement("ladder-8", 1_000, 0.5),                   # 2,000 req/CPU-s
+        "ladder-1024": _measurement("ladder-1024", 150_000, 100.0, rss_mib=(150, 350)),  # 1,500: falls 1.33x
+        "offload-nocache": _measurement("offload-nocache", 12_031, 40.0),
+        "offload-dram_nvme": _measurement("offload-dram_nvme", 12_031, 56.0),  # 1.4x
+        "mooncake": _measurement("mooncake", 12_031, 4.0, digest="new"),
+    }
+    base = {"mooncake": _measurement("mooncake", 12_031, 48.0, digest="old",
+                                     answers=[{"system": "s", "ttft_s": {"p50": 0.1, "p99": 0.5 * (1 + 1e-9)}}])}
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in speed.targets(results, base)[2:]}
+    assert rows["rr_conv_80: >= 6,000 requests per CPU-second"].endswith("| 6,033 | yes |")
+    assert rows["rr_conv_80: >= 150x real time (sim-s / wall-s)"].endswith("| no |")
+    assert "| 1.33x | yes |" in rows["ladder: req / CPU-s falls < 2x from 8 to 1,024 cards"]
+    # 200 MiB over 150,000 requests is 1.3 GiB per million
+    assert rows["ladder-1024: memory per million requests (growth over the run, records written; the target is "
+                "judged on --million)"].endswith("| 1.30 GiB | - |")
+    assert "| 1.40x | no |" in rows["offload tiers <= 1.3x the CPU time of no cache (same requests)"]
+    assert "| 12.00x | yes |" in rows["Mooncake: >= 10x faster than the baseline"]
+    # different digests, latencies equal to 1e-9: same answers within floating-point tolerance
+    assert "| within 1.0e-09 | yes |" in rows["Mooncake: same hit rates and latencies as the baseline"]
+    base["mooncake"]["results"][0]["ttft_s"]["p99"] = 0.6
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in speed.targets(results, base)[2:]}
+    assert rows["Mooncake: same hit rates and latencies as the baseline"].endswith("| no |")
