@@ -4,20 +4,25 @@ Run on demand (not part of the test suite), from the repository root:
 
     .venv/bin/python benchmarks/bench_mooncake.py [--time-scale 1.0]
 
-Prints simulated requests, engine iterations and network flows per wall-clock second. The trace
-lives in ../shared/traces/ beside the repository.
+Prints the speed report's figures for this one case (see ``speed_measure.py``): simulated
+requests per CPU-second, simulated seconds per wall-second, SimPy events per request, engine
+iterations and peak memory (this process, result files written), then the hit rates and
+latencies a faster engine must reproduce. ``benchmarks/speed.py --only mooncake`` runs the same
+case in a fresh process and compares it with a saved baseline. The trace lives in
+../shared/traces/ beside the repository.
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
-import time
+import sys
 from pathlib import Path
 
-import kvsim
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import kvsim  # noqa: E402
+from speed_measure import machine, measure, summary_line  # noqa: E402
 
 
 def main() -> None:
@@ -28,21 +33,15 @@ def main() -> None:
     scenario = kvsim.load_scenario(HERE / "mooncake_16xh20.yaml")
     if args.time_scale != 1.0:
         scenario = scenario.with_changes({"workload.arrival.time_scale": args.time_scale})
-    started = time.perf_counter()
-    result = kvsim.run(scenario)
-    wall_s = time.perf_counter() - started
-    run = result.runs[0]
-    summary = run.summary
-    n = run.records.n
-    print(f"kvsim {kvsim.__version__} on Python {platform.python_version()} ({platform.machine()})")
-    print(f"{scenario.name}: {n} requests, {run.iterations} engine iterations, "
-          f"{run.sizing.instances} instances, {wall_s:.1f} s wall")
-    print(f"  {n / wall_s:,.0f} simulated requests per wall-second; "
-          f"{run.iterations / wall_s:,.0f} iterations per wall-second")
-    cache = summary["cache"]
-    print(f"  token hit rate {cache['hit_rate']['total']:.1%} (HBM {cache['hit_rate']['hbm']:.1%}, "
-          f"DRAM {cache['hit_rate']['dram']:.1%}); TTFT p50 {summary['ttft_s']['p50']:.3f} s, "
-          f"p99 {summary['ttft_s']['p99']:.3f} s")
+    m = measure(scenario)
+    where = machine()
+    print(f"kvsim {where['kvsim']} ({where['commit']}) on Python {where['python']}, {where['cpu']}")
+    print(f"{scenario.name}: {summary_line(m)}")
+    answers = m["results"][0]
+    hit = answers["hit_rate"]
+    print(f"  token hit rate {hit['total']:.1%} (HBM {hit['hbm']:.1%}, DRAM {hit['dram']:.1%}); "
+          f"TTFT p50 {answers['ttft_s']['p50']:.3f} s, p99 {answers['ttft_s']['p99']:.3f} s; "
+          f"records sha256 {m['records_digest'][:16]}")
 
 
 if __name__ == "__main__":
