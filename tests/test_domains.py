@@ -352,3 +352,19 @@ def test_read_in_place_hit_in_another_domain_is_copied_into_the_readers_domain()
 def test_read_in_place_where_it_is_not_modelled_is_refused(refused, system, fragment):
     err = refused(system)
     assert fragment in err and "systems.s.kv_cache.peer_hbm" in err and "bad.yaml:" in err
+
+
+def test_a_domain_that_held_nothing_has_no_dedup_ratio_and_its_summary_writes():
+    """A domain whose pools held no KV in the window states no ratio (not NaN, which JSON refuses:
+    ``kvsim run`` wrote no summary for such a run)."""
+    import json
+
+    from kvsim.kv.block_pool import BlockPool
+    from kvsim.metrics.domain_summary import DomainLevels
+
+    levels = DomainLevels(0.0, 10.0, {"idle": ([(BlockPool(8, 16), 4096.0)], [])})
+    for t in (0.0, 5.0, 10.0):
+        levels.sample(t)
+    summary = levels.summary("idle")
+    assert summary["physical_bytes_mean"] == 0.0 and summary["dedup_ratio"] is None
+    json.dumps(summary, allow_nan=False)

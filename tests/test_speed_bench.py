@@ -144,7 +144,8 @@ def test_measure_a_short_rr_conv_replay(tmp_path, monkeypatch):
     m = speed_measure.measure(scenario)
     assert m["requests"] == len(rr_conv_trace.generate(80.0, 5.0, seed=0, lengths=AZURE_CONV).arrival_s)
     assert m["cards"] == 320 and m["instances"] == 40
-    assert m["iterations"] > 0 and m["events"] > m["iterations"]
+    # coalesced decode runs: far fewer events than iterations, still a few per request
+    assert m["iterations"] > m["events"] > m["requests"]
     assert 5.0 < m["sim_s"] < 60.0  # drained: every request finished after the last arrival
     assert m["rss_peak_bytes"] >= m["rss_before_bytes"] > 0
     assert m["results"][0]["requests_completed"] > 0

@@ -75,12 +75,12 @@ class DomainLevels:
 
     def summary(self, name: str) -> dict[str, float]:
         """Time-average and peak physical and logical bytes of ``name`` (or ``"all"``) and the dedup
-        ratio of the averages."""
+        ratio of the averages (None if it held no KV in the window: no ratio to state)."""
         physical, logical = self.physical[name].mean(), self.logical[name].mean()
         return {
             "physical_bytes_mean": physical, "physical_bytes_peak": self.peak[name][0],
             "logical_bytes_mean": logical, "logical_bytes_peak": self.peak[name][1],
-            "dedup_ratio": logical / physical if physical > 0 else math.nan,
+            "dedup_ratio": logical / physical if physical > 0 else None,
         }
 
 
