@@ -200,10 +200,11 @@ def _meddle(system):
             instance.pool.give(40)
 
 
-def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch):
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch, async_scheduling):
     path = tmp_path / "cut.yaml"
     path.write_text(CUT.format(rate=6))
-    scenario = kvsim.load_scenario(path)
+    scenario = kvsim.load_scenario(path).with_changes({"engine.async_scheduling": async_scheduling})
     import kvsim.sim.run as run_module
     build = run_module.build_system
 
@@ -214,7 +215,7 @@ def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch):
 
     monkeypatch.setattr(run_module, "build_system", build_and_meddle)
     causes: dict[str, int] = {}
-    interrupt = Instance.interrupt
+    interrupt, cut = Instance.interrupt, decode_run.DecodeRun.cut
 
     def counted(self):
         if self._decode_run is not None:
@@ -227,12 +228,20 @@ def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch):
             causes[name] = causes.get(name, 0) + 1
         interrupt(self)
 
+    def counted_cut(self, now, keep=0):
+        if keep:
+            causes["arrival, next step kept"] = causes.get("arrival, next step kept", 0) + 1
+        cut(self, now, keep)
+
     monkeypatch.setattr(Instance, "interrupt", counted)
+    monkeypatch.setattr(decode_run.DecodeRun, "cut", counted_cut)
     reference, coalesced = _both(scenario)
     _assert_equal(reference, coalesced)
-    # the case reaches what it is built for: runs cut by arrivals, aborts, loads landing, pages
-    # taken and given from outside
-    assert {"submit", "abort", "loaded", "take", "give"} <= causes.keys(), causes
+    # the case reaches what it is built for: runs cut by arrivals (with async scheduling an
+    # arrival keeps the next step: it joins the batch after), aborts, loads landing, pages taken
+    # and given from outside
+    arrival = "arrival, next step kept" if async_scheduling else "submit"
+    assert {arrival, "abort", "loaded", "take", "give"} <= causes.keys(), causes
     assert sum(causes.values()) > 100, causes
     assert coalesced.runs[0].summary["requests_aborted"] > 0
 

@@ -226,10 +226,10 @@ class DecodeRun:
             seq.kv_blocks = need if need > blocks else blocks
         instance.scheduler.batches_formed = self.batches0 + done
 
-    def cut(self, now: float) -> None:
-        """Settle, and make the step in progress at ``now`` the last."""
+    def cut(self, now: float, keep: int = 0) -> None:
+        """Settle, and make the step in progress at ``now`` (or ``keep`` steps after it) the last."""
         self.settle(now)
-        self.last = min(self.last, self.applied + 1)
+        self.last = min(self.last, self.applied + 1 + keep)
 
     def next_horizon(self, horizon: int) -> int:
         """How far to plan the instance's next run, after this one ended (see ``FIRST_HORIZON``)."""

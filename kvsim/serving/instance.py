@@ -431,8 +431,16 @@ class Instance:
 
     def submit(self, seq: Sequence) -> None:
         """Hand a request to this instance (at the current simulated time)."""
-        if self._decode_run is not None:
-            self.interrupt()
+        run = self._decode_run
+        if run is not None:
+            if self.async_scheduling:
+                # it joins the batch after next (below): the next step is still the run's
+                end_s = run.end_s
+                run.cut(self.env.now, keep=1)
+                if run.end_s != end_s:
+                    self.process.interrupt()  # sleep until the new end instead
+            else:
+                self.interrupt()
         if self.role == "prefill":
             self.records.prefill_instance[seq.rid] = self.index
         else:
@@ -440,6 +448,13 @@ class Instance:
         # with async scheduling the next batch was formed when the running one started, so a
         # request arriving now joins the one after it; an idle engine takes it at once
         seq.not_before = self.scheduler.batches_formed + 2 if self.async_scheduling and self._in_flight else 0
+        if self._decode_run is not None:
+            # a run goes on (its engine is not asleep): queue the request without ending it
+            self.scheduler.observer = None
+            self.scheduler.add(seq)
+            self.scheduler.observer = self
+            self._load_changed()
+            return
         self.scheduler.add(seq)
         self.wake()
 
@@ -531,11 +546,12 @@ class Instance:
         env = self.env
         self._decode_run = run
         self.pool.observer = self.scheduler.observer = self
-        try:
-            yield from self._sleep_until(run.end_s)
-        except simpy.Interrupt:
-            # cut at the step in progress (interrupt() did): sleep until it ends
-            yield from self._sleep_until(run.end_s)
+        while True:
+            try:
+                yield from self._sleep_until(run.end_s)
+                break
+            except simpy.Interrupt:
+                continue  # the run was cut short (interrupt(), submit()): sleep until its new end
         if self._decode_run is run:
             self._decode_run = None
             self.pool.observer = self.scheduler.observer = None
