@@ -85,24 +85,27 @@ class EngineTime:
 
     def add_each_array(self, ends_s: np.ndarray, durations_s: np.ndarray, compute_s: np.ndarray,
                        memory_s: np.ndarray, comm_s: float, kernels_s: float, overhead_s: float) -> None:
-        """:meth:`add_each` with numpy arrays (``ends_s`` increasing): each sum is accumulated
-        in the same order, so the totals are the same to the bit."""
-        def added(total: float, values) -> float:
-            return float(np.add.accumulate(np.concatenate(([total], values)))[-1]) if len(values) else total
-
-        self.busy_s = added(self.busy_s, durations_s)
+        """:meth:`add_each` with numpy arrays (``ends_s`` increasing): each total is accumulated
+        in the same order, adding 0.0 where a step adds nothing (``x + 0.0 == x``), so the totals
+        are the same to the bit."""
         lo = int(np.searchsorted(ends_s, self.window_start_s, side="left"))
         hi = int(np.searchsorted(ends_s, self.window_end_s, side="right"))
-        if hi <= lo:
-            return
-        self.busy_in_window_s = added(self.busy_in_window_s, durations_s[lo:hi])
-        c, m = compute_s[lo:hi], memory_s[lo:hi]
-        bound = c >= m
         causes = self.by_cause_s
-        causes["compute"] = added(causes["compute"], c[bound])
-        causes["memory"] = added(causes["memory"], m[~bound])
-        for cause, seconds in (("tp_comm", comm_s), ("kernels", kernels_s), ("overhead", overhead_s)):
-            causes[cause] = added(causes[cause], np.full(hi - lo, seconds))
+        rows = np.zeros((7, len(ends_s) + 1))
+        rows[:, 0] = (self.busy_s, self.busy_in_window_s, causes["compute"], causes["memory"], causes["tp_comm"],
+                      causes["kernels"], causes["overhead"])
+        rows[0, 1:] = durations_s
+        if hi > lo:
+            inside = slice(lo + 1, hi + 1)
+            c, m = compute_s[lo:hi], memory_s[lo:hi]
+            bound = c >= m
+            rows[1, inside] = durations_s[lo:hi]
+            rows[2, inside] = np.where(bound, c, 0.0)
+            rows[3, inside] = np.where(bound, 0.0, m)
+            rows[4:, inside] = np.array((comm_s, kernels_s, overhead_s))[:, None]
+        totals = np.add.accumulate(rows, axis=1)[:, -1].tolist()
+        self.busy_s, self.busy_in_window_s = totals[0], totals[1]
+        causes["compute"], causes["memory"], causes["tp_comm"], causes["kernels"], causes["overhead"] = totals[2:]
 
     def add_time_only(self, end_s: float, duration_s: float) -> None:
         """An iteration whose step model gives no breakdown."""
