@@ -175,8 +175,8 @@ class DecodeRun:
         lasts (pages only get scarcer until a sequence finishes, which ends the run). Only without
         an admission hook: a hook's admission looks up caches and may start loads, step by step."""
         scheduler = instance.scheduler
-        if scheduler.hook is not None or scheduler.adapters is not None:
-            return False
+        if scheduler.hook is not None or scheduler.adapters is not None or instance.pool.reclaim is not None:
+            return False  # (a pool that can reclaim cached pages might find room after all)
         head = scheduler.waiting[0]
         if head.not_before > scheduler.batches_formed + 1:
             return False  # async scheduling holds it back now, not pages: it may join mid-run
