@@ -69,6 +69,11 @@ class TimeWeightedLevel:
         ws, we = self.window_start_s, self.window_end_s
         before = np.concatenate(([self._t], times_s[:-1]))
         held = np.concatenate(([self.value], then[:-1]))
+        if self._t > ws and times_s[-1] <= we:  # all inside the window (most runs): every value counts
+            self._area = float(np.add.accumulate(np.concatenate(([self._area], held * (times_s - before))))[-1])
+            self._peak = max(self._peak, self.value, float(first.max()), float(then.max()))
+            self.value, self._t = float(then[-1]), float(times_s[-1])
+            return
         start = np.where(before > ws, before, ws)
         end = np.where(times_s < we, times_s, we)
         spans = end > start
@@ -115,6 +120,9 @@ class WindowCounter:
     def add_at_each_array(self, times_s: np.ndarray, amount: int) -> None:
         """``add(t, amount)`` at each of the increasing ``times_s``."""
         self.total += amount * len(times_s)
+        if self.window_start_s <= times_s[0] and times_s[-1] <= self.window_end_s:
+            self.in_window += amount * len(times_s)
+            return
         inside = np.searchsorted(times_s, self.window_end_s, side="right") - np.searchsorted(
             times_s, self.window_start_s, side="left")
         self.in_window += amount * int(inside)

@@ -149,7 +149,7 @@ class DecodeRun:
         later = decode_steps(instance.step_model, n, batch.shape.decode_context_tokens + n, steps - 1, arrays)
         first_memory_s = max(first_parts.memory_s, first_parts.remote_s)
         if arrays:
-            if not (np.all(later.total_s > 0) and np.all(np.isfinite(later.total_s))):
+            if not (later.total_s.min() > 0 and math.isfinite(later.total_s.sum())):
                 raise RuntimeError(f"step-time model returned a non-positive or infinite decode step of {n} sequences")
             durations = np.concatenate(([now, first_s], later.total_s))
             ends = np.add.accumulate(durations)  # in order, as the step-by-step clock adds them

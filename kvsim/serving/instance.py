@@ -88,8 +88,11 @@ class EngineTime:
         """:meth:`add_each` with numpy arrays (``ends_s`` increasing): each total is accumulated
         in the same order, adding 0.0 where a step adds nothing (``x + 0.0 == x``), so the totals
         are the same to the bit."""
-        lo = int(np.searchsorted(ends_s, self.window_start_s, side="left"))
-        hi = int(np.searchsorted(ends_s, self.window_end_s, side="right"))
+        if self.window_start_s <= ends_s[0] and ends_s[-1] <= self.window_end_s:
+            lo, hi = 0, len(ends_s)  # all inside the window (most runs)
+        else:
+            lo = int(np.searchsorted(ends_s, self.window_start_s, side="left"))
+            hi = int(np.searchsorted(ends_s, self.window_end_s, side="right"))
         causes = self.by_cause_s
         rows = np.zeros((7, len(ends_s) + 1))
         rows[:, 0] = (self.busy_s, self.busy_in_window_s, causes["compute"], causes["memory"], causes["tp_comm"],
