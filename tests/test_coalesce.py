@@ -307,6 +307,47 @@ def test_role_switches_under_load_give_the_same_results(tmp_path):
     assert len(switches) >= 3 and switches["system"].nunique() >= 2  # the case does switch roles
 
 
+LORA = """
+name: lora-runs
+seed: 4
+duration: 30 s
+warmup: 2 s
+model: llama-3.1-8b
+workload:
+  arrival: {{kind: closed_loop, clients: {clients}, think_time: 0.5 s}}
+  prefix: {{kind: shared_documents, documents: 4, zipf_s: 0.5, document_tokens: {{kind: fixed, value: 2048}},
+           suffix_tokens: {{kind: uniform, low: 16, high: 256}}}}
+  output_tokens: {{kind: uniform, low: 20, high: 400}}
+  adapters: {{count: 8, rank: 16, targets: [q, k, v, o]}}
+systems:
+  none: {{node: h20-8x, instances: 2, kv_cache: {{}}, lora: {{kv_sharing: none, max_loras: 2}}}}
+  reuse: {{node: h20-8x, instances: 2, kv_cache: {{}}, lora: {{kv_sharing: value_reuse, max_loras: 4}}}}
+  shared: {{node: h20-8x, instances: 2, kv_cache: {{}}, lora: {{kv_sharing: byte_sharing, max_loras: 8}}}}
+"""
+
+
+@pytest.mark.parametrize("clients", [3, 24])
+def test_lora_runs_give_the_same_results(tmp_path, monkeypatch, clients):
+    """Runs under LoRA adapters: a step that copies one in is never the start of a run; once its
+    adapters are resident, activating them again each step changes nothing (same LRU order)."""
+    path = tmp_path / "lora.yaml"
+    path.write_text(LORA.format(clients=clients))
+    planned = []
+    plan = decode_run.DecodeRun.plan
+
+    def counted(*args, **kwargs):
+        run = plan(*args, **kwargs)
+        planned.append(run is not None)
+        return run
+
+    monkeypatch.setattr(decode_run.DecodeRun, "plan", staticmethod(counted))
+    reference, coalesced = _both(kvsim.load_scenario(path))
+    _assert_equal(reference, coalesced)
+    assert sum(planned) > 10  # runs were coalesced under adapters
+    for ref, run in zip(reference.runs, coalesced.runs):
+        assert run.summary["lora"] == ref.summary["lora"]
+
+
 def test_coalescing_takes_far_fewer_events(repo_root, monkeypatch):
     """The point of it: one event per run, not per iteration (same iterations either way)."""
     scenario = kvsim.load_scenario(repo_root / "scenarios" / "h20_vs_l20.yaml").with_changes(

@@ -106,15 +106,18 @@ class DecodeRun:
         self.batches0 = instance.scheduler.batches_formed
 
     @staticmethod
-    def plan(instance: "Instance", batch: "Batch", first_s: float, first_parts, now: float) -> "DecodeRun | None":
-        """A run starting with ``batch`` (formed at ``now``, lasting ``first_s``), or None if the
-        batch may change before its second step ends."""
+    def plan(instance: "Instance", batch: "Batch", first_s: float, first_parts, now: float,
+             adapter_s: float = 0.0) -> "DecodeRun | None":
+        """A run starting with ``batch`` (formed at ``now``, lasting ``first_s`` of which ``adapter_s``
+        copying LoRA adapters in), or None if the batch may change before its second step ends."""
         scheduler = instance.scheduler
         seqs = batch.decodes
         if batch.prefills or not seqs or len(seqs) != len(scheduler.running) or scheduler.stalled:
             return None
-        if scheduler.span is not None or instance.pool.resident is not None or instance.adapters is not None:
-            return None  # sliding windows and LoRA slots change step by step: left to the reference loop
+        if scheduler.span is not None or instance.pool.resident is not None:
+            return None  # sliding windows change step by step: left to the reference loop
+        if adapter_s:
+            return None  # the step copies an adapter in; once all are resident, activating them again is idempotent
         pool = instance.pool
         if scheduler.waiting and len(scheduler.running) + len(scheduler.loading) < scheduler.max_num_seqs \
                 and scheduler.max_batched_tokens > len(seqs) and not DecodeRun._head_blocked(instance, len(seqs)):

@@ -517,7 +517,8 @@ class Instance:
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
             self._in_flight = True
-            run = DecodeRun.plan(self, batch, duration_s, parts, env.now) if coalesce and not batch.prefills else None
+            run = DecodeRun.plan(self, batch, duration_s, parts, env.now, adapter_s) \
+                if coalesce and not batch.prefills else None
             if run is not None:
                 yield from self._coalesced(run)
                 self._in_flight = False
