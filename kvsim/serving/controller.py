@@ -91,6 +91,8 @@ class RoleController:
 
     def measure(self) -> dict[str, float]:
         """Every signal now (NaN where there is nothing to measure)."""
+        for inst in self.instances:
+            inst.settle()  # a coalesced decode run applies its steps so far: first tokens, pages
         prefill, decode = self._serving("prefill"), self._serving("decode")
         queue = sum(inst.pending_prompt_tokens for inst in prefill)
         blocks = sum(inst.pool.num_blocks for inst in decode)

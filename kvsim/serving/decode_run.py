@@ -86,7 +86,8 @@ class DecodeRun:
     """
 
     __slots__ = ("instance", "batch", "seqs", "ends_s", "parts", "free0", "new_blocks",
-                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "batches0", "block_tokens", "planned")
+                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "batches0", "block_tokens", "planned",
+                 "first_tokens")
 
     def __init__(self, instance: "Instance", batch: "Batch", ends_s: list[float], parts: DecodeSteps,
                  new_blocks: list[int], start: tuple[list[int], list[int], list[int], list[int]]):
@@ -100,6 +101,8 @@ class DecodeRun:
         self.free0 = pool._free               # after step 1's pages
         # per sequence as step 1 runs: KV tokens, tokens generated, pages, own tokens written
         self.kv0, self.generated0, self.blocks0, self.own0 = start
+        # handed-off sequences taking their first decode step in step 1: the client's first token
+        self.first_tokens = [seq for seq, generated in zip(self.seqs, self.generated0) if generated == 0]
         self.block_tokens = pool.block_size_tokens
         self.last = self.planned = len(ends_s) - 1
         self.applied = 0                      # steps applied so far (completed, the next allocated)
@@ -129,7 +132,7 @@ class DecodeRun:
         kv0, generated0, blocks0, own0, firsts = [], [], [], [], []
         for seq in seqs:
             generated = seq.generated
-            if generated == 0 or seq.remote_tokens or seq.gated:
+            if seq.remote_tokens or seq.gated:
                 return None
             left = seq.output_tokens - generated
             if left < steps:
@@ -208,6 +211,10 @@ class DecodeRun:
         steps = (parts.total_s[first - 1:done], parts.compute_s[first - 1:done], parts.memory_s[first - 1:done])
         counters = instance.counters
         counters.iterations += done - first + 1
+        if first == 1 and self.first_tokens:
+            first_token, end_s = instance.scheduler.events.first_token, float(self.ends_s[1])
+            for seq in self.first_tokens:
+                first_token(seq, end_s)
         # the pool's level as each step ends (its pages) and the next is formed (its new pages)
         if isinstance(ends, np.ndarray):
             instance.engine_time.add_each_array(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s)
