@@ -293,18 +293,25 @@ systems:
     controller: {kind: threshold, signal: tpot_attainment, interval: 2 s, window: 3 s, low: 0.9, high: 0.99,
                  switch_time: 0.5 s}
     decode_router: most_free_kv
+  ttft:
+    pools: {dt: {node: h20-8x, instance: {tp: 2, max_num_seqs: 32}, roles: {prefill: 2, decode: 2}}}
+    controller: {kind: threshold, signal: ttft_attainment, interval: 1 s, window: 2 s, low: 0.9, high: 0.99,
+                 switch_time: 0.5 s}
 """
 
 
 def test_role_switches_under_load_give_the_same_results(tmp_path):
     """Controllers that move instances between prefill and decode every few seconds, reading the
-    decode pools' KV occupancy and TPOT as runs go on: the same decisions, switches and records."""
+    decode pools' KV occupancy, TPOT and TTFT (first tokens of handed-off requests recorded by
+    runs) as runs go on: the same decisions, switches and records."""
     path = tmp_path / "switching.yaml"
     path.write_text(SWITCHING)
     reference, coalesced = _both(kvsim.load_scenario(path))
     _assert_equal(reference, coalesced)
     switches = coalesced.switches_frame()
     assert len(switches) >= 3 and switches["system"].nunique() >= 2  # the case does switch roles
+    decisions = coalesced.decisions_frame()
+    assert decisions[decisions["system"] == "ttft"]["signal_ttft_attainment"].notna().sum() > 5
 
 
 LORA = """
