@@ -398,7 +398,7 @@ def test_pages_lists_and_arrays_agree():
 @pytest.mark.parametrize("seed", range(20))
 def test_level_and_engine_time_bulk_updates_equal_one_call_per_step(seed):
     from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
-    from kvsim.serving.instance import EngineTime
+    from kvsim.metrics.engine_time import EngineTime
 
     rng = np.random.default_rng(seed)
     # every fourth: all steps inside the window (the bulk updates' fast path)

@@ -30,7 +30,8 @@ from kvsim.serving.cache.access import addressing_domain
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
-from kvsim.serving.instance import Instance, SystemCounters
+from kvsim.metrics.engine_time import SystemCounters
+from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence

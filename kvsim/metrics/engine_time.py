@@ -1,0 +1,140 @@
+"""Engine time and windowed totals: what the instances of one system spent their iterations on.
+
+Engine time is kept per instance (:class:`EngineTime`), so an instance that applies many steps
+at once (a coalesced decode run, :mod:`kvsim.serving.decode_run`) adds them in the same order as
+one that applies them one by one, and the totals do not depend on how events interleave across
+instances; :class:`SystemCounters` sums them in instance order when asked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvsim.metrics.levels import WindowCounter
+
+__all__ = ["EngineTime", "SystemCounters"]
+
+
+class EngineTime:
+    """One instance's engine time: in all, inside the window, and split by what it was spent on
+    (the roofline's binding side, TP all-reduce, kernel launches, the host's per-step work).
+
+    Kept per instance, so an instance that applies many steps at once adds them in the same
+    order as one that applies them one by one (the sums are the same bit for bit).
+    """
+
+    __slots__ = ("busy_s", "busy_in_window_s", "by_cause_s", "window_start_s", "window_end_s")
+
+    def __init__(self, window_start_s: float, window_end_s: float):
+        self.window_start_s = window_start_s
+        self.window_end_s = window_end_s
+        self.busy_s = 0.0
+        self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
+        self.by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
+
+    def add(self, end_s: float, duration_s: float, compute_s: float, memory_s: float, comm_s: float,
+            kernels_s: float, overhead_s: float) -> None:
+        """An iteration of ``duration_s`` ended at ``end_s`` (``memory_s``: the longer of the local
+        and the remote reads)."""
+        self.busy_s += duration_s
+        if self.window_start_s <= end_s <= self.window_end_s:
+            self.busy_in_window_s += duration_s
+            causes = self.by_cause_s
+            causes["compute" if compute_s >= memory_s else "memory"] += max(compute_s, memory_s)
+            causes["tp_comm"] += comm_s
+            causes["kernels"] += kernels_s
+            causes["overhead"] += overhead_s
+
+    def add_each(self, ends_s: list[float], durations_s: list[float], compute_s: list[float], memory_s: list[float],
+                 comm_s: float, kernels_s: float, overhead_s: float) -> None:
+        """:meth:`add` for each iteration in order (same collective, launch and host times), to
+        the bit, in one call."""
+        ws, we = self.window_start_s, self.window_end_s
+        busy, in_window = self.busy_s, self.busy_in_window_s
+        causes = self.by_cause_s
+        compute, memory = causes["compute"], causes["memory"]
+        comm, kernels, overhead = causes["tp_comm"], causes["kernels"], causes["overhead"]
+        for t, d, c, m in zip(ends_s, durations_s, compute_s, memory_s):
+            busy += d
+            if ws <= t <= we:
+                in_window += d
+                if c >= m:
+                    compute += c
+                else:
+                    memory += m
+                comm += comm_s
+                kernels += kernels_s
+                overhead += overhead_s
+        self.busy_s, self.busy_in_window_s = busy, in_window
+        causes["compute"], causes["memory"] = compute, memory
+        causes["tp_comm"], causes["kernels"], causes["overhead"] = comm, kernels, overhead
+
+    def add_each_array(self, ends_s: np.ndarray, durations_s: np.ndarray, compute_s: np.ndarray,
+                       memory_s: np.ndarray, comm_s: float, kernels_s: float, overhead_s: float) -> None:
+        """:meth:`add_each` with numpy arrays (``ends_s`` increasing): each total is accumulated
+        in the same order, adding 0.0 where a step adds nothing (``x + 0.0 == x``), so the totals
+        are the same to the bit."""
+        if self.window_start_s <= ends_s[0] and ends_s[-1] <= self.window_end_s:
+            lo, hi = 0, len(ends_s)  # all inside the window (most runs)
+        else:
+            lo = int(np.searchsorted(ends_s, self.window_start_s, side="left"))
+            hi = int(np.searchsorted(ends_s, self.window_end_s, side="right"))
+        causes = self.by_cause_s
+        rows = np.zeros((7, len(ends_s) + 1))
+        rows[:, 0] = (self.busy_s, self.busy_in_window_s, causes["compute"], causes["memory"], causes["tp_comm"],
+                      causes["kernels"], causes["overhead"])
+        rows[0, 1:] = durations_s
+        if hi > lo:
+            inside = slice(lo + 1, hi + 1)
+            c, m = compute_s[lo:hi], memory_s[lo:hi]
+            bound = c >= m
+            rows[1, inside] = durations_s[lo:hi]
+            rows[2, inside] = np.where(bound, c, 0.0)
+            rows[3, inside] = np.where(bound, 0.0, m)
+            rows[4:, inside] = np.array((comm_s, kernels_s, overhead_s))[:, None]
+        totals = np.add.accumulate(rows, axis=1)[:, -1].tolist()
+        self.busy_s, self.busy_in_window_s = totals[0], totals[1]
+        causes["compute"], causes["memory"], causes["tp_comm"], causes["kernels"], causes["overhead"] = totals[2:]
+
+    def add_time_only(self, end_s: float, duration_s: float) -> None:
+        """An iteration whose step model gives no breakdown."""
+        self.busy_s += duration_s
+        if self.window_start_s <= end_s <= self.window_end_s:
+            self.busy_in_window_s += duration_s
+
+
+class SystemCounters:
+    """Windowed totals shared by the instances of one system."""
+
+    def __init__(self, window_start_s: float, window_end_s: float):
+        self.output_tokens = WindowCounter(window_start_s, window_end_s)
+        self.input_tokens = WindowCounter(window_start_s, window_end_s)
+        self.iterations = 0
+        self.window_start_s = window_start_s
+        self.window_end_s = window_end_s
+        self.engine_times: list[EngineTime] = []  # one per instance, in instance order
+
+    def engine_time(self) -> EngineTime:
+        """A new instance's engine-time account."""
+        account = EngineTime(self.window_start_s, self.window_end_s)
+        self.engine_times.append(account)
+        return account
+
+    @property
+    def busy_s(self) -> float:
+        """Engine time of every iteration, summed over instances, seconds."""
+        return sum(account.busy_s for account in self.engine_times)
+
+    @property
+    def busy_in_window_s(self) -> float:
+        """Engine time of iterations ending inside the window, summed over instances, seconds."""
+        return sum(account.busy_in_window_s for account in self.engine_times)
+
+    @property
+    def time_by_cause_s(self) -> dict[str, float]:
+        """:attr:`busy_in_window_s` split by what it was spent on, seconds."""
+        totals = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
+        for account in self.engine_times:
+            for cause, seconds in account.by_cause_s.items():
+                totals[cause] += seconds
+        return totals
