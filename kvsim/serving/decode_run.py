@@ -188,7 +188,7 @@ class DecodeRun:
             return False  # async scheduling holds it back now, not pages: it may join mid-run
         pool = instance.pool
         chunk = min(head.prefill_target - head.kv_tokens, scheduler.max_batched_tokens - decodes)
-        return -(-(head.kv_tokens + chunk - head.shared_tokens) // pool.block_size_tokens) - head.kv_blocks > pool._free
+        return pool.blocks_for(head.kv_tokens + chunk - head.shared_tokens) - head.kv_blocks > pool._free
 
     @property
     def end_s(self) -> float:

@@ -329,14 +329,10 @@ class Instance:
         # with async scheduling the next batch was formed when the running one started, so a
         # request arriving now joins the one after it; an idle engine takes it at once
         seq.not_before = self.scheduler.batches_formed + 2 if self.async_scheduling and self._in_flight else 0
-        if self._decode_run is not None:
-            # a run goes on (its engine is not asleep): queue the request without ending it
-            self.scheduler.observer = None
-            self.scheduler.add(seq)
-            self.scheduler.observer = self
-            self._load_changed()
-            return
         self.scheduler.add(seq)
+        if self._decode_run is not None:
+            self._load_changed()  # a run goes on to its next step: the engine is not asleep
+            return
         self.wake()
 
     def _final_chunks(self, batch: Batch, now: float) -> None:

@@ -212,8 +212,7 @@ class BatchScheduler:
         self.events.prefilled(seq, now)
 
     def add(self, seq: Sequence) -> None:
-        if self.observer is not None:
-            self.observer.interrupt()
+        """Queue ``seq`` (from :meth:`Instance.submit`, which decides how a coalesced run ends)."""
         self._enqueue(seq)
 
     def _preempt(self, seq: Sequence) -> None:
