@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field
 
 from kvsim.models.engine import EngineSpec
+from kvsim.scenario.plan_spec import PlanSpec
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec,
                                   RouterKind)
@@ -265,6 +266,7 @@ class ScenarioSpec(FrozenSpec):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
     study: StudySpec | None = None
+    plan: PlanSpec | None = None
     calibration: str | None = None
     """A ``calib.yaml`` (``kvsim calibrate``; relative to the scenario file) whose fitted values apply
     to its card: efficiencies under the scenario's own ``catalog:`` entries, engine values to the
@@ -340,6 +342,18 @@ class ScenarioSpec(FrozenSpec):
                                   + system.routing_problems()):
                 problems.append((("systems", name) + path, message))
             problems += self._lora_problems(name, system)
+        if self.plan is not None:
+            problems += self.plan.problems(list(self.systems))
+            if not any((self.slo.ttft_p99, self.slo.tpot_p99, self.slo.e2e_p99)):
+                problems.append((("plan",), "plans the most load within the SLO: give slo.ttft_p99, slo.tpot_p99 "
+                                            "and/or slo.e2e_p99"))
+            if getattr(self.workload.arrival, "rate", None) is None:
+                problems.append((("workload", "arrival", "kind"), f"kvsim plan varies the arrival rate: use a "
+                                                                  f"poisson or gamma arrival, not "
+                                                                  f"{self.workload.arrival.kind}"))
+            if self.sweep:
+                problems.append((("sweep",), "a plan searches the load itself: drop sweep: (or run the sweep "
+                                             "without plan:)"))
         rate = getattr(self.workload.arrival, "rate", None)
         if rate is not None and rate * self.duration > MAX_REQUESTS:
             problems.append((("workload", "arrival", "rate"), (

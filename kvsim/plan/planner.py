@@ -1,0 +1,228 @@
+"""``kvsim plan``: the cheapest configuration that serves each target load within the SLO.
+
+For each candidate (a system of the scenario, written as one *unit*, see
+:mod:`kvsim.scenario.plan_spec`):
+
+1. its **unit capacity** -- the most load one unit sustains within the SLO -- by the rate search
+   of :mod:`kvsim.plan.search`;
+2. for each target load, the **fewest units** that serve it within the SLO: starting from
+   ``ceil(target / unit capacity)`` (linear scaling), probed at the target load and moved down
+   while one unit fewer still meets it, or up until one meets it.
+
+Every probe is a run of the scenario with only that system, its node counts multiplied by the
+units, at one arrival rate; the same seed at every probe, so the probes differ only in the load
+(common random numbers), and a probe flagged unstable or too short does not meet the SLO
+(:mod:`kvsim.plan.slo`). Probes run in parallel through ``map_probes`` (serial by default).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsim.plan.search import ProbeOutcome, RateSearch, find_max_rate
+from kvsim.plan.slo import Objective, objectives_from_slo, slo_verdict
+from kvsim.scenario.load import Scenario
+
+__all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "run_probe"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One run a plan needs: ``units`` of candidate ``system`` at ``rate_per_s`` requests/s."""
+
+    system: str
+    units: int
+    rate_per_s: float
+
+
+@dataclass
+class CandidatePlan:
+    """What the plan found for one candidate.
+
+    Attributes
+    ----------
+    system : str
+    capacity : RateSearch
+        The search for the most load one unit sustains within the SLO.
+    units_for : dict
+        Target load (requests/s) -> fewest units that serve it within the SLO, or None if even
+        the largest allowed count does not.
+    notes : dict
+        Target load -> how its unit count was found, in words.
+    """
+
+    system: str
+    capacity: RateSearch
+    units_for: dict[float, int | None] = field(default_factory=dict)
+    notes: dict[float, str] = field(default_factory=dict)
+
+
+@dataclass
+class PlanResult:
+    """Every candidate's plan, and every probe run (``(probe, outcome)`` in the order run)."""
+
+    scenario: Scenario
+    objectives: list[Objective]
+    candidates: list[CandidatePlan]
+    probes: list[tuple[Probe, ProbeOutcome]]
+
+    def candidate(self, system: str) -> CandidatePlan:
+        return next(c for c in self.candidates if c.system == system)
+
+
+def scaled_scenario(scenario: Scenario, system: str, units: int, rate_per_s: float) -> Scenario:
+    """``scenario`` with only ``system``, every node count of it times ``units``, at ``rate_per_s``.
+
+    The node counts multiplied are each pool's ``nodes`` (and ``instances`` where given) and the
+    remote KV pool's ``nodes``; the study, comparison and plan sections are dropped (they name
+    other systems).
+    """
+    raw = copy.deepcopy(scenario.raw)
+    spec = copy.deepcopy(raw["systems"][system])
+    pools = list(spec.get("pools", {}).values()) if isinstance(spec.get("pools"), dict) else [spec]
+    for pool in pools:
+        pool["nodes"] = int(pool.get("nodes", 1)) * units
+        if pool.get("instances") is not None:
+            pool["instances"] = int(pool["instances"]) * units
+    remote = (spec.get("kv_cache") or {}).get("remote")
+    if isinstance(remote, dict):
+        remote["nodes"] = int(remote.get("nodes", 1)) * units
+    changes: dict[str, Any] = {"systems": {system: spec}, "workload.arrival.rate": float(rate_per_s)}
+    for key in ("plan", "study", "compare"):
+        if key in raw:
+            changes[key] = None
+    return scenario.with_changes(changes)
+
+
+def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective]) -> ProbeOutcome:
+    """Run one probe and judge it against ``objectives`` (a module-level function, so a process
+    pool can run it)."""
+    from kvsim.sim.run import run_scenario
+
+    run = run_scenario(scaled_scenario(scenario, probe.system, probe.units, probe.rate_per_s)).runs[0]
+    meets, reason = slo_verdict(run.summary, objectives)
+    detail = {key: run.summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
+                                                      "output_tokens_per_s", "requests_unfinished")}
+    return ProbeOutcome(probe.rate_per_s, meets, reason, detail)
+
+
+MapProbes = Callable[[Callable[[Probe], ProbeOutcome], Sequence[Probe]], Iterable[ProbeOutcome]]
+
+
+def _serial(function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe]) -> Iterable[ProbeOutcome]:
+    return map(function, probes)
+
+
+def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int = 1,
+         start_per_s: float | None = None, on_probe: Callable[[Probe, ProbeOutcome], None] | None = None
+         ) -> PlanResult:
+    """Run the plan of ``scenario`` (its ``plan:`` section).
+
+    Parameters
+    ----------
+    scenario : Scenario
+        A validated scenario with a ``plan:`` section.
+    map_probes : callable, optional
+        ``map_probes(function, probes)``: ``function`` applied to every probe (in any order or in
+        parallel), results in order. Default: one after another, in this process.
+    parallel : int
+        Probes the rate search runs per round (so many workers stay busy).
+    start_per_s : float, optional
+        First rate the capacity search probes, requests/s (default: the smallest target divided
+        by the largest unit count, at least 1/1000 of the smallest target).
+    on_probe : callable, optional
+        Called with each probe and its outcome as they finish (progress).
+
+    Returns
+    -------
+    PlanResult
+    """
+    spec = scenario.spec.plan
+    if spec is None:
+        raise ValueError(f"{scenario.name}: the scenario has no plan: section")
+    objectives = objectives_from_slo(scenario.spec.slo)
+    mapper = map_probes or _serial
+    done: dict[Probe, ProbeOutcome] = {}
+    ran: list[tuple[Probe, ProbeOutcome]] = []
+
+    def judge(function_probes: Sequence[Probe]) -> list[ProbeOutcome]:
+        todo = [p for p in dict.fromkeys(function_probes) if p not in done]
+        if todo:
+            for probe, outcome in zip(todo, mapper(_Runner(scenario, objectives), todo)):
+                done[probe] = outcome
+                ran.append((probe, outcome))
+                if on_probe is not None:
+                    on_probe(probe, outcome)
+        return [done[p] for p in function_probes]
+
+    targets = sorted(spec.targets)
+    start = start_per_s or max(targets[0] / spec.units.max, targets[0] / 1000)
+    candidates = []
+    for system in spec.chosen(list(scenario.spec.systems)):
+        search = find_max_rate(lambda rates, s=system: judge([Probe(s, 1, r) for r in rates]), start,
+                               rel_tol=spec.rel_tol, parallel=parallel, floor_per_s=start / 64,
+                               ceiling_per_s=max(targets[-1], start) * 4)
+        found = CandidatePlan(system, search)
+        for target in targets:
+            found.units_for[target], found.notes[target] = _fewest_units(system, target, search, spec.units, judge)
+        candidates.append(found)
+    return PlanResult(scenario, objectives, candidates, ran)
+
+
+class _Runner:
+    """``run_probe`` bound to a scenario and objectives, picklable for a process pool."""
+
+    def __init__(self, scenario: Scenario, objectives: Sequence[Objective]):
+        self.scenario = scenario
+        self.objectives = list(objectives)
+
+    def __call__(self, probe: Probe) -> ProbeOutcome:
+        return run_probe(self.scenario, probe, self.objectives)
+
+
+def _fewest_units(system: str, target: float, capacity: RateSearch, units: Any,
+                  judge: Callable[[Sequence[Probe]], list[ProbeOutcome]]) -> tuple[int | None, str]:
+    """The fewest units of ``system`` that serve ``target`` requests/s within the SLO.
+
+    Starts at the linear-scaling guess and gallops (steps of 1, 2, 4, ... units) down while it
+    still meets the SLO, or up until it does, then bisects the last step: a good guess costs two
+    probes, a bad one a few more than log2 of its error.
+    """
+    per_unit = capacity.max_rate_per_s
+    guess = math.ceil(target / per_unit) if per_unit else units.max
+    n = min(max(guess, units.min), units.max)
+
+    def meets(count: int) -> bool:
+        return judge([Probe(system, count, target)])[0].meets
+
+    if meets(n):
+        ok, step = n, 1
+        while ok > units.min:
+            trial = max(units.min, ok - step)
+            if not meets(trial):
+                fail = trial
+                break
+            ok, step = trial, step * 2
+        else:
+            return ok, f"{ok} units met the SLO (the fewest allowed)"
+    else:
+        fail, step = n, 1
+        while True:
+            if fail >= units.max:
+                return None, f"none up to the {units.max} units allowed meets the SLO at {target:g} requests/s"
+            trial = min(units.max, fail + step)
+            if meets(trial):
+                ok = trial
+                break
+            fail, step = trial, step * 2
+    while ok - fail > 1:  # fail < ok: the fewest that meets lies in (fail, ok]
+        mid = (ok + fail) // 2
+        if meets(mid):
+            ok = mid
+        else:
+            fail = mid
+    return ok, f"{ok} units met the SLO; {fail} did not"

@@ -1,0 +1,65 @@
+"""The ``plan:`` section of a scenario: what ``kvsim plan`` searches for.
+
+Each system of the scenario is a *candidate*, written as one *unit* (e.g. one server, or one
+server plus its share of a storage pool). ``kvsim plan`` finds, for each candidate, the most load
+one unit sustains within the scenario's ``slo:``, then for each target load the fewest units that
+serve it within the SLO (a unit count multiplies every node count of the system: its compute
+pools and its remote KV pool alike), and names the cheapest candidate per target.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from kvsim.spec_types import FrozenSpec, Rate
+
+__all__ = ["PlanSpec", "UnitRange"]
+
+
+class UnitRange(FrozenSpec):
+    """How many units of a candidate a plan may use (inclusive)."""
+
+    min: int = Field(default=1, ge=1)
+    max: int = Field(default=64, ge=1)
+
+
+class PlanSpec(FrozenSpec):
+    """What ``kvsim plan`` searches for.
+
+    Attributes
+    ----------
+    targets : list of rates
+        Loads to serve within the SLO (e.g. ``[10/s, 20/s, 40/s]``), requests/s.
+    candidates : list of str, optional
+        Systems to consider (default: every system of the scenario).
+    baseline : str, optional
+        The candidate every other is compared against (default: the first).
+    units : UnitRange
+        Unit counts a candidate may use.
+    rel_tol : float
+        Relative width at which the search for a unit's capacity stops (default 5 %).
+    """
+
+    targets: list[Rate] = Field(min_length=1)
+    candidates: list[str] | None = None
+    baseline: str | None = None
+    units: UnitRange = Field(default_factory=UnitRange)
+    rel_tol: float = Field(default=0.05, gt=0, lt=1)
+
+    def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
+        """Checks against the scenario's systems, as ``(field path, message)``."""
+        found = []
+        for name in self.candidates or ():
+            if name not in systems:
+                found.append((("plan", "candidates"), f"{name!r} is not one of the systems: {', '.join(systems)}"))
+        if self.candidates is not None and not self.candidates:
+            found.append((("plan", "candidates"), "is empty: name at least one system, or leave it out for all"))
+        chosen = self.candidates or systems
+        if self.baseline is not None and self.baseline not in chosen:
+            found.append((("plan", "baseline"), f"{self.baseline!r} is not one of the candidates: {', '.join(chosen)}"))
+        if self.units.min > self.units.max:
+            found.append((("plan", "units"), f"min ({self.units.min}) exceeds max ({self.units.max})"))
+        return found
+
+    def chosen(self, systems: list[str]) -> list[str]:
+        return list(self.candidates or systems)

@@ -1,0 +1,95 @@
+"""kvsim.plan.planner: the fewest units per target load, checked by probing around the answer."""
+
+from __future__ import annotations
+
+import pytest
+
+import kvsim
+from kvsim.plan.planner import Probe, plan, run_probe, scaled_scenario
+from kvsim.yaml_io import SpecError
+
+PLAN = """
+name: tiny-plan
+seed: 4
+duration: 120 s
+warmup: 20 s
+model: qwen3-1.7b
+workload:
+  arrival: {{kind: poisson, rate: 1/s}}
+  input_tokens: {{kind: fixed, value: 2000}}
+  output_tokens: {{kind: fixed, value: 64}}
+slo: {{ttft_p99: 1 s}}
+systems:
+  h20: {{node: h20-8x, instances: 1, instance: {{max_num_seqs: 4}}}}
+  l20: {{node: l20-8x, instances: 1, instance: {{max_num_seqs: 4}}}}
+plan: {{targets: {targets}, units: {{max: {max_units}}}, rel_tol: 0.1}}
+"""
+
+
+def _scenario(targets="[4/s, 12/s]", max_units=8):
+    return kvsim.parse_scenario(PLAN.format(targets=targets, max_units=max_units), "plan.yaml")
+
+
+def test_scaling_multiplies_node_and_instance_counts_and_keeps_one_system():
+    scenario = scaled_scenario(_scenario(), "l20", 3, 7.5)
+    assert list(scenario.spec.systems) == ["l20"]
+    system = scenario.spec.systems["l20"]
+    assert (system.nodes, system.instances) == (3, 3)
+    assert scenario.spec.workload.arrival.rate == 7.5
+    assert scenario.spec.plan is None
+
+
+@pytest.fixture(scope="module")
+def planned():
+    return plan(_scenario())
+
+
+def test_the_fewest_units_meet_the_slo_and_one_fewer_does_not(planned):
+    scenario, objectives = planned.scenario, planned.objectives
+    outcomes = dict(planned.probes)
+    for candidate in planned.candidates:
+        assert candidate.capacity.max_rate_per_s is not None
+        for target, units in candidate.units_for.items():
+            assert units is not None, candidate.notes[target]
+            assert outcomes[Probe(candidate.system, units, target)].meets
+            if units > 1:
+                assert not outcomes[Probe(candidate.system, units - 1, target)].meets
+            # a probe run again, outside the plan, gives the same verdict (same seed)
+            assert run_probe(scenario, Probe(candidate.system, units, target), objectives).meets
+    h20, l20 = planned.candidate("h20"), planned.candidate("l20")
+    # the faster card sustains more load per unit and never needs more units
+    assert h20.capacity.max_rate_per_s > l20.capacity.max_rate_per_s
+    assert all(h20.units_for[t] <= l20.units_for[t] for t in h20.units_for)
+    # three times the load needs more units
+    assert l20.units_for[12.0] > l20.units_for[4.0]
+
+
+def test_a_target_no_allowed_count_can_serve_is_answered_not_raised():
+    result = plan(_scenario(targets="[200/s]", max_units=2))
+    for candidate in result.candidates:
+        assert candidate.units_for[200.0] is None
+        assert "none up to the 2 units allowed" in candidate.notes[200.0]
+
+
+@pytest.mark.parametrize("plan_section, message", [
+    ("plan: {targets: [4/s], candidates: [h100]}", "'h100' is not one of the systems"),
+    ("plan: {targets: [4/s], candidates: []}", "is empty"),
+    ("plan: {targets: []}", "targets"),
+    ("plan: {targets: [4/s], baseline: a100}", "'a100' is not one of the candidates"),
+    ("plan: {targets: [4/s], units: {min: 5, max: 2}}", "min (5) exceeds max (2)"),
+])
+def test_bad_plan_sections_are_refused_with_the_field(plan_section, message):
+    text = PLAN.format(targets="[4/s]", max_units=8).split("plan:")[0] + plan_section + "\n"
+    with pytest.raises(SpecError) as info:
+        kvsim.parse_scenario(text, "plan.yaml")
+    assert message in str(info.value) and "plan.yaml:" in str(info.value)
+
+
+def test_a_plan_needs_an_slo_and_a_rate_to_vary():
+    text = PLAN.format(targets="[4/s]", max_units=8).replace("slo: {ttft_p99: 1 s}\n", "")
+    with pytest.raises(SpecError, match="give slo"):
+        kvsim.parse_scenario(text, "plan.yaml")
+    text = PLAN.format(targets="[4/s]", max_units=8).replace("{kind: poisson, rate: 1/s}",
+                                                              "{kind: closed_loop, clients: 4}")
+    with pytest.raises(SpecError, match="poisson or gamma"):
+        kvsim.parse_scenario(text, "plan.yaml")
