@@ -93,3 +93,54 @@ def test_a_plan_needs_an_slo_and_a_rate_to_vary():
                                                               "{kind: closed_loop, clients: 4}")
     with pytest.raises(SpecError, match="poisson or gamma"):
         kvsim.parse_scenario(text, "plan.yaml")
+
+
+def _unit_cost(system):
+    # a stand-in cost model for the report: the h20 unit dearer than the l20 one
+    return {"capex_usd": {"h20": 200_000.0, "l20": 90_000.0}[system],
+            "cost_per_hour_usd": {"h20": 7.0, "l20": 3.5}[system],
+            "assumptions": [f"{system}: test prices"]}
+
+
+def test_the_answer_names_the_cheapest_and_the_savings(planned):
+    from kvsim.plan.answer import plan_answer
+
+    answer = plan_answer(planned, _unit_cost)
+    for row in answer["answers"]:
+        costs = {c["system"]: next(t for t in c["targets"] if t["rate_per_s"] == row["rate_per_s"])
+                 for c in answer["candidates"]}
+        assert row["cheapest"] == min(costs, key=lambda s: costs[s]["cost_per_hour_usd"])
+        l20, h20 = costs["l20"], costs["h20"]
+        assert l20["capex_usd"] == 90_000.0 * l20["units"]
+        assert row["savings_vs_baseline"]["l20"]["capex_usd"] == pytest.approx(l20["capex_usd"] / h20["capex_usd"] - 1)
+    assert answer["baseline"] == "h20" and "h20" not in answer["answers"][0]["savings_vs_baseline"]
+
+
+def test_the_report_is_self_contained_and_names_every_assumption(planned, tmp_path):
+    import json
+    import re
+
+    from kvsim.plan.answer import plan_answer
+    from kvsim.report.plan_report import write_plan_report
+
+    answer = plan_answer(planned, _unit_cost)
+    paths = {p.name for p in write_plan_report(answer, tmp_path)}
+    assert {"plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_probes.png"} <= paths
+    page = (tmp_path / "plan.html").read_text()
+    assert not re.search(r"(src|href)=\"(?!data:)", page)  # no external resource of any kind
+    assert "http://" not in page and "https://" not in page
+    for c in answer["candidates"]:
+        for assumption in c["unit_cost"]["assumptions"]:
+            assert assumption in page and assumption in (tmp_path / "plan.md").read_text()
+    assert json.loads((tmp_path / "plan.json").read_text()) == answer
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_without_prices_no_candidate_is_called_cheapest(planned):
+    from kvsim.plan.answer import plan_answer
+    from kvsim.report.plan_report import plan_document
+
+    answer = plan_answer(planned)
+    assert all(row["cheapest"] is None and "no candidate that serves it has a price" in row["note"]
+               for row in answer["answers"])
+    assert "cost is unknown" in str(plan_document(answer).blocks)

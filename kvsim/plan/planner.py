@@ -208,7 +208,7 @@ def _fewest_units(system: str, target: float, capacity: RateSearch, units: Any,
                 break
             ok, step = trial, step * 2
         else:
-            return ok, f"{ok} units met the SLO (the fewest allowed)"
+            return ok, f"{_units(ok)} met the SLO (the fewest allowed)"
     else:
         fail, step = n, 1
         while True:
@@ -225,4 +225,8 @@ def _fewest_units(system: str, target: float, capacity: RateSearch, units: Any,
             ok = mid
         else:
             fail = mid
-    return ok, f"{ok} units met the SLO; {fail} did not"
+    return ok, f"{_units(ok)} met the SLO; {_units(fail)} did not"
+
+
+def _units(n: int) -> str:
+    return f"{n} unit" if n == 1 else f"{n} units"

@@ -1,0 +1,130 @@
+"""A plan's answer as plain data: what each candidate needs per target load, what it costs, which
+is cheapest, and what each saves against the baseline -- the content of ``plan.json``, which the
+report renders (:mod:`kvsim.report.plan_report`) without re-running anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kvsim._version import __version__
+from kvsim.plan.planner import PlanResult
+
+__all__ = ["plan_answer", "UnitCost"]
+
+UnitCost = Callable[[str], dict[str, Any] | None]
+"""``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
+and ``assumptions``, floats or None where a price is unknown), or None if it cannot be costed."""
+
+
+def _unit_text(raw: dict[str, Any]) -> str:
+    """One unit of a system in words, e.g. ``"1 x h20-8x (1 instance), remote pool: 1 x nvme-16x"``."""
+    pools = list(raw["pools"].items()) if isinstance(raw.get("pools"), dict) else [("", raw)]
+    parts = []
+    for name, pool in pools:
+        text = f"{pool.get('nodes', 1)} x {pool.get('node')}"
+        if pool.get("instances") is not None:
+            text += f" ({pool['instances']} instance{'s' if pool['instances'] != 1 else ''})"
+        parts.append(f"{name}: {text}" if name else text)
+    cache = raw.get("kv_cache") or {}
+    tiers = [tier for tier in ("dram", "nvme") if tier in cache]
+    if tiers:
+        parts.append("KV tiers: " + ", ".join(tiers))
+    remote = cache.get("remote")
+    if isinstance(remote, dict):
+        parts.append(f"remote KV pool: {remote.get('nodes', 1)} x {remote.get('pool_node')}")
+    return "; ".join(parts)
+
+
+def _scaled(cost: dict[str, Any] | None, units: int | None, key: str) -> float | None:
+    if cost is None or units is None or cost.get(key) is None:
+        return None
+    return float(cost[key]) * units
+
+
+def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[str, Any]:
+    """The plan's answer as a JSON-able dict (see the module docstring).
+
+    Parameters
+    ----------
+    result : PlanResult
+    unit_cost : callable, optional
+        Cost of one unit of each candidate (:data:`UnitCost`); without it costs are None and no
+        candidate is named cheapest.
+    """
+    scenario = result.scenario
+    spec = scenario.spec
+    plan = spec.plan
+    names = [c.system for c in result.candidates]
+    baseline = plan.baseline or names[0]
+    costs = {name: unit_cost(name) if unit_cost is not None else None for name in names}
+    candidates = []
+    for found in result.candidates:
+        cost = costs[found.system]
+        search = found.capacity
+        per_hour = cost.get("cost_per_hour_usd") if cost else None
+        candidates.append({
+            "system": found.system,
+            "unit": _unit_text(scenario.raw["systems"][found.system]),
+            "capacity": {
+                "max_rate_per_s": search.max_rate_per_s, "fail_rate_per_s": search.fail_rate_per_s,
+                "converged": search.converged, "note": search.note,
+                "requests_per_s_per_usd_hour": (search.max_rate_per_s / per_hour
+                                                if search.max_rate_per_s and per_hour else None),
+            },
+            "unit_cost": cost,
+            "targets": [{"rate_per_s": target, "units": units, "note": found.notes[target],
+                         "capex_usd": _scaled(cost, units, "capex_usd"),
+                         "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
+                        for target, units in found.units_for.items()],
+        })
+    answers = []
+    for k, target in enumerate(sorted(plan.targets)):
+        rows = {c["system"]: c["targets"][k] for c in candidates}
+        served = {name: row for name, row in rows.items() if row["units"] is not None}
+        priced = {name: row for name, row in served.items() if row["cost_per_hour_usd"] is not None}
+        cheapest = min(priced, key=lambda name: (priced[name]["cost_per_hour_usd"], names.index(name))) \
+            if priced else None
+        base = rows[baseline]
+        savings = {}
+        for name, row in rows.items():
+            if name == baseline:
+                continue
+            savings[name] = {key: (row[key] / base[key] - 1.0 if row[key] is not None and base[key] else None)
+                             for key in ("capex_usd", "cost_per_hour_usd")}
+        if cheapest is not None:
+            note = f"{cheapest}: {rows[cheapest]['units']} units"
+        elif served:
+            note = "served by " + ", ".join(served) + ", but no candidate that serves it has a price"
+        else:
+            best = max(candidates, key=lambda c: c["capacity"]["max_rate_per_s"] or 0.0)
+            note = (f"no candidate serves it within {plan.units.max} units; the best, {best['system']}, "
+                    f"sustains {best['capacity']['max_rate_per_s'] or 0:.3g} requests/s per unit")
+        answers.append({"rate_per_s": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings})
+    probes = []
+    for probe, outcome in result.probes:
+        detail = outcome.detail or {}
+        probes.append({
+            "system": probe.system, "units": probe.units, "rate_per_s": probe.rate_per_s,
+            "meets": outcome.meets, "reason": outcome.reason, "flags": list(detail.get("flags") or []),
+            "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
+            "requests_per_s": detail.get("requests_per_s"),
+        })
+    return {
+        "kind": "plan",
+        "kvsim_version": __version__,
+        "scenario": scenario.name,
+        "description": spec.description,
+        "model": spec.model,
+        "seed": spec.seed,
+        "window": {"warmup_s": spec.warmup, "duration_s": spec.duration},
+        "slo": [{"metric": o.metric, "statistic": o.statistic, "limit_s": o.limit_s} for o in result.objectives],
+        "targets_per_s": sorted(plan.targets),
+        "units": {"min": plan.units.min, "max": plan.units.max},
+        "rel_tol": plan.rel_tol,
+        "baseline": baseline,
+        "candidates": candidates,
+        "answers": answers,
+        "probes": probes,
+    }

@@ -1,0 +1,114 @@
+"""A report as a list of blocks -- headings, paragraphs, tables, figures -- rendered to Markdown
+and to one self-contained HTML page (figures embedded as PNG data, no external URL), so the two
+always say the same thing."""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Document", "Figure", "to_markdown", "to_html"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG figure: ``name`` is its file name next to the Markdown, ``png`` its bytes."""
+
+    name: str
+    png: bytes
+    caption: str
+
+
+@dataclass
+class Document:
+    """Blocks in reading order: ``("h1"|"h2"|"h3", text)``, ``("p", text)``, ``("list", [items])``,
+    ``("table", (header, rows, note))``, ``("figure", Figure)``."""
+
+    title: str
+    blocks: list[tuple[str, Any]] = field(default_factory=list)
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.blocks.append((f"h{level}", text))
+
+    def paragraph(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def items(self, items: list[str]) -> None:
+        self.blocks.append(("list", list(items)))
+
+    def table(self, header: list[str], rows: list[list[str]], note: str = "") -> None:
+        self.blocks.append(("table", (list(header), [list(r) for r in rows], note)))
+
+    def figure(self, figure: Figure) -> None:
+        self.blocks.append(("figure", figure))
+
+    def figures(self) -> list[Figure]:
+        return [value for kind, value in self.blocks if kind == "figure"]
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(doc: Document) -> str:
+    """Markdown, with figures referenced by file name (write them beside it)."""
+    out = [f"# {doc.title}", ""]
+    for kind, value in doc.blocks:
+        if kind in ("h1", "h2", "h3"):
+            out += ["#" * int(kind[1]) + " " + value, ""]
+        elif kind == "p":
+            out += [value, ""]
+        elif kind == "list":
+            out += [f"- {item}" for item in value] + [""]
+        elif kind == "table":
+            header, rows, note = value
+            out.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+            out.append("|" + "|".join("---" for _ in header) + "|")
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+            out.append("")
+            if note:
+                out += [note, ""]
+        elif kind == "figure":
+            out += [f"![{value.caption}]({value.name})", "", f"*{value.caption}*", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+_STYLE = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 60rem; margin: 2rem auto;
+       padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
+th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+figure { margin: 1rem 0; } figure img { max-width: 100%; } figcaption { font-size: 0.9rem; color: #555; }
+.note { font-size: 0.85rem; color: #555; }
+"""
+
+
+def to_html(doc: Document) -> str:
+    """One self-contained HTML page: styles inline, figures as ``data:`` URIs."""
+    esc = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{esc(doc.title)}</title><style>{_STYLE}</style></head><body>", f"<h1>{esc(doc.title)}</h1>"]
+    for kind, value in doc.blocks:
+        if kind in ("h1", "h2", "h3"):
+            out.append(f"<{kind}>{esc(value)}</{kind}>")
+        elif kind == "p":
+            out.append(f"<p>{esc(value)}</p>")
+        elif kind == "list":
+            out.append("<ul>" + "".join(f"<li>{esc(item)}</li>" for item in value) + "</ul>")
+        elif kind == "table":
+            header, rows, note = value
+            head = "".join(f"<th>{esc(str(h))}</th>" for h in header)
+            body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            if note:
+                out.append(f'<p class="note">{esc(note)}</p>')
+        elif kind == "figure":
+            data = base64.b64encode(value.png).decode("ascii")
+            out.append(f'<figure><img alt="{esc(value.caption)}" src="data:image/png;base64,{data}">'
+                       f"<figcaption>{esc(value.caption)}</figcaption></figure>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,233 @@
+"""The report of a plan (``plan.json``, see :mod:`kvsim.plan.answer`): the question, the answer in
+one paragraph, the tables, the figures, the assumptions and the flags -- as Markdown and as one
+self-contained HTML page. It reads the saved answer only; nothing is re-run."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from kvsim.report.document import Document, Figure
+
+__all__ = ["plan_document"]
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}/s"
+
+
+def _usd(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.0%}"
+
+
+def _slo_text(answer: dict[str, Any]) -> str:
+    def seconds(value: float) -> str:
+        return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+    return " and ".join(f"{o['metric'].removesuffix('_s').upper()} {o['statistic']} <= {seconds(o['limit_s'])}"
+                        for o in answer["slo"])
+
+
+def _units(n: int) -> str:
+    return f"{n} unit" if n == 1 else f"{n} units"
+
+
+def _summary_paragraph(answer: dict[str, Any]) -> str:
+    baseline = answer["baseline"]
+    sentences = []
+    for row in answer["answers"]:
+        target = _rate(row["rate_per_s"])
+        cheapest = row["cheapest"]
+        if cheapest is None:
+            sentences.append(f"At {target}: {row['note']}.")
+            continue
+        cost = next(t for c in answer["candidates"] if c["system"] == cheapest for t in c["targets"]
+                    if t["rate_per_s"] == row["rate_per_s"])
+        text = (f"At {target} the cheapest is {cheapest} ({_units(cost['units'])}, {_usd(cost['capex_usd'])} capex, "
+                f"{_usd(cost['cost_per_hour_usd'])}/h)")
+        saving = row["savings_vs_baseline"].get(cheapest)
+        if saving and saving["capex_usd"] is not None:
+            text += f", {_pct(saving['capex_usd'])} capex against {baseline}"
+        sentences.append(text + ".")
+    return (f"Serving {answer['model']} within {_slo_text(answer)}, cheapest by cost per hour (amortised capex "
+            f"and power): " + " ".join(sentences))
+
+
+def _figure_capacity(answer: dict[str, Any]) -> Figure | None:
+    points = [(c["system"], c["unit_cost"]["cost_per_hour_usd"], c["capacity"]["max_rate_per_s"])
+              for c in answer["candidates"]
+              if c["unit_cost"] and c["unit_cost"].get("cost_per_hour_usd") and c["capacity"]["max_rate_per_s"]]
+    if not points:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    front = []
+    for name, cost, capacity in sorted(points, key=lambda p: (p[1], -p[2])):
+        if not front or capacity > front[-1][2]:
+            front.append((name, cost, capacity))
+    for name, cost, capacity in points:
+        on_front = any(f[0] == name for f in front)
+        ax.scatter([cost], [capacity], s=50, color="tab:blue" if on_front else "tab:gray", zorder=3)
+        ax.annotate(name, (cost, capacity), textcoords="offset points", xytext=(6, 4), fontsize=9)
+    if len(front) > 1:
+        ax.plot([f[1] for f in front], [f[2] for f in front], color="tab:blue", lw=1, zorder=2,
+                label="cost-capacity front")
+        ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlabel("cost of one unit (USD per hour)")
+    ax.set_ylabel("load one unit sustains within the SLO (requests/s)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return Figure("plan_capacity.png", _png(fig), "Capacity against cost, per unit of each candidate "
+                                                  "(blue: no other candidate is both cheaper and larger)")
+
+
+def _figure_probes(answer: dict[str, Any]) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ttft_limits = [o["limit_s"] for o in answer["slo"] if o["metric"] == "ttft_s" and o["statistic"] == "p99"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    for k, candidate in enumerate(answer["candidates"]):
+        probes = sorted((p for p in answer["probes"] if p["system"] == candidate["system"] and p["units"] == 1
+                         and p["ttft_p99_s"] is not None), key=lambda p: p["rate_per_s"])
+        if not probes:
+            continue
+        color = f"C{k}"
+        ax.plot([p["rate_per_s"] for p in probes], [p["ttft_p99_s"] for p in probes], color=color, lw=1,
+                label=candidate["system"])
+        for p in probes:
+            flagged = bool(p["flags"])
+            ax.scatter([p["rate_per_s"]], [p["ttft_p99_s"]], color=color, zorder=3,
+                       facecolors="none" if flagged else color, s=30)
+        capacity = candidate["capacity"]["max_rate_per_s"]
+        if capacity:
+            ax.axvline(capacity, color=color, ls=":", lw=1)
+    for limit in ttft_limits:
+        ax.axhline(limit, color="black", ls="--", lw=1, label="SLO: TTFT p99")
+    ax.set_yscale("log")
+    ax.set_xlabel("arrival rate on one unit (requests/s)")
+    ax.set_ylabel("TTFT p99 (s)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return Figure("plan_probes.png", _png(fig), "TTFT p99 of one unit against load, per candidate; dotted: the "
+                                                "unit capacity found; hollow markers: runs flagged unstable or too "
+                                                "short (not steady state)")
+
+
+def _png(fig: Any) -> bytes:
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def plan_document(answer: dict[str, Any]) -> Document:
+    """The report of a plan's answer (the dict of ``plan.json``)."""
+    doc = Document(f"Capacity plan: {answer['scenario']}")
+    targets = ", ".join(_rate(t) for t in answer["targets_per_s"])
+    doc.heading("Question")
+    doc.paragraph(f"What is the cheapest configuration that serves {targets} of the workload of "
+                  f"'{answer['scenario']}' ({answer['description'].strip() or 'no description'}) within "
+                  f"{_slo_text(answer)}, among {len(answer['candidates'])} candidates, and what does each save "
+                  f"against {answer['baseline']}?")
+    doc.heading("Answer")
+    doc.paragraph(_summary_paragraph(answer))
+    doc.heading("Units and cost per target load")
+    header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets_per_s"]]
+    rows = []
+    for c in answer["candidates"]:
+        cells = [c["system"], c["unit"]]
+        for t in c["targets"]:
+            cells.append("none" if t["units"] is None else
+                         f"{t['units']} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})")
+        rows.append(cells)
+    doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count. "
+                            f"'none': no count up to {answer['units']['max']} units meets the SLO.")
+    doc.heading(f"Savings against {answer['baseline']}")
+    header = ["candidate"] + [f"{_rate(a['rate_per_s'])}: capex, USD/h" for a in answer["answers"]]
+    rows = []
+    for c in answer["candidates"]:
+        if c["system"] == answer["baseline"]:
+            continue
+        rows.append([c["system"]] + [f"{_pct(a['savings_vs_baseline'][c['system']]['capex_usd'])}, "
+                                     f"{_pct(a['savings_vs_baseline'][c['system']]['cost_per_hour_usd'])}"
+                                     for a in answer["answers"]])
+    doc.table(header, rows, "Relative to the baseline's cost at the same load; '-' where either side serves "
+                            "no load or has no price.")
+    doc.heading("Capacity of one unit")
+    rows = [[c["system"], _rate(c["capacity"]["max_rate_per_s"]), _rate(c["capacity"]["fail_rate_per_s"]),
+             "yes" if c["capacity"]["converged"] else "no", c["capacity"]["note"]] for c in answer["candidates"]]
+    doc.table(["candidate", "meets the SLO at", "fails at", "converged", "search"], rows,
+              f"The most load one unit sustains lies between the two rates (searched to within "
+              f"{answer['rel_tol']:.0%}).")
+    for figure in (_figure_capacity(answer), _figure_probes(answer)):
+        if figure is not None:
+            doc.figure(figure)
+    doc.heading("Assumptions")
+    window = answer["window"]
+    items = [f"Each probe simulates {window['duration_s']:g} s of Poisson arrivals, measured after a "
+             f"{window['warmup_s']:g} s warm-up, seed {answer['seed']} at every probe (common random numbers).",
+             "A probe flagged unstable (backlog growing) or too short does not count as meeting the SLO.",
+             f"kvsim {answer['kvsim_version']}."]
+    for c in answer["candidates"]:
+        for assumption in (c["unit_cost"] or {}).get("assumptions") or []:
+            items.append(f"{c['system']}: {assumption}")
+        if not c["unit_cost"]:
+            items.append(f"{c['system']}: no cost model given: its cost is unknown.")
+    doc.items(list(dict.fromkeys(items)))
+    flagged = [p for p in answer["probes"] if p["flags"]]
+    doc.heading("Flags")
+    if flagged:
+        doc.table(["candidate", "units", "rate", "flags", "verdict"],
+                  [[p["system"], str(p["units"]), _rate(p["rate_per_s"]), ", ".join(p["flags"]),
+                    "meets" if p["meets"] else p["reason"]] for p in flagged],
+                  "These probes were not steady state; none of them counts as meeting the SLO.")
+    else:
+        doc.paragraph("No probe was flagged.")
+    doc.heading("Every probe")
+    doc.table(["candidate", "units", "rate", "TTFT p99 (s)", "TPOT p99 (s)", "verdict"],
+              [[p["system"], str(p["units"]), _rate(p["rate_per_s"]),
+                "-" if p["ttft_p99_s"] is None else f"{p['ttft_p99_s']:.3g}",
+                "-" if p["tpot_p99_s"] is None else f"{p['tpot_p99_s']:.3g}",
+                "meets" if p["meets"] else p["reason"]] for p in answer["probes"]])
+    return doc
+
+
+def write_plan_report(answer: dict[str, Any], out_dir: Any) -> list[Any]:
+    """Write ``plan.json``, ``plan.md`` (with its PNG figures) and ``plan.html`` into ``out_dir``,
+    each to a temporary name first and then renamed, so a killed run leaves no half-written file.
+    Returns the paths written."""
+    import json
+    import os
+    from pathlib import Path
+
+    from kvsim.report.document import to_html, to_markdown
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = plan_document(answer)
+    files: list[tuple[str, bytes]] = [("plan.json", (json.dumps(answer, indent=2, allow_nan=False) + "\n").encode())]
+    files += [(figure.name, figure.png) for figure in doc.figures()]
+    files += [("plan.md", to_markdown(doc).encode()), ("plan.html", to_html(doc).encode())]
+    written = []
+    for name, data in files:
+        path = out / name
+        temporary = out / f".{name}.tmp"
+        temporary.write_bytes(data)
+        os.replace(temporary, path)
+        written.append(path)
+    return written
