@@ -1,0 +1,1 @@
+"""Capacity planning: sweeps over candidate configurations and the cost model."""
