@@ -26,6 +26,10 @@ _TIME = {
     "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0,
     "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9,
     "min": 60.0, "minute": 60.0, "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    # Long spans (an amortisation period): a day is 86,400 s and a year 365 days (8,760 h), the
+    # convention of hourly cost tables ("4 years" = 35,040 h); no leap days.
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+    "year": 365 * 86400.0, "years": 365 * 86400.0, "yr": 365 * 86400.0,
 }
 
 

@@ -21,7 +21,8 @@ MODELS = model_catalog()
 # ---------------------------------------------------------------------------------------------
 
 # Descriptive text fields: not figures, so they need no source entry.
-_TEXT_FIELDS = {"vendor", "memory_kind", "host_link", "accelerator", "sources", "name"}
+# ``price_date`` dates the price, whose own source (``price_usd``) says where both come from.
+_TEXT_FIELDS = {"vendor", "memory_kind", "host_link", "accelerator", "sources", "name", "price_date"}
 
 
 def _unsourced_fields(raw: dict, sources: dict) -> list[str]:

@@ -7,17 +7,60 @@ from (see ``kvsim/hardware/data/*.yaml``).
 
 from __future__ import annotations
 
-from typing import Literal
+import datetime
+import re
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Rate, Seconds, Watts
 
 __all__ = [
     "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "HostStagingSpec",
-    "DTYPE_BYTES",
+    "DTYPE_BYTES", "PricedSpec", "PriceDate",
 ]
+
+_PRICE_DATE = re.compile(r"^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?|-Q[1-4]|-H[12])?$")
+
+
+def _price_date(value: object) -> object:
+    # YAML reads `2024` as an int and `2024-06-01` as a date; both are fine dates for a price.
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        value = str(value)
+    elif isinstance(value, datetime.date):
+        value = value.isoformat()
+    if isinstance(value, str) and not _PRICE_DATE.match(value):
+        raise ValueError(f"{value!r} is not a date such as '2024', '2024-06', '2024-Q1' or '2024-H2'")
+    return value
+
+
+PriceDate = Annotated[str, BeforeValidator(_price_date)]
+"""When a price was quoted: ``2024``, ``2024-06``, ``2024-06-30``, ``2024-Q1`` or ``2024-H2``."""
+
+
+class PricedSpec(FrozenSpec):
+    """A part with a capital price (what buying one costs) and the date of that price.
+
+    Attributes
+    ----------
+    price_usd : float or None
+        Purchase price of one part, US dollars (None: unknown; a cost figure that needs it is None).
+    price_date : str or None
+        When the price was quoted (prices of accelerators moved sharply in 2024-26, so a price
+        without a date cannot be compared); required with a price.
+    """
+
+    price_usd: float | None = Field(default=None, ge=0)
+    price_date: PriceDate | None = None
+
+    @model_validator(mode="after")
+    def _dated_price(self) -> "PricedSpec":
+        if self.price_usd is not None and self.price_date is None:
+            raise ValueError("price_usd needs price_date: when the price was quoted (e.g. '2024-Q1')")
+        return self
 
 
 
@@ -62,7 +105,7 @@ class EfficiencySpec(FrozenSpec):
     collective_latency_s: Seconds = 10e-6
 
 
-class AcceleratorSpec(FrozenSpec):
+class AcceleratorSpec(PricedSpec):
     """One accelerator card.
 
     Attributes
@@ -81,6 +124,14 @@ class AcceleratorSpec(FrozenSpec):
         3 us, see :data:`kvsim.network.topology.SCALE_UP_LATENCY_S`).
     host_link_bandwidth : float
         Card-to-host link bandwidth per direction (PCIe), bytes/s.
+    tdp_w : float or None
+        Thermal design power (board power limit), watts.
+    typical_power_w : float or None
+        Average draw while serving, watts, where a measurement gives one (None: the cost model
+        takes ``tdp_w``, an upper bound).
+    price_usd, price_date
+        Price of one card and its date (:class:`PricedSpec`); informational, since a system's
+        capital cost is the price of its whole servers (:attr:`NodeSpec.price_usd`).
     """
 
     name: str = ""
@@ -94,7 +145,7 @@ class AcceleratorSpec(FrozenSpec):
     host_link: str
     host_link_bandwidth: Bandwidth
     tdp_w: Watts | None = None
-    price_usd: float | None = None
+    typical_power_w: Watts | None = None
     efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
     sources: dict[str, str]
 
@@ -185,8 +236,13 @@ class NicSpec(FrozenSpec):
     bandwidth: Bandwidth
 
 
-class NodeSpec(FrozenSpec):
-    """A server: a number of identical accelerators plus host memory, drives and NICs."""
+class NodeSpec(PricedSpec):
+    """A server: a number of identical accelerators plus host memory, drives and NICs.
+
+    ``price_usd`` is the whole server, accelerators included (:class:`PricedSpec`);
+    ``host_power_w`` is the average draw of everything but the accelerators (CPUs, DRAM, drives,
+    NICs, fans, switch board, power-supply losses), watts.
+    """
 
     name: str = ""
     accelerator: str
@@ -196,11 +252,11 @@ class NodeSpec(FrozenSpec):
     nvme: NvmeSpec
     nics: NicSpec
     host_staging: HostStagingSpec = Field(default_factory=HostStagingSpec)
-    price_usd: float | None = None
+    host_power_w: Watts | None = None
     sources: dict[str, str]
 
 
-class PoolNodeSpec(FrozenSpec):
+class PoolNodeSpec(PricedSpec):
     """A node of a remote KV storage pool, deployed and scaled apart from compute.
 
     Attributes
@@ -220,6 +276,10 @@ class PoolNodeSpec(FrozenSpec):
         I/Os one transfer keeps outstanding against the node (default 32, an assumption).
     nics : NicSpec
         The node's network interfaces.
+    power_w : float or None
+        Average draw of the whole node, watts.
+    price_usd, price_date
+        Price of the whole node and its date (:class:`PricedSpec`).
     """
 
     name: str = ""
@@ -232,5 +292,5 @@ class PoolNodeSpec(FrozenSpec):
     write_iops: Rate | None = None
     queue_depth: int = Field(default=32, ge=1)
     nics: NicSpec
-    price_usd: float | None = None
+    power_w: Watts | None = None
     sources: dict[str, str]

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field
 
 from kvsim.models.engine import EngineSpec
+from kvsim.scenario.cost_spec import CostSpec
 from kvsim.scenario.plan_spec import PlanSpec
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec,
@@ -267,6 +268,7 @@ class ScenarioSpec(FrozenSpec):
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
     study: StudySpec | None = None
     plan: PlanSpec | None = None
+    cost: CostSpec = Field(default_factory=CostSpec)  # cost model parameters (kvsim.plan.cost)
     calibration: str | None = None
     """A ``calib.yaml`` (``kvsim calibrate``; relative to the scenario file) whose fitted values apply
     to its card: efficiencies under the scenario's own ``catalog:`` entries, engine values to the
