@@ -11,11 +11,27 @@ from typing import Any
 from kvsim._version import __version__
 from kvsim.plan.planner import PlanResult
 
-__all__ = ["plan_answer", "UnitCost"]
+__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost"]
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
 and ``assumptions``, floats or None where a price is unknown), or None if it cannot be costed."""
+
+
+def catalog_unit_cost(scenario: Any) -> UnitCost:
+    """The cost of one unit of each candidate from the catalog's prices and power and the
+    scenario's ``cost:`` section (:func:`kvsim.plan.cost.cost_summary` of the system as written)."""
+    from kvsim.plan.cost import cost_summary
+    from kvsim.sim.sizing import size_system
+
+    def unit_cost(system: str) -> dict[str, Any] | None:
+        sizing = size_system(scenario.spec, system, scenario.catalogs)
+        idle = {"output_tokens_per_s": 0.0, "input_tokens_per_s": 0.0, "goodput_requests_per_s": 0.0}
+        cost = cost_summary(sizing, idle, scenario.spec.cost)
+        return {key: cost[key] for key in ("capex_usd", "cost_per_hour_usd", "capex_per_hour_usd",
+                                           "energy_per_hour_usd", "it_power_w", "assumptions", "unknown")}
+
+    return unit_cost
 
 
 def _unit_text(raw: dict[str, Any]) -> str:

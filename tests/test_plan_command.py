@@ -1,0 +1,66 @@
+"""kvsim.plan.command: probes in worker processes, stored and reused; the same answer however run."""
+
+from __future__ import annotations
+
+import json
+
+import kvsim
+from kvsim.plan.command import run_plan
+
+PLAN = """
+name: tiny-plan
+seed: 4
+duration: 60 s
+warmup: 10 s
+model: qwen3-1.7b
+workload:
+  arrival: {kind: poisson, rate: 1/s}
+  input_tokens: {kind: fixed, value: 2000}
+  output_tokens: {kind: fixed, value: 64}
+slo: {ttft_p99: 1 s}
+systems:
+  h20: {node: h20-8x, instances: 1, instance: {max_num_seqs: 4}}
+  l20: {node: l20-8x, instances: 1, instance: {max_num_seqs: 4}}
+plan: {targets: [3/s, 9/s], units: {max: 6}, rel_tol: 0.15}
+"""
+
+
+def _answer(path):
+    answer = json.loads((path / "plan.json").read_text())
+    answer.pop("kvsim_version")
+    return answer
+
+
+def test_parallel_serial_and_resumed_plans_agree(tmp_path):
+    scenario = kvsim.parse_scenario(PLAN, "plan.yaml")
+    lines = []
+    run_plan(scenario, tmp_path / "two", workers=2, log=lines.append)
+    run_plan(scenario, tmp_path / "one", workers=1, log=lambda line: None)
+    two, one = _answer(tmp_path / "two"), _answer(tmp_path / "one")
+    # the rate search probes 2 rates a round with 2 workers, 1 with one: other probes, same answer
+    assert [c["targets"] for c in two["candidates"]] == [c["targets"] for c in one["candidates"]]
+    assert two["answers"] == one["answers"]
+    assert any("probe 1:" in line for line in lines) and "probes run, 0 reused" in lines[-1]
+    probes = sorted((tmp_path / "two" / "probes").glob("*.json"))
+    assert len(probes) == len(two["probes"])
+    # a second run reuses every probe and writes the same answer
+    again = []
+    run_plan(scenario, tmp_path / "two", workers=2, log=again.append)
+    assert f"0 probes run, {len(probes)} reused" in again[-1]
+    assert _answer(tmp_path / "two") == two
+    # a lost probe (a killed worker) is run again, and only it
+    probes[0].unlink()
+    again = []
+    run_plan(scenario, tmp_path / "two", workers=2, log=again.append)
+    assert f"1 probe run, {len(probes) - 1} reused" in again[-1]
+    assert _answer(tmp_path / "two") == two
+    assert not list((tmp_path / "two").rglob("*.tmp"))
+
+
+def test_a_changed_input_runs_new_probes(tmp_path):
+    scenario = kvsim.parse_scenario(PLAN, "plan.yaml")
+    run_plan(scenario, tmp_path, workers=1, log=lambda line: None)
+    changed = scenario.with_changes({"slo.ttft_p99": "0.8 s"})
+    lines = []
+    run_plan(changed, tmp_path, workers=1, log=lines.append)
+    assert "0 reused" in lines[-1]
