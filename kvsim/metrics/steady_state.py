@@ -237,4 +237,4 @@ def _mean_shift(arrival_s: np.ndarray, end_s: np.ndarray, configured_s: float, d
     area = in_system_integral(arrival_s, end_s, np.array([configured_s, detected_s, stop_s]))
     configured = (area[2] - area[0]) / (stop_s - configured_s)
     detected = (area[2] - area[1]) / (stop_s - detected_s)
-    return configured / detected - 1.0 if detected > 0 else 0.0
+    return float(configured / detected - 1.0) if detected > 0 else 0.0
