@@ -33,8 +33,9 @@ measured a steady state. Two things break that, and each is flagged in the summa
 ``warmup_short``
     The warm-up MSER-5 detects (:func:`mser5_warmup_s`) is longer than the configured warm-up
     *and* cutting there moves the window's mean number of requests in the system by more than
-    :data:`WARMUP_BIAS_SHARE`: the window starts inside the initial transient. The second
-    condition is there because on a stationary but strongly autocorrelated series (a stable
+    :data:`WARMUP_BIAS_SHARE` and by more than :data:`WARMUP_BIAS_MIN` requests: the window starts
+    inside the initial transient. The floor is for lightly loaded systems, where a few requests
+    are in the system and a 5 % shift is a fraction of one request. The shift condition is there because on a stationary but strongly autocorrelated series (a stable
     system near saturation) MSER's minimum wanders far into the run while the means either side
     agree within a few per cent; what matters is the bias, and by Little's law a bias in the mean
     number in the system is the same relative bias in the mean time in the system at the same
@@ -54,7 +55,7 @@ import numpy as np
 
 __all__ = ["mser", "mser_statistic", "in_system_integral", "in_system_slope", "mser5_warmup_s",
            "steady_state", "UNSTABLE_SHARE", "UNSTABLE_MIN_GROWTH", "MIN_COMPLETIONS_PER_INSTANCE",
-           "MIN_COMPLETIONS_PER_CLIENT", "LATENCY_SHARE", "WARMUP_BIAS_SHARE", "MSER_BATCH", "MSER_OBSERVATIONS", "FLAGS"]
+           "MIN_COMPLETIONS_PER_CLIENT", "LATENCY_SHARE", "WARMUP_BIAS_SHARE", "WARMUP_BIAS_MIN", "MSER_BATCH", "MSER_OBSERVATIONS", "FLAGS"]
 
 UNSTABLE_SHARE = 0.05
 """Backlog growth over the window, as a share of the window's arrivals, above which a point is
@@ -70,6 +71,8 @@ LATENCY_SHARE = 0.1
 WARMUP_BIAS_SHARE = 0.05
 """Relative change of the window's mean number in the system, from the configured warm-up to
 MSER-5's, above which a point is ``warmup_short``."""
+WARMUP_BIAS_MIN = 1.0
+"""...and by more than this many requests."""
 MSER_BATCH = 5
 """Observations per batch mean in MSER-5 (White, Cobb and Spratt 2000)."""
 MSER_OBSERVATIONS = 500
@@ -208,14 +211,14 @@ def steady_state(records, window_start_s: float, window_end_s: float, e2e_p50_s:
     per_unit = completed / units if units else 0.0
     latency_share = e2e_p50_s / span if e2e_p50_s is not None else None
     detected = mser5_warmup_s(arrival, end, window_end_s) if records.n else 0.0
-    bias = _mean_shift(arrival, end, window_start_s, detected, window_end_s)
+    bias, shift = _mean_shift(arrival, end, window_start_s, detected, window_end_s)
     flags = []
     if per == "instance" and growth > UNSTABLE_SHARE * arrived and growth > UNSTABLE_MIN_GROWTH:
         flags.append("unstable")
     minimum = MIN_COMPLETIONS_PER_CLIENT if per == "client" else MIN_COMPLETIONS_PER_INSTANCE
     if per_unit < minimum or latency_share is None or latency_share > LATENCY_SHARE:
         flags.append("too_short")
-    if detected > window_start_s and abs(bias) > WARMUP_BIAS_SHARE:
+    if detected > window_start_s and abs(bias) > WARMUP_BIAS_SHARE and abs(shift) > WARMUP_BIAS_MIN:
         flags.append("warmup_short")
     return {
         "flags": flags,
@@ -229,12 +232,15 @@ def steady_state(records, window_start_s: float, window_end_s: float, e2e_p50_s:
 
 
 def _mean_shift(arrival_s: np.ndarray, end_s: np.ndarray, configured_s: float, detected_s: float,
-                stop_s: float) -> float:
-    """Relative difference of the mean ``N(t)`` over ``[configured_s, stop_s]`` from that over
-    ``[detected_s, stop_s]`` (0 when the detected warm-up is not longer, or nothing is in the system)."""
+                stop_s: float) -> tuple[float, float]:
+    """Difference of the mean ``N(t)`` over ``[configured_s, stop_s]`` from that over
+    ``[detected_s, stop_s]``: relative, and in requests (0 when the detected warm-up is not
+    longer, or nothing is in the system)."""
     if not detected_s > configured_s or not stop_s > detected_s:
-        return 0.0
+        return 0.0, 0.0
     area = in_system_integral(arrival_s, end_s, np.array([configured_s, detected_s, stop_s]))
     configured = (area[2] - area[0]) / (stop_s - configured_s)
     detected = (area[2] - area[1]) / (stop_s - detected_s)
-    return float(configured / detected - 1.0) if detected > 0 else 0.0
+    if not detected > 0:
+        return 0.0, 0.0
+    return float(configured / detected - 1.0), float(configured - detected)
