@@ -162,3 +162,21 @@ def test_the_table_marks_flagged_numbers_and_explains_them():
     state = next(line for line in table.splitlines() if line.startswith("steady state"))
     assert "ok" in state and "unstable" in state
     assert f"{FLAG_MARK} not a steady-state number" in table and "unstable:" in table
+
+
+def test_the_gap_study_marks_gaps_read_from_flagged_points():
+    from test_gap import SCENARIO as GAP  # the gap study's tiny scenario: 8 one-token clients are too few cycles
+
+    from kvsim.report.gap import gap_frame, gap_markdown
+
+    result = kvsim.run(kvsim.parse_scenario(GAP, "g.yaml"))
+    frame = gap_frame(result)
+    for _, row in frame.iterrows():
+        high, low = result.scenario.spec.study.configs[row.option]
+        flagged = bool(result.run(high, row.point).summary["flags"] or result.run(low, row.point).summary["flags"])
+        assert row.flagged == flagged
+    assert frame.flagged.any() and not frame.flagged.all()
+    text = gap_markdown(result, frame)
+    marked = [line for line in text.splitlines() if line.startswith("| none |") and f"{FLAG_MARK} |" in line]
+    assert len(marked) == int(frame[frame.option == "none"].flagged.sum())
+    assert f"\\{FLAG_MARK} not a steady-state number" in text

@@ -63,6 +63,9 @@ def gap_frame(result: RunResult) -> pd.DataFrame:
             row.update({f"{study.low}_{k}": v for k, v in lo.items()})
             row["gap"] = gap
             row["flagged"] = bool(h["flags"] or lo["flags"])
+            if label == reference:
+                reference_flagged = row["flagged"]
+            row["narrowed_flagged"] = row["flagged"] or reference_flagged  # it is read against the reference
             base = gaps[reference]
             row["narrowed_pct"] = 100.0 * (base - gap) / (base - 1.0) if base != 1.0 else 0.0
             rows.append(row)
@@ -106,13 +109,13 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for _, row in rows.iterrows():
             marked = {f"{h}_{metric}": bool(row[f"{h}_flags"]), f"{lo}_{metric}": bool(row[f"{lo}_flags"]),
-                      "gap": bool(row["flagged"]), "narrowed_pct": bool(row["flagged"])}
+                      "gap": bool(row["flagged"]), "narrowed_pct": bool(row["narrowed_flagged"])}
             lines.append("| " + " | ".join(_fmt(row[c]) + (FLAG_MARK if marked.get(c) else "") for c in columns)
                          + " |")
         lines.append("")
     flags = {f for side in (h, lo) for cell in frame[f"{side}_flags"] for f in cell.split(", ") if f}
     if flags:
-        lines += [flag_note(flags), ""]
+        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 

@@ -149,7 +149,7 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
         lines.append("")
     flags = {f for column in ("light_flags", "capacity_flags") for cell in frame[column] for f in cell.split(", ") if f}
     if flags:
-        lines += [flag_note(flags), ""]
+        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
