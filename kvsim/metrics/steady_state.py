@@ -108,7 +108,7 @@ def mser(values: np.ndarray, batch: int = MSER_BATCH) -> int:
     is dropped); the truncation ``d`` batches that minimises :func:`mser_statistic` is searched
     over the first half of the batches only, ``d <= m // 2`` -- a minimum later than that means
     the run is too short to tell (White, Cobb and Spratt 2000, "A comparison of five steady-state
-    truncation heuristics for simulation", Proc. Winter Simulation Conference, 755-760). Ties go
+    truncation heuristics for simulation", Proc. 2000 Winter Simulation Conference). Ties go
     to the smallest ``d``. Returns ``d * batch``.
     """
     values = np.asarray(values, dtype=float)

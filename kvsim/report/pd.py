@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.summary import slo_met
-from kvsim.report.table import hardware_label
+from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
 __all__ = ["pd_frame", "pd_markdown", "pd_figures"]
@@ -135,15 +135,21 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
         lines += [f"## {label}" if label else "## run", "", "| " + " | ".join(header) + " |",
                   "|" + "---|" * len(header)]
         for _, r in rows.iterrows():
-            goodput = _fmt(r.goodput_rps) + (f" ({r.flag})" if r.flag else "")
-            cells = [r.system, r.hardware, r.p_d_cards, r.controller, goodput, _fmt(r.goodput_per_card_rps),
-                     _fmt(r.goodput_per_musd_rps), _fmt(r.output_tokens_per_s), _fmt(r.ttft_p50_s),
-                     _fmt(r.ttft_p99_s), _fmt(r.tpot_p50_s * 1e3 if r.tpot_p50_s is not None else math.nan),
-                     _fmt(r.tpot_p99_s * 1e3 if r.tpot_p99_s is not None else math.nan),
-                     _fmt(r.handoff_mb_per_request), _fmt(r.handoff_gbps), r.busiest_link, str(r.switches),
-                     "yes" if r.slo_met else "no"] + [f"{r[c]:.0%}" for c in phase_columns]
+            mark = FLAG_MARK if r.flag else ""  # every figure of a flagged row, not only its goodput
+            goodput = _fmt(r.goodput_rps) + mark + (f" ({r.flag})" if r.flag else "")
+            figures = [_fmt(r.goodput_per_card_rps), _fmt(r.goodput_per_musd_rps), _fmt(r.output_tokens_per_s),
+                       _fmt(r.ttft_p50_s), _fmt(r.ttft_p99_s),
+                       _fmt(r.tpot_p50_s * 1e3 if r.tpot_p50_s is not None else math.nan),
+                       _fmt(r.tpot_p99_s * 1e3 if r.tpot_p99_s is not None else math.nan),
+                       _fmt(r.handoff_mb_per_request), _fmt(r.handoff_gbps)]
+            cells = ([r.system, r.hardware, r.p_d_cards, r.controller, goodput] + [f + mark for f in figures]
+                     + [r.busiest_link, str(r.switches), "yes" if r.slo_met else "no"]
+                     + [f"{r[c]:.0%}{mark}" for c in phase_columns])
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    flags = {f for cell in frame.flag for f in cell.split(", ") if f}
+    if flags:
+        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
