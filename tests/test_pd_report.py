@@ -49,6 +49,6 @@ def test_run_writes_the_pd_tables_flags_and_figures(tmp_path, capsys):
     assert row.handoff_mb_per_request == 2000 * 147_456 / 1e6
     # 6/s of 2,000-token prompts through one prefill instance with a 256-token budget cannot keep up
     starved = frame[(frame.system == "starved") & (frame["workload.arrival.rate"] == "6/s")].iloc[0]
-    assert "overloaded" in starved.flag and starved.controller == "threshold on prefill_queue"
+    assert "unstable" in starved.flag and starved.controller == "threshold on prefill_queue"
     text = (out / "pd.md").read_text()
-    assert "(overloaded" in text and "## workload.arrival.rate = 6/s" in text
+    assert "(unstable" in text and "## workload.arrival.rate = 6/s" in text

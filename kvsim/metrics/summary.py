@@ -8,9 +8,25 @@ Conventions (all times in seconds, rates per second of simulated time):
   ``requests_undrained`` those the drain limit cut off (their latencies are missing);
   ``requests_aborted`` those whose client gave up (``workload.timeout``): they have no finish
   time, so they are missing from the latency statistics and count against goodput.
-- ``requests_per_s`` and ``goodput_requests_per_s`` count completions *in* the window.
-- ``output_tokens_per_s`` counts every token emitted in the window; ``input_tokens_per_s``
-  counts prompt tokens of prefills that completed in the window (recomputation not counted).
+- Throughput, three ways (all per second of the window):
+
+  - ``requests_per_s`` (and ``goodput_requests_per_s``, those within every SLO threshold)
+    count requests *completed* in the window. Past saturation this number is not the work the
+    system did: while a backlog builds, the engine spends time on requests that finish after the
+    window (prefills first, then decode steps), so completions can fall as load rises.
+  - ``output_tokens_per_s`` counts every output token *emitted* in the window, whichever request
+    it belongs to; ``input_tokens_per_s`` the prompt tokens of every prompt whose prefill
+    *completed* in the window (cached prefix tokens included: the prompt was served; a prompt
+    recomputed after a preemption counts once). A long prompt chunked across the window's end
+    counts on the side where its last chunk ends (the engine's counters record a prompt when
+    it completes, not chunk by chunk).
+  - ``total_tokens_per_s`` is their sum, the tokens processed in the window (vLLM's
+    ``benchmark_serving`` reports the same "total token throughput"); it is the measure of work
+    done that does not fall when load rises past saturation.
+
+- ``flags`` lists what makes the point not a steady-state number (``unstable``, ``too_short``,
+  ``warmup_short``) and ``steady_state`` the figures they were judged on; see
+  :mod:`kvsim.metrics.steady_state` for the criteria and thresholds.
 - TPOT of a request is ``(finish - first token) / (output tokens - 1)``; one-token requests have none.
 """
 
@@ -21,12 +37,13 @@ from typing import Any
 import numpy as np
 
 from kvsim.metrics.records import RequestRecords
+from kvsim.metrics.steady_state import steady_state
 
 __all__ = ["latency_stats", "summarize", "request_latencies", "slo_met", "LATENCY_KEYS", "SCALAR_KEYS"]
 
 LATENCY_KEYS = ("ttft_s", "tpot_s", "e2e_s")
 SCALAR_KEYS = (
-    "requests_completed", "output_tokens_per_s", "input_tokens_per_s", "requests_per_s",
+    "requests_completed", "output_tokens_per_s", "input_tokens_per_s", "total_tokens_per_s", "requests_per_s",
     "goodput_requests_per_s", "kv_utilization_mean",
 )
 
@@ -73,6 +90,8 @@ def summarize(
     input_tokens_in_window: int,
     kv_utilization_mean: float,
     slo: dict[str, float | None],
+    instances: int = 1,
+    clients: int | None = None,
 ) -> dict[str, Any]:
     """The summary metrics of one system run.
 
@@ -87,6 +106,11 @@ def summarize(
         Time-weighted mean fraction of KV blocks in use over the window (all instances).
     slo : dict
         Per-request thresholds in seconds: ``ttft_s``, ``tpot_s``, ``e2e_s`` (None = no limit).
+    instances : int
+        Instances of the system (the ``too_short`` completion count is per instance).
+    clients : int, optional
+        Closed-loop clients: the completion count is then per client, and the point cannot be
+        ``unstable``.
     """
     span = window_end_s - window_start_s
     arrival = records.column("arrival_s")
@@ -107,6 +131,7 @@ def summarize(
         "requests_aborted": int(np.count_nonzero(arrived & aborted)),
         "output_tokens_per_s": output_tokens_in_window / span,
         "input_tokens_per_s": input_tokens_in_window / span,
+        "total_tokens_per_s": (input_tokens_in_window + output_tokens_in_window) / span,
         "requests_per_s": int(np.count_nonzero(completed_in_window)) / span,
         "goodput_requests_per_s": int(np.count_nonzero(meets)) / span,
         "ttft_s": latency_stats(ttft[measured]),
@@ -122,4 +147,9 @@ def summarize(
             p99 = summary[key]["p99"]
             p99_met[key.replace("_s", "_p99")] = p99 is not None and p99 <= limit
     summary["slo_met"] = p99_met
+    per, units = ("client", clients) if clients is not None else ("instance", instances)
+    state = steady_state(records, window_start_s, window_end_s, summary["e2e_s"]["p50"],
+                         summary["requests_completed"], units, per)
+    summary["flags"] = state.pop("flags")
+    summary["steady_state"] = state
     return summary

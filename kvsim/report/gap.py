@@ -3,6 +3,8 @@
 For every sweep point and every option (``study.configs``), the gap is the high system's
 ``metric`` divided by the low system's. "Narrowed" is the share of the reference option's
 excess gap (gap - 1) that the option removes: 100% means parity, negative means it widened.
+A gap either of whose systems is flagged as not steady state (``summary["flags"]``, see
+:mod:`kvsim.metrics.steady_state`) is marked in the table and drawn hollow.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
 __all__ = ["gap_frame", "gap_markdown", "gap_figure"]
@@ -36,6 +39,7 @@ def _cell(summary: dict[str, Any], metric: str) -> dict[str, Any]:
         "remote_read_GBps": cache.get("remote_read_Bps", 0.0) / 1e9,
         "busiest_link": f"{links[0]['link']} ({links[0]['utilization_mean']:.0%})" if links else "-",
         "bound": summary.get("bound"),
+        "flags": ", ".join(summary.get("flags") or []),
     }
 
 
@@ -58,6 +62,10 @@ def gap_frame(result: RunResult) -> pd.DataFrame:
             row.update({f"{study.high}_{k}": v for k, v in h.items()})
             row.update({f"{study.low}_{k}": v for k, v in lo.items()})
             row["gap"] = gap
+            row["flagged"] = bool(h["flags"] or lo["flags"])
+            if label == reference:
+                reference_flagged = row["flagged"]
+            row["narrowed_flagged"] = row["flagged"] or reference_flagged  # it is read against the reference
             base = gaps[reference]
             row["narrowed_pct"] = 100.0 * (base - gap) / (base - 1.0) if base != 1.0 else 0.0
             rows.append(row)
@@ -100,8 +108,14 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
         lines += [f"## {label}" if label else "## run", "",
                   "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for _, row in rows.iterrows():
-            lines.append("| " + " | ".join(_fmt(row[c]) for c in columns) + " |")
+            marked = {f"{h}_{metric}": bool(row[f"{h}_flags"]), f"{lo}_{metric}": bool(row[f"{lo}_flags"]),
+                      "gap": bool(row["flagged"]), "narrowed_pct": bool(row["narrowed_flagged"])}
+            lines.append("| " + " | ".join(_fmt(row[c]) + (FLAG_MARK if marked.get(c) else "") for c in columns)
+                         + " |")
         lines.append("")
+    flags = {f for side in (h, lo) for cell in frame[f"{side}_flags"] for f in cell.split(", ") if f}
+    if flags:
+        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
@@ -121,7 +135,10 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
         for option in study.configs:
             sub = rows[rows.option == option]
             x = sub[study.x] if study.x else range(len(sub))
-            ax.plot(list(x), sub.gap.tolist(), marker="o", label=option)
+            ax.plot(list(x), sub.gap.tolist(), marker="", label=option)
+            color = ax.lines[-1].get_color()
+            for xv, yv, flagged in zip(list(x), sub.gap.tolist(), sub.flagged.tolist()):
+                ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flagged else color)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         if study.x:
             ax.set_xscale("log", base=2)
@@ -132,6 +149,8 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
         ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name, fontsize=10)
     axes[0][0].set_ylabel(f"gap: {study.high} / {study.low}\n{study.metric}")
     axes[0][-1].legend(title="KV cache")
+    if frame.flagged.any():
+        fig.suptitle("hollow: a system flagged as not steady state (see the table)", fontsize=8)
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)

@@ -11,6 +11,9 @@ e.g. a way to share KV), over the loads of ``study.load`` (e.g. closed-loop clie
   (the dedup ratio) and the bytes that crossed a domain boundary;
 - capacity: the largest load whose p99 TTFT and TPOT met the scenario's SLO, with a flag when
   the swept loads do not bracket it ("≥" every load met it, "<" none did).
+
+A figure read from a point flagged as not steady state (``summary["flags"]``, see
+:mod:`kvsim.metrics.steady_state`) is marked in the table and drawn hollow.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
 __all__ = ["options_frame", "options_markdown", "options_figure"]
@@ -91,6 +95,9 @@ def options_frame(result: RunResult) -> pd.DataFrame:
                 "goodput_at_capacity": next((s["goodput_requests_per_s"] for load, s in points if load == capacity),
                                             None),
                 "capacity": capacity, "capacity_flag": capacity_flag,
+                "light_flags": ", ".join(light.get("flags") or []),
+                "capacity_flags": ", ".join(next((s.get("flags") or [] for load, s in points if load == capacity),
+                                                 [])),
             })
     return pd.DataFrame(rows)
 
@@ -131,12 +138,18 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
             capacity = "-" if r.capacity is None or r.capacity != r.capacity else f"{r.capacity_flag}{r.capacity:g}"
             if r.capacity_flag == "<":
                 capacity = f"< {rows.light_load.iloc[0]:g}"
+            light = FLAG_MARK if r.light_flags else ""
+            at_capacity = FLAG_MARK if r.capacity_flags else ""
             lines.append("| " + " | ".join([
-                r.system, _fmt(r.ttft_p50_s), _fmt(r.ttft_p99_s),
-                _fmt(r.ttft_speedup, ".2f") + ("x" if r.ttft_speedup is not None else ""),
-                f"{100 * r.hit_rate:.1f} %", _fmt(r.kv_peak_GB), _fmt(r.dedup_ratio, ".2f"),
-                _fmt(r.cross_domain_GB), capacity, _fmt(r.goodput_at_capacity)]) + " |")
+                r.system, _fmt(r.ttft_p50_s) + light, _fmt(r.ttft_p99_s) + light,
+                _fmt(r.ttft_speedup, ".2f") + ("x" if r.ttft_speedup is not None else "") + light,
+                f"{100 * r.hit_rate:.1f} %{light}", _fmt(r.kv_peak_GB) + light, _fmt(r.dedup_ratio, ".2f") + light,
+                _fmt(r.cross_domain_GB) + light, capacity + at_capacity,
+                _fmt(r.goodput_at_capacity) + at_capacity]) + " |")
         lines.append("")
+    flags = {f for column in ("light_flags", "capacity_flags") for cell in frame[column] for f in cell.split(", ") if f}
+    if flags:
+        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
@@ -172,6 +185,11 @@ def _bars(axes, frame: pd.DataFrame, panels) -> None:
     for ax, (column, label) in zip(axes, panels):
         ys = [0.0 if v is None or v != v else float(v) for v in frame[column].tolist()]
         bars = ax.bar(names, ys, color=[f"C{k}" for k in range(len(names))])
+        flagged = frame.capacity_flags if column == "capacity" else frame.light_flags
+        for bar, flag in zip(bars, flagged):
+            if flag:  # not a steady-state number: hatched, like a hollow point
+                bar.set_hatch("//")
+                bar.set_alpha(0.5)
         if column == "capacity":
             for bar, flag in zip(bars, frame.capacity_flag):
                 ax.annotate(flag or "", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -191,7 +209,11 @@ def _lines(axes, frame: pd.DataFrame, panels, study) -> None:
             marker, line = styles[k % len(styles)]
             ys = [float("nan") if v is None else float(v) for v in rows[column].tolist()]
             top = max([top] + [y for y in ys if y == y])
-            ax.plot(rows.x.tolist(), ys, marker=marker, linestyle=line, label=system, alpha=0.85)
+            ax.plot(rows.x.tolist(), ys, marker="", linestyle=line, label=system, alpha=0.85)
+            color = ax.lines[-1].get_color()
+            flagged = rows.capacity_flags if column == "capacity" else rows.light_flags
+            for xv, yv, flag in zip(rows.x.tolist(), ys, flagged.tolist()):
+                ax.plot([xv], [yv], marker=marker, color=color, markerfacecolor="none" if flag else color, alpha=0.85)
             if column == "capacity":  # a system that met the SLO at no swept load: an x on the axis
                 below = [x for x, flag in zip(rows.x, rows.capacity_flag) if flag == "<"]
                 ax.plot(below, [0.0] * len(below), marker="x", linestyle="none", color=ax.lines[-1].get_color(),

@@ -1,12 +1,9 @@
 """The P:D study: colocated and disaggregated systems side by side, per card and per dollar, and
 the timeline of a dynamic P:D ratio.
 
-Every row states its load and is flagged when it is not a steady-state number: ``overloaded``
-when the requests in the system at the end of the window outnumber those three quarters into it
-by more than :data:`GROWTH` (plus ten), or when more than :data:`OVERLOAD_SHARE` of the window's
-arrivals were still unfinished when it closed (the backlog grows: arrival rate above service
-rate); ``too short`` when the median end-to-end latency exceeds :data:`SHORT_SHARE` of the
-window.
+Every row states its load and carries the summary's steady-state flags (``unstable``,
+``too_short``, ``warmup_short``; criteria in :mod:`kvsim.metrics.steady_state`): a flagged
+goodput is not a steady-state number, and is marked as such in the table and hollow in the plot.
 """
 
 from __future__ import annotations
@@ -19,14 +16,10 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.summary import slo_met
-from kvsim.report.table import hardware_label
+from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
-__all__ = ["pd_frame", "pd_markdown", "pd_figures", "OVERLOAD_SHARE", "SHORT_SHARE", "GROWTH"]
-
-OVERLOAD_SHARE = 0.2
-SHORT_SHARE = 0.25
-GROWTH = 1.25
+__all__ = ["pd_frame", "pd_markdown", "pd_figures"]
 
 
 def _capex_usd(run: SystemRun) -> float | None:
@@ -43,18 +36,8 @@ def _in_system(run: SystemRun, t_s: float) -> int:
     return int(np.count_nonzero((arrival <= t_s) & ~(finish <= t_s) & ~(aborted <= t_s)))
 
 
-def _flags(run: SystemRun, warmup_s: float, duration_s: float) -> str:
-    s = run.summary
-    flags = []
-    # late in the window, so a workload that shifts in phases is past its last change
-    middle, end = _in_system(run, duration_s - (duration_s - warmup_s) / 4), _in_system(run, duration_s)
-    backlog = s["requests_arrived"] and s["requests_unfinished"] > OVERLOAD_SHARE * s["requests_arrived"]
-    if backlog or end > GROWTH * middle + 10:
-        flags.append("overloaded")
-    e2e = s["e2e_s"]["p50"]
-    if e2e is not None and e2e > SHORT_SHARE * (duration_s - warmup_s):
-        flags.append("too short")
-    return ", ".join(flags)
+def _flags(run: SystemRun) -> str:
+    return ", ".join(run.summary.get("flags") or [])
 
 
 def _ratio(run: SystemRun) -> str:
@@ -111,7 +94,7 @@ def pd_frame(result: RunResult) -> pd.DataFrame:
             "switches": pd_part.get("switches", 0),
             **_phase_attainment(run, spec),
             "slo_met": bool(s["slo_met"]) and all(s["slo_met"].values()),
-            "flag": _flags(run, spec.warmup, spec.duration),
+            "flag": _flags(run),
         })
     return pd.DataFrame(rows)
 
@@ -135,9 +118,9 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
              f"the run drains after it. SLO: {slo}. Goodput counts requests completed in the window that met "
              "every SLO threshold. P:D is prefill:decode cards at the start. Per M$ divides by the catalog "
              "capex of the servers, where every server of the system has a price (else '-'). A goodput marked "
-             f"'overloaded' is not a steady-state number: the requests in the system grew through the window "
-             f"(more than {GROWTH:g}x over its last quarter), or more than {OVERLOAD_SHARE:.0%} of its "
-             "arrivals were unfinished when it closed.", ""]
+             "with flags is not a steady-state number: 'unstable', the backlog grew through the window (arrivals "
+             "outpace service); 'too_short', too few completions per instance or a median latency above a tenth "
+             "of the window; 'warmup_short', MSER-5 finds a longer warm-up (see docs/statistics.md).", ""]
     header = ["system", "hardware", "P:D cards", "controller", "goodput (req/s)", "per card", "per M$",
               "output tok/s", "TTFT p50 (s)", "TTFT p99 (s)", "TPOT p50 (ms)", "TPOT p99 (ms)",
               "handoff MB/req", "handoff GB/s", "busiest link", "switches", "SLO met"]
@@ -152,15 +135,21 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
         lines += [f"## {label}" if label else "## run", "", "| " + " | ".join(header) + " |",
                   "|" + "---|" * len(header)]
         for _, r in rows.iterrows():
-            goodput = _fmt(r.goodput_rps) + (f" ({r.flag})" if r.flag else "")
-            cells = [r.system, r.hardware, r.p_d_cards, r.controller, goodput, _fmt(r.goodput_per_card_rps),
-                     _fmt(r.goodput_per_musd_rps), _fmt(r.output_tokens_per_s), _fmt(r.ttft_p50_s),
-                     _fmt(r.ttft_p99_s), _fmt(r.tpot_p50_s * 1e3 if r.tpot_p50_s is not None else math.nan),
-                     _fmt(r.tpot_p99_s * 1e3 if r.tpot_p99_s is not None else math.nan),
-                     _fmt(r.handoff_mb_per_request), _fmt(r.handoff_gbps), r.busiest_link, str(r.switches),
-                     "yes" if r.slo_met else "no"] + [f"{r[c]:.0%}" for c in phase_columns]
+            mark = FLAG_MARK if r.flag else ""  # every figure of a flagged row, not only its goodput
+            goodput = _fmt(r.goodput_rps) + mark + (f" ({r.flag})" if r.flag else "")
+            figures = [_fmt(r.goodput_per_card_rps), _fmt(r.goodput_per_musd_rps), _fmt(r.output_tokens_per_s),
+                       _fmt(r.ttft_p50_s), _fmt(r.ttft_p99_s),
+                       _fmt(r.tpot_p50_s * 1e3 if r.tpot_p50_s is not None else math.nan),
+                       _fmt(r.tpot_p99_s * 1e3 if r.tpot_p99_s is not None else math.nan),
+                       _fmt(r.handoff_mb_per_request), _fmt(r.handoff_gbps)]
+            cells = ([r.system, r.hardware, r.p_d_cards, r.controller, goodput] + [f + mark for f in figures]
+                     + [r.busiest_link, str(r.switches), "yes" if r.slo_met else "no"]
+                     + [f"{r[c]:.0%}{mark}" for c in phase_columns])
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    flags = {f for cell in frame.flag for f in cell.split(", ") if f}
+    if flags:
+        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
@@ -188,7 +177,7 @@ def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | Non
                 ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flag else color)
         ax.set_xlabel(f"{x.split('.')[-1]} (requests/s)")
         ax.set_ylabel("goodput per card (requests/s within SLO)")
-        ax.set_title(f"{result.scenario.name}: hollow = overloaded (not steady state)", fontsize=10)
+        ax.set_title(f"{result.scenario.name}: hollow = flagged (not steady state)", fontsize=10)
         ax.legend(fontsize=8, ncol=2)
         fig.tight_layout()
         path = out / "pd_goodput.png"

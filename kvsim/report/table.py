@@ -1,4 +1,9 @@
-"""Side-by-side text tables: one column per system, plus each system's ratio to the baseline."""
+"""Side-by-side text tables: one column per system, plus each system's ratio to the baseline.
+
+A system whose point is flagged as not steady state (``summary["flags"]``, see
+:mod:`kvsim.metrics.steady_state`) has every number marked with :data:`FLAG_MARK`, as has every
+ratio that involves it, and the table ends with a footnote naming the flags.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,14 @@ from typing import Any, Callable
 
 from kvsim.sim.result import RunResult
 
-__all__ = ["comparison_table", "hardware_label", "ROWS"]
+__all__ = ["comparison_table", "hardware_label", "ROWS", "FLAG_MARK", "flag_note"]
+
+FLAG_MARK = "*"
+_FLAG_MEANING = {
+    "unstable": "the backlog grew through the window (arrivals outpace service)",
+    "too_short": "too few completions per instance (client), or median latency a large share of the window",
+    "warmup_short": "MSER-5 finds the warm-up longer than configured",
+}
 
 
 def _get(*keys: str) -> Callable[[dict[str, Any]], float | None]:
@@ -25,8 +37,9 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], Any], float, str]] = [
     ("requests unfinished at end", _get("requests_unfinished"), 1.0, "{:.0f}"),
     ("throughput (requests/s)", _get("requests_per_s"), 1.0, "{:.2f}"),
     ("goodput (requests/s in SLO)", _get("goodput_requests_per_s"), 1.0, "{:.2f}"),
-    ("output tokens/s", _get("output_tokens_per_s"), 1.0, "{:.0f}"),
-    ("input tokens/s", _get("input_tokens_per_s"), 1.0, "{:.0f}"),
+    ("output tokens/s (emitted in window)", _get("output_tokens_per_s"), 1.0, "{:.0f}"),
+    ("input tokens/s (prompts done in window)", _get("input_tokens_per_s"), 1.0, "{:.0f}"),
+    ("total tokens/s", _get("total_tokens_per_s"), 1.0, "{:.0f}"),
     ("TTFT mean (s)", _get("ttft_s", "mean"), 1.0, "{:.3f}"),
     ("TTFT p50 (s)", _get("ttft_s", "p50"), 1.0, "{:.3f}"),
     ("TTFT p99 (s)", _get("ttft_s", "p99"), 1.0, "{:.3f}"),
@@ -40,18 +53,27 @@ ROWS: list[tuple[str, Callable[[dict[str, Any]], Any], float, str]] = [
 ]
 
 
-def _cell(value: Any, scale: float, fmt: str) -> str:
+def _cell(value: Any, scale: float, fmt: str, flagged: bool = False) -> str:
     if value is None:
         return "-"
-    return fmt.format(value * scale)
+    return fmt.format(value * scale) + (FLAG_MARK if flagged else "")
 
 
-def _ratio(value: Any, base: Any) -> str:
+def _ratio(value: Any, base: Any, flagged: bool = False) -> str:
     if value is None or base is None:
         return "-"
     if base == 0:
         return "-" if value == 0 else "inf"
-    return f"{value / base:.2f}x"
+    return f"{value / base:.2f}x" + (FLAG_MARK if flagged else "")
+
+
+def flag_note(flags: list[str] | set[str]) -> str:
+    """The footnote for flagged numbers (empty when nothing is flagged)."""
+    if not flags:
+        return ""
+    meaning = "; ".join(f"{flag}: {_FLAG_MEANING.get(flag, flag)}" for flag in sorted(flags))
+    return (f"{FLAG_MARK} not a steady-state number ({meaning}); see kvsim.metrics.steady_state "
+            "and docs/statistics.md")
 
 
 def comparison_table(result: RunResult) -> str:
@@ -60,14 +82,19 @@ def comparison_table(result: RunResult) -> str:
     systems = list(result.scenario.spec.systems)
     others = [s for s in systems if s != baseline]
     blocks = []
+    seen: set[str] = set()
     for point in result.points():
         runs = {s: result.run(s, point) for s in systems}
+        flags = {s: runs[s].summary.get("flags") or [] for s in systems}
+        seen.update(f for s in systems for f in flags[s])
         header = ["metric"] + systems + [f"{s}/{baseline}" for s in others]
         rows = [header]
         for label, read, scale, fmt in ROWS:
             values = {s: read(runs[s].summary) for s in systems}
-            rows.append([label] + [_cell(values[s], scale, fmt) for s in systems]
-                        + [_ratio(values[s], values[baseline]) for s in others])
+            rows.append([label] + [_cell(values[s], scale, fmt, bool(flags[s])) for s in systems]
+                        + [_ratio(values[s], values[baseline], bool(flags[s] or flags[baseline])) for s in others])
+        rows.append(["steady state"] + [", ".join(flags[s]) if flags[s] else "ok" for s in systems]
+                    + [""] * len(others))
         hardware = ["hardware"] + [hardware_label(r.sizing) for r in runs.values()] + [""] * len(others)
         rows.insert(1, hardware)
         slo = runs[baseline].summary.get("slo_met", {})
@@ -88,7 +115,8 @@ def comparison_table(result: RunResult) -> str:
     title = (f"scenario {result.scenario.name}: seed {result.seed}, "
              f"measured over [{result.scenario.spec.warmup:g} s, {result.scenario.spec.duration:g} s] "
              f"of simulated time; ratios are system / {baseline}")
-    return title + "\n\n" + "\n\n".join(blocks) + "\n"
+    note = flag_note(seen)
+    return title + "\n\n" + "\n\n".join(blocks) + "\n" + (f"\n{note}\n" if note else "")
 
 
 def hardware_label(sizing) -> str:

@@ -27,8 +27,10 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         instance.settle()  # a coalesced decode run still going applies the steps that have ended
     kv_mean = sum(i.kv_utilization.mean() for i in instances) / len(instances)
     slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99}
+    arrival = spec.workload.arrival
     summary = summarize(records, warmup, duration, counters.output_tokens.in_window,
-                        counters.input_tokens.in_window, kv_mean, slo)
+                        counters.input_tokens.in_window, kv_mean, slo, instances=len(instances),
+                        clients=arrival.clients if spec.workload.closed_loop else None)
     span = duration - warmup
     # an iteration that straddles the window start counts whole: clamp the fraction to 1
     busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))

@@ -1,0 +1,182 @@
+"""Statistics that do not mislead: token throughput past saturation, steady-state flags, MSER-5.
+
+The thresholds are documented in kvsim.metrics.steady_state and docs/statistics.md.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kvsim
+from kvsim.metrics.steady_state import (in_system_integral, in_system_slope, mser, mser_statistic,
+                                        mser5_warmup_s)
+from kvsim.report.table import FLAG_MARK, comparison_table
+
+# ------------------------------------------------------------------------------------ MSER-5
+
+
+def test_mser_statistic_matches_a_hand_computed_case():
+    # Z = [10, 4, 0, 0, 0, 0, 0, 0], MSER(d) = sum_{j>d} (Z_j - mean)^2 / (m - d)^2:
+    #   d=0: mean 14/8 = 1.75, SS = 8.25^2 + 2.25^2 + 6 * 1.75^2 = 91.5  -> 91.5 / 64
+    #   d=1: mean 4/7, SS = (24/7)^2 + 6 * (4/7)^2 = 672/49             -> 672 / 49 / 49
+    #   d>=2: all zeros                                                 -> 0
+    z = np.array([10.0, 4, 0, 0, 0, 0, 0, 0])
+    expected = [91.5 / 64, 672 / 49 / 49, 0, 0, 0, 0, 0, 0]
+    assert mser_statistic(z) == pytest.approx(expected, abs=1e-12)
+    # raw observations, five to a batch (batch means = z), plus a trailing partial batch that
+    # MSER-5 drops (were it kept, the 1000s would move every statistic)
+    raw = np.concatenate([np.array([8.0, 12, 10, 9, 11]), np.full(5, 4.0), np.array([1.0, -1, 0, 0, 0]),
+                          np.zeros(25), [1000.0, 1000.0]])
+    assert mser(raw) == 10  # d* = 2 batches (ties go to the smallest d) = 10 observations
+
+
+def test_mser_searches_only_the_first_half():
+    # Z = [1, 3, 1, 3]: d=0: mean 2, SS 4 -> 4/16 = 0.25; d=1: mean 7/3, SS 24/9 -> 24/81 = 0.296;
+    # d=2: mean 2, SS 2 -> 2/4 = 0.5; d=3 (one value): 0 -- but d > m/2 is not a truncation
+    # MSER may choose (the run would be too short to tell), so d* = 0.
+    z = np.array([1.0, 3, 1, 3])
+    assert mser_statistic(z) == pytest.approx([0.25, 24 / 81, 0.5, 0.0])
+    assert mser(np.repeat(z, 5)) == 0
+
+
+def test_in_system_integral_and_slope_are_exact():
+    # two requests: [1, 3) and [2, inf); N = 0 on [0,1), 1 on [1,2), 2 on [2,3), 1 after
+    arrival, end = np.array([1.0, 2.0]), np.array([3.0, np.inf])
+    assert in_system_integral(arrival, end, np.array([0.0, 1.5, 2.5, 4.0])) == pytest.approx([0, 0.5, 2.0, 4.0])
+    # one request staying from T/2 to the end of [0, T]: slope = [(T/2)^2 - 0] / 2 / (T^3/12) = 1.5 / T
+    assert in_system_slope(np.array([5.0]), np.array([np.inf]), 0.0, 10.0) == pytest.approx(0.15)
+    # N(t) on a fine grid, least squares by numpy: the same slope
+    arrival = np.array([0.5, 1.0, 2.0, 6.0, 7.5])
+    end = np.array([3.0, 8.0, np.inf, 9.0, np.inf])
+    grid = np.linspace(0.0, 10.0, 200_001)
+    level = ((arrival[None, :] <= grid[:, None]) & (grid[:, None] < end[None, :])).sum(axis=1)
+    assert in_system_slope(arrival, end, 0.0, 10.0) == pytest.approx(np.polyfit(grid, level, 1)[0], rel=1e-3)
+
+
+def test_mser5_finds_a_transient_and_not_a_stationary_level():
+    # a queue that builds from empty for 20 s to a flat level of ~40 in a 100 s run: requests
+    # arrive every 0.05 s and stay 2 s, except that the stays of the first 20 s ramp up from 0
+    arrival = np.arange(0.0, 100.0, 0.05)
+    stay = np.where(arrival < 20.0, 2.0 * arrival / 20.0, 2.0)
+    warmup = mser5_warmup_s(arrival, arrival + stay, 100.0)
+    assert 18.0 <= warmup <= 24.0  # the level is flat from 22 s (the last ramped request leaves)
+    # the same level from the start (no transient but the first 2 s fill): nothing to cut
+    assert mser5_warmup_s(arrival, arrival + 2.0, 100.0) <= 3.0
+
+
+# ------------------------------------------------------------------------ flags on real runs
+
+OPEN = """
+name: flags
+seed: 4
+duration: {duration} s
+warmup: {warmup} s
+model: qwen3-8b
+workload:
+  arrival: {{kind: poisson, rate: {rate}/s}}
+  input_tokens: {{kind: lognormal, median: 1000, sigma: 0.5, max: 4000}}
+  output_tokens: {{kind: lognormal, median: 150, sigma: 0.5, max: 1000}}
+systems:
+  one: {{node: l20-8x, instances: 1}}
+"""
+
+
+def _summary(text: str) -> dict:
+    return kvsim.run(kvsim.parse_scenario(text, "s.yaml")).runs[0].summary
+
+
+def test_a_comfortable_steady_point_has_no_flags():
+    # ~40 % of one L20 instance's ~2.5 requests/s; 110 s window, e2e p50 ~ 5 s
+    summary = _summary(OPEN.format(duration=120, warmup=10, rate=1))
+    assert summary["flags"] == []
+    state = summary["steady_state"]
+    assert state["completions_per_instance"] >= 20 and state["e2e_p50_window_share"] < 0.1
+    assert abs(state["in_system_growth_share"]) < 0.05
+
+
+def test_an_overloaded_point_is_flagged_unstable():
+    # 12/s into one instance that serves ~2.5/s: the backlog grows by ~9.5 requests a second
+    summary = _summary(OPEN.format(duration=40, warmup=5, rate=12))
+    assert "unstable" in summary["flags"]
+    state = summary["steady_state"]
+    assert state["in_system_growth_share"] > 0.5
+    # the trend's growth agrees with the window's count balance within a few requests per cent
+    arrivals = summary["requests_arrived"]
+    assert state["in_system_growth"] == pytest.approx(arrivals - summary["requests_completed"], rel=0.2)
+
+
+def test_a_window_shorter_than_the_latency_is_flagged_too_short():
+    # 1,000-token outputs on an L20 take ~30 s each; the window is 15 s
+    text = OPEN.format(duration=20, warmup=5, rate=0.5).replace("median: 150, sigma: 0.5", "median: 1000, sigma: 0.1")
+    summary = _summary(text)
+    assert "too_short" in summary["flags"]
+    assert summary["e2e_s"]["p50"] > 15.0
+
+
+CLOSED = """
+name: closed
+seed: 4
+duration: 210 s
+warmup: 10 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: closed_loop, clients: {clients}}}
+  input_tokens: {{kind: fixed, value: 1000}}
+  output_tokens: {{kind: fixed, value: 150}}
+systems:
+  one: {{node: l20-8x, instances: 1}}
+"""
+
+
+def test_closed_loop_ttft_beyond_the_window_is_flagged_too_short_not_unstable():
+    # the issue's case: a closed-loop point whose TTFT (~400 s) exceeds its 200 s window
+    summary = _summary(CLOSED.format(clients=1800))
+    assert summary["ttft_s"]["p50"] > 200.0
+    assert "too_short" in summary["flags"] and "unstable" not in summary["flags"]
+    assert summary["steady_state"]["completions_per_client"] < 1
+    # a few clients on the same system: a steady point
+    assert _summary(CLOSED.format(clients=8))["flags"] == []
+
+
+def test_token_throughput_does_not_fall_past_saturation():
+    # one L20 instance serves ~2.5 requests/s of this workload; offer ~1.2x, 2.4x and 4.8x
+    summaries = [_summary(OPEN.format(duration=40, warmup=5, rate=rate)) for rate in (3, 6, 12)]
+    assert all("unstable" in s["flags"] for s in summaries)
+    total = [s["total_tokens_per_s"] for s in summaries]
+    for lighter, heavier in zip(total, total[1:]):
+        assert heavier >= 0.99 * lighter
+    for s in summaries:
+        assert s["total_tokens_per_s"] == pytest.approx(s["input_tokens_per_s"] + s["output_tokens_per_s"])
+
+
+def test_the_table_marks_flagged_numbers_and_explains_them():
+    text = OPEN.format(duration=120, warmup=10, rate=6).replace(
+        "  one: {node: l20-8x, instances: 1}", "  big: {node: l20-8x, instances: 8}\n  small: {node: l20-8x, instances: 1}")
+    result = kvsim.run(kvsim.parse_scenario(text, "s.yaml"))
+    assert result.run("big").summary["flags"] == [] and "unstable" in result.run("small").summary["flags"]
+    table = comparison_table(result)
+    row = next(line for line in table.splitlines() if line.startswith("throughput"))
+    big, small, ratio = row.split()[-3:]
+    assert not big.endswith(FLAG_MARK) and small.endswith(FLAG_MARK) and ratio.endswith(FLAG_MARK)
+    state = next(line for line in table.splitlines() if line.startswith("steady state"))
+    assert "ok" in state and "unstable" in state
+    assert f"{FLAG_MARK} not a steady-state number" in table and "unstable:" in table
+
+
+def test_the_gap_study_marks_gaps_read_from_flagged_points():
+    from test_gap import SCENARIO as GAP  # the gap study's tiny scenario: 8 one-token clients are too few cycles
+
+    from kvsim.report.gap import gap_frame, gap_markdown
+
+    result = kvsim.run(kvsim.parse_scenario(GAP, "g.yaml"))
+    frame = gap_frame(result)
+    for _, row in frame.iterrows():
+        high, low = result.scenario.spec.study.configs[row.option]
+        flagged = bool(result.run(high, row.point).summary["flags"] or result.run(low, row.point).summary["flags"])
+        assert row.flagged == flagged
+    assert frame.flagged.any() and not frame.flagged.all()
+    text = gap_markdown(result, frame)
+    marked = [line for line in text.splitlines() if line.startswith("| none |") and f"{FLAG_MARK} |" in line]
+    assert len(marked) == int(frame[frame.option == "none"].flagged.sum())
+    assert f"\\{FLAG_MARK} not a steady-state number" in text
