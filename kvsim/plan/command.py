@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -49,6 +50,7 @@ class _StoredMap:
         self.reused = 0
         self.ran = 0
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()  # the planner calls from one thread per candidate
 
     def __enter__(self) -> "_StoredMap":
         if self.workers > 1:
@@ -68,17 +70,19 @@ class _StoredMap:
             if path.is_file():
                 stored = json.loads(path.read_text(encoding="utf-8"))
                 outcomes[k] = ProbeOutcome(stored["rate_per_s"], stored["meets"], stored["reason"], stored["detail"])
-                self.reused += 1
+                with self._lock:
+                    self.reused += 1
             else:
                 todo.append(k)
-        if self._pool is not None and len(todo) > 1:
+        if self._pool is not None:  # even one probe: other candidates' threads share this process
             results = self._pool.map(function, [probes[k] for k in todo])
         else:
             results = map(function, [probes[k] for k in todo])
         for k, outcome in zip(todo, results):
             self._store(keys[k], probes[k], outcome)
             outcomes[k] = outcome
-            self.ran += 1
+            with self._lock:
+                self.ran += 1
         return [outcomes[k] for k in range(len(probes))]
 
     def _store(self, key: str, probe: Probe, outcome: ProbeOutcome) -> None:
@@ -112,7 +116,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
     out_dir : path
         Where the results go; probes found there from an earlier run with the same inputs are reused.
     workers : int, optional
-        Worker processes (default: all cores). The rate search probes this many rates per round.
+        Worker processes (default: all cores). Up to this many candidates are planned at once.
     log : callable, optional
         Receives one line per finished probe (default: standard error).
 
@@ -137,7 +141,10 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
              f"{probe.rate_per_s:.4g} requests/s {verdict}")
 
     with _StoredMap(scenario, out / "probes", workers) as stored:
-        result = plan(scenario, map_probes=stored, parallel=workers, on_probe=on_probe)
+        candidates = len(scenario.spec.plan.chosen(list(scenario.spec.systems)))
+        # candidates in parallel first; a worker left over lets each search probe more rates a round
+        result = plan(scenario, map_probes=stored, parallel=max(1, workers // candidates), on_probe=on_probe,
+                      concurrent=workers)
     answer = plan_answer(result, catalog_unit_cost(scenario))
     write_plan_report(answer, out)
     emit(f"plan done in {time.monotonic() - started:.1f} s: {_count(stored.ran, 'probe')} run, "

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,7 +65,8 @@ class CandidatePlan:
 
 @dataclass
 class PlanResult:
-    """Every candidate's plan, and every probe run (``(probe, outcome)`` in the order run)."""
+    """Every candidate's plan, and every probe run (``(probe, outcome)``, candidate by candidate,
+    each in the order it ran)."""
 
     scenario: Scenario
     objectives: list[Objective]
@@ -118,8 +121,8 @@ def _serial(function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe]) 
 
 
 def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int = 1,
-         start_per_s: float | None = None, on_probe: Callable[[Probe, ProbeOutcome], None] | None = None
-         ) -> PlanResult:
+         start_per_s: float | None = None, on_probe: Callable[[Probe, ProbeOutcome], None] | None = None,
+         concurrent: int = 1) -> PlanResult:
     """Run the plan of ``scenario`` (its ``plan:`` section).
 
     Parameters
@@ -128,14 +131,19 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
         A validated scenario with a ``plan:`` section.
     map_probes : callable, optional
         ``map_probes(function, probes)``: ``function`` applied to every probe (in any order or in
-        parallel), results in order. Default: one after another, in this process.
+        parallel), results in order; called from ``concurrent`` threads at once. Default: one
+        after another, in this process.
     parallel : int
-        Probes the rate search runs per round (so many workers stay busy).
+        Probes each candidate's rate search runs per round.
     start_per_s : float, optional
         First rate the capacity search probes, requests/s (default: the smallest target divided
         by the largest unit count, at least 1/1000 of the smallest target).
     on_probe : callable, optional
-        Called with each probe and its outcome as they finish (progress).
+        Called with each probe and its outcome as they finish (progress; from any thread).
+    concurrent : int
+        Candidates planned at once, each in its own thread, so a pool of workers behind
+        ``map_probes`` stays busy while one candidate waits for its next probe. The answer does
+        not depend on it: each candidate's probes follow from its own outcomes only.
 
     Returns
     -------
@@ -146,31 +154,42 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
         raise ValueError(f"{scenario.name}: the scenario has no plan: section")
     objectives = objectives_from_slo(scenario.spec.slo)
     mapper = map_probes or _serial
-    done: dict[Probe, ProbeOutcome] = {}
-    ran: list[tuple[Probe, ProbeOutcome]] = []
-
-    def judge(function_probes: Sequence[Probe]) -> list[ProbeOutcome]:
-        todo = [p for p in dict.fromkeys(function_probes) if p not in done]
-        if todo:
-            for probe, outcome in zip(todo, mapper(_Runner(scenario, objectives), todo)):
-                done[probe] = outcome
-                ran.append((probe, outcome))
-                if on_probe is not None:
-                    on_probe(probe, outcome)
-        return [done[p] for p in function_probes]
-
+    runner = _Runner(scenario, objectives)
+    lock = threading.Lock()
     targets = sorted(spec.targets)
     start = start_per_s or max(targets[0] / spec.units.max, targets[0] / 1000)
-    candidates = []
-    for system in spec.chosen(list(scenario.spec.systems)):
-        search = find_max_rate(lambda rates, s=system: judge([Probe(s, 1, r) for r in rates]), start,
+
+    def plan_one(system: str) -> tuple[CandidatePlan, list[tuple[Probe, ProbeOutcome]]]:
+        done: dict[Probe, ProbeOutcome] = {}
+        ran: list[tuple[Probe, ProbeOutcome]] = []
+
+        def judge(probes: Sequence[Probe]) -> list[ProbeOutcome]:
+            todo = [p for p in dict.fromkeys(probes) if p not in done]
+            if todo:
+                for probe, outcome in zip(todo, mapper(runner, todo)):
+                    done[probe] = outcome
+                    ran.append((probe, outcome))
+                    if on_probe is not None:
+                        with lock:
+                            on_probe(probe, outcome)
+            return [done[p] for p in probes]
+
+        search = find_max_rate(lambda rates: judge([Probe(system, 1, r) for r in rates]), start,
                                rel_tol=spec.rel_tol, parallel=parallel, floor_per_s=start / 64,
                                ceiling_per_s=max(targets[-1], start) * 4)
         found = CandidatePlan(system, search)
         for target in targets:
             found.units_for[target], found.notes[target] = _fewest_units(system, target, search, spec.units, judge)
-        candidates.append(found)
-    return PlanResult(scenario, objectives, candidates, ran)
+        return found, ran
+
+    systems = spec.chosen(list(scenario.spec.systems))
+    if concurrent > 1 and len(systems) > 1:
+        with ThreadPoolExecutor(max_workers=min(concurrent, len(systems))) as threads:
+            planned = list(threads.map(plan_one, systems))
+    else:
+        planned = [plan_one(system) for system in systems]
+    return PlanResult(scenario, objectives, [found for found, _ in planned],
+                      [item for _, ran in planned for item in ran])
 
 
 class _Runner:
