@@ -24,7 +24,7 @@ from typing import Any
 
 from kvsim._version import __version__
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
-from kvsim.plan.planner import Probe, plan, scaled_scenario
+from kvsim.plan.planner import Probe, plan, probe_scenario
 from kvsim.plan.search import ProbeOutcome
 from kvsim.scenario.load import Scenario
 
@@ -33,7 +33,7 @@ __all__ = ["run_plan", "probe_key"]
 
 def probe_key(scenario: Scenario, probe: Probe) -> str:
     """Content hash of everything that decides ``probe``'s outcome (hex, 24 characters)."""
-    scaled = scaled_scenario(scenario, probe.system, probe.units, probe.rate_per_s)
+    scaled = probe_scenario(scenario, probe)
     text = json.dumps({"scenario": scaled.raw, "slo": scenario.spec.slo.model_dump(mode="json"),
                        "kvsim": __version__}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]

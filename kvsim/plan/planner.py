@@ -10,7 +10,8 @@ For each candidate (a system of the scenario, written as one *unit*, see
    while one unit fewer still meets it, or up until one meets it.
 
 Every probe is a run of the scenario with only that system, its node counts multiplied by the
-units, at one arrival rate; the same seed at every probe, so the probes differ only in the load
+units, at one arrival rate, over a window long enough to hold enough completions per instance to
+judge (:func:`probe_scenario`); the same seed at every probe, so the probes differ only in the load
 (common random numbers), and a probe flagged unstable or too short does not meet the SLO
 (:mod:`kvsim.plan.slo`). Probes run in parallel through ``map_probes`` (serial by default).
 """
@@ -29,7 +30,7 @@ from kvsim.plan.search import ProbeOutcome, RateSearch, find_max_rate
 from kvsim.plan.slo import Objective, objectives_from_slo, slo_verdict
 from kvsim.scenario.load import Scenario
 
-__all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "run_probe"]
+__all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "probe_scenario", "run_probe"]
 
 
 @dataclass(frozen=True)
@@ -101,12 +102,35 @@ def scaled_scenario(scenario: Scenario, system: str, units: int, rate_per_s: flo
     return scenario.with_changes(changes)
 
 
+WINDOW_MARGIN = 1.5
+"""A probe's window holds this many times the completions per instance below which a run is
+flagged too short (:data:`kvsim.metrics.steady_state.MIN_COMPLETIONS_PER_INSTANCE`), at the
+probed rate."""
+
+
+def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
+    """The scenario one probe runs: :func:`scaled_scenario`, its duration lengthened where needed
+    so that its window holds enough completions per instance to be judged (a light load on many
+    instances needs a long window, never a verdict of "too short"). Simulated time costs little
+    when it is idle: the work is in the requests."""
+    from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_INSTANCE
+    from kvsim.sim.sizing import size_system
+
+    scaled = scaled_scenario(scenario, probe.system, probe.units, probe.rate_per_s)
+    spec = scaled.spec
+    instances = size_system(spec, probe.system, scaled.catalogs).instances
+    needed_s = spec.warmup + WINDOW_MARGIN * MIN_COMPLETIONS_PER_INSTANCE * instances / probe.rate_per_s
+    if needed_s <= spec.duration:
+        return scaled
+    return scaled.with_changes({"duration": float(math.ceil(needed_s))})
+
+
 def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective]) -> ProbeOutcome:
     """Run one probe and judge it against ``objectives`` (a module-level function, so a process
     pool can run it)."""
     from kvsim.sim.run import run_scenario
 
-    run = run_scenario(scaled_scenario(scenario, probe.system, probe.units, probe.rate_per_s)).runs[0]
+    run = run_scenario(probe_scenario(scenario, probe)).runs[0]
     meets, reason = slo_verdict(run.summary, objectives)
     detail = {key: run.summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
                                                       "output_tokens_per_s", "requests_unfinished")}
@@ -136,8 +160,8 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
     parallel : int
         Probes each candidate's rate search runs per round.
     start_per_s : float, optional
-        First rate the capacity search probes, requests/s (default: the smallest target divided
-        by the largest unit count, at least 1/1000 of the smallest target).
+        First rate the capacity search probes, requests/s (default: a quarter of the smallest
+        target; the search brackets from there).
     on_probe : callable, optional
         Called with each probe and its outcome as they finish (progress; from any thread).
     concurrent : int
@@ -157,7 +181,7 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
     runner = _Runner(scenario, objectives)
     lock = threading.Lock()
     targets = sorted(spec.targets)
-    start = start_per_s or max(targets[0] / spec.units.max, targets[0] / 1000)
+    start = start_per_s or targets[0] / 4
 
     def plan_one(system: str) -> tuple[CandidatePlan, list[tuple[Probe, ProbeOutcome]]]:
         done: dict[Probe, ProbeOutcome] = {}
