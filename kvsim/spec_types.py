@@ -74,7 +74,8 @@ def _si(unit: str) -> PlainSerializer:
 
 
 Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative), _si("B")]
-"""Bytes: ``"96 GiB"``, ``"48 GB"`` or a plain number of bytes."""
+"""Bytes: ``"96 GiB"``, ``"48 GB"``, ``"512 B"``. In a file the unit is required (a bare number
+or a bit unit is refused); Python callers pass a float of bytes."""
 Bandwidth = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive), _si("B/s")]
 """Bytes per second: ``"4 TB/s"``, ``"400 Gbit/s"``."""
 Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative), _si("s")]
