@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["Dimension", "UnitError", "parse_quantity", "format_quantity", "DIMENSIONS"]
+__all__ = ["Dimension", "UnitError", "parse_quantity", "format_quantity", "DIMENSIONS", "quantity_pattern",
+           "EXAMPLES"]
 
 
 class UnitError(ValueError):
@@ -97,7 +98,7 @@ DIMENSIONS: dict[str, Dimension] = {
 }
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*(\S*(?:\s*/\s*\S+)?)\s*$")
+_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*(\S*(?:\s*/\s*\S+|\s+IOPS)?)\s*$")  # "1M IOPS" as datasheets
 
 
 def parse_quantity(value: object, dimension: str) -> float:
@@ -165,6 +166,34 @@ def _bare_bytes(value: object) -> str:
     number = value.strip() if isinstance(value, str) else f"{value:g}"
     return (f"a byte quantity needs its unit: {value!r} could be bytes, GB or GiB; write e.g. "
             f"'{number} GiB', '{number} GB' or '{number} B'")
+
+
+EXAMPLES = {
+    "bytes": ["96 GiB", "48 GB", "4 KiB"], "bandwidth": ["4 TB/s", "400 Gbit/s", "64 GiB/s"],
+    "time": ["3 us", "50 ms", "300 s"], "rate": ["20/s", "2.5M IOPS"], "flops": ["148 TFLOPS"],
+    "flop": ["2 GFLOP"], "power": ["400 W"],
+}
+"""Quantities as a scenario file writes them, per dimension (shown by editors from the JSON Schema)."""
+
+_PREFIX = r"(?:[kKMGTPE]|[KMGTP]i)?"
+_PER = r"\s*/\s*(?:s|ms|min|h)"
+_UNIT_PATTERNS = {
+    "bytes": _PREFIX + "B",
+    "bandwidth": rf"(?:{_PREFIX}(?:B|bit)|[kKMGTPE]b){_PER}|[kKMGTPE]bps",
+    "time": r"s|sec|seconds?|ms|us|µs|μs|ns|min|minutes?|h|hours?",
+    "rate": r"(?:1|req)?\s*/\s*(?:s|ms|min|h)|Hz|[kKMGTPE]?\s*IOPS",
+    "flops": r"[kKMGTPE]?(?:FLOPS|FLOP\s*/\s*s|OPS)",
+    "flop": r"[kKMGTPE]?FLOPs?",
+    "power": r"[kKMGTPE]?W",
+}
+
+
+def quantity_pattern(dimension: str) -> str:
+    """A regular expression (ECMA-262 and Python alike) for the strings :func:`parse_quantity`
+    reads as ``dimension``: a number, optional spaces, a unit (tests check it against the unit table)."""
+    unit = _UNIT_PATTERNS[dimension]
+    bare = "?" if DIMENSIONS[dimension].allow_bare else ""
+    return rf"^\s*{_NUMBER}\s*(?:{unit}){bare}\s*$"
 
 
 def _example(dim: Dimension) -> str:

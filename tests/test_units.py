@@ -55,6 +55,11 @@ def test_bit_units_are_refused_for_bytes_with_the_byte_figure(text, gb):
     assert "bits" in message and f"{gb:g} GB" in message
 
 
+@pytest.mark.parametrize("text", ["1M IOPS", "1 MIOPS", "1e6 IOPS", "1000 kIOPS"])
+def test_iops_as_datasheets_write_them(text):
+    assert parse_quantity(text, "rate") == 1e6
+
+
 def test_bit_units_still_work_for_bandwidth():
     assert parse_quantity("96 Gbit/s", "bandwidth") == 12e9
     assert parse_quantity("8 Kibit/s", "bandwidth") == 1024.0
