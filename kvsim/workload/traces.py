@@ -43,6 +43,7 @@ from pydantic import Field, model_validator
 
 from kvsim.spec_types import FrozenSpec, PositiveFloat, Seconds
 from kvsim.workload.requests import RequestArrays
+from kvsim.workload.trace_jsonl import read_hashed_jsonl
 from kvsim.workload.trace_csv import AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, CsvColumnsSpec, read_csv_trace
 
 __all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian",
@@ -273,7 +274,15 @@ def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_ro
                        start_s: float, duration_s: float | None, max_requests: int | None) -> RequestArrays:
     """The JSONL trace formats with prefix hashes: one request per row, ``timestamp`` in
     ``1 / units_per_second`` s units, ``input_length``, ``output_length``, ``hash_ids`` of ``block`` tokens;
-    ``check_row`` validates format-specific fields."""
+    ``check_row`` validates format-specific fields (a session check: Bailian's).
+
+    A well-formed file is read vectorised (:func:`~kvsim.workload.trace_jsonl.read_hashed_jsonl`);
+    otherwise row by row, which names the first bad line and field."""
+    fast = read_hashed_jsonl(path, block, units_per_second, session=check_row is not None)
+    if fast is not None:
+        times_s, inputs_, outputs_, hashes_ = fast
+        return _finish(path, times_s, inputs_, outputs_, hashes_, block, time_scale, start_s, duration_s,
+                       max_requests)
     times: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
