@@ -220,3 +220,20 @@ def test_point_problems_merge_and_count():
     merged.add(("c",), "always", None)
     assert merged.lines() == ["f:1: a: at 5 of 10 sweep points ([rate=0], [rate=1], [rate=2], ...): too big",
                               "f:1: b: at sweep point [rate=1]: bad", "f:1: c: always"]
+
+
+SIZING_SWEEP = edit("model: qwen3-8b", "model: qwen3-235b-a22b") + "sweep:\n  workload.arrival.rate: [1/s, 2/s, 3/s]\n"
+
+
+@pytest.mark.xfail(strict=True, reason="needs the check_scenario change in kvsim/sim/run.py (PointProblems) "
+                                       "described in the ergo report; remove this marker when it is merged")
+def test_a_sizing_problem_at_every_sweep_point_is_reported_once():
+    from kvsim.sim import check_scenario
+
+    scenario = parse_scenario(SIZING_SWEEP, "s.yaml")
+    with pytest.raises(SpecError) as info:
+        check_scenario(scenario)
+    found = info.value.problems
+    # qwen3-235b does not fit one card of either server, whatever the load: one line per system
+    assert len(found) == 2, found
+    assert all("at every sweep point (3)" in p for p in found)
