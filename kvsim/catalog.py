@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kvsim.spec_types import STRICT_UNITS
-from kvsim.yaml_io import Located, Path, SpecError, errors_from_validation, load_yaml
+from kvsim.yaml_io import Located, Path, SpecError, did_you_mean, errors_from_validation, load_yaml
 
 __all__ = ["Catalog", "load_packaged", "deep_merge"]
 
@@ -55,7 +55,7 @@ class Catalog(Generic[SpecT]):
         return sorted(self.specs)
 
     def unknown_message(self, name: str) -> str:
-        return f"unknown {self.family} {name!r}; known: {', '.join(self.names())}"
+        return f"unknown {self.family} {name!r}{did_you_mean(name, self.names())}; known: {', '.join(self.names())}"
 
     def extended(self, entries: dict[str, Any], located: Located, prefix: Path) -> "Catalog[SpecT]":
         """A catalog with ``entries`` (from a scenario) added or layered over shipped ones."""

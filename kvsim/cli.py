@@ -79,7 +79,28 @@ def _parser() -> argparse.ArgumentParser:
                          help="one family only (default: all)")
     catalog.add_argument("--json", action="store_true", help="full entries as JSON, sources included")
     catalog.set_defaults(handler=_catalog)
+
+    schema = sub.add_parser("schema", help="write the JSON Schema of scenario files (for editors)")
+    schema.add_argument("--out", type=Path, default=None, help="file to write (default: standard output)")
+    schema.set_defaults(handler=_schema)
     return parser
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from kvsim.scenario.json_schema import scenario_json_schema_text
+
+    text = scenario_json_schema_text()
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        args.out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"kvsim schema: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"schema written: {args.out} (first line of a scenario: "
+          f"# yaml-language-server: $schema=<path to {args.out.name}>)")
+    return 0
 
 
 def _seed(text: str) -> int:

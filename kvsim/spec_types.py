@@ -10,10 +10,10 @@ from typing import Annotated
 
 from pydantic import (
     AfterValidator, BaseModel, BeforeValidator, ConfigDict, PlainSerializer, SerializationInfo,
-    ValidationInfo,
+    ValidationInfo, WithJsonSchema,
 )
 
-from kvsim.units import parse_quantity
+from kvsim.units import DIMENSIONS, EXAMPLES, quantity_pattern, parse_quantity
 
 __all__ = [
     "FrozenSpec", "Bytes", "Bandwidth", "Seconds", "PositiveSeconds", "Rate", "FlopRate", "Watts",
@@ -39,6 +39,17 @@ def _quantity(dimension: str):
         return parse_quantity(value, dimension)
 
     return BeforeValidator(convert)
+
+
+def _schema(dimension: str) -> WithJsonSchema:
+    """How a scenario file writes the quantity, for the JSON Schema (``kvsim schema``): a string
+    with its unit, never a bare number (Python callers may pass SI floats; files may not)."""
+    units = "SI" if dimension not in DIMENSIONS else DIMENSIONS[dimension].si_unit
+    return WithJsonSchema({
+        "type": "string", "pattern": quantity_pattern(dimension), "examples": EXAMPLES[dimension],
+        "description": f"a {dimension} quantity with its unit, e.g. {' or '.join(EXAMPLES[dimension])} "
+                       f"(held as {units})",
+    }, mode="validation")
 
 
 def _non_negative(value: float) -> float:
@@ -73,18 +84,22 @@ def _si(unit: str) -> PlainSerializer:
     return PlainSerializer(dump)
 
 
-Bytes = Annotated[float, _quantity("bytes"), AfterValidator(_non_negative), _si("B")]
-"""Bytes: ``"96 GiB"``, ``"48 GB"`` or a plain number of bytes."""
-Bandwidth = Annotated[float, _quantity("bandwidth"), AfterValidator(_positive), _si("B/s")]
+Bytes = Annotated[float, _quantity("bytes"), _schema("bytes"), AfterValidator(_non_negative), _si("B")]
+"""Bytes: ``"96 GiB"``, ``"48 GB"``, ``"512 B"``. In a file the unit is required (a bare number
+or a bit unit is refused); Python callers pass a float of bytes."""
+Bandwidth = Annotated[float, _quantity("bandwidth"), _schema("bandwidth"), AfterValidator(_positive),
+                     _si("B/s")]
 """Bytes per second: ``"4 TB/s"``, ``"400 Gbit/s"``."""
-Seconds = Annotated[float, _quantity("time"), AfterValidator(_non_negative), _si("s")]
+Seconds = Annotated[float, _quantity("time"), _schema("time"), AfterValidator(_non_negative), _si("s")]
 """Seconds: ``"300 s"``, ``"50 ms"``, ``"3 us"``."""
-PositiveSeconds = Annotated[float, _quantity("time"), AfterValidator(_positive), _si("s")]
+PositiveSeconds = Annotated[float, _quantity("time"), _schema("time"), AfterValidator(_positive),
+                           _si("s")]
 """Seconds that must be above zero (a duration, a period, a timeout)."""
-Rate = Annotated[float, _quantity("rate"), AfterValidator(_positive), _si("/s")]
+Rate = Annotated[float, _quantity("rate"), _schema("rate"), AfterValidator(_positive), _si("/s")]
 """Events per second: ``"20/s"``."""
-FlopRate = Annotated[float, _quantity("flops"), AfterValidator(_positive), _si("FLOP/s")]
+FlopRate = Annotated[float, _quantity("flops"), _schema("flops"), AfterValidator(_positive),
+                    _si("FLOP/s")]
 """FLOP per second: ``"148 TFLOPS"``."""
-Watts = Annotated[float, _quantity("power"), AfterValidator(_positive), _si("W")]
+Watts = Annotated[float, _quantity("power"), _schema("power"), AfterValidator(_positive), _si("W")]
 PositiveFloat = Annotated[float, AfterValidator(_positive)]
 Fraction = Annotated[float, AfterValidator(_fraction)]

@@ -6,13 +6,18 @@ FLOP/s, 1/s. Strings such as ``"96 GiB"``, ``"4 TB/s"``, ``"400 Gbit/s"``, ``"20
 
 Binary (KiB, MiB, GiB, TiB = 2^10 ...) and decimal (kB, MB, GB, TB = 10^3 ...) prefixes are
 different numbers, and bits are not bytes: ``"400 Gbit/s"`` is 50e9 bytes/s.
+
+A byte quantity (a capacity, a reserve, an I/O size) always needs its unit: ``capacity: 96`` could
+mean 96 bytes or 96 GB, so it is refused, and so is a bit unit (``"96 Gbit"``): capacities are
+quoted in bytes. Bandwidths may be given in bits per second, as links are.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["Dimension", "UnitError", "parse_quantity", "format_quantity", "DIMENSIONS"]
+__all__ = ["Dimension", "UnitError", "parse_quantity", "format_quantity", "DIMENSIONS", "quantity_pattern",
+           "EXAMPLES"]
 
 
 class UnitError(ValueError):
@@ -33,17 +38,20 @@ _TIME = {
 }
 
 
-def _byte_units() -> dict[str, float]:
+def _byte_units(bits: bool) -> dict[str, float]:
     table: dict[str, float] = {}
     for prefix, factor in {**_DECIMAL, **_BINARY}.items():
         table[f"{prefix}B"] = factor
-        table[f"{prefix}bit"] = factor / 8.0
-        if prefix and prefix not in _BINARY:
-            table[f"{prefix}b"] = factor / 8.0  # "Gb" is gigabit, as in "400 Gb/s"
+        if bits:
+            table[f"{prefix}bit"] = factor / 8.0
+            if prefix and prefix not in _BINARY:
+                table[f"{prefix}b"] = factor / 8.0  # "Gb" is gigabit, as in "400 Gb/s"
     return table
 
 
-_BYTES = _byte_units()
+_BYTES = _byte_units(bits=False)
+_BITS = {unit: factor for unit, factor in _byte_units(bits=True).items() if unit not in _BYTES}
+"""Bit units: accepted per second (a link's bandwidth), refused for a byte quantity."""
 
 
 def _rate_units(base: dict[str, float], per: dict[str, float]) -> dict[str, float]:
@@ -73,10 +81,10 @@ class Dimension:
 
 
 DIMENSIONS: dict[str, Dimension] = {
-    "bytes": Dimension("bytes", "B", _BYTES, allow_bare=True),
+    "bytes": Dimension("bytes", "B", _BYTES, allow_bare=False),
     "bandwidth": Dimension(
         "bandwidth", "B/s",
-        _rate_units(_BYTES, _PER_TIME) | {f"{p}bps": f / 8.0 for p, f in _DECIMAL.items() if p},
+        _rate_units(_BYTES | _BITS, _PER_TIME) | {f"{p}bps": f / 8.0 for p, f in _DECIMAL.items() if p},
         allow_bare=False,
     ),
     "time": Dimension("time", "s", _TIME, allow_bare=False),
@@ -94,7 +102,7 @@ DIMENSIONS: dict[str, Dimension] = {
 }
 
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*(\S*(?:\s*/\s*\S+)?)\s*$")
+_QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*(\S*(?:\s*/\s*\S+|\s+IOPS)?)\s*$")  # "1M IOPS" as datasheets
 
 
 def parse_quantity(value: object, dimension: str) -> float:
@@ -124,6 +132,8 @@ def parse_quantity(value: object, dimension: str) -> float:
     if isinstance(value, (int, float)):
         if dim.allow_bare:
             return float(value)
+        if dimension == "bytes":
+            raise UnitError(_bare_bytes(value))
         raise UnitError(
             f"a bare number is ambiguous here; write the unit, e.g. {_example(dim)} (got {value!r})"
         )
@@ -136,7 +146,13 @@ def parse_quantity(value: object, dimension: str) -> float:
     if unit == "":
         if dim.allow_bare:
             return number
+        if dimension == "bytes":
+            raise UnitError(_bare_bytes(value))
         raise UnitError(f"{value!r} has no unit; write e.g. {_example(dim)}")
+    if unit not in dim.units and dimension == "bytes" and unit in _BITS:
+        bytes_ = number * _BITS[unit]
+        raise UnitError(f"{value!r} is in bits; a byte quantity is written in bytes, e.g. "
+                        f"{format_quantity(bytes_, 'bytes')} or {bytes_ / 1e9:g} GB")
     if unit not in dim.units:
         other = [d.name for d in DIMENSIONS.values() if unit in d.units]
         hint = f" ({unit!r} is a {other[0]} unit)" if other else ""
@@ -148,6 +164,40 @@ _EXAMPLES = {
     "bytes": "'96 GiB'", "bandwidth": "'4 TB/s' or '400 Gbit/s'", "time": "'50 ms'",
     "rate": "'20/s'", "flops": "'148 TFLOPS'", "flop": "'2 GFLOP'", "power": "'400 W'",
 }
+
+
+def _bare_bytes(value: object) -> str:
+    number = value.strip() if isinstance(value, str) else f"{value:g}"
+    return (f"a byte quantity needs its unit: {value!r} could be bytes, GB or GiB; write e.g. "
+            f"'{number} GiB', '{number} GB' or '{number} B'")
+
+
+EXAMPLES = {
+    "bytes": ["96 GiB", "48 GB", "4 KiB"], "bandwidth": ["4 TB/s", "400 Gbit/s", "64 GiB/s"],
+    "time": ["3 us", "50 ms", "300 s"], "rate": ["20/s", "2.5M IOPS"], "flops": ["148 TFLOPS"],
+    "flop": ["2 GFLOP"], "power": ["400 W"],
+}
+"""Quantities as a scenario file writes them, per dimension (shown by editors from the JSON Schema)."""
+
+_PREFIX = r"(?:[kKMGTPE]|[KMGTP]i)?"
+_PER = r"\s*/\s*(?:s|ms|min|h)"
+_UNIT_PATTERNS = {
+    "bytes": _PREFIX + "B",
+    "bandwidth": rf"(?:{_PREFIX}(?:B|bit)|[kKMGTPE]b){_PER}|[kKMGTPE]bps",
+    "time": r"s|sec|seconds?|ms|us|µs|μs|ns|min|minutes?|h|hours?",
+    "rate": r"(?:1|req)?\s*/\s*(?:s|ms|min|h)|Hz|[kKMGTPE]?\s*IOPS",
+    "flops": r"[kKMGTPE]?(?:FLOPS|FLOP\s*/\s*s|OPS)",
+    "flop": r"[kKMGTPE]?FLOPs?",
+    "power": r"[kKMGTPE]?W",
+}
+
+
+def quantity_pattern(dimension: str) -> str:
+    """A regular expression (ECMA-262 and Python alike) for the strings :func:`parse_quantity`
+    reads as ``dimension``: a number, optional spaces, a unit (tests check it against the unit table)."""
+    unit = _UNIT_PATTERNS[dimension]
+    bare = "?" if DIMENSIONS[dimension].allow_bare else ""
+    return rf"^\s*{_NUMBER}\s*(?:{unit}){bare}\s*$"
 
 
 def _example(dim: Dimension) -> str:

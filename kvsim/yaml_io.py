@@ -10,17 +10,20 @@ into :class:`SpecError` messages such as::
 
 from __future__ import annotations
 
+import difflib
 import os
 import pathlib
+import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 __all__ = [
     "SpecError", "Located", "load_yaml", "errors_from_validation", "validation_problems", "Path",
-    "dotted_path", "register_union_tags", "read_utf8",
+    "dotted_path", "register_union_tags", "read_utf8", "did_you_mean",
 ]
 
 Path = tuple[Any, ...]
@@ -76,6 +79,14 @@ def read_utf8(path: os.PathLike[str] | str, what: str, error: type[SpecError] = 
         raise error([f"{path}: not a UTF-8 text file"]) from None
 
 
+def did_you_mean(name: Any, choices: Iterable[Any]) -> str:
+    """``" (did you mean 'x'?)"`` for the choice closest to a misspelt ``name``, or ``""``."""
+    names = [str(c) for c in choices]
+    lower = {n.lower(): n for n in reversed(names)}
+    close = difflib.get_close_matches(str(name).lower(), list(lower), n=1, cutoff=0.6)  # "H20-8x" is h20-8x
+    return f" (did you mean {lower[close[0]]!r}?)" if close else ""
+
+
 def dotted_path(path: Iterable[Any]) -> str:
     out = ""
     for part in path:
@@ -94,9 +105,8 @@ def load_yaml(text: str, filename: str) -> Located:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{filename}:{mark.line + 1}" if mark is not None else filename
-        reason = getattr(exc, "problem", None) or str(exc)
+        line, reason = _syntax_error(exc, text)
+        where = f"{filename}:{line}" if line is not None else filename
         raise SpecError([f"{where}: not valid YAML: {reason}"]) from None
     located = Located(data=None, filename=filename)
     if root is None:
@@ -113,6 +123,62 @@ def load_yaml(text: str, filename: str) -> Located:
     finally:
         loader.dispose()
     return located
+
+
+def _syntax_error(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
+    """The line and a plain-words reading of a YAML syntax error (the parser's words follow in
+    brackets when the plain words are a guess at the cause)."""
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1 if isinstance(exc.position, int) else None
+        return line, f"contains a character YAML does not allow (#x{exc.character:04x}); remove it or quote it"
+    problem = str(getattr(exc, "problem", None) or exc)
+    context = str(getattr(exc, "context", None) or "")
+    mark, start = getattr(exc, "problem_mark", None), getattr(exc, "context_mark", None)
+    line = mark.line + 1 if mark is not None else None
+    opened = start.line + 1 if start is not None else None
+    parser = f" [YAML: {context + ': ' if context else ''}{problem}]"
+    if problem.startswith("found character '\\t'"):
+        return line, "a tab character is not allowed for indentation; indent with spaces"
+    found = re.match(r"found character '(.)' that cannot start any token", problem)
+    if found:
+        return line, f"a plain value cannot start with {found.group(1)!r}: put the value in quotes"
+    if problem == "mapping values are not allowed here" and mark is not None and _over_indented(text, mark):
+        return line, ("this line is indented more than the line above, so it reads as the rest of that "
+                      "line's value: align it with the keys beside it" + parser)
+    if problem == "mapping values are not allowed here":
+        return line, ("mapping values are not allowed here: is a ':' missing a space after it, or a quote? "
+                      "(a value holding ': ' must be quoted)")
+    if problem == "could not find expected ':'":
+        return opened or line, ("this line is not 'key: value': is the space after ':' missing, "
+                                "or the ':' itself?" + parser)
+    if "while scanning a quoted scalar" in context:
+        return opened or line, "a quote opened on this line is never closed" + parser
+    flow = re.match(r"expected ',' or '([\]}])', but got", problem)
+    if flow:
+        opener = "{" if flow.group(1) == "}" else "["
+        return opened or line, (f"a '{opener}' opened on this line is not closed by '{flow.group(1)}' "
+                                f"(or its items are not separated by ',')" + parser)
+    if problem == "expected <block end>, but found '<block mapping start>'":
+        return line, ("this line is indented differently from the keys above it at the same level"
+                      + parser)
+    if problem == "expected <block end>, but found '?'":
+        return line, "a key where a list item ('- ...') was expected, or the other way round" + parser
+    if problem == "expected <block end>, but found '<scalar>'":
+        return line, "unexpected text after a value: put the whole value in quotes" + parser
+    alias = re.match(r"found undefined alias '(.*)'", problem)
+    if alias:
+        return line, f"'*{alias.group(1)}' refers to an anchor '&{alias.group(1)}' that is not defined before it"
+    return line, f"{context + ': ' if context else ''}{problem}"
+
+
+def _over_indented(text: str, mark: Any) -> bool:
+    """The ':' at ``mark`` is its line's first, and the line is indented deeper than the one above."""
+    lines = text.splitlines()
+    if mark.line >= len(lines) or ":" in lines[mark.line][:mark.column]:
+        return False
+    indent = len(lines[mark.line]) - len(lines[mark.line].lstrip(" "))
+    above = next((ln for ln in reversed(lines[:mark.line]) if ln.strip() and not ln.lstrip().startswith("#")), None)
+    return above is not None and indent > len(above) - len(above.lstrip(" "))
 
 
 def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[str], filename: str) -> None:
@@ -175,7 +241,13 @@ def validation_problems(exc: ValidationError, data: Any, prefix: Path = ()) -> l
     node = data
     for part in prefix:
         node = node[part] if isinstance(node, (dict, list)) else None
-    return [(prefix + _data_path(tuple(e["loc"]), node), _message(e)) for e in exc.errors(include_url=False)]
+    model = _model_named(exc.title)
+    errors = exc.errors(include_url=False)
+    # "duraton: unknown field (did you mean 'duration'?)" explains the missing duration: say it once
+    misspelt = {tuple(e["loc"][:-1]) + (m.group(1),) for e in errors if e["type"] == "extra_forbidden"
+                for m in [re.search(r"did you mean '([^']*)'", _message(e, model))] if m}
+    return [(prefix + _data_path(tuple(e["loc"]), node), _message(e, model)) for e in errors
+            if not (e["type"] == "missing" and tuple(e["loc"]) in misspelt)]
 
 
 def errors_from_validation(
@@ -188,10 +260,20 @@ def errors_from_validation(
     return problems
 
 
-def _message(error: dict[str, Any]) -> str:
+def _message(error: dict[str, Any], model: type[BaseModel] | None = None) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown field (check the spelling; see the documentation for the fields allowed here)"
+        allowed = _fields_at(model, tuple(error["loc"])[:-1]) if model is not None else None
+        if not allowed:
+            return "unknown field (check the spelling; see the documentation for the fields allowed here)"
+        hint = did_you_mean(error["loc"][-1], allowed)
+        return f"unknown field{hint}; fields allowed here: {', '.join(allowed)}"
+    if kind == "union_tag_invalid":
+        tags = re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected_tags", "")))
+        return str(error["msg"]) + did_you_mean(error.get("ctx", {}).get("tag"), tags)
+    if kind == "literal_error":
+        options = re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected", "")))
+        return f"{error['msg']} (got {error.get('input')!r}){did_you_mean(error.get('input'), options)}"
     if kind == "missing":
         return "required field is missing"
     message = str(error["msg"])
@@ -201,3 +283,67 @@ def _message(error: dict[str, Any]) -> str:
     if kind not in ("value_error", "assertion_error") and "input" in error and not isinstance(error["input"], (dict, list)):
         message += f" (got {error['input']!r})"
     return message
+
+
+# ---------------------------------------------------------------------------------------------
+# the fields a model allows at an error's location (for "did you mean")
+# ---------------------------------------------------------------------------------------------
+
+
+def _model_named(title: str) -> type[BaseModel] | None:
+    """The pydantic model class a ``ValidationError`` was raised for (None if the name is not unique)."""
+    found: list[type[BaseModel]] = []
+    stack = list(BaseModel.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        if cls.__name__ == title and cls not in found:
+            found.append(cls)
+    return found[0] if len(found) == 1 else None
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The alternatives of a (possibly ``Annotated``, ``Optional``) union annotation."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType")):
+        return [m for arg in typing.get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def _is_model(member: Any) -> bool:
+    return isinstance(member, type) and issubclass(member, BaseModel)
+
+
+def _step(annotation: Any, part: Any) -> Any:
+    members = _members(annotation)
+    for member in members:  # a union member that pydantic names in the location
+        if _is_model(member):
+            kind = member.model_fields.get("kind")
+            if part == member.__name__ or (kind is not None and kind.default == part):
+                return member
+    for member in members:
+        if _is_model(member):
+            for name, info in member.model_fields.items():
+                if part in (name, info.alias):
+                    return info.annotation
+        origin = typing.get_origin(member)
+        if origin is dict and isinstance(part, str):
+            return typing.get_args(member)[1]
+        if origin in (list, tuple) and isinstance(part, int):
+            return typing.get_args(member)[0]
+    return None
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed in the mapping at pydantic location ``loc`` below ``model``."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _step(annotation, part)
+        if annotation is None:
+            return []
+    names: list[str] = []
+    for member in _members(annotation):
+        if _is_model(member):
+            names += [info.alias or name for name, info in member.model_fields.items() if name not in names]
+    return names

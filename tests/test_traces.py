@@ -289,7 +289,8 @@ def test_trace_workload_takes_lengths_from_the_trace(fields, where):
 
 
 @pytest.mark.parametrize("arrival", [
-    {"kind": "trace", "format": "burstgpt", "file": "x"},
+    {"kind": "trace", "format": "sharegpt", "file": "x"},  # not a format kvsim reads
+    {"kind": "trace", "format": "csv", "file": "x"},  # csv needs its columns
     {"kind": "trace", "format": "mooncake", "file": "x", "time_scale": 0},
     {"kind": "trace", "format": "mooncake", "file": ""},
     {"kind": "trace", "format": "mooncake", "file": "x", "max_requests": 0},

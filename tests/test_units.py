@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from kvsim.units import UnitError, format_quantity, parse_quantity
 
 # ---------------------------------------------------------------------------------------------
-# bytes: decimal and binary prefixes are different numbers; bare numbers are bytes
+# bytes: decimal and binary prefixes are different numbers; a byte quantity needs its unit
 # ---------------------------------------------------------------------------------------------
 
 
@@ -25,9 +25,6 @@ from kvsim.units import UnitError, format_quantity, parse_quantity
         (".5 GiB", 0.5 * 2**30),
         ("1e3 GB", 1e12),  # scientific notation for the number
         ("512 B", 512.0),
-        ("1000", 1000.0),  # a bare number string is bytes
-        ("8 Gbit", 1e9),  # bits are not bytes: 8 gigabit = 1 GB
-        ("8 Gb", 1e9),  # lowercase b is bit, as in "Gb/s"
     ],
 )
 def test_parse_bytes(text, expected):
@@ -40,11 +37,32 @@ def test_gb_and_gib_differ_by_the_binary_factor():
     assert ratio == pytest.approx(2**30 / 1e9, rel=1e-15)
 
 
-@pytest.mark.parametrize("value", [0, 1024, 96e9, 2.5])
-def test_plain_numbers_are_bytes(value):
-    result = parse_quantity(value, "bytes")
-    assert result == float(value)
-    assert isinstance(result, float)
+@pytest.mark.parametrize("value", [0, 1024, 96e9, 2.5, "96", " 1000 "])
+def test_bare_numbers_of_bytes_are_refused(value):
+    # "capacity: 96" once meant 96 bytes, silently; it could as well be meant as GB or GiB
+    with pytest.raises(UnitError) as info:
+        parse_quantity(value, "bytes")
+    message = str(info.value)
+    assert "needs its unit" in message and "GiB" in message and "GB" in message
+
+
+@pytest.mark.parametrize("text, gb", [("96 Gbit", 12), ("8 Gb", 1), ("64 kbit", 8e-6), ("1 Tibit", 2**40 / 8e9)])
+def test_bit_units_are_refused_for_bytes_with_the_byte_figure(text, gb):
+    # a capacity is quoted in bytes; bits are the unit of links
+    with pytest.raises(UnitError) as info:
+        parse_quantity(text, "bytes")
+    message = str(info.value)
+    assert "bits" in message and f"{gb:g} GB" in message
+
+
+@pytest.mark.parametrize("text", ["1M IOPS", "1 MIOPS", "1e6 IOPS", "1000 kIOPS"])
+def test_iops_as_datasheets_write_them(text):
+    assert parse_quantity(text, "rate") == 1e6
+
+
+def test_bit_units_still_work_for_bandwidth():
+    assert parse_quantity("96 Gbit/s", "bandwidth") == 12e9
+    assert parse_quantity("8 Kibit/s", "bandwidth") == 1024.0
 
 
 # ---------------------------------------------------------------------------------------------

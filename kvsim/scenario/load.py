@@ -24,15 +24,20 @@ from kvsim.hardware import (
 )
 from kvsim.models import ModelSpec, model_catalog
 from kvsim.scenario.inert import inert_settings
+from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.scenario.sweep import grid_points, set_path, zipped_paths
 from kvsim.spec_types import STRICT_UNITS
 from kvsim.yaml_io import (
-    Located, Path, SpecError, dotted_path, errors_from_validation, load_yaml, read_utf8, register_union_tags,
+    Located, Path, SpecError, did_you_mean, dotted_path, errors_from_validation, load_yaml, read_utf8,
+    register_union_tags,
     validation_problems,
 )
 
 __all__ = ["Catalogs", "ScenarioPoint", "Scenario", "load_scenario", "parse_scenario"]
+
+MAX_PROBLEMS = 12
+"""Most sweep-point problems listed (the rest are counted)."""
 
 register_union_tags(["poisson", "gamma", "diurnal", "phases", "closed_loop", "fixed", "uniform", "lognormal",
                      "empirical", "trace", "static", "threshold", "proportional", "gap", "pd", "stages"])
@@ -173,6 +178,9 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     problems = _reference_problems(spec, catalogs, located.problem)
     if problems:
         raise SpecError(problems)
+    problems = _sweep_name_problems(raw, located)
+    if problems:
+        raise SpecError(problems)
     points = []
     try:
         grid = grid_points(spec.sweep)
@@ -190,18 +198,52 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
             if field is not None and field not in swept:
                 raise SpecError([located.problem(("study", name), (
                     f"{field!r} is not a swept field (sweep: {', '.join(swept) or 'none'})"))])
+    point_problems = PointProblems(len(grid), located.problem)
     for index, params in enumerate(grid):
         if not params:
             points.append(ScenarioPoint(index, {}, spec))
             continue
-        points.append(ScenarioPoint(index, params, _point_spec(raw, params, located, catalogs, context)))
+        point_spec = _point_spec(raw, params, located, catalogs, context, point_problems)
+        if point_spec is not None:
+            points.append(ScenarioPoint(index, params, point_spec))
+    if point_problems:
+        lines = point_problems.lines()
+        if len(lines) > MAX_PROBLEMS:
+            lines = lines[:MAX_PROBLEMS] + [f"... and {len(lines) - MAX_PROBLEMS} more problem(s)"]
+        raise SpecError(lines)
     errors, warnings = inert_settings(points, catalogs, located)
     if errors and strict:
         raise SpecError(errors)
     return Scenario(spec, raw, located, catalogs, points, base_dir, calibration, tuple(errors + warnings))
 
 
-def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> ScenarioSpec:
+def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:
+    """A sweep that sets a field of a system or pool the file does not have is a misspelt name
+    (sweeping a whole new system, ``systems.NAME: [{...}]``, stays allowed)."""
+    problems = []
+    systems = raw.get("systems") if isinstance(raw.get("systems"), dict) else {}
+    for key in raw.get("sweep") or {}:
+        for dotted in zipped_paths(str(key)):
+            parts = dotted.split(".")
+            if len(parts) < 3 or parts[0] != "systems":
+                continue
+            name = parts[1]
+            if name not in systems:
+                problems.append(located.problem(("sweep", key), (
+                    f"{dotted}: no system {name!r}{did_you_mean(name, systems)}; systems: {', '.join(systems)}")))
+                continue
+            pools = systems[name].get("pools") if isinstance(systems[name], dict) else None
+            if len(parts) >= 5 and parts[2] == "pools" and isinstance(pools, dict) and parts[3] not in pools:
+                problems.append(located.problem(("sweep", key), (
+                    f"{dotted}: system {name!r} has no pool {parts[3]!r}{did_you_mean(parts[3], pools)}; "
+                    f"pools: {', '.join(pools)}")))
+    return problems
+
+
+def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
+                problems: PointProblems) -> ScenarioSpec | None:
+    """The spec of one sweep point, or None after recording its problems in ``problems`` (the
+    same problem at many points is then reported once, naming them)."""
     point_raw = raw
     for dotted, value in params.items():
         try:
@@ -210,21 +252,22 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context) -> S
             key = next((k for k in raw.get("sweep", {}) if dotted in zipped_paths(k)), dotted)
             raise SpecError([located.problem(("sweep", key), str(exc))]) from None
     point_raw = {**point_raw, "sweep": {}}
-    label = ", ".join(f"{k}={v}" for k, v in params.items())
 
     def sweep_problem(path: Path, message: str) -> str:
         dotted = dotted_path(path)
         key = next((k for k in located.data.get("sweep", {}) if any(
             dotted.startswith(p) for p in zipped_paths(k))), next(iter(located.data.get("sweep", {})), ""))
-        return located.problem(("sweep", key), f"at sweep point [{label}]: {dotted}: {message}")
+        problems.add(("sweep", key), f"{dotted}: {message}", params)
+        return message
 
     try:
         spec = ScenarioSpec.model_validate(point_raw, context=context)
     except ValidationError as exc:
-        raise SpecError([sweep_problem(p, m) for p, m in validation_problems(exc, point_raw)]) from None
-    problems = _reference_problems(spec, catalogs, sweep_problem)
-    if problems:
-        raise SpecError(problems)
+        for path, message in validation_problems(exc, point_raw):
+            sweep_problem(path, message)
+        return None
+    if _reference_problems(spec, catalogs, sweep_problem):
+        return None
     return spec
 
 

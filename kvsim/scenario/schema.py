@@ -18,6 +18,7 @@ from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, In
                                   RouterKind)
 from kvsim.spec_types import FrozenSpec, Seconds
 from kvsim.workload import WorkloadSpec
+from kvsim.yaml_io import did_you_mean
 
 __all__ = [
     "ScenarioSpec", "SystemSpec", "SloSpec", "CompareSpec", "CatalogEntries", "Dtype", "GapStudySpec",
@@ -300,7 +301,8 @@ class ScenarioSpec(FrozenSpec):
     def _options_study_problems(self) -> list[tuple[tuple[str, ...], str]]:
         study, problems = self.study, []
         if study.reference is not None and study.reference not in self.systems:
-            problems.append((("study", "reference"), f"{study.reference!r} is not one of the systems: "
+            problems.append((("study", "reference"), f"{study.reference!r} is not one of the systems"
+                                                     f"{did_you_mean(study.reference, self.systems)}: "
                                                      f"{', '.join(self.systems)}"))
         if study.load is not None and self.slo.ttft_p99 is None and self.slo.tpot_p99 is None:
             problems.append((("study", "load"), "capacity is the most load within the SLO: give slo.ttft_p99 "
@@ -320,7 +322,8 @@ class ScenarioSpec(FrozenSpec):
             problems.append((("warmup",), f"warmup ({self.warmup:g} s) must be shorter than "
                                           f"duration ({self.duration:g} s)"))
         if self.compare is not None and self.compare.baseline not in self.systems:
-            problems.append((("compare", "baseline"), f"{self.compare.baseline!r} is not one of the systems: "
+            problems.append((("compare", "baseline"), f"{self.compare.baseline!r} is not one of the systems"
+                                                      f"{did_you_mean(self.compare.baseline, self.systems)}: "
                                                       f"{', '.join(self.systems)}"))
         for key, values in self.sweep.items():
             if not values:
@@ -328,7 +331,8 @@ class ScenarioSpec(FrozenSpec):
         if self.study is not None and self.study.kind == "pd":
             for system in self.study.timeline:
                 if system not in self.systems:
-                    problems.append((("study", "timeline"), f"{system!r} is not one of the systems"))
+                    problems.append((("study", "timeline"), f"{system!r} is not one of the systems"
+                                                                     f"{did_you_mean(system, self.systems)}"))
         elif self.study is not None and self.study.kind == "options":
             problems += self._options_study_problems()
         elif self.study is not None:
@@ -338,7 +342,8 @@ class ScenarioSpec(FrozenSpec):
                     continue
                 for system in pair:
                     if system not in self.systems:
-                        problems.append((("study", "configs", label), f"{system!r} is not one of the systems"))
+                        problems.append((("study", "configs", label), f"{system!r} is not one of the systems"
+                                                                     f"{did_you_mean(system, self.systems)}"))
         for name, system in self.systems.items():
             for path, message in (system.shape_problems() + system.controller_problems(self.slo)
                                   + system.routing_problems()):

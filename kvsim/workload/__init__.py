@@ -7,7 +7,9 @@ from kvsim.workload.lengths import EmpiricalLength, FixedLength, LengthSpec, Log
 from kvsim.workload.prefix import BlockChain, Segment, block_count, chain_hashes, prompt_hashes, source_id
 from kvsim.workload.reuse import FixedHit, MultiTurn, PrefixSpec, SharedDocuments
 from kvsim.workload.session import Session, Turn, sessions
-from kvsim.workload.traces import TraceSpec, load_azure_2023, load_bailian, load_mooncake, load_trace
+from kvsim.workload.traces import (
+    CsvColumnsSpec, TraceSpec, load_azure_2023, load_bailian, load_burstgpt, load_csv, load_mooncake, load_trace,
+)
 
 __all__ = [
     "WorkloadSpec", "ArrivalSpec", "PoissonArrivals", "GammaArrivals", "ClosedLoop", "TraceSpec",
@@ -15,5 +17,5 @@ __all__ = [
     "PrefixSpec", "SharedDocuments", "MultiTurn", "FixedHit",
     "RequestArrays", "open_loop_requests", "ClientStream", "ClientRequest", "Session", "Turn", "sessions",
     "chain_hashes", "source_id", "block_count", "Segment", "prompt_hashes", "BlockChain",
-    "load_mooncake", "load_azure_2023", "load_bailian", "load_trace",
+    "load_mooncake", "load_azure_2023", "load_bailian", "load_burstgpt", "load_csv", "load_trace", "CsvColumnsSpec",
 ]

@@ -30,7 +30,7 @@ from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, PhasedArrivals, ope
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.requests import RequestArrays
 from kvsim.workload.reuse import DocumentLibrary, FixedHit, MultiTurn, PrefixSpec, SharedDocuments, SharedPrefix
-from kvsim.workload.traces import TRACE_FORMATS, TraceSpec
+from kvsim.workload.traces import TraceSpec, native_block_tokens
 
 __all__ = ["WorkloadSpec", "RequestArrays", "open_loop_requests", "ClientStream", "ClientRequest"]
 
@@ -76,7 +76,7 @@ class WorkloadSpec(FrozenSpec):
     @classmethod
     def _trace_block_size(cls, data: object) -> object:
         if isinstance(data, dict) and "block_tokens" not in data:
-            native = TRACE_FORMATS.get(_trace_format(data.get("arrival")) or "")
+            native = native_block_tokens(data.get("arrival"))
             if native is not None:
                 data = {**data, "block_tokens": native}
         return data
@@ -197,14 +197,6 @@ class WorkloadSpec(FrozenSpec):
         if isinstance(self.prefix, MultiTurn):
             return self.prefix.max_prompt_tokens(self.output_tokens.max_tokens)
         return self.input_tokens.max_tokens
-
-
-def _trace_format(arrival: object) -> str | None:
-    if isinstance(arrival, TraceSpec):
-        return arrival.format
-    if isinstance(arrival, dict) and arrival.get("kind") == "trace" and isinstance(arrival.get("format"), str):
-        return arrival["format"]
-    return None
 
 
 def open_loop_requests(

@@ -11,6 +11,14 @@ Formats (see ``shared/traces/README.md``):
   ``len(hash_ids) == ceil(input_length / 16)``. Every row must have all eight fields. Replay is open
   loop at the recorded times (which already contain the users' think times); the session fields
   are validated but not used.
+- ``burstgpt`` (HPMLL/BurstGPT CSV): header ``Timestamp,Model,Request tokens,Response tokens,Total tokens,
+  Log Type`` (``Timestamp`` in s); no prefix information. Rows with 0 ``Response tokens`` are the
+  failed requests the BurstGPT README describes and are dropped; other columns are ignored.
+- ``csv`` (any CSV): ``columns:`` names the arrival, input and output columns, the arrival unit and
+  optionally a column of prefix hashes with their block size
+  (:class:`~kvsim.workload.trace_csv.CsvColumnsSpec`).
+
+The CSV formats are read vectorised (:mod:`kvsim.workload.trace_csv`): millions of rows in seconds.
 
 Time. A row's trace time is its timestamp minus the earliest timestamp in the file (so the first
 request is at 0 s; rows are sorted stably by time if the file is not). The window keeps rows with
@@ -25,24 +33,26 @@ of the file (the CSV header is line 1). Extra JSON fields are ignored.
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kvsim.spec_types import FrozenSpec, PositiveFloat, Seconds
 from kvsim.workload.requests import RequestArrays
+from kvsim.workload.trace_jsonl import read_hashed_jsonl
+from kvsim.workload.trace_csv import AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, CsvColumnsSpec, read_csv_trace
 
-__all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian"]
+__all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian",
+           "load_burstgpt", "load_csv", "CsvColumnsSpec", "native_block_tokens"]
 
-TRACE_FORMATS: dict[str, int | None] = {"mooncake": 512, "azure_2023": None, "bailian": 16}
-"""Format name -> block size (tokens) of its ``hash_ids``, or None when it has none."""
+TRACE_FORMATS: dict[str, int | None] = {"mooncake": 512, "azure_2023": None, "bailian": 16, "burstgpt": None,
+                                        "csv": None}
+"""Format name -> block size (tokens) of its ``hash_ids``, or None when it has none (a ``csv`` trace's
+comes from its ``columns.hash_block_tokens``)."""
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -59,16 +69,28 @@ class TraceSpec(FrozenSpec):
     """
 
     kind: Literal["trace"] = "trace"
-    format: Literal["mooncake", "azure_2023", "bailian"]
+    format: Literal["mooncake", "azure_2023", "bailian", "burstgpt", "csv"]
     file: str = Field(min_length=1)
     time_scale: PositiveFloat = 1.0
     start: Seconds = 0.0
     duration: Seconds | None = None
     max_requests: int | None = Field(default=None, ge=1)
+    columns: CsvColumnsSpec | None = None  # format csv only: which column holds what
+
+    @model_validator(mode="after")
+    def _columns_for_csv(self) -> "TraceSpec":
+        if self.format == "csv" and self.columns is None:
+            raise ValueError("a csv trace needs columns: {arrival, input_tokens, output_tokens} "
+                             "(and arrival_unit, prefix_hashes, hash_block_tokens as needed)")
+        if self.format != "csv" and self.columns is not None:
+            raise ValueError(f"columns are for format csv; a {self.format} trace has fixed columns")
+        return self
 
     @property
     def block_tokens(self) -> int | None:
-        """Block size of the format's ``hash_ids`` (None for azure_2023, which has none)."""
+        """Block size of the trace's ``hash_ids`` (None for a format without them)."""
+        if self.columns is not None:
+            return self.columns.hash_block_tokens
         return TRACE_FORMATS[self.format]
 
     def path(self, base_dir: str | Path | None = None) -> Path:
@@ -77,13 +99,32 @@ class TraceSpec(FrozenSpec):
 
     def load(self, base_dir: str | Path | None = None) -> RequestArrays:
         """Read the trace (reads the file: call it where file access belongs, once per run)."""
-        return load_trace(self.format, self.path(base_dir), time_scale=self.time_scale, start_s=self.start,
-                          duration_s=self.duration, max_requests=self.max_requests)
+        window = dict(time_scale=self.time_scale, start_s=self.start, duration_s=self.duration,
+                      max_requests=self.max_requests)
+        if self.format == "csv":
+            return load_csv(self.path(base_dir), self.columns, **window)
+        return load_trace(self.format, self.path(base_dir), **window)
+
+
+def native_block_tokens(arrival: object) -> int | None:
+    """Block size of the ``hash_ids`` of a trace arrival (a :class:`TraceSpec` or its raw mapping),
+    or None when it is not a trace or has no hashes."""
+    if isinstance(arrival, TraceSpec):
+        return arrival.block_tokens
+    if not (isinstance(arrival, dict) and arrival.get("kind") == "trace"):
+        return None
+    if arrival.get("format") == "csv":
+        columns = arrival.get("columns")
+        block = columns.get("hash_block_tokens") if isinstance(columns, dict) else None
+        return block if isinstance(block, int) and not isinstance(block, bool) else None
+    return TRACE_FORMATS.get(arrival.get("format")) if isinstance(arrival.get("format"), str) else None
 
 
 def load_trace(format: str, path: str | Path, **window: Any) -> RequestArrays:
-    """Load a trace of the named format; keyword arguments as for :func:`load_mooncake`."""
-    loaders = {"mooncake": load_mooncake, "azure_2023": load_azure_2023, "bailian": load_bailian}
+    """Load a trace of the named format; keyword arguments as for :func:`load_mooncake`
+    (a ``csv`` trace needs its columns: :func:`load_csv`)."""
+    loaders = {"mooncake": load_mooncake, "azure_2023": load_azure_2023, "bailian": load_bailian,
+               "burstgpt": load_burstgpt}
     if format not in loaders:
         raise ValueError(f"unknown trace format {format!r}; known: {', '.join(loaders)}")
     return loaders[format](path, **window)
@@ -162,7 +203,7 @@ def _finish(path: Path, times: list[float], inputs: list[int], outputs: list[int
         raise ValueError(f"start_s and duration_s must not be negative (got {start_s}, {duration_s})")
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests must be >= 1 (got {max_requests})")
-    if not times:
+    if len(times) == 0:
         raise ValueError(f"{path}: holds no requests")
     t = np.asarray(times, dtype=float)
     order = np.argsort(t, kind="stable")
@@ -233,7 +274,15 @@ def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_ro
                        start_s: float, duration_s: float | None, max_requests: int | None) -> RequestArrays:
     """The JSONL trace formats with prefix hashes: one request per row, ``timestamp`` in
     ``1 / units_per_second`` s units, ``input_length``, ``output_length``, ``hash_ids`` of ``block`` tokens;
-    ``check_row`` validates format-specific fields."""
+    ``check_row`` validates format-specific fields (a session check: Bailian's).
+
+    A well-formed file is read vectorised (:func:`~kvsim.workload.trace_jsonl.read_hashed_jsonl`);
+    otherwise row by row, which names the first bad line and field."""
+    fast = read_hashed_jsonl(path, block, units_per_second, session=check_row is not None)
+    if fast is not None:
+        times_s, inputs_, outputs_, hashes_ = fast
+        return _finish(path, times_s, inputs_, outputs_, hashes_, block, time_scale, start_s, duration_s,
+                       max_requests)
     times: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
@@ -252,35 +301,6 @@ def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_ro
     return _finish(path, times, inputs, outputs, hashes, block, time_scale, start_s, duration_s, max_requests)
 
 
-_AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_WALL_CLOCK = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
-
-
-def _wall_clock_ns(text: str) -> int:
-    """Nanoseconds since 0001-01-01 of a naive ``YYYY-MM-DD HH:MM:SS[.fffffffff]`` (exact integers)."""
-    match = _WALL_CLOCK.fullmatch(text.strip())
-    if match is None:
-        raise _RowError("TIMESTAMP", f"expected 'YYYY-MM-DD HH:MM:SS.fffffff', got {text!r}")
-    year, month, day, hour, minute, second, fraction = match.groups()
-    try:
-        days = dt.date(int(year), int(month), int(day)).toordinal()
-        dt.time(int(hour), int(minute), int(second))
-    except ValueError as exc:
-        raise _RowError("TIMESTAMP", f"{text!r}: {exc}") from None
-    seconds = ((days * 24 + int(hour)) * 60 + int(minute)) * 60 + int(second)
-    return seconds * 10**9 + int((fraction or "0").ljust(9, "0"))
-
-
-def _csv_int(value: str, field: str) -> int:
-    try:
-        number = int(value.strip())
-    except (ValueError, AttributeError):
-        raise _RowError(field, f"expected an integer, got {value!r}") from None
-    if number < 1:
-        raise _RowError(field, f"must be >= 1, got {number}")
-    return number
-
-
 def load_azure_2023(path: str | Path, *, time_scale: float = 1.0, start_s: float = 0.0,
                     duration_s: float | None = None, max_requests: int | None = None) -> RequestArrays:
     """Azure LLM inference trace 2023 CSV (wall-clock ``TIMESTAMP``, no prefixes) -> requests.
@@ -288,29 +308,27 @@ def load_azure_2023(path: str | Path, *, time_scale: float = 1.0, start_s: float
     Arrival times are seconds from the earliest row (naive wall clock; no time zone is applied).
     Arguments as for :func:`load_mooncake`; ``hash_ids`` and ``block_tokens`` are None.
     """
-    path = Path(path)
-    stamps: list[int] = []
-    inputs: list[int] = []
-    outputs: list[int] = []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or [h.strip() for h in header] != list(_AZURE_COLUMNS):
-            raise ValueError(f"{path}:1: header: expected {','.join(_AZURE_COLUMNS)}, got "
-                             f"{','.join(header) if header else 'an empty file'}")
-        for row in reader:
-            line_no = reader.line_num
-            if not row or all(not cell.strip() for cell in row):
-                continue
-            try:
-                if len(row) != len(_AZURE_COLUMNS):
-                    field = _AZURE_COLUMNS[len(row)] if len(row) < len(_AZURE_COLUMNS) else "row"
-                    raise _RowError(field, f"expected {len(_AZURE_COLUMNS)} columns, got {len(row)}")
-                stamps.append(_wall_clock_ns(row[0]))
-                inputs.append(_csv_int(row[1], "ContextTokens"))
-                outputs.append(_csv_int(row[2], "GeneratedTokens"))
-            except _RowError as exc:
-                raise ValueError(f"{path}:{line_no}: {exc}") from None
-    first = min(stamps) if stamps else 0
-    times = [(s - first) / 1e9 for s in stamps]  # exact integer difference, then one rounding
-    return _finish(path, times, inputs, outputs, None, None, time_scale, start_s, duration_s, max_requests)
+    rows = read_csv_trace(path, AZURE_2023_COLUMNS, exact_header=True)
+    return _finish(Path(path), rows.arrival_s, rows.input_tokens, rows.output_tokens, None, None, time_scale,
+                   start_s, duration_s, max_requests)
+
+
+def load_burstgpt(path: str | Path, *, time_scale: float = 1.0, start_s: float = 0.0,
+                  duration_s: float | None = None, max_requests: int | None = None) -> RequestArrays:
+    """BurstGPT CSV (``Timestamp`` s, ``Request tokens``, ``Response tokens``; no prefixes) -> requests.
+
+    Rows with 0 response tokens (failed requests, per the BurstGPT README) are dropped. Arguments as
+    for :func:`load_mooncake`; ``hash_ids`` and ``block_tokens`` are None.
+    """
+    rows = read_csv_trace(path, BURSTGPT_COLUMNS, skip_zero_output=True)
+    return _finish(Path(path), rows.arrival_s, rows.input_tokens, rows.output_tokens, None, None, time_scale,
+                   start_s, duration_s, max_requests)
+
+
+def load_csv(path: str | Path, columns: CsvColumnsSpec, *, time_scale: float = 1.0, start_s: float = 0.0,
+             duration_s: float | None = None, max_requests: int | None = None) -> RequestArrays:
+    """A CSV trace with the column mapping ``columns`` -> requests (``hash_ids`` when it maps
+    ``prefix_hashes``). Arguments as for :func:`load_mooncake`."""
+    rows = read_csv_trace(path, columns)
+    return _finish(Path(path), rows.arrival_s, rows.input_tokens, rows.output_tokens, rows.hash_ids,
+                   columns.hash_block_tokens, time_scale, start_s, duration_s, max_requests)

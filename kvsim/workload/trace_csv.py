@@ -1,0 +1,291 @@
+"""Vectorised reading of CSV traces (pyarrow + pandas): generic column mapping, BurstGPT, Azure 2023.
+
+A multi-million-row trace is read by pyarrow's multithreaded CSV reader and checked column by
+column with numpy, so loading costs seconds, not minutes (``benchmarks/bench_trace_load.py``).
+The row-by-row work happens only once a problem is found: to name the file's line (1-based, the
+header is line 1; blank lines are skipped by the reader and counted here) and the offending value.
+
+Checks, each giving one ``ValueError("<file>:<line>: <column>: <problem>")``:
+
+- every mapped column is present (a missing one is named, with the closest header as a hint);
+- every row has as many cells as the header;
+- token counts are finite whole numbers >= 1 (no NaN, no empty cell, no ``2.5``, no negatives);
+- arrival times are finite numbers (or, with ``arrival_unit: datetime``, readable
+  ``YYYY-MM-DD HH:MM:SS[.fffffffff]`` wall-clock stamps): rows out of order are sorted stably later,
+  a time that cannot be sorted (empty, NaN, text) is refused;
+- prefix hashes, when mapped, are lists of 64-bit integers (``"1 2 3"``, ``"1;2;3"`` or
+  ``"[1, 2, 3]"``), ``ceil(input_tokens / hash_block_tokens)`` of them.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+from pydantic import Field, model_validator
+
+from kvsim.spec_types import FrozenSpec
+from kvsim.yaml_io import did_you_mean
+
+__all__ = ["CsvColumnsSpec", "CsvRows", "read_csv_trace", "BURSTGPT_COLUMNS", "AZURE_2023_COLUMNS"]
+
+TIME_UNITS_S = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
+"""Divisor turning a numeric timestamp in each unit into seconds."""
+
+
+class CsvColumnsSpec(FrozenSpec):
+    """Which column of a CSV trace holds what (``arrival: {kind: trace, format: csv, columns: ...}``).
+
+    Attributes
+    ----------
+    arrival : str
+        Column of the request's arrival time.
+    arrival_unit : {"s", "ms", "us", "ns", "datetime"}
+        Unit of a numeric arrival column (default ``s``), or ``datetime`` for wall-clock stamps
+        (``2023-11-16 18:15:46.6805900``, naive; no time zone is applied).
+    input_tokens, output_tokens : str
+        Columns of the prompt and output lengths (tokens).
+    prefix_hashes : str, optional
+        Column of each prompt's prefix-chained block ids (the ``hash_ids`` of
+        :class:`~kvsim.workload.requests.RequestArrays`): integers separated by spaces, ``;`` or
+        ``,`` (quoted), optionally in brackets. Equal ids must mean equal blocks and equal prefixes.
+    hash_block_tokens : int, optional
+        Tokens per block of ``prefix_hashes`` (required with it).
+    """
+
+    arrival: str = Field(min_length=1)
+    arrival_unit: Literal["s", "ms", "us", "ns", "datetime"] = "s"
+    input_tokens: str = Field(min_length=1)
+    output_tokens: str = Field(min_length=1)
+    prefix_hashes: str | None = Field(default=None, min_length=1)
+    hash_block_tokens: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _hashes_need_a_block_size(self) -> "CsvColumnsSpec":
+        if (self.prefix_hashes is None) != (self.hash_block_tokens is None):
+            raise ValueError("prefix_hashes and hash_block_tokens go together: give both or neither")
+        return self
+
+
+BURSTGPT_COLUMNS = CsvColumnsSpec(arrival="Timestamp", arrival_unit="s", input_tokens="Request tokens",
+                                  output_tokens="Response tokens")
+"""BurstGPT (HPMLL/BurstGPT, ``data/BurstGPT_*.csv``): header ``Timestamp,Model,Request tokens,
+Response tokens,Total tokens,Log Type``; ``Timestamp`` in seconds from the start of collection.
+Extra columns (``Model``, ``Log Type``, the ``Session ID`` of newer releases) are ignored."""
+
+AZURE_2023_COLUMNS = CsvColumnsSpec(arrival="TIMESTAMP", arrival_unit="datetime", input_tokens="ContextTokens",
+                                    output_tokens="GeneratedTokens")
+"""Azure LLM inference trace 2023 (Splitwise): ``TIMESTAMP,ContextTokens,GeneratedTokens``."""
+
+
+@dataclass(frozen=True)
+class CsvRows:
+    """The checked rows of a CSV trace, in file order."""
+
+    arrival_s: np.ndarray  # seconds from the earliest row (float64)
+    input_tokens: np.ndarray  # int64
+    output_tokens: np.ndarray  # int64
+    hash_ids: list[np.ndarray] | None
+
+
+def read_csv_trace(path: str | Path, columns: CsvColumnsSpec, exact_header: bool = False,
+                   skip_zero_output: bool = False) -> CsvRows:
+    """Read and check a CSV trace.
+
+    Parameters
+    ----------
+    path : str or Path
+    columns : CsvColumnsSpec
+        Where each quantity is.
+    exact_header : bool
+        The header must be exactly the mapped columns, in order (a fixed published format).
+    skip_zero_output : bool
+        Drop rows whose output is 0 tokens (BurstGPT's failed requests) instead of refusing them.
+
+    Raises
+    ------
+    ValueError
+        ``"<file>:<line>: <column>: <problem>"`` for the first problem found.
+    """
+    path = Path(path)
+    header = _header(path)
+    wanted = [c for c in (columns.arrival, columns.input_tokens, columns.output_tokens, columns.prefix_hashes)
+              if c is not None]
+    if exact_header and header != wanted:
+        raise ValueError(f"{path}:1: header: expected {','.join(wanted)}, got {','.join(header) or 'an empty file'}")
+    for name in wanted:
+        if name not in header:
+            raise ValueError(f"{path}:1: {name}: no such column{did_you_mean(name, header)}; "
+                             f"columns: {', '.join(header) or 'none (empty file)'}")
+    string_columns = [columns.prefix_hashes] if columns.prefix_hashes else []
+    if columns.arrival_unit == "datetime":
+        string_columns.append(columns.arrival)
+    try:
+        table = pacsv.read_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 24),
+                               convert_options=pacsv.ConvertOptions(
+                                   include_columns=wanted, column_types={c: pa.string() for c in string_columns},
+                                   strings_can_be_null=False))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError) as exc:
+        raise ValueError(_shape_problem(path, header) or f"{path}: cannot read as CSV: {exc}") from None
+    rows = _RowLines(path)
+    inputs = _tokens(table.column(columns.input_tokens), columns.input_tokens, path, rows, 1)
+    if skip_zero_output:
+        outputs = _tokens(table.column(columns.output_tokens), columns.output_tokens, path, rows, 0)
+        keep = outputs > 0
+    else:
+        outputs = _tokens(table.column(columns.output_tokens), columns.output_tokens, path, rows, 1)
+        keep = None
+    times = _times(table.column(columns.arrival), columns, path, rows)
+    hashes = None
+    if columns.prefix_hashes is not None:
+        hashes = _hashes(table.column(columns.prefix_hashes), inputs, columns, path, rows, keep)
+    if keep is not None:
+        times, inputs, outputs = times[keep], inputs[keep], outputs[keep]
+    if len(times) == 0:
+        raise ValueError(f"{path}: holds no requests")
+    return CsvRows(times - times.min(), inputs, outputs, hashes)
+
+
+# ---------------------------------------------------------------------------------------------
+# file lines (only computed once a problem is found)
+# ---------------------------------------------------------------------------------------------
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return [h.strip() for h in next(csv.reader(handle), [])]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+class _RowLines:
+    """The file line of a data row (0-based, blank lines skipped, as pyarrow reads them)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def line(self, row: int) -> int:
+        with open(self.path, encoding="utf-8", newline="") as handle:
+            reader = csv.reader(handle)
+            next(reader, None)
+            seen = -1
+            for cells in reader:
+                if any(cell.strip() for cell in cells):
+                    seen += 1
+                    if seen == row:
+                        return reader.line_num
+        return row + 2
+
+    def problem(self, row: int, column: str, message: str) -> ValueError:
+        return ValueError(f"{self.path}:{self.line(row)}: {column}: {message}")
+
+
+def _shape_problem(path: Path, header: list[str]) -> str | None:
+    """The first row whose cell count differs from the header's, as a message (None if all agree)."""
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        next(reader, None)
+        for cells in reader:
+            if not any(cell.strip() for cell in cells) or len(cells) == len(header):
+                continue
+            column = header[len(cells)] if len(cells) < len(header) else "row"
+            return f"{path}:{reader.line_num}: {column}: expected {len(header)} columns, got {len(cells)}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# columns
+# ---------------------------------------------------------------------------------------------
+
+
+def _numbers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """``(float64 values, unreadable mask)``: text that is not a number is NaN and flagged."""
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        values = column.to_numpy().astype(float)  # nulls (empty cells) become NaN
+        return values, np.zeros(len(values), dtype=bool)
+    if pa.types.is_null(column.type):
+        return np.full(len(column), np.nan), np.zeros(len(column), dtype=bool)
+    text = column.cast(pa.string()).to_pandas()
+    values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    return values, np.isnan(values) & (text.str.strip() != "").to_numpy()
+
+
+def _tokens(column: pa.ChunkedArray, name: str, path: Path, rows: _RowLines, minimum: int) -> np.ndarray:
+    values, unreadable = _numbers(column)
+    bad = unreadable | ~np.isfinite(values) | (values < minimum) | (values != np.floor(values))
+    if bad.any():
+        row = int(np.argmax(bad))
+        raw = column[row].as_py()
+        if unreadable[row] or not np.isfinite(values[row]) or values[row] != np.floor(values[row]):
+            what = "an empty cell" if raw is None or str(raw).strip() == "" else repr(raw)
+            raise rows.problem(row, name, f"expected a whole number of tokens, got {what}")
+        raise rows.problem(row, name, f"must be >= {minimum}, got {raw}")
+    return values.astype(np.int64)
+
+
+def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _RowLines) -> np.ndarray:
+    name = columns.arrival
+    if columns.arrival_unit == "datetime":
+        text = column.to_pandas()
+        stamps = pd.to_datetime(text, format="ISO8601", errors="coerce")
+        if getattr(stamps.dt, "tz", None) is not None:
+            stamps = stamps.dt.tz_convert(None)
+        nat = stamps.isna().to_numpy()
+        if nat.any():
+            row = int(np.argmax(nat))
+            raise rows.problem(row, name, f"expected a time 'YYYY-MM-DD HH:MM:SS[.fffffff]', got {text.iloc[row]!r} "
+                                          "(a time that cannot be read cannot be sorted)")
+        ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        return (ns - ns.min()) / 1e9  # exact integer difference, then one rounding
+    values, unreadable = _numbers(column)
+    bad = unreadable | ~np.isfinite(values)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raw = column[row].as_py()
+        what = "an empty cell" if raw is None or str(raw).strip() == "" else repr(raw)
+        raise rows.problem(row, name, f"expected a finite number ({columns.arrival_unit}), got {what} "
+                                      "(a time that is not a number cannot be sorted)")
+    return values / TIME_UNITS_S[columns.arrival_unit]
+
+
+def _hashes(column: pa.ChunkedArray, inputs: np.ndarray, columns: CsvColumnsSpec, path: Path, rows: _RowLines,
+            keep: np.ndarray | None) -> list[np.ndarray]:
+    name, block = columns.prefix_hashes, columns.hash_block_tokens
+    text = pc.utf8_trim_whitespace(pc.replace_substring_regex(column, r"^\s*\[|\]\s*$", ""))
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)  # no ids: counted below
+    parts = pc.split_pattern_regex(text, r"[\s,;]+")
+    try:
+        ids = parts.cast(pa.list_(pa.int64()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        for row, cell in enumerate(parts.to_pylist()):
+            try:
+                if all(-(2**63) <= int(item) < 2**63 for item in cell or []):
+                    continue
+            except ValueError:
+                pass
+            raise rows.problem(row, name, "expected 64-bit integers separated by spaces or ';', "
+                                          f"got {column[row].as_py()!r}") from None
+        raise ValueError(f"{path}: {name}: cannot read the prefix hashes") from None
+    ids = ids.combine_chunks()
+    counts = pc.fill_null(pc.list_value_length(ids), 0).to_numpy(zero_copy_only=False)
+    expected = -(-inputs // block)
+    bad = counts != expected
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise rows.problem(row, name, f"has {counts[row]} ids, but {columns.input_tokens} {inputs[row]} needs "
+                                      f"ceil({inputs[row]}/{block}) = {expected[row]}")
+    flat = ids.flatten().to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    arrays = np.split(flat, np.cumsum(counts)[:-1])
+    if keep is not None:
+        arrays = [a for a, k in zip(arrays, keep.tolist()) if k]
+    return arrays
