@@ -184,7 +184,7 @@ _PER = r"\s*/\s*(?:s|ms|min|h)"
 _UNIT_PATTERNS = {
     "bytes": _PREFIX + "B",
     "bandwidth": rf"(?:{_PREFIX}(?:B|bit)|[kKMGTPE]b){_PER}|[kKMGTPE]bps",
-    "time": r"s|sec|seconds?|ms|us|µs|μs|ns|min|minutes?|h|hours?",
+    "time": r"s|sec|seconds?|ms|us|µs|μs|ns|min|minutes?|h|hours?|d|days?|years?|yr",
     "rate": r"(?:1|req)?\s*/\s*(?:s|ms|min|h)|Hz|[kKMGTPE]?\s*IOPS",
     "flops": r"[kKMGTPE]?(?:FLOPS|FLOP\s*/\s*s|OPS)",
     "flop": r"[kKMGTPE]?FLOPs?",
