@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from kvsim._version import __version__
-from kvsim.plan.planner import PlanResult
+from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_INSTANCE
+from kvsim.plan.planner import WINDOW_MARGIN, PlanResult
 
 __all__ = ["plan_answer", "UnitCost", "catalog_unit_cost"]
 
@@ -134,7 +135,8 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         "description": spec.description,
         "model": spec.model,
         "seed": spec.seed,
-        "window": {"warmup_s": spec.warmup, "duration_s": spec.duration},
+        "window": {"warmup_s": spec.warmup, "duration_s": spec.duration,
+                   "completions_per_instance": WINDOW_MARGIN * MIN_COMPLETIONS_PER_INSTANCE},
         "slo": [{"metric": o.metric, "statistic": o.statistic, "limit_s": o.limit_s} for o in result.objectives],
         "targets_per_s": sorted(plan.targets),
         "units": {"min": plan.units.min, "max": plan.units.max},

@@ -179,7 +179,8 @@ def plan_document(answer: dict[str, Any]) -> Document:
             doc.figure(figure)
     doc.heading("Assumptions")
     window = answer["window"]
-    items = [f"Each probe simulates {window['duration_s']:g} s of Poisson arrivals, measured after a "
+    items = [f"Each probe simulates at least {window['duration_s']:g} s of Poisson arrivals (longer where a light "
+             f"load on many instances needs more time for {answer['window']['completions_per_instance']:g} completions per instance), measured after a "
              f"{window['warmup_s']:g} s warm-up, seed {answer['seed']} at every probe (common random numbers).",
              "A probe flagged unstable (backlog growing) or too short does not count as meeting the SLO.",
              f"kvsim {answer['kvsim_version']}."]
@@ -195,7 +196,10 @@ def plan_document(answer: dict[str, Any]) -> Document:
         doc.table(["candidate", "units", "rate", "flags", "verdict"],
                   [[p["system"], str(p["units"]), _rate(p["rate_per_s"]), ", ".join(p["flags"]),
                     "meets" if p["meets"] else p["reason"]] for p in flagged],
-                  "These probes were not steady state; none of them counts as meeting the SLO.")
+                  "unstable (the backlog grew through the window) and too_short (too few completions, or "
+                  "latencies too long for the window, to judge) are not steady state: such a probe never counts "
+                  "as meeting the SLO. warmup_short (the warm-up detected by MSER-5 is longer than the "
+                  "configured one and shifts the window's mean) is a caution: its verdict stands.")
     else:
         doc.paragraph("No probe was flagged.")
     doc.heading("Every probe")
