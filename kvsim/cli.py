@@ -1,4 +1,4 @@
-"""Command line: ``kvsim validate | run | storage | calibrate | catalog``.
+"""Command line: ``kvsim validate | run | plan | storage | calibrate | catalog | schema``.
 
 Bad input (scenario files, CLI arguments) prints one clear message and exits with status 2;
 it never prints a traceback.
@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
     run.set_defaults(handler=_run)
 
+    plan = sub.add_parser("plan", help="the cheapest configuration that serves each target load within the SLO")
+    plan.add_argument("scenario", type=Path, help="scenario YAML file with a plan: section")
+    plan.add_argument("--out", type=Path, default=None, help="results folder (default: results/<scenario name>)")
+    plan.add_argument("--workers", type=_workers, default=None, help="worker processes (default: all cores)")
+    plan.set_defaults(handler=_plan)
+
     storage = sub.add_parser("storage", help="run a storage benchmark (transfer layer only) against a pool")
     storage.add_argument("bench", type=Path, help="storage benchmark YAML file (see docs/storage_bench.md)")
     storage.add_argument("--out", type=Path, default=None, help="also write storage_bench.csv into this folder")
@@ -100,6 +106,41 @@ def _schema(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     print(f"schema written: {args.out} (first line of a scenario: "
           f"# yaml-language-server: $schema=<path to {args.out.name}>)")
+    return 0
+
+
+def _workers(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from kvsim.plan.command import run_plan
+    from kvsim.report.plan_report import summary_paragraph
+    from kvsim.scenario.load import load_scenario
+    from kvsim.sim import check_scenario
+
+    scenario = load_scenario(args.scenario)
+    if scenario.spec.plan is None:
+        print(f"kvsim plan: {args.scenario}: the scenario has no plan: section (targets, candidates, units); "
+              f"see docs/planning.md", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    check_scenario(scenario)  # refuse what cannot run before touching the filesystem
+    _print_warnings("plan", scenario)
+    out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
+    try:  # fail before a long search, not after it
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"kvsim plan: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    answer = run_plan(scenario, out, workers=args.workers)
+    print(summary_paragraph(answer))
+    print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
     return 0
 
 

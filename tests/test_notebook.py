@@ -62,3 +62,11 @@ def test_domains_notebook_executes(repo_root, kernel_for_this_python):
     line = next(l for l in text.splitlines() if l.startswith("cross-domain bytes"))
     values = [float(v.split()[0]) for v in line.split("[")[1].rstrip("]").replace("'", "").split(",")]
     assert values[0] == 0.0 and values[-1] > values[0]
+
+
+def test_capacity_plan_notebook_executes(repo_root, kernel_for_this_python):
+    _, text = _execute(repo_root / "notebooks" / "04_capacity_plan.ipynb", kernel_for_this_python)
+    assert "cheapest by cost per hour" in text
+    line = next(l for l in text.splitlines() if l.startswith("l20-pool units for 6/s"))
+    before, after = [int(part.split(" at ")[0].split()[-1]) for part in line.split(", ")]
+    assert after >= before  # a tighter objective never needs fewer units

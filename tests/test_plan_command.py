@@ -64,3 +64,25 @@ def test_a_changed_input_runs_new_probes(tmp_path):
     lines = []
     run_plan(changed, tmp_path, workers=1, log=lines.append)
     assert "0 reused" in lines[-1]
+
+
+def test_the_plan_command_answers_in_one_paragraph_and_writes_the_report(tmp_path, capsys):
+    from kvsim.cli import main
+
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(PLAN)
+    assert main(["plan", str(scenario), "--out", str(tmp_path / "out"), "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "cheapest by cost per hour" in out and "At 3/s the cheapest is" in out
+    for name in ("plan.json", "plan.md", "plan.html"):
+        assert (tmp_path / "out" / name).is_file()
+
+
+def test_the_plan_command_refuses_a_scenario_without_a_plan(tmp_path, capsys):
+    from kvsim.cli import main
+
+    scenario = tmp_path / "run.yaml"
+    scenario.write_text(PLAN.replace("plan: {targets: [3/s, 9/s], units: {max: 6}, rel_tol: 0.15}\n", ""))
+    assert main(["plan", str(scenario), "--out", str(tmp_path / "out")]) == 2
+    assert "has no plan: section" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -141,10 +141,10 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
              f"{probe.rate_per_s:.4g} requests/s {verdict}")
 
     with _StoredMap(scenario, out / "probes", workers) as stored:
-        candidates = len(scenario.spec.plan.chosen(list(scenario.spec.systems)))
-        # candidates in parallel first; a worker left over lets each search probe more rates a round
-        result = plan(scenario, map_probes=stored, parallel=max(1, workers // candidates), on_probe=on_probe,
-                      concurrent=workers)
+        # candidates in parallel, and each rate search probes as many rates a round as there are
+        # workers: the queue stays full to the last candidate, and the probes depend on the
+        # number of workers only, never on timing (a rerun reuses every probe)
+        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=workers, parallel=workers)
     answer = plan_answer(result, catalog_unit_cost(scenario))
     write_plan_report(answer, out)
     emit(f"plan done in {time.monotonic() - started:.1f} s: {_count(stored.ran, 'probe')} run, "

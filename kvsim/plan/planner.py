@@ -166,9 +166,8 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
         Called with each probe and its outcome as they finish (progress; from any thread).
     concurrent : int
         Candidates planned at once, each in its own thread, so a pool of workers behind
-        ``map_probes`` stays busy while one candidate waits for its next probe. The answer does
-        not depend on it: each candidate's probes follow from its own outcomes only.
-
+        ``map_probes`` stays busy while one candidate waits for its next probe. Each candidate's
+        probes follow from its own outcomes only, so the units per target do not depend on it.
     Returns
     -------
     PlanResult
@@ -182,6 +181,8 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
     lock = threading.Lock()
     targets = sorted(spec.targets)
     start = start_per_s or targets[0] / 4
+
+    systems = spec.chosen(list(scenario.spec.systems))
 
     def plan_one(system: str) -> tuple[CandidatePlan, list[tuple[Probe, ProbeOutcome]]]:
         done: dict[Probe, ProbeOutcome] = {}
@@ -206,7 +207,6 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
             found.units_for[target], found.notes[target] = _fewest_units(system, target, search, spec.units, judge)
         return found, ran
 
-    systems = spec.chosen(list(scenario.spec.systems))
     if concurrent > 1 and len(systems) > 1:
         with ThreadPoolExecutor(max_workers=min(concurrent, len(systems))) as threads:
             planned = list(threads.map(plan_one, systems))

@@ -81,7 +81,7 @@ def find_max_rate(
     growth: float = 2.0,
     floor_per_s: float | None = None,
     ceiling_per_s: float | None = None,
-    parallel: int = 1,
+    parallel: int | Callable[[], int] = 1,
     max_rounds: int = 40,
 ) -> RateSearch:
     """Find the highest arrival rate at which ``probe`` still meets the SLO.
@@ -101,9 +101,10 @@ def find_max_rate(
     floor_per_s, ceiling_per_s : float, optional
         Rates below / above which the search does not go, requests/s (default: ``start / 1024``
         and ``start * 1024``).
-    parallel : int
+    parallel : int or callable
         Rates probed per round, >= 1: the bracketing phase probes that many successive powers of
         ``growth`` at once, the narrowing phase that many evenly spaced rates inside the bracket.
+        A callable is asked before each round (e.g. the workers free at that moment).
     max_rounds : int
         Rounds of probes after which the search stops, converged or not.
 
@@ -123,8 +124,9 @@ def find_max_rate(
         raise ValueError(f"rel_tol must be > 0, got {rel_tol!r}")
     if not growth > 1:
         raise ValueError(f"growth must be > 1, got {growth!r}")
-    if parallel < 1:
-        raise ValueError(f"parallel must be >= 1, got {parallel!r}")
+    width = parallel if callable(parallel) else (lambda: parallel)
+    if width() < 1:
+        raise ValueError(f"parallel must be >= 1, got {width()!r}")
     floor = start_per_s / 1024 if floor_per_s is None else floor_per_s
     ceiling = start_per_s * 1024 if ceiling_per_s is None else ceiling_per_s
     if not 0 < floor <= start_per_s <= ceiling:
@@ -153,7 +155,7 @@ def find_max_rate(
         while hi is None:  # grow until a probe fails
             if lo >= ceiling or rounds >= max_rounds:
                 return result(lo, None, f"met the SLO up to the ceiling of {lo:g} requests/s")
-            rates = [min(ceiling, lo * growth ** k) for k in range(1, parallel + 1)]
+            rates = [min(ceiling, lo * growth ** k) for k in range(1, max(1, width()) + 1)]
             rates = sorted(set(rates))
             for outcome in run(rates):
                 if outcome.meets and hi is None:
@@ -167,7 +169,7 @@ def find_max_rate(
             if hi <= floor or rounds >= max_rounds:
                 because = f" ({first.reason})" if first.reason else ""
                 return result(None, hi, f"failed the SLO down to the floor of {hi:g} requests/s{because}")
-            rates = sorted({max(floor, hi / growth ** k) for k in range(1, parallel + 1)}, reverse=True)
+            rates = sorted({max(floor, hi / growth ** k) for k in range(1, max(1, width()) + 1)}, reverse=True)
             for outcome in run(rates):
                 if not outcome.meets and lo is None:
                     hi = outcome.rate_per_s
@@ -177,8 +179,9 @@ def find_max_rate(
     while hi - lo > rel_tol * lo:
         if rounds >= max_rounds:
             return result(lo, hi, f"stopped after {rounds} rounds of probes")
-        step = (hi - lo) / (parallel + 1)
-        outcomes = run([lo + step * k for k in range(1, parallel + 1)])
+        count = max(1, width())
+        step = (hi - lo) / (count + 1)
+        outcomes = run([lo + step * k for k in range(1, count + 1)])
         # the highest rate that met it below the lowest that failed (a non-monotone probe, e.g.
         # from sampling noise, cannot widen the bracket)
         failed = [o.rate_per_s for o in outcomes if not o.meets]

@@ -9,7 +9,7 @@ from typing import Any
 
 from kvsim.report.document import Document, Figure
 
-__all__ = ["plan_document"]
+__all__ = ["plan_document", "summary_paragraph", "write_plan_report"]
 
 
 def _rate(value: float | None) -> str:
@@ -37,7 +37,7 @@ def _units(n: int) -> str:
     return f"{n} unit" if n == 1 else f"{n} units"
 
 
-def _summary_paragraph(answer: dict[str, Any]) -> str:
+def summary_paragraph(answer: dict[str, Any]) -> str:
     baseline = answer["baseline"]
     sentences = []
     for row in answer["answers"]:
@@ -145,7 +145,7 @@ def plan_document(answer: dict[str, Any]) -> Document:
                   f"{_slo_text(answer)}, among {len(answer['candidates'])} candidates, and what does each save "
                   f"against {answer['baseline']}?")
     doc.heading("Answer")
-    doc.paragraph(_summary_paragraph(answer))
+    doc.paragraph(summary_paragraph(answer))
     doc.heading("Units and cost per target load")
     header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets_per_s"]]
     rows = []
