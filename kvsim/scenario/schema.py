@@ -250,6 +250,9 @@ class ScenarioSpec(FrozenSpec):
     name: str = Field(min_length=1)
     description: str = ""
     seed: int = Field(default=0, ge=0)
+    replications: int = Field(default=1, ge=1)
+    """Independent runs per sweep point, each with its own seed (:func:`kvsim.rng.replica_seed`;
+    replica 0 keeps ``seed``); summaries give the mean and a 95 % Student-t interval across them."""
     duration: Seconds
     warmup: Seconds = 0.0
     drain_limit: Seconds | None = None

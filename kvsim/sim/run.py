@@ -13,7 +13,7 @@ from typing import Any
 import simpy
 
 from kvsim.metrics.records import RequestRecords
-from kvsim.rng import RandomStreams
+from kvsim.rng import RandomStreams, replica_seed
 from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim import frontend
@@ -26,7 +26,7 @@ from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
 
-__all__ = ["check_scenario", "run_scenario", "simulate_system"]
+__all__ = ["check_scenario", "run_scenario", "run_point", "point_seed", "simulate_system"]
 
 
 def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
@@ -63,7 +63,7 @@ class _Progress:
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = False) -> RunResult:
-    """Run every system at every sweep point.
+    """Run every system at every sweep point (and every replication), in this process.
 
     Parameters
     ----------
@@ -72,11 +72,14 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
         Overrides the root seed of every point (a swept ``seed`` otherwise gives each point its own).
     progress : bool
         Show a progress bar (simulated seconds) on standard error.
+
+    See :mod:`kvsim.plan` to run the points in parallel processes or on a Dask cluster and keep
+    finished points on disk: it runs the same :func:`run_point` per task, so results are identical.
     """
     sizings = check_scenario(scenario)
     root_seed = scenario.spec.seed if seed is None else int(seed)
     runs: list[SystemRun] = []
-    total = sum(p.spec.duration * len(p.spec.systems) for p in scenario.points)
+    total = sum(p.spec.duration * len(p.spec.systems) * p.spec.replications for p in scenario.points)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -85,26 +88,55 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     tracker = _Progress(bar)
     try:
         for point in scenario.points:
-            streams = RandomStreams(point.spec.seed if seed is None else int(seed))
-            requests = None
-            workload = point.spec.workload
-            if not workload.closed_loop and not workload.multi_turn:
-                try:
-                    requests = open_loop_requests(workload, point.spec.duration, streams,
-                                                  base_dir=scenario.base_dir)
-                except (OSError, ValueError) as exc:
-                    raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
-            for name in point.spec.systems:
-                if bar is not None:
-                    bar.set_postfix_str(f"{name} {_label(point)}".strip())
-                if (point.index, name) not in sizings:  # layout: best
-                    runs.append(_run_best_layout(scenario, point, name, requests, streams, tracker))
-                    continue
-                runs.append(simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker))
+            for replica in range(point.spec.replications):
+                runs += run_point(scenario, point, seed, replica, sizings, tracker)
     finally:
         if bar is not None:
             bar.close()
-    return RunResult(scenario=scenario, seed=root_seed, runs=runs)
+    return RunResult.from_runs(scenario, root_seed, runs)
+
+
+def point_seed(point: ScenarioPoint, seed: int | None = None, replica: int = 0) -> int:
+    """Root seed of one run of ``point``: the point's seed (or the override ``seed``), then
+    replica ``replica``'s (:func:`kvsim.rng.replica_seed`; replica 0 keeps it)."""
+    return replica_seed(point.spec.seed if seed is None else int(seed), replica)
+
+
+def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None, replica: int = 0,
+              sizings: dict[tuple[int, str], SystemSizing] | None = None,
+              tracker: "_Progress | None" = None) -> list[SystemRun]:
+    """Every system of one sweep point, replica ``replica``: one task of a sweep.
+
+    The systems share one request stream drawn from the run's seed (:func:`point_seed`), so a
+    point is the unit of work that can run anywhere. ``sizings`` (from :func:`check_scenario`)
+    saves sizing again; without it the point's systems are sized here.
+    """
+    if sizings is None:
+        sizings = {}
+        for name in point.spec.systems:
+            if not searches_layout(point.spec, name):
+                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
+    tracker = tracker if tracker is not None else _Progress()
+    run_seed = point_seed(point, seed, replica)
+    streams = RandomStreams(run_seed)
+    requests = None
+    workload = point.spec.workload
+    if not workload.closed_loop and not workload.multi_turn:
+        try:
+            requests = open_loop_requests(workload, point.spec.duration, streams, base_dir=scenario.base_dir)
+        except (OSError, ValueError) as exc:
+            raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
+    runs = []
+    for name in point.spec.systems:
+        if tracker.bar is not None:
+            tracker.bar.set_postfix_str(f"{name} {_label(point)}".strip())
+        if (point.index, name) not in sizings:  # layout: best
+            run = _run_best_layout(scenario, point, name, requests, streams, tracker)
+        else:
+            run = simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker)
+        run.replica, run.seed = replica, run_seed
+        runs.append(run)
+    return runs
 
 
 def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, requests: RequestArrays | None,
