@@ -62,15 +62,17 @@ def parse_override(text: str) -> Override:
 @dataclass
 class OverriddenLocated(Located):
     """:class:`~kvsim.yaml_io.Located` data with overrides: a problem at or below an overridden
-    field says ``--set ARG: field: message``; the others keep the file's line."""
+    field says ``--set ARG: field: message``; the others keep the file's line and name the
+    overrides given (a file field may conflict with an overridden one)."""
 
     overrides: tuple[Override, ...] = field(default=())
 
     def problem(self, path: Iterable[Any], message: str) -> str:
         path = tuple(path)
         matches = [o for o in self.overrides if _within(path, o.path) or _within(o.path, path) and path]
-        if not matches:
-            return super().problem(path, message)
+        if not matches:  # a file field, perhaps in conflict with an overridden one: say both
+            given = ", ".join(f"--set {o.text}" for o in self.overrides)
+            return super().problem(path, f"{message} (with {given})")
         chosen = max(matches, key=lambda o: len(o.path))
         return f"--set {chosen.text}: {dotted_path(path) or chosen.dotted}: {message}"
 

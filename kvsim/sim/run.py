@@ -26,7 +26,7 @@ from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
 
-__all__ = ["check_scenario", "run_scenario", "run_point", "point_seed", "simulate_system"]
+__all__ = ["check_scenario", "run_scenario", "run_point", "point_seed", "simulate_system", "RunProgress"]
 
 
 def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
@@ -54,7 +54,9 @@ def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
 
 
 @dataclass
-class _Progress:
+class RunProgress:
+    """Advances a tqdm bar (if any) by simulated seconds as runs go."""
+
     bar: Any = None
 
     def advance(self, simulated_s: float) -> None:
@@ -85,7 +87,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
         from tqdm import tqdm
 
         bar = tqdm(total=round(total, 3), unit="sim-s", desc=scenario.name, leave=False, dynamic_ncols=True)
-    tracker = _Progress(bar)
+    tracker = RunProgress(bar)
     try:
         for point in scenario.points:
             for replica in range(point.spec.replications):
@@ -104,7 +106,7 @@ def point_seed(point: ScenarioPoint, seed: int | None = None, replica: int = 0) 
 
 def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None, replica: int = 0,
               sizings: dict[tuple[int, str], SystemSizing] | None = None,
-              tracker: "_Progress | None" = None) -> list[SystemRun]:
+              tracker: "RunProgress | None" = None) -> list[SystemRun]:
     """Every system of one sweep point, replica ``replica``: one task of a sweep.
 
     The systems share one request stream drawn from the run's seed (:func:`point_seed`), so a
@@ -116,7 +118,7 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
         for name in point.spec.systems:
             if not searches_layout(point.spec, name):
                 sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
-    tracker = tracker if tracker is not None else _Progress()
+    tracker = tracker if tracker is not None else RunProgress()
     run_seed = point_seed(point, seed, replica)
     streams = RandomStreams(run_seed)
     requests = None
@@ -140,7 +142,7 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
 
 
 def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, requests: RequestArrays | None,
-                     streams: RandomStreams, tracker: _Progress) -> SystemRun:
+                     streams: RandomStreams, tracker: RunProgress) -> SystemRun:
     """Search the layouts of system ``name`` (see :mod:`kvsim.sim.layout_search`) and return the
     winner's full run."""
     arrivals: dict[float, RequestArrays | None] = {point.spec.duration: requests}
@@ -168,7 +170,7 @@ def simulate_system(
     sizing: SystemSizing,
     requests: RequestArrays | None,
     streams: RandomStreams,
-    progress: _Progress | None = None,
+    progress: RunProgress | None = None,
 ) -> SystemRun:
     """Simulate system ``name`` at one sweep point and summarise it."""
     spec: ScenarioSpec = point.spec
