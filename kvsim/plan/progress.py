@@ -19,8 +19,10 @@ __all__ = ["SweepProgress", "format_duration"]
 
 
 def format_duration(seconds: float) -> str:
-    """``42 s``, ``3 min 05 s``, ``2 h 07 min``."""
+    """``4.2 s``, ``42 s``, ``3 min 05 s``, ``2 h 07 min``."""
     seconds = max(0.0, seconds)
+    if seconds < 0.1:
+        return "under 0.1 s"
     if seconds < 60:
         return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
     minutes, secs = divmod(int(round(seconds)), 60)
