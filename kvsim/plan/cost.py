@@ -29,11 +29,12 @@ REQUESTS_PER_CPU_S = 6000.0
 colocated serving without a KV cache, about 1,300-1,700 with KV offload)."""
 
 
-def point_requests(scenario: Scenario, point: ScenarioPoint) -> int | None:
-    """Open-loop requests one system of ``point`` serves (replica 0); None for closed loop."""
+def point_requests(scenario: Scenario, point: ScenarioPoint, read_files: bool = True) -> int | None:
+    """Open-loop requests one system of ``point`` serves (replica 0); None for closed loop (and,
+    without ``read_files``, for a trace, which would be read to count)."""
     spec = point.spec
     workload = spec.workload
-    if workload.closed_loop or workload.multi_turn:
+    if workload.closed_loop or workload.multi_turn or (workload.trace and not read_files):
         return None
     streams = RandomStreams(spec.seed)
     try:

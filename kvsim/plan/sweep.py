@@ -60,8 +60,9 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
     store.root.mkdir(parents=True, exist_ok=True)
     for leftover in store.stale_temporaries():
         leftover.unlink(missing_ok=True)
-    requests = {p.index: point_requests(scenario, p) for p in scenario.points}
-    tasks = sweep_tasks(scenario, seed, requests)
+    requests = {p.index: point_requests(scenario, p, read_files=False) for p in scenario.points}
+    file_cache: dict = {}
+    tasks = sweep_tasks(scenario, seed, requests, file_cache)
     finished: dict[str, list[SystemRun]] = {}
     todo: list[SweepTask] = []
     for task in tasks:
@@ -82,7 +83,8 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         progress.begin(where)
 
     def on_done(task: SweepTask, runs: list[SystemRun]) -> None:
-        store.save(scenario, task, runs, task_inputs(scenario, scenario.points[task.index], task.seed, task.replica))
+        inputs = task_inputs(scenario, scenario.points[task.index], task.seed, task.replica, file_cache)
+        store.save(scenario, task, runs, inputs)
         finished[task.key] = runs
         stats.ran.append(task.key)
         if progress is not None:

@@ -66,8 +66,9 @@ def _catalog_parts(scenario: Scenario, point: ScenarioPoint) -> dict[str, dict[s
     return parts
 
 
-def _file_digests(scenario: Scenario, spec_json: dict[str, Any]) -> dict[str, str]:
-    """SHA-256 of every trace file the point reads (their contents decide the requests)."""
+def _file_digests(scenario: Scenario, spec_json: dict[str, Any], cache: dict[Path, str]) -> dict[str, str]:
+    """SHA-256 of every trace file the point reads (their contents decide the requests); each file
+    is read once per ``cache``."""
     arrival = spec_json.get("workload", {}).get("arrival", {})
     files = [a.get("file") for a in [arrival, *[p.get("arrival", {}) for p in arrival.get("phases", []) or []]]
              if isinstance(a, dict) and a.get("kind") == "trace"]
@@ -78,25 +79,31 @@ def _file_digests(scenario: Scenario, spec_json: dict[str, Any]) -> dict[str, st
         path = Path(name)
         if not path.is_absolute() and scenario.base_dir is not None:
             path = scenario.base_dir / path
-        digest = hashlib.sha256()
-        try:
-            with open(path, "rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(chunk)
-        except OSError:
-            continue  # the run reports an unreadable trace with its file and line
-        digests[str(name)] = digest.hexdigest()
+        if path not in cache:
+            digest = hashlib.sha256()
+            try:
+                with open(path, "rb") as handle:
+                    for chunk in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(chunk)
+            except OSError:
+                continue  # the run reports an unreadable trace with its file and line
+            cache[path] = digest.hexdigest()
+        digests[str(name)] = cache[path]
     return digests
 
 
-def task_inputs(scenario: Scenario, point: ScenarioPoint, seed: int, replica: int) -> dict[str, Any]:
-    """Everything a task's result depends on, as JSON data (hashed into its key)."""
+def task_inputs(scenario: Scenario, point: ScenarioPoint, seed: int, replica: int,
+                file_cache: dict[Path, str] | None = None) -> dict[str, Any]:
+    """Everything a task's result depends on, as JSON data (hashed into its key).
+
+    ``file_cache`` (path -> SHA-256) saves reading a trace again for each point that uses it.
+    """
     spec_json = point.spec.model_dump(mode="json")
     return {
         "kvsim_version": __version__,
         "scenario": spec_json,
         "catalog": _catalog_parts(scenario, point),
-        "files": _file_digests(scenario, spec_json),
+        "files": _file_digests(scenario, spec_json, file_cache if file_cache is not None else {}),
         "seed": seed,
         "replica": replica,
     }
@@ -107,8 +114,8 @@ def _key(inputs: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:KEY_CHARS]
 
 
-def sweep_tasks(scenario: Scenario, seed: int | None = None,
-                requests: dict[int, float | None] | None = None) -> list[SweepTask]:
+def sweep_tasks(scenario: Scenario, seed: int | None = None, requests: dict[int, float | None] | None = None,
+                file_cache: dict[Path, str] | None = None) -> list[SweepTask]:
     """Every task of ``scenario``, in (point, replica) order.
 
     ``seed`` overrides every point's root seed (``kvsim run --seed``); ``requests`` (point index
@@ -116,13 +123,14 @@ def sweep_tasks(scenario: Scenario, seed: int | None = None,
     has one, simulated seconds otherwise.
     """
     tasks = []
+    file_cache = file_cache if file_cache is not None else {}
     known = requests is not None and all(requests.get(p.index) is not None for p in scenario.points)
     for point in scenario.points:
         per_system = requests[point.index] if known else point.spec.duration
         weight = max(float(per_system), 1e-9) * len(point.spec.systems)
         for replica in range(point.spec.replications):
             run_seed = point_seed(point, seed, replica)
-            key = _key(task_inputs(scenario, point, run_seed, replica))
+            key = _key(task_inputs(scenario, point, run_seed, replica, file_cache))
             tasks.append(SweepTask(point.index, replica, run_seed, key, dict(point.params), weight))
     return tasks
 
