@@ -154,3 +154,34 @@ def test_store_files_are_complete_parquet(tmp_path):
         assert (requests["system"] == "a").sum() == run.records.n
         assert summary.set_index("system").loc["a", "requests_completed"] == run.summary["requests_completed"]
     assert os.path.getsize(tmp_path / "points" / folders[0].name / "inputs.json") > 0
+
+
+TRACE = """\
+name: trace-key
+seed: 1
+duration: 3 s
+warmup: 0 s
+model: qwen3-1.7b
+workload:
+  arrival: {kind: trace, format: azure_2023, file: trace.csv}
+systems:
+  one: {node: h20-8x, instances: 1}
+"""
+
+
+def test_a_changed_trace_file_reruns_its_points(tmp_path):
+    trace = tmp_path / "trace.csv"
+    source = tmp_path / "s.yaml"
+    source.write_text(TRACE, encoding="utf-8")
+    rows = "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:00:00.0000000,100,20\n"
+    trace.write_text(rows + "2023-11-16 18:00:01.0000000,100,10\n")
+    first = SweepStats()
+    run_sweep(kvsim.load_scenario(source), tmp_path / "out", workers=1, log=False, stats=first)
+    same = SweepStats()
+    run_sweep(kvsim.load_scenario(source), tmp_path / "out", workers=1, log=False, stats=same)
+    assert same.reused == first.ran and same.ran == []
+    trace.write_text(rows + "2023-11-16 18:00:01.0000000,100,11\n")  # same file name, new contents
+    changed = SweepStats()
+    result = run_sweep(kvsim.load_scenario(source), tmp_path / "out", workers=1, log=False, stats=changed)
+    assert len(changed.ran) == 1 and changed.ran != first.ran
+    assert result.run("one").records.column("output_tokens").tolist() == [20, 11]
