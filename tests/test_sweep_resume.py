@@ -185,3 +185,16 @@ def test_a_changed_trace_file_reruns_its_points(tmp_path):
     result = run_sweep(kvsim.load_scenario(source), tmp_path / "out", workers=1, log=False, stats=changed)
     assert len(changed.ran) == 1 and changed.ran != first.ran
     assert result.run("one").records.column("output_tokens").tolist() == [20, 11]
+
+
+def test_other_kvsim_code_reruns_every_point(tmp_path, monkeypatch):
+    """Stored points do not outlive the code that computed them, even under one version string."""
+    import kvsim.plan.tasks as tasks_module
+
+    scenario = kvsim.parse_scenario(TINY, "tiny.yaml")
+    run_sweep(scenario, tmp_path, workers=1, log=False)
+    assert len(tasks_module.code_fingerprint()) == 64
+    monkeypatch.setattr(tasks_module, "code_fingerprint", lambda: "0" * 64)
+    stats = SweepStats()
+    run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)
+    assert len(stats.ran) == 3 and stats.reused == []

@@ -17,7 +17,7 @@ from kvsim.plan.cost import point_requests
 from kvsim.plan.executor import default_workers, execute, in_process
 from kvsim.plan.progress import SweepProgress
 from kvsim.plan.store import PointStore
-from kvsim.plan.tasks import SweepTask, sweep_tasks, task_inputs
+from kvsim.plan.tasks import SweepTask, code_fingerprint, sweep_tasks, task_inputs
 from kvsim.scenario.load import Scenario
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.run import check_scenario
@@ -62,6 +62,7 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         leftover.unlink(missing_ok=True)
     requests = {p.index: point_requests(scenario, p, read_files=False) for p in scenario.points}
     file_cache: dict = {}
+    code = code_fingerprint()
     tasks = sweep_tasks(scenario, seed, requests, file_cache)
     finished: dict[str, list[SystemRun]] = {}
     todo: list[SweepTask] = []
@@ -83,7 +84,7 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         progress.begin(where)
 
     def on_done(task: SweepTask, runs: list[SystemRun]) -> None:
-        inputs = task_inputs(scenario, scenario.points[task.index], task.seed, task.replica, file_cache)
+        inputs = task_inputs(scenario, scenario.points[task.index], task.seed, task.replica, file_cache, code)
         store.save(scenario, task, runs, inputs)
         finished[task.key] = runs
         stats.ran.append(task.key)

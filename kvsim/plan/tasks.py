@@ -3,7 +3,8 @@
 A task runs every system of one point (they share the point's drawn request stream) with one
 seed (:func:`kvsim.sim.run.point_seed`). Its key hashes everything that decides its result: the
 resolved point scenario (every field, defaults filled in), the catalog parts its systems use,
-the contents of trace files it reads, its seed and replica, and the kvsim version. Equal keys
+the contents of trace files it reads, its seed and replica, and the kvsim version and a digest
+of kvsim's own code (:func:`code_fingerprint`). Equal keys
 mean equal results, so a finished task is never run twice, and a task whose inputs changed gets
 a new key and runs again.
 """
@@ -21,7 +22,7 @@ from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.sim.result import SystemRun
 from kvsim.sim.run import RunProgress, point_seed, run_point
 
-__all__ = ["SweepTask", "sweep_tasks", "task_inputs", "run_task", "KEY_CHARS"]
+__all__ = ["SweepTask", "sweep_tasks", "task_inputs", "code_fingerprint", "run_task", "KEY_CHARS"]
 
 KEY_CHARS = 20
 """Hex characters of a task key (80 bits: collisions are not a concern at any sweep size)."""
@@ -92,15 +93,32 @@ def _file_digests(scenario: Scenario, spec_json: dict[str, Any], cache: dict[Pat
     return digests
 
 
+def code_fingerprint() -> str:
+    """SHA-256 over the kvsim package's own source and data files (``*.py``, ``*.yaml``), by path.
+
+    The version string alone does not change while the code does (a development checkout, a merge
+    that moves numbers), and a stored point must not outlive the code that computed it.
+    """
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256()
+    for path in sorted(p for pattern in ("*.py", "*.yaml") for p in root.rglob(pattern)):
+        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
+        digest.update(path.read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def task_inputs(scenario: Scenario, point: ScenarioPoint, seed: int, replica: int,
-                file_cache: dict[Path, str] | None = None) -> dict[str, Any]:
+                file_cache: dict[Path, str] | None = None, code: str | None = None) -> dict[str, Any]:
     """Everything a task's result depends on, as JSON data (hashed into its key).
 
-    ``file_cache`` (path -> SHA-256) saves reading a trace again for each point that uses it.
+    ``file_cache`` (path -> SHA-256) saves reading a trace again for each point that uses it;
+    ``code`` is :func:`code_fingerprint` (computed here if not given).
     """
     spec_json = point.spec.model_dump(mode="json")
     return {
         "kvsim_version": __version__,
+        "kvsim_code": code if code is not None else code_fingerprint(),
         "scenario": spec_json,
         "catalog": _catalog_parts(scenario, point),
         "files": _file_digests(scenario, spec_json, file_cache if file_cache is not None else {}),
@@ -124,13 +142,14 @@ def sweep_tasks(scenario: Scenario, seed: int | None = None, requests: dict[int,
     """
     tasks = []
     file_cache = file_cache if file_cache is not None else {}
+    code = code_fingerprint()
     known = requests is not None and all(requests.get(p.index) is not None for p in scenario.points)
     for point in scenario.points:
         per_system = requests[point.index] if known else point.spec.duration
         weight = max(float(per_system), 1e-9) * len(point.spec.systems)
         for replica in range(point.spec.replications):
             run_seed = point_seed(point, seed, replica)
-            key = _key(task_inputs(scenario, point, run_seed, replica, file_cache))
+            key = _key(task_inputs(scenario, point, run_seed, replica, file_cache, code))
             tasks.append(SweepTask(point.index, replica, run_seed, key, dict(point.params), weight))
     return tasks
 
