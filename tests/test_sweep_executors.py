@@ -131,3 +131,25 @@ def test_progress_lines_name_each_point_with_elapsed_and_eta(scenario, tmp_path,
     assert all("elapsed" in line for line in done)
     assert all("ETA" in line for line in done[:-1]) and done[-1].endswith("all done")
     assert "[rate=1/s]" in done[0] and "[rate=4/s]" in done[2]
+
+
+def test_kvsim_sweep_on_the_command_line(tmp_path, reference):
+    import contextlib
+    import io
+    import json
+
+    from kvsim.cli import main
+
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIO, encoding="utf-8")
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(["sweep", str(source), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress"]) == 0
+        with pytest.raises(SystemExit) as bad:
+            main(["run", str(source), "--workers", "0"])
+    assert bad.value.code == 2 and "expected a positive integer, got 0" in err.getvalue()
+    assert "on 2 local worker processes" in err.getvalue()
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [p["systems"]["l20"]["requests_completed"] for p in summary["points"]] == \
+           [reference.run("l20", i).summary["requests_completed"] for i in range(3)]
+    assert len(list((tmp_path / "out" / "points").iterdir())) == 3
