@@ -198,3 +198,14 @@ def test_other_kvsim_code_reruns_every_point(tmp_path, monkeypatch):
     stats = SweepStats()
     run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)
     assert len(stats.ran) == 3 and stats.reused == []
+
+
+def test_a_damaged_stored_point_runs_again(tmp_path):
+    scenario = kvsim.parse_scenario(TINY, "tiny.yaml")
+    first = SweepStats()
+    run_sweep(scenario, tmp_path, workers=1, log=False, stats=first)
+    (tmp_path / "points" / first.ran[0] / "requests.parquet").write_bytes(b"not parquet")
+    stats = SweepStats()
+    result = run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)
+    assert stats.ran == [first.ran[0]] and stats.reused == first.ran[1:]
+    assert result.records_digest() == kvsim.run(scenario).records_digest()

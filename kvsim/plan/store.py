@@ -87,7 +87,7 @@ class PointStore:
             frames.append(frame)
         requests = pd.concat(frames, ignore_index=True)
         write_atomic(folder / "requests.parquet", lambda p: requests.to_parquet(p, index=False))
-        summary = RunResult.from_runs(scenario, task.seed, runs).summary_frame(replicas=True)
+        summary = _parquet_safe(RunResult.from_runs(scenario, task.seed, runs).summary_frame(replicas=True))
         write_atomic(folder / "summary.parquet", lambda p: summary.to_parquet(p, index=False))
         identity = {"key": task.key, "kvsim_version": __version__, "index": task.index, "params": task.params,
                     "replica": task.replica, "seed": task.seed, "systems": [r.system for r in runs],
@@ -99,6 +99,14 @@ class PointStore:
         write_atomic(folder / "runs.pickle", lambda p: p.write_bytes(pickle.dumps(bare, protocol=5)))
         _write_text(folder / MARKER, json.dumps({"key": task.key, "finished": time.time()}) + "\n")
         return folder
+
+    def try_load(self, task: SweepTask) -> list[SystemRun] | None:
+        """:meth:`load`, or None if the folder cannot be read back (damaged files, removed
+        by hand): the task then runs again."""
+        try:
+            return self.load(task)
+        except Exception:  # noqa: BLE001 - any unreadable folder is one to recompute, not to fail on
+            return None
 
     def load(self, task: SweepTask) -> list[SystemRun]:
         """The runs of a finished task, records read back from ``requests.parquet`` bit for bit,
@@ -125,3 +133,13 @@ def _records(frame: pd.DataFrame) -> RequestRecords:
         column = getattr(records, name)
         setattr(records, name, np.ascontiguousarray(frame[name].to_numpy(dtype=column.dtype)))
     return records
+
+
+def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """Nested summary values (routing, layout search, PD blocks: dicts and lists) as JSON text, so
+    any summary writes to Parquet (an empty dict has no Parquet type); numbers stay columns."""
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype == object and frame[column].map(lambda v: isinstance(v, (dict, list, tuple))).any():
+            frame[column] = frame[column].map(lambda v: json.dumps(v, default=str) if v is not None else None)
+    return frame

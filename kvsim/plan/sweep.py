@@ -67,10 +67,13 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
     finished: dict[str, list[SystemRun]] = {}
     todo: list[SweepTask] = []
     for task in tasks:
-        if store.done(task.key):
-            finished[task.key] = store.load(task)
+        if task.key in finished or task.key in {t.key for t in todo}:
+            continue
+        stored = store.try_load(task) if store.done(task.key) else None
+        if stored is not None:
+            finished[task.key] = stored
             stats.reused.append(task.key)
-        elif task.key not in {t.key for t in todo}:
+        else:
             todo.append(task)
     workers = default_workers() if workers is None else max(1, int(workers))
     inline = not dask and scheduler is None and in_process(workers, len(todo))
