@@ -53,6 +53,13 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         A tqdm bar over tasks (for a terminal); one line per finished task on standard error.
     stats : SweepStats, optional
         Filled with the keys of the tasks run and reused.
+
+    Notes
+    -----
+    Worker processes start with ``forkserver`` (``spawn`` where it does not exist), which
+    imports the calling script again in each worker: a script calling this with ``workers`` > 1
+    must do so under ``if __name__ == "__main__":`` (the usual multiprocessing rule; the
+    ``kvsim`` command and notebooks need nothing).
     """
     check_scenario(scenario)
     stats = stats if stats is not None else SweepStats()
