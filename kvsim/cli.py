@@ -1,4 +1,4 @@
-"""Command line: ``kvsim validate | run | plan | storage | calibrate | catalog | schema``.
+"""Command line: ``kvsim validate | run (sweep) | plan | storage | calibrate | catalog | schema``.
 
 Bad input (scenario files, CLI arguments) prints one clear message and exits with status 2;
 it never prints a traceback.
@@ -46,14 +46,24 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a scenario file without running it")
     validate.add_argument("scenario", type=Path, help="scenario YAML file")
+    _add_set(validate)
     validate.set_defaults(handler=_validate)
 
-    run = sub.add_parser("run", help="run a scenario and write its results")
+    run = sub.add_parser("run", aliases=["sweep"], help="run a scenario (every sweep point, in parallel) and "
+                                                        "write its results; re-running resumes")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
     run.add_argument("--out", type=Path, default=None,
                      help="results folder (default: results/<scenario name>)")
     run.add_argument("--seed", type=_seed, default=None, help="root seed (overrides the scenario's)")
-    run.add_argument("--no-progress", action="store_true", help="do not show the progress bar")
+    _add_set(run)
+    run.add_argument("--workers", type=_workers, default=None,
+                     help="local processes running sweep points (default: all cores; 1: in this process)")
+    run.add_argument("--dask", action="store_true",
+                     help="run the points on a Dask LocalCluster of --workers workers (pip install 'kvsim[dask]')")
+    run.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                     help="run the points on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786)")
+    run.add_argument("--no-progress", action="store_true",
+                     help="do not show the progress bar (one line per finished point is still logged)")
     run.set_defaults(handler=_run)
 
     plan = sub.add_parser("plan", help="the cheapest configuration that serves each target load within the SLO")
@@ -109,6 +119,12 @@ def _schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
+                        help="change one field of the file, as YAML: --set workload.arrival.rate=20/s "
+                             "(repeatable; validated like the file)")
+
+
 def _workers(text: str) -> int:
     try:
         value = int(text)
@@ -159,7 +175,7 @@ def _validate(args: argparse.Namespace) -> int:
     from kvsim.sim import check_scenario
     from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, candidates
 
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, args.overrides)
     sizings = check_scenario(scenario)
     _print_warnings("validate", scenario)
     spec = scenario.spec
@@ -185,6 +201,9 @@ def _validate(args: argparse.Namespace) -> int:
         print(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
         for pool in s.pools:
             print(f"    pool {pool.name}: {pool.describe()}")
+    from kvsim.plan.run_cost import run_cost
+
+    print(run_cost(scenario).describe())
     return 0
 
 
@@ -194,29 +213,35 @@ def _print_warnings(command: str, scenario) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from kvsim.plan import ExecutorError, run_sweep
     from kvsim.report import comparison_table, write_results
     from kvsim.scenario.load import load_scenario
-    from kvsim.sim import check_scenario, run_scenario
+    from kvsim.sim import check_scenario
 
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, args.overrides)
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
-    _print_warnings("run", scenario)
+    _print_warnings(args.command, scenario)
     out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
     if out.exists() and not out.is_dir():
-        print(f"kvsim run: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
+        print(f"kvsim {args.command}: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:  # fail before a long simulation, not after it
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"kvsim {args.command}: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     show_progress = not args.no_progress and sys.stderr.isatty()
-    result = run_scenario(scenario, seed=args.seed, progress=show_progress)
+    try:
+        result = run_sweep(scenario, out, seed=args.seed, workers=args.workers, dask=args.dask,
+                           scheduler=args.scheduler, bar=show_progress)
+    except ExecutorError as exc:
+        print(f"kvsim {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     print(comparison_table(result))
     try:
         written = write_results(result, out, source_text=args.scenario.read_text(encoding="utf-8"))
     except OSError as exc:
-        print(f"kvsim run: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"kvsim {args.command}: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if scenario.spec.study is not None:
         from kvsim.report.studies import write_study

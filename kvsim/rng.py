@@ -12,7 +12,7 @@ import hashlib
 
 import numpy as np
 
-__all__ = ["RandomStreams", "DerivedStreams"]
+__all__ = ["RandomStreams", "DerivedStreams", "replica_seed"]
 
 
 def _name_key(name: str) -> tuple[int, ...]:
@@ -66,3 +66,20 @@ class DerivedStreams(RandomStreams):
         if name in self.shared:
             return self.parent.generator(name)
         return self.parent.generator(f"{self.prefix}.{name}")
+
+
+def replica_seed(seed: int, replica: int) -> int:
+    """Root seed of replication ``replica`` of a point whose root seed is ``seed``.
+
+    Replica 0 keeps ``seed`` itself, so a run with ``replications: 1`` (the default) draws what
+    it always drew. Replica ``r > 0`` takes a 63-bit seed from ``SeedSequence(seed,
+    spawn_key=(r,))``: numpy's spawned sequences are designed to be independent of the parent
+    and of each other, and the result depends only on ``(seed, r)``, never on which process or
+    in which order replicas run.
+    """
+    if replica < 0:
+        raise ValueError(f"replica must be non-negative, got {replica}")
+    if replica == 0:
+        return int(seed)
+    words = np.random.SeedSequence(entropy=int(seed), spawn_key=(int(replica),)).generate_state(2, np.uint32)
+    return int(words[0]) | (int(words[1] & 0x7FFFFFFF) << 32)

@@ -115,8 +115,11 @@ def test_validate_prints_per_system_sizing(tmp_path):
     assert err == ""
     assert "valid scenario 'cli-tiny'" in out
     assert "2 system(s)" in out and "1 sweep point(s)" in out
-    lines = {line.strip().split(":")[0]: line for line in out.splitlines()[1:]}
+    lines = {line.strip().split(":")[0]: line for line in out.splitlines()[1:-2]}
     assert set(lines) == {"h20", "l20"}
+    # the run's cost: 1 point x 2 systems x 1 replication, requests drawn as the run draws them
+    assert "cost: 1 point(s) x 2 system(s) x 1 replication(s) = 2 system run(s)" in out.splitlines()[-2]
+    assert "requests simulated in all" in out.splitlines()[-1] and "rough" in out.splitlines()[-1]
     assert "1 x h20-8x" in lines["h20"] and "1 x l20-8x" in lines["l20"]
     for line in lines.values():
         assert "tp=1" in line and "qwen3-8b bf16" in line
@@ -146,9 +149,9 @@ def test_table_ratio_matches_the_summary(single_run):
     row = next(line for line in single_run["stdout"].splitlines() if line.startswith("throughput"))
     h20, l20, ratio = row.split()[-3:]
     summary = json.loads((single_run["out"] / "summary.json").read_text())
-    rps = {name: summary["systems"][name]["requests_per_s"] for name in ("h20", "l20")}
+    rps = {name: summary["points"][0]["systems"][name]["requests_per_s"] for name in ("h20", "l20")}
     # a flagged system's numbers (not steady state) carry a mark
-    flagged = {name: bool(summary["systems"][name]["flags"]) for name in ("h20", "l20")}
+    flagged = {name: bool(summary["points"][0]["systems"][name]["flags"]) for name in ("h20", "l20")}
     assert h20.endswith("*") == flagged["h20"] and l20.endswith("*") == flagged["l20"]
     assert ratio.endswith("*") == (flagged["h20"] or flagged["l20"])
     assert float(h20.rstrip("*")) == pytest.approx(rps["h20"], abs=0.006)
@@ -164,13 +167,16 @@ def test_summary_json_top_level(single_run):
     assert summary["scenario"] == "cli-tiny"
     assert summary["seed"] == 3  # --seed overrides the file's seed 11
     assert summary["kvsim_version"] == kvsim.__version__
-    assert set(summary["systems"]) == {"h20", "l20"}
+    assert summary["format"] == 2 and summary["system_names"] == ["h20", "l20"]
+    # no sweep: still a list of points, the one point with empty params
+    assert len(summary["points"]) == 1 and summary["points"][0]["params"] == {}
+    assert set(summary["points"][0]["systems"]) == {"h20", "l20"}
 
 
 def test_summary_json_metrics(single_run):
     summary = json.loads((single_run["out"] / "summary.json").read_text(encoding="utf-8"))
-    for name, metrics in summary["systems"].items():
-        assert isinstance(metrics, dict), name  # no sweep: one entry per system, not a list
+    for name, metrics in summary["points"][0]["systems"].items():
+        assert isinstance(metrics, dict), name
         _check_metrics(metrics)
 
 
@@ -204,7 +210,7 @@ def test_requests_parquet(single_run):
     summary = json.loads((single_run["out"] / "summary.json").read_text(encoding="utf-8"))
     for name, group in by_system.items():
         completed = int(group["finish_s"].between(WARMUP, DURATION).sum())
-        assert completed == summary["systems"][name]["requests_completed"], name
+        assert completed == summary["points"][0]["systems"][name]["requests_completed"], name
     # after the drain every request has finished
     assert frame["finish_s"].notna().all()
 
@@ -239,9 +245,12 @@ def test_sweep_run_writes_one_entry_per_point(sweep_run):
     assert sweep_run["rc"] == 0, sweep_run["stderr"]
     summary = json.loads((sweep_run["out"] / "summary.json").read_text(encoding="utf-8"))
     assert summary["seed"] == 3
-    assert set(summary["systems"]) == {"h20", "l20"}
-    for name, entries in summary["systems"].items():
-        assert isinstance(entries, list) and len(entries) == 2, name
+    assert summary["system_names"] == ["h20", "l20"]
+    assert [p["params"] for p in summary["points"]] == [{"workload.arrival.rate": "1/s"},
+                                                         {"workload.arrival.rate": "3/s"}]
+    for name in ("h20", "l20"):
+        entries = [{"params": p["params"], **p["systems"][name]} for p in summary["points"]]
+        assert len(entries) == 2, name
         assert [e["params"] for e in entries] == [{"workload.arrival.rate": "1/s"},
                                                   {"workload.arrival.rate": "3/s"}]
         for entry in entries:

@@ -1,4 +1,4 @@
-"""The cost model (kvsim/plan/cost.py) against hand arithmetic.
+"""The cost model (kvsim/metrics/cost.py) against hand arithmetic.
 
 Catalog figures are typed in from kvsim/hardware/data/*.yaml (and checked against the facts in
 test_catalog_prices.py), not read back from kvsim, so a changed price or power figure fails here.
@@ -12,7 +12,7 @@ import math
 import pytest
 
 import kvsim
-from kvsim.plan.cost import (
+from kvsim.metrics.cost import (
     capex_per_hour_usd, cost_summary, energy_per_hour_usd, opex_per_hour_usd, requests_per_usd,
     usd_per_million_tokens,
 )

@@ -225,8 +225,6 @@ def test_point_problems_merge_and_count():
 SIZING_SWEEP = edit("model: qwen3-8b", "model: qwen3-235b-a22b") + "sweep:\n  workload.arrival.rate: [1/s, 2/s, 3/s]\n"
 
 
-@pytest.mark.xfail(strict=True, reason="needs the check_scenario change in kvsim/sim/run.py (PointProblems) "
-                                       "described in the ergo report; remove this marker when it is merged")
 def test_a_sizing_problem_at_every_sweep_point_is_reported_once():
     from kvsim.sim import check_scenario
 

@@ -178,8 +178,8 @@ def test_the_resolved_scenario_of_a_disaggregated_run_runs_again_identically(tmp
     assert main(["run", str(source), "--out", str(tmp_path / "a"), "--no-progress"]) == 0
     assert main(["run", str(tmp_path / "a" / "scenario.yaml"), "--out", str(tmp_path / "b"), "--no-progress"]) == 0
     first, second = (json.loads((tmp_path / d / "summary.json").read_text()) for d in ("a", "b"))
-    assert first["systems"] == second["systems"]
-    hardware = first["systems"]["pd"]["hardware"]
+    assert [p["systems"] for p in first["points"]] == [p["systems"] for p in second["points"]]
+    hardware = first["points"][0]["systems"]["pd"]["hardware"]
     assert set(hardware["pools"]) == {"prefill", "decode"} and hardware["cards"] == 2
 
 

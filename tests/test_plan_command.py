@@ -86,3 +86,24 @@ def test_the_plan_command_refuses_a_scenario_without_a_plan(tmp_path, capsys):
     assert main(["plan", str(scenario), "--out", str(tmp_path / "out")]) == 2
     assert "has no plan: section" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_open_loop_prewarm_over_a_short_duration_takes_many_rounds_without_recursing():
+    # each prewarm round draws duration x rate requests (here ~10), so the 1,000 rounds prewarm
+    # allows give ~10,000 prompts; each round's streams once nested in the last round's, one level
+    # per round: a RecursionError near round 1,000 (it happened on scenarios/plan_offload.yaml)
+    from itertools import islice
+
+    from kvsim.rng import RandomStreams
+    from kvsim.sim.prewarm import warm_prompts
+
+    text = PLAN.replace("rate: 1/s", "rate: 20/s").replace(
+        "  input_tokens: {kind: fixed, value: 2000}\n",
+        "  prefix: {kind: shared_documents, documents: 5000, zipf_s: 0.8, document_tokens: {kind: fixed, value: 64},"
+        " suffix_tokens: {kind: fixed, value: 16}}\n")
+    workload = kvsim.parse_scenario(text, "plan.yaml").spec.workload
+    prompts = list(islice(warm_prompts(workload, 0.5, RandomStreams(3), 16), 15_000))
+    assert len(prompts) > 9_000
+    assert all(len(p) == 5 for p in prompts)  # 80 tokens: 5 full blocks of 16
+    again = list(islice(warm_prompts(workload, 0.5, RandomStreams(3), 16), 15_000))
+    assert all(list(a) == list(b) for a, b in zip(again, prompts))  # same seed, same prompts

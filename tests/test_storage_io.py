@@ -218,7 +218,7 @@ def test_storage_resources_are_reported_in_their_own_units_and_never_as_links(tm
     assert main(["run", str(source), "--out", str(tmp_path / "out"), "--no-progress"]) == 0
     links = pd.read_parquet(tmp_path / "out" / "links.parquet")
     storage = pd.read_parquet(tmp_path / "out" / "storage.parquet")
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["systems"]["bounce"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())["points"][0]["systems"]["bounce"]
     # the links table holds byte links only: every row is an edge u->v of the topology
     assert list(links.columns) == ["system", "point", "link", "capacity_Bps", "bytes", "utilization_mean"]
     assert not links.link.str.contains("iops|staging").any()

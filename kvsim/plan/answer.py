@@ -21,8 +21,8 @@ and ``assumptions``, floats or None where a price is unknown), or None if it can
 
 def catalog_unit_cost(scenario: Any) -> UnitCost:
     """The cost of one unit of each candidate from the catalog's prices and power and the
-    scenario's ``cost:`` section (:func:`kvsim.plan.cost.cost_summary` of the system as written)."""
-    from kvsim.plan.cost import cost_summary
+    scenario's ``cost:`` section (:func:`kvsim.metrics.cost.cost_summary` of the system as written)."""
+    from kvsim.metrics.cost import cost_summary
     from kvsim.sim.sizing import size_system
 
     def unit_cost(system: str) -> dict[str, Any] | None:

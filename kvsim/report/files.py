@@ -1,4 +1,5 @@
-"""Result files: ``summary.json``, ``requests.parquet``, the resolved scenario and the table."""
+"""Result files: ``summary.json``, ``summary.csv``, ``requests.parquet``, the resolved scenario and the
+table (docs/results.md)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def write_results(result: RunResult, out_dir: str | Path, source_text: str | Non
     summary = out / "summary.json"
     summary.write_text(json.dumps(result.summary_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     written.append(summary)
+    long = out / "summary.csv"
+    result.summary_long_frame().to_csv(long, index=False)
+    written.append(long)
     requests = out / "requests.parquet"
     result.requests_frame().to_parquet(requests, index=False)
     written.append(requests)

@@ -1,4 +1,6 @@
-"""Side-by-side text tables: one column per system, plus each system's ratio to the baseline.
+"""Side-by-side text tables: one column per system, plus each system's ratio to the baseline (and,
+for a point with replications, the mean and 95 % interval of the headline metrics; the main
+table shows replica 0, the run without replications).
 
 A system whose point is flagged as not steady state (``summary["flags"]``, see
 :mod:`kvsim.metrics.steady_state`) has every number marked with :data:`FLAG_MARK`, as has every
@@ -111,7 +113,8 @@ def comparison_table(result: RunResult) -> str:
                                    for i, cell in enumerate(row)))
             if n == 0:
                 lines.append("  ".join("-" * w for w in widths))
-        blocks.append("\n".join(lines))
+        replicas = _replica_block(result, point, systems)
+        blocks.append("\n".join(lines + replicas))
     title = (f"scenario {result.scenario.name}: seed {result.seed}, "
              f"measured over [{result.scenario.spec.warmup:g} s, {result.scenario.spec.duration:g} s] "
              f"of simulated time; ratios are system / {baseline}")
@@ -130,3 +133,42 @@ def hardware_label(sizing) -> str:
 
 def _slo_cell(met: dict[str, bool]) -> str:
     return "yes" if met and all(met.values()) else ("no (" + ", ".join(k for k, ok in met.items() if not ok) + ")")
+
+
+# (label, headline metric of kvsim.metrics.replicas, scale, format): the rows given a mean and a
+# 95 % interval when a point has replications
+REPLICA_ROWS: list[tuple[str, str, float, str]] = [
+    ("throughput (requests/s)", "requests_per_s", 1.0, "{:.2f}"),
+    ("goodput (requests/s in SLO)", "goodput_requests_per_s", 1.0, "{:.2f}"),
+    ("output tokens/s", "output_tokens_per_s", 1.0, "{:.0f}"),
+    ("TTFT p99 (s)", "ttft_s_p99", 1.0, "{:.3f}"),
+    ("TPOT p99 (ms)", "tpot_s_p99", 1e3, "{:.1f}"),
+    ("E2E p99 (s)", "e2e_s_p99", 1.0, "{:.2f}"),
+]
+
+
+def _replica_block(result: RunResult, point: int, systems: list[str]) -> list[str]:
+    """Lines giving mean +- 95 % half-width per system, when the point has several replicas."""
+    from kvsim.metrics.replicas import replica_statistics
+
+    stats = {s: replica_statistics([r.summary for r in result.runs_of(s, point)]) for s in systems}
+    n = len(result.runs_of(systems[0], point))
+    if n < 2:
+        return []
+
+    def cell(entry, scale: float, fmt: str) -> str:
+        if entry is None or entry["mean"] is None:
+            return "-"
+        half = "" if entry["half_width"] is None else " +- " + fmt.format(entry["half_width"] * scale)
+        return fmt.format(entry["mean"] * scale) + half
+
+    rows = [[f"mean +- 95% CI, {n} replications"] + systems]
+    for label, key, scale, fmt in REPLICA_ROWS:
+        rows.append([label] + [cell(stats[s].get(key), scale, fmt) for s in systems])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [""]
+    for k, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)))
+        if k == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines

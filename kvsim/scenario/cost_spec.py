@@ -2,7 +2,7 @@
 
 The part prices and power figures themselves live in the hardware catalog (``price_usd``,
 ``price_date``, ``tdp_w``, ``host_power_w``, ``power_w``; a scenario overrides them under
-``catalog:``); this section holds the parameters of the cost model in :mod:`kvsim.plan.cost`.
+``catalog:``); this section holds the parameters of the cost model in :mod:`kvsim.metrics.cost`.
 The spec lives beside the schema, not in ``plan/``, so the scenario layer imports nothing above it.
 """
 

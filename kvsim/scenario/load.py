@@ -9,10 +9,11 @@ empirical length distributions. Sizing checks that need the model and the hardwa
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 from pydantic import ValidationError
@@ -25,6 +26,7 @@ from kvsim.hardware import (
 from kvsim.models import ModelSpec, model_catalog
 from kvsim.scenario.inert import inert_settings
 from kvsim.scenario.problems import PointProblems
+from kvsim.scenario.overrides import apply_overrides
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.scenario.sweep import grid_points, set_path, zipped_paths
 from kvsim.spec_types import STRICT_UNITS
@@ -102,28 +104,34 @@ class Scenario:
                 raw = set_path(raw, dotted, value)
             except ValueError as exc:
                 raise SpecError([f"{self.located.filename}: {dotted}: {exc}"]) from None
-        located = Located(raw, self.located.filename, self.located.lines)
+        located = dataclasses.replace(self.located, data=raw)  # keeps --set attributions
         return build_scenario(raw, located, self.base_dir, strict=False, calibration=self.calibration)
 
 
-def load_scenario(path: str | FsPath) -> Scenario:
+def load_scenario(path: str | FsPath, overrides: Sequence[str] = ()) -> Scenario:
     """Read and validate a scenario file.
+
+    ``overrides`` are ``FIELD=VALUE`` texts (the command line's ``--set``), applied to the file's
+    data before validation (:mod:`kvsim.scenario.overrides`).
 
     Raises
     ------
     SpecError
-        With one ``file:line: field: message`` line per problem.
+        With one ``file:line: field: message`` line per problem (``--set ARG: field: message``
+        for a problem with an overridden field).
     """
     path = FsPath(path)
     _, text = read_utf8(path, "scenario file")
-    return parse_scenario(text, str(path), path.parent)
+    return parse_scenario(text, str(path), path.parent, overrides)
 
 
-def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPath | None = None) -> Scenario:
+def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPath | None = None,
+                   overrides: Sequence[str] = ()) -> Scenario:
     """Validate scenario YAML given as text (files it names resolve against ``base_dir``)."""
     located = load_yaml(text, filename)
     if not isinstance(located.data, dict):
         raise SpecError([f"{filename}:1: the scenario must be a mapping of fields (name, duration, ...)"])
+    located = apply_overrides(located, overrides)
     base = FsPath(base_dir) if base_dir is not None else None
     raw = _resolve_files(located.data, located, base)
     raw, calibration = apply_calibration_field(raw, located, base)

@@ -253,6 +253,9 @@ class ScenarioSpec(FrozenSpec):
     name: str = Field(min_length=1)
     description: str = ""
     seed: int = Field(default=0, ge=0)
+    replications: int = Field(default=1, ge=1)
+    """Independent runs per sweep point, each with its own seed (:func:`kvsim.rng.replica_seed`;
+    replica 0 keeps ``seed``); summaries give the mean and a 95 % Student-t interval across them."""
     duration: Seconds
     warmup: Seconds = 0.0
     drain_limit: Seconds | None = None
@@ -269,7 +272,7 @@ class ScenarioSpec(FrozenSpec):
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
     study: StudySpec | None = None
     plan: PlanSpec | None = None
-    cost: CostSpec = Field(default_factory=CostSpec)  # cost model parameters (kvsim.plan.cost)
+    cost: CostSpec = Field(default_factory=CostSpec)  # cost model parameters (kvsim.metrics.cost)
     calibration: str | None = None
     """A ``calib.yaml`` (``kvsim calibrate``; relative to the scenario file) whose fitted values apply
     to its card: efficiencies under the scenario's own ``catalog:`` entries, engine values to the

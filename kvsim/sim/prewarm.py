@@ -35,4 +35,6 @@ def warm_prompts(workload: WorkloadSpec, duration_s: float, streams: RandomStrea
             produced += 1
             if produced >= MAX_WARM_REQUESTS:
                 return
-        derived = DerivedStreams(derived, f"round{round_}", shared=world)  # a fresh, independent batch
+        # a fresh, independent batch; named from the run's own streams, not nested in the last
+        # round's (a short duration takes many rounds, and nesting would recurse once per round)
+        derived = DerivedStreams(streams, f"prewarm.round{round_}", shared=world)

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from kvsim._version import __version__
 from kvsim.metrics.records import RequestRecords
+from kvsim.metrics.replicas import replica_statistics
 from kvsim.metrics.summary import LATENCY_KEYS
 
 if TYPE_CHECKING:
     from kvsim.scenario.load import Scenario
     from kvsim.sim.sizing import SystemSizing
 
-__all__ = ["SystemRun", "RunResult"]
+__all__ = ["SystemRun", "RunResult", "SUMMARY_FORMAT"]
+
+SUMMARY_FORMAT = 2
+"""Version of the ``summary.json`` layout (docs/results.md). 2: always a list of points, each
+with ``params`` and ``systems``; 1 (before it, unversioned): a dict per system without a sweep."""
 
 
 @dataclass
@@ -38,6 +45,8 @@ class SystemRun:
     storage: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     switches: list[dict[str, Any]] = field(default_factory=list)
+    replica: int = 0
+    seed: int | None = None  # the run's root seed (the point's, or its replica's)
 
     def describe(self) -> dict[str, Any]:
         """Hardware facts of the run, SI units: the system's totals and each pool's.
@@ -67,11 +76,28 @@ class SystemRun:
 
 @dataclass
 class RunResult:
-    """All runs of a scenario: every system at every sweep point."""
+    """All runs of a scenario: every system at every sweep point.
+
+    ``runs`` holds replica 0 of every (point, system), the run a scenario without
+    ``replications`` makes; tables and studies read those. ``replicas`` holds the further
+    replications (``replications: N`` > 1), in (point, replica, system) order; the summaries
+    give statistics across all of them. ``stored`` maps a point index to the folders
+    (``points/<hash>``, relative to the results folder) its runs were kept in, when a sweep
+    executor (:mod:`kvsim.plan`) ran it.
+    """
 
     scenario: "Scenario"
     seed: int
     runs: list[SystemRun] = field(default_factory=list)
+    replicas: list[SystemRun] = field(default_factory=list)
+    stored: dict[int, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def from_runs(cls, scenario: "Scenario", seed: int, runs: list[SystemRun],
+                  stored: dict[int, list[str]] | None = None) -> "RunResult":
+        """Split ``runs`` (any replicas) into :attr:`runs` and :attr:`replicas`."""
+        return cls(scenario, seed, [r for r in runs if r.replica == 0], [r for r in runs if r.replica != 0],
+                   dict(stored or {}))
 
     @property
     def swept(self) -> bool:
@@ -87,24 +113,44 @@ class RunResult:
                 return run
         raise KeyError(f"no run of system {system!r} at point {point_index}")
 
+    def all_runs(self) -> list[SystemRun]:
+        """Every run, replicas included, in (point, replica, system) order."""
+        return sorted(self.runs + self.replicas, key=lambda r: (r.point_index, r.replica))
+
+    def runs_of(self, system: str, point_index: int) -> list[SystemRun]:
+        """Every replica of ``system`` at ``point_index``, replica 0 first."""
+        return [r for r in self.all_runs() if r.system == system and r.point_index == point_index]
+
     def points(self) -> list[int]:
         return sorted({r.point_index for r in self.runs})
 
     def summary_dict(self) -> dict[str, Any]:
-        """The ``summary.json`` structure.
+        """The ``summary.json`` structure (format :data:`SUMMARY_FORMAT`; docs/results.md).
 
-        Without a sweep: ``systems -> name -> metrics``. With a sweep: ``systems -> name -> list``
-        of one entry per point, each with ``params`` and the metrics.
+        The same shape with or without a sweep: ``points`` is a list (one entry without a
+        sweep), each with ``index``, ``params`` (swept field -> value as written; empty without
+        a sweep), ``seed`` and ``systems`` -> name -> metrics of replica 0, ``hardware``, and
+        ``replicas``: ``n``, ``seeds`` and, per headline metric, the mean and 95 % Student-t
+        interval across replicas (:mod:`kvsim.metrics.replicas`; bounds are None for one).
         """
-        systems: dict[str, Any] = {}
-        for run in self.runs:
-            entry = {**run.summary, "hardware": run.describe()}
-            if self.swept:
-                systems.setdefault(run.system, []).append({"params": run.params, **entry})
-            else:
-                systems[run.system] = entry
+        points = []
+        for index in self.points():
+            primary = [r for r in self.runs if r.point_index == index]
+            systems: dict[str, Any] = {}
+            for run in primary:
+                reps = self.runs_of(run.system, index)
+                systems[run.system] = {
+                    **run.summary, "hardware": run.describe(),
+                    "replicas": {"n": len(reps), "seeds": [r.seed for r in reps],
+                                 "metrics": replica_statistics([r.summary for r in reps])},
+                }
+            entry = {"index": index, "params": primary[0].params, "seed": primary[0].seed, "systems": systems}
+            if index in self.stored:
+                entry["stored"] = self.stored[index]
+            points.append(entry)
         calibration = getattr(self.scenario, "calibration", None)
         return {
+            "format": SUMMARY_FORMAT,
             "scenario": self.scenario.name,
             **({"calibration": calibration.record()} if calibration is not None else {}),
             "seed": self.seed,
@@ -113,14 +159,21 @@ class RunResult:
             "warmup_s": self.scenario.spec.warmup,
             "baseline": self.baseline,
             "sweep": {k: list(v) for k, v in self.scenario.spec.sweep.items()},
-            "systems": systems,
+            "replications": self.scenario.spec.replications,
+            "system_names": list(self.scenario.spec.systems),
+            "points": points,
         }
 
-    def summary_frame(self) -> pd.DataFrame:
-        """One row per (point, system): swept parameters, then flat metrics (``ttft_s_p99`` ...)."""
+    def summary_frame(self, replicas: bool = False) -> pd.DataFrame:
+        """One row per (point, system): swept parameters, then flat metrics (``ttft_s_p99`` ...).
+
+        With ``replicas`` every replication has its row, told apart by a ``replica`` column.
+        """
         rows = []
-        for run in self.runs:
+        for run in self.all_runs() if replicas else self.runs:
             row: dict[str, Any] = {"point": run.point_index, "system": run.system}
+            if replicas:
+                row["replica"] = run.replica
             row.update(run.params)
             for key, value in run.summary.items():
                 if key == "cache":
@@ -137,6 +190,37 @@ class RunResult:
             rows.append(row)
         frame = pd.DataFrame(rows)
         return frame.astype({c: float for c in frame.columns if c.endswith(("_mean", "_p50", "_p90", "_p99"))})
+
+    def summary_long_frame(self) -> pd.DataFrame:
+        """``summary.csv``: one row per point x system x replica x numeric metric (docs/results.md).
+
+        Columns: ``point``, the swept parameters, ``system``, ``replica``, ``metric``, ``stat``
+        (``value``) and ``value``. A point with more than one replica adds, per headline metric,
+        rows with ``replica`` empty and ``stat`` ``mean``, ``ci_low``, ``ci_high``,
+        ``half_width`` (95 % Student t) and ``n``.
+        """
+        wide = self.summary_frame(replicas=True)
+        params = list(dict.fromkeys(k for r in self.runs for k in r.params))
+        ids = ["point", *params, "system", "replica"]
+        rows = []
+        for record in wide.to_dict("records"):
+            key = [record[c] for c in ids]
+            for metric, value in record.items():
+                if metric in ids or not _numeric(value):
+                    continue
+                rows.append(key + [metric, "value", float(value)])
+        for index in self.points():
+            for run in (r for r in self.runs if r.point_index == index):
+                reps = self.runs_of(run.system, index)
+                if len(reps) < 2:
+                    continue
+                key = [index, *[run.params.get(p) for p in params], run.system, None]
+                for metric, stats in replica_statistics([r.summary for r in reps]).items():
+                    for stat in ("mean", "ci_low", "ci_high", "half_width", "n"):
+                        if stats[stat] is not None:
+                            rows.append(key + [metric, stat, float(stats[stat])])
+        frame = pd.DataFrame(rows, columns=[*ids, "metric", "stat", "value"])
+        return frame.astype({"replica": "Int64"})
 
     def _per_run_frame(self, attribute: str) -> pd.DataFrame:
         frames = []
@@ -190,16 +274,25 @@ class RunResult:
         return self._per_run_frame("switches")
 
     def requests_frame(self) -> pd.DataFrame:
-        """Every request of every run, with ``system``, ``point`` and swept parameters as columns."""
+        """Every request of every run, with ``system``, ``point`` and swept parameters as columns
+        (and ``replica`` after ``point`` when the scenario has replications)."""
         frames = []
-        for run in self.runs:
+        with_replica = bool(self.replicas)
+        for run in self.all_runs():
             frame = run.records.to_frame()
             frame.insert(0, "system", run.system)
             frame.insert(1, "point", run.point_index)
+            if with_replica:
+                frame.insert(2, "replica", run.replica)
             for col, (key, value) in enumerate(run.params.items()):
-                frame.insert(2 + col, key, str(value))
+                frame.insert(2 + with_replica + col, key, str(value))
             frames.append(frame)
         return pd.concat(frames, ignore_index=True)
+
+
+def _numeric(value: Any) -> bool:
+    """A number (or bool) that is not NaN: a metric summary.csv holds (names stay in summary.json)."""
+    return isinstance(value, (numbers.Real, np.bool_)) and value == value
 
 
 def _flat_cache(cache: dict[str, Any]) -> dict[str, Any]:

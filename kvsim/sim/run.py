@@ -13,8 +13,10 @@ from typing import Any
 import simpy
 
 from kvsim.metrics.records import RequestRecords
-from kvsim.rng import RandomStreams
+from kvsim.metrics.cost import cost_summary
+from kvsim.rng import RandomStreams, replica_seed
 from kvsim.scenario.load import Scenario, ScenarioPoint
+from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim import frontend
 from kvsim.sim.build import build_system
@@ -26,13 +28,13 @@ from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
 
-__all__ = ["check_scenario", "run_scenario", "simulate_system"]
+__all__ = ["check_scenario", "run_scenario", "run_point", "point_seed", "simulate_system", "RunProgress"]
 
 
 def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
     """Size every system at every sweep point; raise :class:`SpecError` naming each that cannot run."""
     sizings: dict[tuple[int, str], SystemSizing] = {}
-    problems: list[str] = []
+    problems = PointProblems(len(scenario.points), scenario.problem)
     for point in scenario.points:
         for name in point.spec.systems:
             try:
@@ -41,20 +43,16 @@ def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
                     continue
                 sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
             except SizingError as exc:
-                message = exc.message
-                if point.params:
-                    label = ", ".join(f"{k}={v}" for k, v in point.params.items())
-                    message = f"at sweep point [{label}]: {message}"
-                problem = scenario.problem(exc.path, message)
-                if problem not in problems:
-                    problems.append(problem)
+                problems.add(exc.path, exc.message, point.params)  # once, naming the points it holds at
     if problems:
-        raise SpecError(problems)
+        raise SpecError(problems.lines())
     return sizings
 
 
 @dataclass
-class _Progress:
+class RunProgress:
+    """Advances a tqdm bar (if any) by simulated seconds as runs go."""
+
     bar: Any = None
 
     def advance(self, simulated_s: float) -> None:
@@ -63,7 +61,7 @@ class _Progress:
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = False) -> RunResult:
-    """Run every system at every sweep point.
+    """Run every system at every sweep point (and every replication), in this process.
 
     Parameters
     ----------
@@ -72,43 +70,75 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
         Overrides the root seed of every point (a swept ``seed`` otherwise gives each point its own).
     progress : bool
         Show a progress bar (simulated seconds) on standard error.
+
+    See :mod:`kvsim.plan` to run the points in parallel processes or on a Dask cluster and keep
+    finished points on disk: it runs the same :func:`run_point` per task, so results are identical.
     """
     sizings = check_scenario(scenario)
     root_seed = scenario.spec.seed if seed is None else int(seed)
     runs: list[SystemRun] = []
-    total = sum(p.spec.duration * len(p.spec.systems) for p in scenario.points)
+    total = sum(p.spec.duration * len(p.spec.systems) * p.spec.replications for p in scenario.points)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=round(total, 3), unit="sim-s", desc=scenario.name, leave=False, dynamic_ncols=True)
-    tracker = _Progress(bar)
+    tracker = RunProgress(bar)
     try:
         for point in scenario.points:
-            streams = RandomStreams(point.spec.seed if seed is None else int(seed))
-            requests = None
-            workload = point.spec.workload
-            if not workload.closed_loop and not workload.multi_turn:
-                try:
-                    requests = open_loop_requests(workload, point.spec.duration, streams,
-                                                  base_dir=scenario.base_dir)
-                except (OSError, ValueError) as exc:
-                    raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
-            for name in point.spec.systems:
-                if bar is not None:
-                    bar.set_postfix_str(f"{name} {_label(point)}".strip())
-                if (point.index, name) not in sizings:  # layout: best
-                    runs.append(_run_best_layout(scenario, point, name, requests, streams, tracker))
-                    continue
-                runs.append(simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker))
+            for replica in range(point.spec.replications):
+                runs += run_point(scenario, point, seed, replica, sizings, tracker)
     finally:
         if bar is not None:
             bar.close()
-    return RunResult(scenario=scenario, seed=root_seed, runs=runs)
+    return RunResult.from_runs(scenario, root_seed, runs)
+
+
+def point_seed(point: ScenarioPoint, seed: int | None = None, replica: int = 0) -> int:
+    """Root seed of one run of ``point``: the point's seed (or the override ``seed``), then
+    replica ``replica``'s (:func:`kvsim.rng.replica_seed`; replica 0 keeps it)."""
+    return replica_seed(point.spec.seed if seed is None else int(seed), replica)
+
+
+def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None, replica: int = 0,
+              sizings: dict[tuple[int, str], SystemSizing] | None = None,
+              tracker: "RunProgress | None" = None) -> list[SystemRun]:
+    """Every system of one sweep point, replica ``replica``: one task of a sweep.
+
+    The systems share one request stream drawn from the run's seed (:func:`point_seed`), so a
+    point is the unit of work that can run anywhere. ``sizings`` (from :func:`check_scenario`)
+    saves sizing again; without it the point's systems are sized here.
+    """
+    if sizings is None:
+        sizings = {}
+        for name in point.spec.systems:
+            if not searches_layout(point.spec, name):
+                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
+    tracker = tracker if tracker is not None else RunProgress()
+    run_seed = point_seed(point, seed, replica)
+    streams = RandomStreams(run_seed)
+    requests = None
+    workload = point.spec.workload
+    if not workload.closed_loop and not workload.multi_turn:
+        try:
+            requests = open_loop_requests(workload, point.spec.duration, streams, base_dir=scenario.base_dir)
+        except (OSError, ValueError) as exc:
+            raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
+    runs = []
+    for name in point.spec.systems:
+        if tracker.bar is not None:
+            tracker.bar.set_postfix_str(f"{name} {_label(point)}".strip())
+        if (point.index, name) not in sizings:  # layout: best
+            run = _run_best_layout(scenario, point, name, requests, streams, tracker)
+        else:
+            run = simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker)
+        run.replica, run.seed = replica, run_seed
+        runs.append(run)
+    return runs
 
 
 def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, requests: RequestArrays | None,
-                     streams: RandomStreams, tracker: _Progress) -> SystemRun:
+                     streams: RandomStreams, tracker: RunProgress) -> SystemRun:
     """Search the layouts of system ``name`` (see :mod:`kvsim.sim.layout_search`) and return the
     winner's full run."""
     arrivals: dict[float, RequestArrays | None] = {point.spec.duration: requests}
@@ -136,7 +166,7 @@ def simulate_system(
     sizing: SystemSizing,
     requests: RequestArrays | None,
     streams: RandomStreams,
-    progress: _Progress | None = None,
+    progress: RunProgress | None = None,
 ) -> SystemRun:
     """Simulate system ``name`` at one sweep point and summarise it."""
     spec: ScenarioSpec = point.spec
@@ -165,4 +195,6 @@ def simulate_system(
     drain_end = duration + spec.drain_limit_s
     while system.in_system.value > 0 and env.now < drain_end:
         env.run(until=min(env.now + duration / slices, drain_end))
-    return collect(system, point, time.perf_counter() - started)
+    run = collect(system, point, time.perf_counter() - started)
+    run.summary["cost"] = cost_summary(sizing, run.summary, spec.cost)
+    return run

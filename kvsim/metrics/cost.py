@@ -233,8 +233,15 @@ def _read(summary: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
 
 
 def _model_assumptions(spec: CostSpec, remote_pool: bool) -> list[str]:
-    """The cost model's own defaults that the scenario left as they are (and that apply)."""
-    given = set(spec.model_fields_set) | (set() if remote_pool else {"remote_pool_share"})
+    """The cost model's own defaults that the scenario left as they are (and that apply).
+
+    A field counts as left at its default when its value equals the default, whether or not the
+    file wrote it: a resolved scenario (``scenario.yaml``, every field explicit) then names the
+    same assumptions as the file it came from."""
+    defaults = CostSpec()
+    given = {name for name in CostSpec.model_fields if getattr(spec, name) != getattr(defaults, name)}
+    if not remote_pool:
+        given.add("remote_pool_share")
     texts = {
         "amortisation": f"amortisation = {spec.amortisation / HOUR_S / HOURS_PER_YEAR:g} years (default): straight "
                         "line, no residual value; clouds depreciate servers over 5-6 years since 2022, accelerators "

@@ -1,0 +1,126 @@
+"""Run a scenario's sweep as independent, resumable tasks (``kvsim run`` / ``kvsim sweep``).
+
+Each (sweep point, replica) is a task (:mod:`kvsim.plan.tasks`) keyed by a content hash. Tasks
+already stored in ``OUT/points/`` are read back instead of run; the others run where asked
+(:mod:`kvsim.plan.executor`) and each is stored as soon as it finishes (:mod:`kvsim.plan.store`),
+so a sweep killed at any moment loses at most the tasks that were running. The result is the
+same :class:`~kvsim.sim.result.RunResult` that :func:`kvsim.sim.run_scenario` returns, runs in
+the same order, whatever ran them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from kvsim.plan.run_cost import point_requests
+from kvsim.plan.executor import default_workers, execute, in_process
+from kvsim.plan.progress import SweepProgress
+from kvsim.plan.store import PointStore
+from kvsim.plan.tasks import SweepTask, code_fingerprint, sweep_tasks, task_inputs
+from kvsim.scenario.load import Scenario
+from kvsim.sim.result import RunResult, SystemRun
+from kvsim.sim.run import check_scenario
+
+__all__ = ["run_sweep", "SweepStats"]
+
+
+class SweepStats:
+    """What a sweep did: tasks ``ran`` here and ``reused`` from the store (their keys)."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.reused: list[str] = []
+
+
+def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, workers: int | None = None,
+              dask: bool = False, scheduler: str | None = None, bar: bool = False, log: bool = True,
+              stats: SweepStats | None = None) -> RunResult:
+    """Run (or resume) every task of ``scenario``, storing each in ``out/points/``.
+
+    Parameters
+    ----------
+    out : path
+        The results folder (created if needed).
+    seed : int, optional
+        Overrides every point's root seed.
+    workers : int, optional
+        Local processes (default: every core; 1 runs in this process); with ``dask``, the
+        LocalCluster's workers.
+    dask, scheduler
+        Run on a Dask LocalCluster, or on the cluster whose scheduler is at this address.
+    bar, log
+        A tqdm bar over tasks (for a terminal); one line per finished task on standard error.
+    stats : SweepStats, optional
+        Filled with the keys of the tasks run and reused.
+
+    Notes
+    -----
+    Worker processes start with ``forkserver`` (``spawn`` where it does not exist), which
+    imports the calling script again in each worker: a script calling this with ``workers`` > 1
+    must do so under ``if __name__ == "__main__":`` (the usual multiprocessing rule; the
+    ``kvsim`` command and notebooks need nothing).
+    """
+    check_scenario(scenario)
+    stats = stats if stats is not None else SweepStats()
+    store = PointStore(out)
+    store.root.mkdir(parents=True, exist_ok=True)
+    for leftover in store.stale_temporaries():
+        leftover.unlink(missing_ok=True)
+    requests = {p.index: point_requests(scenario, p, read_files=False) for p in scenario.points}
+    file_cache: dict = {}
+    code = code_fingerprint()
+    tasks = sweep_tasks(scenario, seed, requests, file_cache)
+    finished: dict[str, list[SystemRun]] = {}
+    todo: list[SweepTask] = []
+    for task in tasks:
+        if task.key in finished or task.key in {t.key for t in todo}:
+            continue
+        stored = store.try_load(task) if store.done(task.key) else None
+        if stored is not None:
+            finished[task.key] = stored
+            stats.reused.append(task.key)
+        else:
+            todo.append(task)
+    workers = default_workers() if workers is None else max(1, int(workers))
+    inline = not dask and scheduler is None and in_process(workers, len(todo))
+    progress = None
+    if log or bar:
+        progress = SweepProgress(scenario.name, todo, stored=len(finished), bar=bar and not inline,
+                                 stream=None if log else _Discard())
+        where = (f"on the Dask scheduler at {scheduler}" if scheduler else
+                 f"on a Dask LocalCluster of {workers} worker(s)" if dask else
+                 "in this process" if inline else f"on {min(workers, len(todo))} local worker processes")
+        progress.begin(where)
+
+    def on_done(task: SweepTask, runs: list[SystemRun]) -> None:
+        inputs = task_inputs(scenario, scenario.points[task.index], task.seed, task.replica, file_cache, code)
+        store.save(scenario, task, runs, inputs)
+        finished[task.key] = runs
+        stats.ran.append(task.key)
+        if progress is not None:
+            progress.finished(task, sum(r.wall_s for r in runs))
+
+    try:
+        execute(scenario, todo, on_done, seed=seed, workers=workers, dask=dask, scheduler=scheduler,
+                inline_bar=bar and inline)
+    finally:
+        if progress is not None:
+            progress.close()
+    runs: list[SystemRun] = []
+    stored: dict[int, list[str]] = {}
+    for task in tasks:
+        # two points may resolve to the same inputs (5/s and 300/min): one run, labelled for each
+        runs += [dataclasses.replace(r, point_index=task.index, params=dict(task.params), replica=task.replica,
+                                     seed=task.seed) for r in finished[task.key]]
+        stored.setdefault(task.index, []).append(store.relative(task.key))
+    root_seed = scenario.spec.seed if seed is None else int(seed)
+    return RunResult.from_runs(scenario, root_seed, runs, stored)
+
+
+class _Discard:
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
