@@ -3,17 +3,15 @@ every finished probe on disk so an interrupted plan resumes where it stopped, an
 answer and its report.
 
 A probe is stored as ``DIR/probes/<hash>.json``, the hash taken over everything that decides its
-outcome: the probe's own scenario (the system scaled, the rate set), the SLO and the kvsim
-version. Re-running the plan reads the probes it finds instead of running them again; a probe
+outcome, as a sweep keys its points: the probe's own resolved scenario (the system scaled, the
+rate set, the SLO), the catalog parts and trace files it reads, and kvsim's version and code. Re-running the plan reads the probes it finds instead of running them again; a probe
 whose inputs changed has another hash and runs. Each file is written to a temporary name and
 renamed, so a killed worker leaves no half-written probe.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import sys
 import threading
 import time
@@ -22,21 +20,26 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kvsim._version import __version__
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, plan, probe_scenario
+from kvsim.plan.executor import _context, default_workers
 from kvsim.plan.search import ProbeOutcome
+from kvsim.plan.store import write_atomic
+from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
+
 from kvsim.scenario.load import Scenario
 
 __all__ = ["run_plan", "probe_key"]
 
 
-def probe_key(scenario: Scenario, probe: Probe) -> str:
-    """Content hash of everything that decides ``probe``'s outcome (hex, 24 characters)."""
+def probe_key(scenario: Scenario, probe: Probe, code: str | None = None,
+              file_cache: dict[Path, str] | None = None) -> str:
+    """Content hash of everything that decides ``probe``'s outcome: the key a sweep gives its
+    point (:func:`kvsim.plan.tasks.task_inputs`: the resolved scenario of the probe, SLO
+    included, the catalog parts and trace files it reads, kvsim's version and its own code)."""
     scaled = probe_scenario(scenario, probe)
-    text = json.dumps({"scenario": scaled.raw, "slo": scenario.spec.slo.model_dump(mode="json"),
-                       "kvsim": __version__}, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    point = scaled.points[0]
+    return task_key(task_inputs(scaled, point, point.spec.seed, 0, file_cache, code))
 
 
 class _StoredMap:
@@ -51,10 +54,13 @@ class _StoredMap:
         self.ran = 0
         self._pool: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()  # the planner calls from one thread per candidate
+        self._code = code_fingerprint()  # once: it reads every source file
+        self._files: dict[Path, str] = {}
 
     def __enter__(self) -> "_StoredMap":
         if self.workers > 1:
-            self._pool = ProcessPoolExecutor(max_workers=self.workers)
+            # forkserver (the sweep's context): the planner's threads must not be forked
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_context())
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -62,7 +68,7 @@ class _StoredMap:
             self._pool.shutdown(cancel_futures=True)
 
     def __call__(self, function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe]) -> Iterable[ProbeOutcome]:
-        keys = [probe_key(self.scenario, p) for p in probes]
+        keys = [probe_key(self.scenario, p, self._code, self._files) for p in probes]
         outcomes: dict[int, ProbeOutcome] = {}
         todo = []
         for k, key in enumerate(keys):
@@ -89,9 +95,8 @@ class _StoredMap:
         self.folder.mkdir(parents=True, exist_ok=True)
         record = {"system": probe.system, "units": probe.units, "rate_per_s": outcome.rate_per_s,
                   "meets": outcome.meets, "reason": outcome.reason, "detail": outcome.detail}
-        temporary = self.folder / f".{key}.{os.getpid()}.tmp"
-        temporary.write_text(json.dumps(record, indent=1, allow_nan=False, default=_plain) + "\n", encoding="utf-8")
-        os.replace(temporary, self.folder / f"{key}.json")
+        text = json.dumps(record, indent=1, allow_nan=False, default=_plain) + "\n"
+        write_atomic(self.folder / f"{key}.json", lambda path: path.write_text(text, encoding="utf-8"))
 
 
 def _count(n: int, noun: str) -> str:
@@ -128,7 +133,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
     from kvsim.report.plan_report import write_plan_report
 
     out = Path(out_dir)
-    workers = max(1, workers if workers is not None else (os.cpu_count() or 1))
+    workers = max(1, workers if workers is not None else default_workers())
     emit = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     count = 0

@@ -127,7 +127,7 @@ def task_inputs(scenario: Scenario, point: ScenarioPoint, seed: int, replica: in
     }
 
 
-def _key(inputs: dict[str, Any]) -> str:
+def task_key(inputs: dict[str, Any]) -> str:
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:KEY_CHARS]
 
@@ -149,7 +149,7 @@ def sweep_tasks(scenario: Scenario, seed: int | None = None, requests: dict[int,
         weight = max(float(per_system), 1e-9) * len(point.spec.systems)
         for replica in range(point.spec.replications):
             run_seed = point_seed(point, seed, replica)
-            key = _key(task_inputs(scenario, point, run_seed, replica, file_cache, code))
+            key = task_key(task_inputs(scenario, point, run_seed, replica, file_cache, code))
             tasks.append(SweepTask(point.index, replica, run_seed, key, dict(point.params), weight))
     return tasks
 
