@@ -72,6 +72,12 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--workers", type=_workers, default=None, help="worker processes (default: all cores)")
     plan.set_defaults(handler=_plan)
 
+    report = sub.add_parser("report", help="render the report of a plan's results folder again (from plan.json)")
+    report.add_argument("results", type=Path, help="results folder of kvsim plan (holds plan.json)")
+    report.add_argument("--out", type=Path, default=None, help="folder to write into (default: the results folder)")
+    report.add_argument("--name", default="plan", help="file stem of the report files (default: plan)")
+    report.set_defaults(handler=_report)
+
     storage = sub.add_parser("storage", help="run a storage benchmark (transfer layer only) against a pool")
     storage.add_argument("bench", type=Path, help="storage benchmark YAML file (see docs/storage_bench.md)")
     storage.add_argument("--out", type=Path, default=None, help="also write storage_bench.csv into this folder")
@@ -157,6 +163,32 @@ def _plan(args: argparse.Namespace) -> int:
     answer = run_plan(scenario, out, workers=args.workers)
     print(summary_paragraph(answer))
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from kvsim.report.plan_report import write_plan_report
+
+    answer_path = args.results / "plan.json"
+    if not answer_path.is_file():
+        print(f"kvsim report: {args.results} holds no plan.json: give the results folder of kvsim plan "
+              f"(a run's results have their table in table.txt and their data in summary.json)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        answer = json.loads(answer_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        print(f"kvsim report: cannot read {answer_path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not isinstance(answer, dict) or answer.get("kind") != "plan":
+        print(f"kvsim report: {answer_path} is not the answer of a plan (no \"kind\": \"plan\")", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = args.out if args.out is not None else args.results
+    try:
+        written = write_plan_report(answer, out, args.name)
+    except OSError as exc:
+        print(f"kvsim report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("report written: " + ", ".join(str(p) for p in written))
     return 0
 
 

@@ -107,3 +107,22 @@ def test_an_open_loop_prewarm_over_a_short_duration_takes_many_rounds_without_re
     assert all(len(p) == 5 for p in prompts)  # 80 tokens: 5 full blocks of 16
     again = list(islice(warm_prompts(workload, 0.5, RandomStreams(3), 16), 15_000))
     assert all(list(a) == list(b) for a, b in zip(again, prompts))  # same seed, same prompts
+
+
+def test_report_renders_a_plan_again_from_its_answer_alone(tmp_path, capsys):
+    from kvsim.cli import main
+
+    scenario = kvsim.parse_scenario(PLAN, "plan.yaml")
+    run_plan(scenario, tmp_path / "out", workers=1, log=lambda line: None)
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "docs"), "--name", "study"]) == 0
+    first = (tmp_path / "out" / "plan.md").read_text()
+    again = (tmp_path / "docs" / "study.md").read_text()
+    assert again == first.replace("plan_capacity.png", "study_capacity.png").replace("plan_probes.png",
+                                                                                       "study_probes.png")
+    assert (tmp_path / "docs" / "study_probes.png").is_file() and (tmp_path / "docs" / "study.html").is_file()
+    assert main(["report", str(tmp_path)]) == 2
+    assert "holds no plan.json" in capsys.readouterr().err
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "plan.json").write_text("{not json")
+    assert main(["report", str(tmp_path / "bad")]) == 2
+    assert "cannot read" in capsys.readouterr().err

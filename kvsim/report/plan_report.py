@@ -58,7 +58,7 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
             f"and power): " + " ".join(sentences))
 
 
-def _figure_capacity(answer: dict[str, Any]) -> Figure | None:
+def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     points = [(c["system"], c["unit_cost"]["cost_per_hour_usd"], c["capacity"]["max_rate_per_s"])
               for c in answer["candidates"]
               if c["unit_cost"] and c["unit_cost"].get("cost_per_hour_usd") and c["capacity"]["max_rate_per_s"]]
@@ -86,11 +86,11 @@ def _figure_capacity(answer: dict[str, Any]) -> Figure | None:
     ax.set_ylabel("load one unit sustains within the SLO (requests/s)")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return Figure("plan_capacity.png", _png(fig), "Capacity against cost, per unit of each candidate "
+    return Figure(f"{stem}_capacity.png", _png(fig), "Capacity against cost, per unit of each candidate "
                                                   "(blue: no other candidate is both cheaper and larger)")
 
 
-def _figure_probes(answer: dict[str, Any]) -> Figure:
+def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -121,7 +121,7 @@ def _figure_probes(answer: dict[str, Any]) -> Figure:
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return Figure("plan_probes.png", _png(fig), "TTFT p99 of one unit against load, per candidate; dotted: the "
+    return Figure(f"{stem}_probes.png", _png(fig), "TTFT p99 of one unit against load, per candidate; dotted: the "
                                                 "unit capacity found; hollow markers: runs flagged unstable or too "
                                                 "short (not steady state)")
 
@@ -135,8 +135,8 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def plan_document(answer: dict[str, Any]) -> Document:
-    """The report of a plan's answer (the dict of ``plan.json``)."""
+def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
+    """The report of a plan's answer (the dict of ``plan.json``); figures are named ``<stem>_*.png``."""
     doc = Document(f"Capacity plan: {answer['scenario']}")
     targets = ", ".join(_rate(t) for t in answer["targets_per_s"])
     doc.heading("Question")
@@ -174,7 +174,7 @@ def plan_document(answer: dict[str, Any]) -> Document:
     doc.table(["candidate", "meets the SLO at", "fails at", "converged", "search"], rows,
               f"The most load one unit sustains lies between the two rates (searched to within "
               f"{answer['rel_tol']:.0%}).")
-    for figure in (_figure_capacity(answer), _figure_probes(answer)):
+    for figure in (_figure_capacity(answer, stem), _figure_probes(answer, stem)):
         if figure is not None:
             doc.figure(figure)
     doc.heading("Assumptions")
@@ -211,26 +211,27 @@ def plan_document(answer: dict[str, Any]) -> Document:
     return doc
 
 
-def write_plan_report(answer: dict[str, Any], out_dir: Any) -> list[Any]:
-    """Write ``plan.json``, ``plan.md`` (with its PNG figures) and ``plan.html`` into ``out_dir``,
-    each to a temporary name first and then renamed, so a killed run leaves no half-written file.
-    Returns the paths written."""
+def write_plan_report(answer: dict[str, Any], out_dir: Any, stem: str = "plan") -> list[Any]:
+    """Write ``<stem>.json``, ``<stem>.md`` (with its PNG figures) and ``<stem>.html`` into
+    ``out_dir``, each to a temporary name first and then renamed, so a killed run leaves no
+    half-written file. Returns the paths written."""
     import json
     import os
+    import uuid
     from pathlib import Path
 
     from kvsim.report.document import to_html, to_markdown
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    doc = plan_document(answer)
-    files: list[tuple[str, bytes]] = [("plan.json", (json.dumps(answer, indent=2, allow_nan=False) + "\n").encode())]
+    doc = plan_document(answer, stem)
+    files = [(f"{stem}.json", (json.dumps(answer, indent=2, allow_nan=False) + "\n").encode())]
     files += [(figure.name, figure.png) for figure in doc.figures()]
-    files += [("plan.md", to_markdown(doc).encode()), ("plan.html", to_html(doc).encode())]
+    files += [(f"{stem}.md", to_markdown(doc).encode()), (f"{stem}.html", to_html(doc).encode())]
     written = []
     for name, data in files:
         path = out / name
-        temporary = out / f".{name}.tmp"
+        temporary = out / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         temporary.write_bytes(data)
         os.replace(temporary, path)
         written.append(path)
