@@ -142,14 +142,18 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         nonlocal count
         count += 1
         verdict = "meets the SLO" if outcome.meets else f"fails: {outcome.reason}"
+        cost = outcome.detail.get("wall_s")
+        took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {probe.system} x{probe.units} at "
-             f"{probe.rate_per_s:.4g} requests/s {verdict}")
+             f"{probe.rate_per_s:.4g} requests/s {verdict}{took}")
 
     with _StoredMap(scenario, out / "probes", workers) as stored:
-        # candidates in parallel, and each rate search probes as many rates a round as there are
-        # workers: the queue stays full to the last candidate, and the probes depend on the
-        # number of workers only, never on timing (a rerun reuses every probe)
-        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=workers, parallel=workers)
+        # every candidate at once (its own thread), and each rate search probes as many rates a
+        # round as there are workers: the queue stays full to the last candidate, and the probes
+        # depend on the number of workers only, never on timing (a rerun reuses every probe)
+        candidates = len(scenario.spec.plan.chosen(list(scenario.spec.systems)))
+        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates,
+                      parallel=max(1, workers // candidates))
     answer = plan_answer(result, catalog_unit_cost(scenario))
     write_plan_report(answer, out)
     emit(f"plan done in {time.monotonic() - started:.1f} s: {_count(stored.ran, 'probe')} run, "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -130,10 +131,12 @@ def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective])
     pool can run it)."""
     from kvsim.sim.run import run_scenario
 
+    started = time.perf_counter()
     run = run_scenario(probe_scenario(scenario, probe)).runs[0]
     meets, reason = slo_verdict(run.summary, objectives)
     detail = {key: run.summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
                                                       "output_tokens_per_s", "requests_unfinished")}
+    detail["wall_s"] = time.perf_counter() - started  # what the probe cost (progress lines; not in plan.json)
     return ProbeOutcome(probe.rate_per_s, meets, reason, detail)
 
 
@@ -201,7 +204,7 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
 
         search = find_max_rate(lambda rates: judge([Probe(system, 1, r) for r in rates]), start,
                                rel_tol=spec.rel_tol, parallel=parallel, floor_per_s=start / 64,
-                               ceiling_per_s=max(targets[-1], start) * 4)
+                               ceiling_per_s=max(targets[-1], start) * 2)
         found = CandidatePlan(system, search)
         for target in targets:
             found.units_for[target], found.notes[target] = _fewest_units(system, target, search, spec.units, judge)

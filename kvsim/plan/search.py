@@ -102,8 +102,9 @@ def find_max_rate(
         Rates below / above which the search does not go, requests/s (default: ``start / 1024``
         and ``start * 1024``).
     parallel : int or callable
-        Rates probed per round, >= 1: the bracketing phase probes that many successive powers of
-        ``growth`` at once, the narrowing phase that many evenly spaced rates inside the bracket.
+        Rates probed per round, >= 1: the bracketing phase cuts one ``growth`` step into that
+        many geometric steps (so no probe lands far past the boundary, where an overloaded run
+        costs most), the narrowing phase probes that many evenly spaced rates inside the bracket.
         A callable is asked before each round (e.g. the workers free at that moment).
     max_rounds : int
         Rounds of probes after which the search stops, converged or not.
@@ -155,7 +156,8 @@ def find_max_rate(
         while hi is None:  # grow until a probe fails
             if lo >= ceiling or rounds >= max_rounds:
                 return result(lo, None, f"met the SLO up to the ceiling of {lo:g} requests/s")
-            rates = [min(ceiling, lo * growth ** k) for k in range(1, max(1, width()) + 1)]
+            count = max(1, width())  # one growth step, cut geometrically: no far-overloaded probe
+            rates = [min(ceiling, lo * growth ** (k / count)) for k in range(1, count + 1)]
             rates = sorted(set(rates))
             for outcome in run(rates):
                 if outcome.meets and hi is None:
@@ -169,7 +171,8 @@ def find_max_rate(
             if hi <= floor or rounds >= max_rounds:
                 because = f" ({first.reason})" if first.reason else ""
                 return result(None, hi, f"failed the SLO down to the floor of {hi:g} requests/s{because}")
-            rates = sorted({max(floor, hi / growth ** k) for k in range(1, max(1, width()) + 1)}, reverse=True)
+            count = max(1, width())
+            rates = sorted({max(floor, hi / growth ** (k / count)) for k in range(1, count + 1)}, reverse=True)
             for outcome in run(rates):
                 if not outcome.meets and lo is None:
                     hi = outcome.rate_per_s
