@@ -74,10 +74,16 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     for name, cost, capacity in sorted(points, key=lambda p: (p[1], -p[2])):
         if not front or capacity > front[-1][2]:
             front.append((name, cost, capacity))
+    x_span = (max(p[1] for p in points) - min(p[1] for p in points)) or 1.0
+    y_span = (max(p[2] for p in points) - min(p[2] for p in points)) or 1.0
+    placed: list[tuple[float, float]] = []
     for name, cost, capacity in points:
         on_front = any(f[0] == name for f in front)
         ax.scatter([cost], [capacity], s=50, color="tab:blue" if on_front else "tab:gray", zorder=3)
-        ax.annotate(name, (cost, capacity), textcoords="offset points", xytext=(6, 4), fontsize=9)
+        # candidates at almost the same point: stack their labels instead of printing them over each other
+        near = sum(1 for x, y in placed if abs(x - cost) < 0.08 * x_span and abs(y - capacity) < 0.08 * y_span)
+        placed.append((cost, capacity))
+        ax.annotate(name, (cost, capacity), textcoords="offset points", xytext=(6, 4 + 11 * near), fontsize=9)
     if len(front) > 1:
         ax.plot([f[1] for f in front], [f[2] for f in front], color="tab:blue", lw=1, zorder=2,
                 label="cost-capacity front")
