@@ -131,14 +131,21 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
                              "(repeatable; validated like the file)")
 
 
-def _workers(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
+def _integer(minimum: int, what: str):
+    """An argparse type: an integer of at least ``minimum`` (``what`` names it in the message)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {value}")
+        return value
+    return parse
+
+
+_workers = _integer(1, "positive")
+_seed = _integer(0, "non-negative")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -190,16 +197,6 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     print("report written: " + ", ".join(str(p) for p in written))
     return 0
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import pytest
 import kvsim
 from kvsim.plan.search import ProbeOutcome, find_max_rate
 from kvsim.plan.slo import Objective, objectives_from_slo, slo_verdict
+from test_queueing import MD1, _service_time_s  # the M/D/1 server test_queueing checks
 
 
 def _threshold_probe(threshold, calls=None):
@@ -98,21 +99,6 @@ def test_slo_verdict_reads_statistics_and_refuses_flagged_runs():
     assert objectives_from_slo(spec.slo) == [Objective("ttft_s", "p99", 2.0), Objective("e2e_s", "p99", 9.0)]
 
 
-MD1 = """
-name: md1
-seed: {seed}
-duration: {duration} s
-warmup: 0 s
-model: qwen3-1.7b
-workload:
-  arrival: {{kind: poisson, rate: {rate}/s}}
-  input_tokens: {{kind: fixed, value: 512}}
-  output_tokens: {{kind: fixed, value: 1}}
-systems:
-  one: {{node: h20-8x, instances: 1, instance: {{max_num_seqs: 1}}}}
-"""
-
-
 def _md1_run(rate, customers, seed=3):
     scenario = kvsim.parse_scenario(MD1.format(seed=seed, duration=customers / rate, rate=rate), "md1.yaml")
     return kvsim.run(scenario).runs[0]
@@ -127,7 +113,7 @@ def test_search_finds_the_md1_rate_that_meets_a_mean_wait_target():
     frame = idle.records.to_frame()
     c = float(frame.ttft_s.min())
     assert len(frame) == 3 and np.allclose(frame.ttft_s, c)
-    d = float(_service_s())
+    d = float(_service_time_s())
     wait_target = d  # rho* = 2/3
     expected = 2 * wait_target / (d * (d + 2 * wait_target))
     objective = Objective("ttft_s", "mean", c + wait_target)
@@ -148,13 +134,3 @@ def test_search_finds_the_md1_rate_that_meets_a_mean_wait_target():
     assert result.fail_rate_per_s == pytest.approx(expected, rel=0.08)
     print(f"M/D/1: expected {expected:.3f}/s, found [{result.max_rate_per_s:.3f}, {result.fail_rate_per_s:.3f}]/s"
           f" in {len(result.probes)} probes")
-
-
-def _service_s():
-    from kvsim.models.step_time import BatchShape
-    from kvsim.sim import check_scenario
-
-    scenario = kvsim.parse_scenario(MD1.format(seed=0, duration=10, rate=1), "md1.yaml")
-    sizing = check_scenario(scenario)[(0, "one")]
-    return sizing.pools[0].step_model().iteration_time_s(
-        BatchShape(prefill_tokens=512, prefill_seqs=1, prefill_pairs=512 * 513 / 2, sampled_seqs=1))
