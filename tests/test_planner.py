@@ -144,3 +144,27 @@ def test_without_prices_no_candidate_is_called_cheapest(planned):
     assert all(row["cheapest"] is None and "no candidate that serves it has a price" in row["note"]
                for row in answer["answers"])
     assert "cost is unknown" in str(plan_document(answer).blocks)
+
+
+def test_replicated_probes_are_judged_on_the_mean_and_any_flag():
+    from kvsim.plan.planner import replicas_summary
+
+    a = {"ttft_s": {"mean": 0.5, "p50": 0.4, "p90": 0.8, "p99": 1.2}, "tpot_s": {"p99": 0.05},
+         "e2e_s": {}, "requests_per_s": 3.0, "output_tokens_per_s": 100.0, "requests_unfinished": 1, "flags": []}
+    b = {**a, "ttft_s": {"mean": 0.7, "p50": 0.6, "p90": 1.0, "p99": 2.4}, "flags": ["too_short"],
+         "requests_per_s": 5.0}
+    combined = replicas_summary([a, b])
+    assert combined["ttft_s"]["p99"] == pytest.approx(1.8) and combined["ttft_s"]["mean"] == pytest.approx(0.6)
+    assert combined["tpot_s"]["p99"] == pytest.approx(0.05) and combined["tpot_s"]["mean"] is None
+    assert combined["requests_per_s"] == 4.0 and combined["flags"] == ["too_short"]
+    assert replicas_summary([a]) is a
+    # end to end: two replicas at a comfortable load meet, and the probe says how many ran
+    scenario = _scenario().with_changes({"replications": 2})
+    outcome = run_probe(scenario, Probe("h20", 1, 2.0), planned_objectives(scenario))
+    assert outcome.meets and outcome.detail["replicas"] == 2
+
+
+def planned_objectives(scenario):
+    from kvsim.plan.slo import objectives_from_slo
+
+    return objectives_from_slo(scenario.spec.slo)

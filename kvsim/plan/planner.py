@@ -13,7 +13,8 @@ Every probe is a run of the scenario with only that system, its node counts mult
 units, at one arrival rate, over a window long enough to hold enough completions per instance to
 judge (:func:`probe_scenario`); the same seed at every probe, so the probes differ only in the load
 (common random numbers), and a probe flagged unstable or too short does not meet the SLO
-(:mod:`kvsim.plan.slo`). Probes run in parallel through ``map_probes`` (serial by default).
+(:mod:`kvsim.plan.slo`). With ``replications: N`` a probe runs N seeds and is judged on their
+mean statistics, not steady state if any replica is not (:func:`replicas_summary`). Probes run in parallel through ``map_probes`` (serial by default).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsim.plan.search import ProbeOutcome, RateSearch, find_max_rate
-from kvsim.plan.slo import Objective, objectives_from_slo, slo_verdict
+from kvsim.plan.slo import STATISTICS, Objective, objectives_from_slo, slo_verdict
 from kvsim.scenario.load import Scenario
 
 __all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "probe_scenario", "run_probe"]
@@ -132,12 +133,33 @@ def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective])
     from kvsim.sim.run import run_scenario
 
     started = time.perf_counter()
-    run = run_scenario(probe_scenario(scenario, probe)).runs[0]
-    meets, reason = slo_verdict(run.summary, objectives)
-    detail = {key: run.summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
-                                                      "output_tokens_per_s", "requests_unfinished")}
+    runs = run_scenario(probe_scenario(scenario, probe)).runs_of(probe.system, 0)  # one per replication
+    summary = replicas_summary([run.summary for run in runs])
+    meets, reason = slo_verdict(summary, objectives)
+    detail = {key: summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
+                                                "output_tokens_per_s", "requests_unfinished")}
+    if len(runs) > 1:
+        detail["replicas"] = len(runs)
     detail["wall_s"] = time.perf_counter() - started  # what the probe cost (progress lines; not in plan.json)
     return ProbeOutcome(probe.rate_per_s, meets, reason, detail)
+
+
+def replicas_summary(summaries: Sequence[dict]) -> dict:
+    """What a probe is judged on: with one replica its summary; with several (``replications:``),
+    each latency statistic and rate averaged over them, and every flag any of them raised (one
+    replica that is not steady state makes the probe not steady state)."""
+    if len(summaries) == 1:
+        return summaries[0]
+    combined: dict = {}
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        stats = [s.get(key) or {} for s in summaries]
+        combined[key] = {stat: (None if any(x.get(stat) is None for x in stats)
+                                else sum(x[stat] for x in stats) / len(stats)) for stat in STATISTICS}
+    for key in ("requests_per_s", "output_tokens_per_s", "requests_unfinished"):
+        values = [s.get(key) for s in summaries]
+        combined[key] = None if any(v is None for v in values) else sum(values) / len(values)
+    combined["flags"] = list(dict.fromkeys(flag for s in summaries for flag in s.get("flags") or ()))
+    return combined
 
 
 MapProbes = Callable[[Callable[[Probe], ProbeOutcome], Sequence[Probe]], Iterable[ProbeOutcome]]
