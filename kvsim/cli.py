@@ -215,7 +215,7 @@ def _validate(args: argparse.Namespace) -> int:
     for name in first.systems:
         s = sizings.get((0, name))
         if s is None:  # layout: best, chosen by pilot runs
-            tried = candidates(first, name, scenario.catalogs)
+            tried = candidates(first, name, scenario.catalogs_for(scenario.points[0]))
             sizing = tried[0][1]
             pool = sizing.pools[0]
             pilot = min(first.duration, PILOT_DURATION_S)

@@ -48,7 +48,7 @@ class SweepTask:
 
 def _catalog_parts(scenario: Scenario, point: ScenarioPoint) -> dict[str, dict[str, Any]]:
     """The catalog entries the point's systems use, as JSON data."""
-    spec, catalogs = point.spec, scenario.catalogs
+    spec, catalogs = point.spec, scenario.catalogs_for(point)
     parts: dict[str, dict[str, Any]] = {"models": {}, "nodes": {}, "accelerators": {}, "pool_nodes": {}}
 
     def add(family: str, catalog, name: str) -> None:

@@ -65,6 +65,9 @@ class ScenarioPoint:
     index: int
     params: dict[str, Any]
     spec: ScenarioSpec
+    catalogs: "Catalogs | None" = None
+    """The point's own catalogs when its sweep changes a ``catalog.*`` field (else the scenario's:
+    :meth:`Scenario.catalogs_for`)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,10 @@ class Scenario:
 
     def problem(self, path: Path, message: str) -> str:
         return self.located.problem(path, message)
+
+    def catalogs_for(self, point: ScenarioPoint) -> Catalogs:
+        """The catalogs ``point`` runs with: its own if its sweep changes a ``catalog.*`` field."""
+        return point.catalogs if point.catalogs is not None else self.catalogs
 
     def with_changes(self, changes: dict[str, Any] | None = None, **by_field: Any) -> "Scenario":
         """A new scenario with fields changed by dotted path; values may be unit strings or SI numbers.
@@ -177,12 +184,7 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
         spec = ScenarioSpec.model_validate(raw, context=context)
     except ValidationError as exc:
         raise SpecError(errors_from_validation(exc, located)) from None
-    catalogs = Catalogs(
-        accelerators=accelerator_catalog().extended(spec.catalog.accelerators, located, ("catalog", "accelerators")),
-        nodes=node_catalog().extended(spec.catalog.nodes, located, ("catalog", "nodes")),
-        models=model_catalog().extended(spec.catalog.models, located, ("catalog", "models")),
-        pool_nodes=pool_node_catalog().extended(spec.catalog.pool_nodes, located, ("catalog", "pool_nodes")),
-    )
+    catalogs = _catalogs(spec, located)
     problems = _reference_problems(spec, catalogs, located.problem)
     if problems:
         raise SpecError(problems)
@@ -211,9 +213,16 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
         if not params:
             points.append(ScenarioPoint(index, {}, spec))
             continue
-        point_spec = _point_spec(raw, params, located, catalogs, context, point_problems)
+        point_catalogs = None
+        if any(path.startswith("catalog.") for path in params):
+            # the sweep changes a catalog part: this point's hardware is its own
+            try:
+                point_catalogs = _catalogs(_point_catalog_spec(raw, params, context), located)
+            except (SpecError, ValidationError, ValueError):
+                point_catalogs = None  # _point_spec reports the problem, naming the sweep key
+        point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems)
         if point_spec is not None:
-            points.append(ScenarioPoint(index, params, point_spec))
+            points.append(ScenarioPoint(index, params, point_spec, point_catalogs))
     if point_problems:
         lines = point_problems.lines()
         if len(lines) > MAX_PROBLEMS:
@@ -223,6 +232,24 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     if errors and strict:
         raise SpecError(errors)
     return Scenario(spec, raw, located, catalogs, points, base_dir, calibration, tuple(errors + warnings))
+
+
+def _catalogs(spec: ScenarioSpec, located: Located) -> Catalogs:
+    """The shipped catalogs extended by ``spec``'s own ``catalog:`` section."""
+    return Catalogs(
+        accelerators=accelerator_catalog().extended(spec.catalog.accelerators, located, ("catalog", "accelerators")),
+        nodes=node_catalog().extended(spec.catalog.nodes, located, ("catalog", "nodes")),
+        models=model_catalog().extended(spec.catalog.models, located, ("catalog", "models")),
+        pool_nodes=pool_node_catalog().extended(spec.catalog.pool_nodes, located, ("catalog", "pool_nodes")),
+    )
+
+
+def _point_catalog_spec(raw: dict[str, Any], params: dict[str, Any], context) -> ScenarioSpec:
+    """The spec of a point whose sweep sets ``catalog.*`` fields (raises if it does not validate)."""
+    point_raw = raw
+    for dotted, value in params.items():
+        point_raw = set_path(point_raw, dotted, value)
+    return ScenarioSpec.model_validate({**point_raw, "sweep": {}}, context=context)
 
 
 def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:

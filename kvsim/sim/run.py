@@ -39,9 +39,9 @@ def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
         for name in point.spec.systems:
             try:
                 if searches_layout(point.spec, name):
-                    candidates(point.spec, name, scenario.catalogs)  # sized when the layout is chosen
+                    candidates(point.spec, name, scenario.catalogs_for(point))  # sized when the layout is chosen
                     continue
-                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
+                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs_for(point))
             except SizingError as exc:
                 problems.add(exc.path, exc.message, point.params)  # once, naming the points it holds at
     if problems:
@@ -113,7 +113,7 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
         sizings = {}
         for name in point.spec.systems:
             if not searches_layout(point.spec, name):
-                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs)
+                sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs_for(point))
     tracker = tracker if tracker is not None else RunProgress()
     run_seed = point_seed(point, seed, replica)
     streams = RandomStreams(run_seed)
@@ -150,7 +150,7 @@ def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, reques
         return simulate_system(ScenarioPoint(point.index, point.params, spec), name, sizing,
                                arrivals.get(spec.duration), streams)
 
-    layout, run, scores = choose_layout(point.spec, name, scenario.catalogs, simulate)
+    layout, run, scores = choose_layout(point.spec, name, scenario.catalogs_for(point), simulate)
     tracker.advance(point.spec.duration)
     run.summary["layout_search"] = {"chosen": layout.label(), **scores}
     return run
