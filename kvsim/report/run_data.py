@@ -66,8 +66,8 @@ def load_results(folder: str | Path) -> RunResults:
         raise ReportInputError(f"{folder} is not a folder")
     path = folder / "summary.json"
     if not path.is_file():
-        raise ReportInputError(f"{folder} holds no summary.json (nor plan.json): give the results folder "
-                               f"of kvsim run or kvsim plan")
+        raise ReportInputError(f"{folder} holds no plan.json nor summary.json: give the results folder of "
+                               f"kvsim plan or kvsim run")
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -97,7 +97,12 @@ def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, st
             loads = sorted({r.load for r in all_rows if r.load is not None})
             ax.plot(loads, loads, color="gray", lw=0.8, ls="-.", label="offered load")
         if log:
+            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(axis.label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
@@ -132,8 +137,10 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
         return None
     measured = frame[(frame["arrival_s"] >= window[0]) & (frame["arrival_s"] < window[1])]
     plt = _plt()
-    fig, axes = plt.subplots(1, 2, figsize=(10.0, 3.9), dpi=110)
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=110)
+    # one legend entry per line while that stays readable; else one per system (its darkest line)
     points = sorted(labels)
+    every = len(points) * len(systems) <= 16
     drawn = False
     for (column, title, scale, limit), ax in zip((("ttft_s", "TTFT (s)", 1.0, limits.get("ttft_p99")),
                                                   ("tpot_s", "TPOT (ms)", 1e3, limits.get("tpot_p99"))), axes):
@@ -145,7 +152,9 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
                 if not len(values):
                     continue
                 alpha = 1.0 if len(points) == 1 else 0.35 + 0.65 * j / (len(points) - 1)
-                label = system if len(points) == 1 else f"{system}, {labels[point]}"
+                label = system if len(points) == 1 else (f"{system}, {labels[point]}" if every else
+                                                         (f"{system} (darkest: {labels[point]})"
+                                                          if j == len(points) - 1 else None))
                 ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=f"C{k % 10}",
                         alpha=alpha, lw=1.1, label=label)
                 drawn = True
@@ -159,9 +168,8 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
         plt.close(fig)
         return None
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=min(4, len(names)), fontsize=7, frameon=False)
-    rows_of_legend = (len(names) + 3) // 4
-    fig.tight_layout(rect=(0, 0.06 * rows_of_legend, 1, 1))
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
     return Figure(f"{stem}_cdf.png", _png(fig), "Distribution of TTFT and TPOT over the requests that arrived in "
                   "the measurement window (lighter lines: lower loads; requests without a first token left out)")
 

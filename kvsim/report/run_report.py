@@ -49,12 +49,17 @@ def _num(value: float) -> str:
     return f"{value:.3g}"
 
 
-def _slo_text(row: Row) -> str:
+def _failed(row: Row) -> list[str]:
+    """The SLO thresholds a row misses, readable (``TPOT p99``)."""
     met = row.summary.get("slo_met") or {}
-    if not met:
+    return [k.replace("_", " ").upper().replace(" P", " p") for k, ok in met.items() if not ok]
+
+
+def _slo_text(row: Row) -> str:
+    if not row.summary.get("slo_met"):
         return "-"
-    failed = [k for k, ok in met.items() if not ok]
-    return "yes" if not failed else "no (" + ", ".join(failed) + ")"
+    failed = _failed(row)
+    return "yes" if not failed else "no: " + ", ".join(failed)
 
 
 def _ratio(value: float | None, base: float | None, flagged: bool) -> str:
@@ -71,7 +76,8 @@ def comparison_rows(results: RunResults) -> tuple[list[str], list[list[str]]]:
     all_rows = rows(results)
     swept = list(dict.fromkeys(k for p in results.points for k in (p.get("params") or {})))
     baseline = results.summary.get("baseline")
-    header = swept + ["system"] + [c[0] for c in COLUMNS] + ["SLO met", "steady state"]
+    short = [k.split(".")[-1] for k in swept]
+    header = (short if len(set(short)) == len(short) else swept) + ["system"] + [c[0] for c in COLUMNS] + ["SLO met", "steady state"]
     if baseline in results.systems and len(results.systems) > 1:
         header.append(f"goodput / {baseline}")
     body = []
@@ -107,7 +113,9 @@ def answer_paragraph(results: RunResults) -> str:
         steady = [r for r in here if not r.flags and metric(r.summary, "goodput_requests_per_s") is not None]
         within = [r for r in steady if r.slo_met is not False]
         parts = []
-        if within:
+        if within and not any(metric(r.summary, "goodput_requests_per_s") for r in within):
+            parts.append(f"{prefix} no steady system completes requests within the SLO")
+        elif within:
             best = max(within, key=lambda r: metric(r.summary, "goodput_requests_per_s"))
             value = metric(best.summary, "goodput_requests_per_s")
             text = f"{prefix} {best.system} serves the most goodput within the SLO, {_num(value)} requests/s"
@@ -121,7 +129,7 @@ def answer_paragraph(results: RunResults) -> str:
             parts.append(f"{prefix} no system serves the load within the SLO in a steady state")
         missing = [r for r in steady if r.slo_met is False]
         if missing:
-            parts.append(", ".join(f"{r.system} misses the SLO ({_slo_text(r)[4:-1]})" for r in missing))
+            parts.append(", ".join(f"{r.system} misses the SLO ({', '.join(_failed(r))})" for r in missing))
         flagged = [r for r in here if r.flags]
         if flagged:
             parts.append(", ".join(f"{r.system} is flagged {', '.join(r.flags)}" for r in flagged)
@@ -177,8 +185,10 @@ def _slo_phrase(results: RunResults) -> str:
     limits = slo_limits_s(results.scenario)
     if not limits:
         return "no SLO set"
-    return " and ".join(f"{k.replace('_', ' ').upper()} <= {v * 1e3:.3g} ms" if v < 1 else
-                        f"{k.replace('_', ' ').upper()} <= {v:.3g} s" for k, v in limits.items())
+    def name(key: str) -> str:
+        return key.replace("_", " ").upper().replace(" P", " p")
+    return " and ".join(f"{name(k)} <= {v * 1e3:.3g} ms" if v < 1 else f"{name(k)} <= {v:.3g} s"
+                        for k, v in limits.items())
 
 
 def cost_assumptions(results: RunResults) -> list[str]:
@@ -201,6 +211,27 @@ def _lookup(part: dict[str, Any], dotted: str) -> Any:
     return value
 
 
+_SHOWN_UNITS = {"B": (1e9, "GB"), "B/s": (1e9, "GB/s"), "FLOP/s": (1e12, "TFLOP/s"), "W": (1.0, "W"),
+                "s": (1.0, "s")}
+
+
+def _shown(value: Any) -> str:
+    """A catalog value as read in a table: ``96 GB``, ``4e+03 GB/s``; mappings as ``key value``."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_shown(v)}" for k, v in value.items())
+    if value is None or isinstance(value, list):
+        return ""
+    text = str(value)
+    number, _, unit = text.partition(" ")
+    if unit in _SHOWN_UNITS:
+        try:
+            factor, name = _SHOWN_UNITS[unit]
+            return f"{float(number) / factor:.4g} {name}"
+        except ValueError:
+            return text
+    return text
+
+
 def catalog_sources(results: RunResults) -> list[list[str]]:
     """``[family, part, field, value, source]`` for every sourced figure of the catalog parts the run
     used (the resolved scenario's ``catalog:``)."""
@@ -208,8 +239,7 @@ def catalog_sources(results: RunResults) -> list[list[str]]:
     for family, parts in (results.scenario.get("catalog") or {}).items():
         for name, part in (parts or {}).items():
             for key, source in ((part or {}).get("sources") or {}).items():
-                value = _lookup(part, key)
-                shown = "" if value is None or isinstance(value, (dict, list)) else str(value)
+                shown = _shown(_lookup(part, key))
                 out.append([family, name, key, shown, " ".join(str(source).split())])
     return out
 
@@ -371,11 +401,14 @@ def _assumptions(doc: Document, results: RunResults) -> None:
              f"warm-up, then drains so every request that arrived in the window finishes (none is censored).",
              f"Root seed {s.get('seed')}; every system of a point sees the same drawn requests.",
              "Figures come from the model and the catalog, not from measurements of real deployments."]
-    items += cost_assumptions(results)
+    costs = cost_assumptions(results)
+    items += costs
     sources = catalog_sources(results)
-    items += [f"{family[:-1] if family.endswith('s') else family} {part} {key}"
-              + (f" = {value}" if value else "") + f": {source}"
-              for family, part, key, value, source in sources if "assumption" in source.lower()]
+    for family, part, key, value, source in sources:
+        # the cost model names its own (price, power) once already
+        if "assumption" in source.lower() and not any(f"{part} {key} =" in text for text in costs):
+            items.append(f"{family.removesuffix('s').replace('_', ' ')} {part} {key}"
+                         + (f" = {value}" if value else "") + f": {source}")
     doc.items(items)
     if sources:
         doc.heading("Sources of the catalog figures", 3)

@@ -9,6 +9,7 @@ ratio that involves it, and the table ends with a footnote naming the flags.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from kvsim.sim.result import RunResult
@@ -62,10 +63,11 @@ def _cell(value: Any, scale: float, fmt: str, flagged: bool = False) -> str:
 
 
 def _ratio(value: Any, base: Any, flagged: bool = False) -> str:
-    if value is None or base is None:
+    """``value / base`` only where both are finite numbers and the base is not zero, else "-"."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (value, base)):
         return "-"
     if base == 0:
-        return "-" if value == 0 else "inf"
+        return "-"
     return f"{value / base:.2f}x" + (FLAG_MARK if flagged else "")
 
 
