@@ -85,6 +85,15 @@ def _draw(ax: Any, all_rows: list[Row], name: str, scale: float = 1.0) -> None:
             ax.axvline(saturated[key].load, color=color, ls=":", lw=1.2)
 
 
+def _plain_log_ticks(axis: Any) -> None:
+    """Ticks of a log axis at 1, 2, 5 x 10^k, written as plain numbers (200, not 2 x 10^2)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, str, float, float | None]],
                  name: str, caption: str, log: bool) -> Figure:
     plt = _plt()
@@ -97,12 +106,8 @@ def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, st
             loads = sorted({r.load for r in all_rows if r.load is not None})
             ax.plot(loads, loads, color="gray", lw=0.8, ls="-.", label="offered load")
         if log:
-            from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
             ax.set_yscale("log")
-            ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            ax.yaxis.set_minor_formatter(NullFormatter())
+            _plain_log_ticks(ax.yaxis)
         ax.set_xlabel(axis.label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
@@ -161,6 +166,7 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
         if limit is not None:
             ax.axvline(limit * scale, color="black", ls="--", lw=1, label="SLO (p99)")
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
         ax.set_xlabel(title)
         ax.set_ylabel("share of requests")
         ax.grid(alpha=0.3, which="both")
@@ -184,13 +190,20 @@ def _bars(ax: Any, labels: list[str], values: list[list[float]], names: list[str
     for k, name in enumerate(names):
         heights = np.array([v[k] for v in values])
         offset = 0 if stacked else (k - (len(names) - 1) / 2) * width
-        bars = ax.bar(x + offset, heights, width, bottom=bottom if stacked else None, label=name, color=f"C{k % 10}")
+        bars = ax.bar(x + offset, heights, width, bottom=bottom if stacked else None, color=f"C{k % 10}")
         for bar, hatch in zip(bars, hatched):
             if hatch:
                 bar.set_hatch("///")
                 bar.set_edgecolor("white")
         if stacked:
             bottom = bottom + heights
+    from matplotlib.patches import Patch
+
+    # legend from plain patches: a bar's own patch would carry its hatch
+    handles = [Patch(facecolor=f"C{k % 10}", label=name) for k, name in enumerate(names)]
+    if any(hatched):
+        handles.append(Patch(facecolor="lightgray", hatch="///", edgecolor="white", label="flagged"))
+    ax.legend(handles=handles, fontsize=8)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center",
                        fontsize=8)
@@ -216,7 +229,6 @@ def figure_hit_rates(all_rows: list[Row], tiers: list[str], stem: str) -> Figure
     _bars(ax, [_row_label(r, many) for r in cached], values, tiers, [bool(r.flags) for r in cached], stacked=True)
     ax.set_ylabel("prompt tokens served from cache (share)")
     ax.set_ylim(0, 1)
-    ax.legend(fontsize=8, title="tier", title_fontsize=8)
     fig.tight_layout()
     return Figure(f"{stem}_hit_rates.png", _png(fig), "Cache hit rate by tier (share of prompt tokens), per system "
                   "and point; hatched: points flagged as not steady state")
@@ -236,7 +248,6 @@ def figure_cost(all_rows: list[Row], stem: str) -> Figure | None:
     _bars(ax, [_row_label(r, many) for r in priced], values, [n for _, n in keys], [bool(r.flags) for r in priced],
           stacked=False)
     ax.set_ylabel("USD")
-    ax.legend(fontsize=8)
     fig.tight_layout()
     return Figure(f"{stem}_cost.png", _png(fig), "Cost per million tokens at the load served (the whole system's "
                   "hourly cost charged to each stream; docs/cost.md); hatched: points flagged as not steady state, "
