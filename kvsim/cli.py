@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the points on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786)")
     run.add_argument("--no-progress", action="store_true",
                      help="do not show the progress bar (one line per finished point is still logged)")
+    run.add_argument("--no-report", action="store_true",
+                     help="do not render report.html / report.md at the end (kvsim report DIR renders it later)")
     run.set_defaults(handler=_run)
 
     plan = sub.add_parser("plan", help="the cheapest configuration that serves each target load within the SLO")
@@ -301,15 +303,21 @@ def _run(args: argparse.Namespace) -> int:
         print(markdown)
         written += study_files
     print("results written: " + ", ".join(str(p) for p in written))
-    try:  # the report is read back from the files just written; the results stand without it
+    if not args.no_report:
+        _write_run_report(args.command, out)
+    return 0
+
+
+def _write_run_report(command: str, out: Path) -> None:
+    """The run's report, read back from the files just written; the results stand without it."""
+    try:
         from kvsim.report.run_report import write_run_report
 
         report = write_run_report(out, out, "report")
         print("report written: " + ", ".join(str(p) for p in report if p.suffix in (".html", ".md")))
     except Exception as exc:  # noqa: BLE001 - any failure to render must not lose a finished run
-        print(f"kvsim {args.command}: warning: the report was not written ({type(exc).__name__}: "
+        print(f"kvsim {command}: warning: the report was not written ({type(exc).__name__}: "
               f"{' '.join(str(exc).split())})", file=sys.stderr)
-    return 0
 
 
 def _storage(args: argparse.Namespace) -> int:

@@ -226,6 +226,10 @@ def test_a_report_that_fails_to_render_keeps_the_run(tmp_path, monkeypatch):
     warning = [line for line in err.splitlines() if "report was not written" in line]
     assert warning == ["kvsim run: warning: the report was not written (RuntimeError: renderer broke)"]
     assert not (tmp_path / "out" / "report.html").exists()
+    monkeypatch.undo()
+    rc, out, _ = _main("run", tmp_path / "s.yaml", "--out", tmp_path / "out", "--workers", "1", "--no-progress",
+                       "--no-report")
+    assert rc == 0 and "report written" not in out and not (tmp_path / "out" / "report.html").exists()
 
 
 def test_printed_ratios_are_dashes_where_a_side_is_not_finite():
