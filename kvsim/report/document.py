@@ -84,11 +84,11 @@ table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; } figcaption { font-size: 0.9rem; color: #555; }
-.note { font-size: 0.85rem; color: #555; } .scroll { overflow-x: auto; } td.text { text-align: left; }
+.note { font-size: 0.85rem; color: #555; } .scroll { overflow-x: auto; } td.text { text-align: left; } td { white-space: nowrap; }
 """
 
 
-_NUMBER_CELL = re.compile(r"^([-+$]?\d[\d.,]*(e[-+]?\d+)?( ?[A-Za-z/%]{1,8})?[*]?|-)$")
+_NUMBER_CELL = re.compile(r"^([-+$]?\d[\d.,]*(e[-+]?\d+)?(x|%|/s|/h| [A-Za-z/%]{1,8})?[*]?|-)$")
 
 
 def _td(cell: Any) -> str:
