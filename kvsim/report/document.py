@@ -84,7 +84,7 @@ table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; } figcaption { font-size: 0.9rem; color: #555; }
-.note { font-size: 0.85rem; color: #555; } .scroll { overflow-x: auto; } td.text { text-align: left; } td { white-space: nowrap; }
+.note { font-size: 0.85rem; color: #555; } .scroll { overflow-x: auto; } td { white-space: nowrap; } td.text { text-align: left; white-space: normal; }
 """
 
 
