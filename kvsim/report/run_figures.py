@@ -111,7 +111,8 @@ def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, st
         ax.set_xlabel(axis.label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     return Figure(name, _png(fig), caption)
 
