@@ -178,7 +178,7 @@ def test_the_answer_gives_ratios_only_between_steady_finite_figures(tmp_path):
     assert "inf" not in answer and "nan" not in answer.lower()
     assert "a at 4/s" in answer and "b at 2/s" in answer  # saturation: SLO miss for a, unstable for b
     header, body = comparison_rows(results)
-    ratios = [cells[-1] for cells in body]
+    ratios = [cells[header.index("goodput / b")] for cells in body]
     assert ratios == ["2.00x", "", f"1.05x{FLAG_MARK}", "", "-", "", "6.00x", "", "-", ""]
     # renders without scenario.yaml or requests.parquet (no CDF, no sources), every assumption named
     doc = run_document(results)

@@ -64,28 +64,27 @@ def _ratio(value: float | None, base: float | None, flagged: bool) -> str:
 
 def comparison_rows(results: RunResults) -> tuple[list[str], list[list[str]]]:
     """The long comparison table: one row per (point, system); the swept fields, the system, the
-    metrics of :data:`COLUMNS` (flagged numbers marked), the SLO verdict, the flags and the goodput
-    ratio to the baseline."""
+    metrics of :data:`COLUMNS` (flagged numbers marked), the goodput ratio to the baseline (as the
+    printed table orders them), the SLO verdict and the flags."""
     all_rows = rows(results)
     swept = list(dict.fromkeys(k for p in results.points for k in (p.get("params") or {})))
     baseline = results.summary.get("baseline")
+    with_ratio = baseline in results.systems and len(results.systems) > 1
     short = [k.split(".")[-1] for k in swept]
-    header = (short if len(set(short)) == len(short) else swept) + ["system"] + [c[0] for c in COLUMNS] + [
-        "SLO p99 met", "steady state"]
-    if baseline in results.systems and len(results.systems) > 1:
-        header.append(f"goodput / {baseline}")
+    header = ((short if len(set(short)) == len(short) else swept) + ["system"] + [c[0] for c in COLUMNS]
+              + ([f"goodput / {baseline}"] if with_ratio else []) + ["SLO p99 met", "steady state"])
     body = []
     by_point = {(r.point, r.system): r for r in all_rows}
     for row in all_rows:
         flagged = bool(row.flags)
         cells = [str(row.params.get(k, "")) for k in swept] + [row.system]
         cells += [_cell(metric(row.summary, key), scale, fmt, flagged) for _, key, scale, fmt in COLUMNS]
-        cells += [_slo_text(row), ", ".join(row.flags) if flagged else "ok"]
-        if len(header) > len(cells):
+        if with_ratio:
             base = by_point[(row.point, baseline)]
             cells.append("" if row.system == baseline else
                          _ratio(metric(row.summary, "goodput_requests_per_s"),
                                 metric(base.summary, "goodput_requests_per_s"), flagged or bool(base.flags)))
+        cells += [_slo_text(row), ", ".join(row.flags) if flagged else "ok"]
         body.append(cells)
     return header, body
 
