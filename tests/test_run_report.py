@@ -138,7 +138,7 @@ def test_a_swept_load_gets_its_saturation_point(run_dir):
     uncached = saturation([r for r in all_rows if r.system == "two"])
     assert uncached is not None and uncached.load == 16.0 and "unstable" in uncached.flags
     assert saturation([r for r in all_rows if r.system == "cached"]) is None
-    assert "two at 16/s; cached not up to 16/s" in answer_paragraph(results)
+    assert "two at 16/s; cached not within the loads run (up to 16/s)" in answer_paragraph(results)
 
 
 def _row(goodput, flags=(), slo=True, tpot=0.05):

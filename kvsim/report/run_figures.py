@@ -135,13 +135,16 @@ def figure_latency(all_rows: list[Row], axis: LoadAxis, limits: dict[str, float]
 
 def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: tuple[float, float],
                limits: dict[str, float], stem: str) -> Figure | None:
-    """TTFT and TPOT distributions of the requests that arrived in the window, one line per system
-    and sweep point (lighter: earlier points). ``labels`` maps a point index to its label."""
+    """TTFT and TPOT distributions of the requests that arrived in the window (of replica 0 when
+    the run has replications), one line per system and sweep point (lighter: earlier points).
+    ``labels`` maps a point index to its label."""
     import numpy as np
 
     if frame is None or not len(frame) or "ttft_s" not in frame:
         return None
     measured = frame[(frame["arrival_s"] >= window[0]) & (frame["arrival_s"] < window[1])]
+    if "replica" in measured:  # replica 0: the run the summary's numbers are of
+        measured = measured[measured["replica"] == 0]
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=110)
     # one legend entry per line while that stays readable; else one per system (its darkest line)

@@ -19,7 +19,7 @@ from kvsim.report.document import Document
 from kvsim.report.run_data import RunResults, Row, load_axis, load_results, metric, rows, saturation
 from kvsim.report.run_figures import figure_cdf, figure_latency, figure_throughput, slo_limits_s
 from kvsim.report.run_sections import (_cell, _num, _point_label, add_sections, catalog_sources, cost_assumptions,
-                                       replications_section)
+                                       replications_section, value_label)
 from kvsim.report.table import FLAG_MARK, flag_note
 
 __all__ = ["run_document", "answer_paragraph", "comparison_rows", "write_run_report", "catalog_sources",
@@ -95,6 +95,10 @@ def answer_paragraph(results: RunResults) -> str:
     the cheapest cost per million output tokens."""
     all_rows = rows(results)
     sentences = []
+    within_slo = "within the SLO"
+    if not any(r.summary.get("slo_met") for r in all_rows):
+        sentences.append("No SLO is set, so goodput counts every completed request.")
+        within_slo = "(no SLO)"
     for point in results.points:
         index = point.get("index")
         here = [r for r in all_rows if r.point == index]
@@ -103,11 +107,11 @@ def answer_paragraph(results: RunResults) -> str:
         within = [r for r in steady if r.slo_met is not False]
         parts = []
         if within and not any(metric(r.summary, "goodput_requests_per_s") for r in within):
-            parts.append(f"{prefix} no steady system completes requests within the SLO")
+            parts.append(f"{prefix} no steady system completes requests {within_slo}")
         elif within:
             best = max(within, key=lambda r: metric(r.summary, "goodput_requests_per_s"))
             value = metric(best.summary, "goodput_requests_per_s")
-            text = f"{prefix} {best.system} serves the most goodput within the SLO, {_num(value)} requests/s"
+            text = f"{prefix} {best.system} serves the most goodput {within_slo}, {_num(value)} requests/s"
             others = []
             for r in within:
                 other = metric(r.summary, "goodput_requests_per_s")
@@ -115,7 +119,7 @@ def answer_paragraph(results: RunResults) -> str:
                     others.append(f"{value / other:.2f}x {r.system}'s {_num(other)}")
             parts.append(text + (f" ({'; '.join(others)})" if others else ""))
         else:
-            parts.append(f"{prefix} no system serves the load within the SLO in a steady state")
+            parts.append(f"{prefix} no system serves the load {within_slo} in a steady state")
         missing = [r for r in steady if r.slo_met is False]
         if missing:
             parts.append(", ".join(f"{r.system} misses the SLO ({', '.join(_failed(r))})" for r in missing))
@@ -140,15 +144,16 @@ def answer_paragraph(results: RunResults) -> str:
                 name = f"{system} ({group})" if group else system
                 sat = saturation(series)
                 top = max((r for r in series if r.load is not None), key=lambda r: r.load)
-                saturated.append(f"{name} at {sat.params[axis.key]}" if sat else
-                                 f"{name} not up to {top.params[axis.key]}")
+                saturated.append(f"{name} at {value_label(axis.key, sat.params[axis.key])}" if sat else
+                                 f"{name} not within the loads run (up to "
+                                 f"{value_label(axis.key, top.params[axis.key])})")
         sentences.append("Saturation (the first load flagged unstable or missing the SLO): " + "; ".join(saturated) + ".")
     priced = [r for r in all_rows if not r.flags and r.slo_met is not False
               and metric(r.summary, "cost.usd_per_million_output_tokens") is not None]
     if priced:
         cheapest = min(priced, key=lambda r: metric(r.summary, "cost.usd_per_million_output_tokens"))
         where = f" at {_point_label(cheapest)}" if cheapest.params else ""
-        sentences.append(f"The lowest cost per million output tokens among steady points within the SLO is "
+        sentences.append(f"The lowest cost per million output tokens among steady points {within_slo} is "
                          f"{cheapest.system}'s{where}, USD "
                          f"{metric(cheapest.summary, 'cost.usd_per_million_output_tokens'):.3g}.")
     return " ".join(sentences)

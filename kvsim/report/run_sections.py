@@ -21,11 +21,19 @@ def _cell(value: float | None, scale: float, fmt: str, flagged: bool) -> str:
 
 
 def _num(value: float) -> str:
-    return f"{value:.3g}"
+    """Three significant figures, whole numbers from 1,000 up (1,250, not 1.25e+03)."""
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def value_label(key: str, value: Any) -> str:
+    """A swept value as read in a sentence: ``20/s``, ``16 clients``."""
+    if not key.strip().endswith("clients"):
+        return str(value)
+    return f"{value} client" if str(value) == "1" else f"{value} clients"
 
 
 def _point_label(row: Row) -> str:
-    return ", ".join(f"{v}" for v in row.params.values())
+    return ", ".join(value_label(k, v) for k, v in row.params.items())
 
 
 def cost_assumptions(results: RunResults) -> list[str]:
