@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the points on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786)")
     run.add_argument("--no-progress", action="store_true",
                      help="do not show the progress bar (one line per finished point is still logged)")
+    run.add_argument("--no-report", action="store_true",
+                     help="do not render report.html / report.md at the end (kvsim report DIR renders it later)")
     run.set_defaults(handler=_run)
 
     plan = sub.add_parser("plan", help="the cheapest configuration that serves each target load within the SLO")
@@ -72,10 +74,13 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--workers", type=_workers, default=None, help="worker processes (default: all cores)")
     plan.set_defaults(handler=_plan)
 
-    report = sub.add_parser("report", help="render the report of a plan's results folder again (from plan.json)")
-    report.add_argument("results", type=Path, help="results folder of kvsim plan (holds plan.json)")
+    report = sub.add_parser("report", help="render the report of a results folder again, from its saved files "
+                                           "(kvsim run: summary.json; kvsim plan: plan.json)")
+    report.add_argument("results", type=Path, help="results folder of kvsim run (summary.json) or kvsim plan "
+                                                   "(plan.json)")
     report.add_argument("--out", type=Path, default=None, help="folder to write into (default: the results folder)")
-    report.add_argument("--name", default="plan", help="file stem of the report files (default: plan)")
+    report.add_argument("--name", default=None,
+                        help="file stem of the report files (default: report for a run, plan for a plan)")
     report.set_defaults(handler=_report)
 
     storage = sub.add_parser("storage", help="run a storage benchmark (transfer layer only) against a pool")
@@ -178,9 +183,7 @@ def _report(args: argparse.Namespace) -> int:
 
     answer_path = args.results / "plan.json"
     if not answer_path.is_file():
-        print(f"kvsim report: {args.results} holds no plan.json: give the results folder of kvsim plan "
-              f"(a run's results have their table in table.txt and their data in summary.json)", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return _run_report(args)
     try:
         answer = json.loads(answer_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -191,7 +194,25 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     out = args.out if args.out is not None else args.results
     try:
-        written = write_plan_report(answer, out, args.name)
+        written = write_plan_report(answer, out, args.name or "plan")
+    except OSError as exc:
+        print(f"kvsim report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print("report written: " + ", ".join(str(p) for p in written))
+    return 0
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    """``kvsim report`` on a run's results folder (summary.json, no plan.json)."""
+    from kvsim.report.run_data import ReportInputError
+    from kvsim.report.run_report import write_run_report
+
+    out = args.out if args.out is not None else args.results
+    try:
+        written = write_run_report(args.results, out, args.name or "report")
+    except ReportInputError as exc:
+        print(f"kvsim report: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except OSError as exc:
         print(f"kvsim report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -279,7 +300,21 @@ def _run(args: argparse.Namespace) -> int:
         print(markdown)
         written += study_files
     print("results written: " + ", ".join(str(p) for p in written))
+    if not args.no_report:
+        _write_run_report(args.command, out)
     return 0
+
+
+def _write_run_report(command: str, out: Path) -> None:
+    """The run's report, read back from the files just written; the results stand without it."""
+    try:
+        from kvsim.report.run_report import write_run_report
+
+        report = write_run_report(out, out, "report")
+        print("report written: " + ", ".join(str(p) for p in report if p.suffix in (".html", ".md")))
+    except Exception as exc:  # noqa: BLE001 - any failure to render must not lose a finished run
+        print(f"kvsim {command}: warning: the report was not written ({type(exc).__name__}: "
+              f"{' '.join(str(exc).split())})", file=sys.stderr)
 
 
 def _storage(args: argparse.Namespace) -> int:

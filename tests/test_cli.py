@@ -137,26 +137,31 @@ def test_run_exits_0_and_prints_a_ratio_table(single_run):
     assert single_run["rc"] == 0, single_run["stderr"]
     assert "Traceback" not in single_run["stderr"]
     table = single_run["stdout"]
-    header = next(line for line in table.splitlines() if line.startswith("metric"))
-    assert header.split() == ["metric", "h20", "l20", "h20/l20"]  # baseline l20 from compare:
+    header = next(line for line in table.splitlines() if line.startswith("system "))
+    # one row per system, metrics as columns; goodput relative to the baseline, l20 from compare:
+    assert header.split()[:3] == ["system", "req/s", "goodput"] and "goodput/l20" in header.split()
+    assert "l20 = 1x l20, 1 inst tp1 (baseline)" in table
     assert "seed 3" in table
     assert re.search(r"\d+\.\d\dx", table), "ratio cells look like 1.23x"
     assert "results written:" in table
 
 
 def test_table_ratio_matches_the_summary(single_run):
-    # the "throughput" row: h20 value, l20 value, h20/l20 ratio
-    row = next(line for line in single_run["stdout"].splitlines() if line.startswith("throughput"))
-    h20, l20, ratio = row.split()[-3:]
+    # each system's row: requests/s second, then the other metrics; h20's goodput/l20 after them
+    lines = {line.split()[0]: line.split() for line in single_run["stdout"].splitlines()
+             if line.split() and line.split()[0] in ("h20", "l20")}
+    h20, l20 = lines["h20"][1], lines["l20"][1]
     summary = json.loads((single_run["out"] / "summary.json").read_text())
     rps = {name: summary["points"][0]["systems"][name]["requests_per_s"] for name in ("h20", "l20")}
+    good = {name: summary["points"][0]["systems"][name]["goodput_requests_per_s"] for name in ("h20", "l20")}
+    ratio = lines["h20"][12]
     # a flagged system's numbers (not steady state) carry a mark
     flagged = {name: bool(summary["points"][0]["systems"][name]["flags"]) for name in ("h20", "l20")}
     assert h20.endswith("*") == flagged["h20"] and l20.endswith("*") == flagged["l20"]
     assert ratio.endswith("*") == (flagged["h20"] or flagged["l20"])
     assert float(h20.rstrip("*")) == pytest.approx(rps["h20"], abs=0.006)
     assert float(l20.rstrip("*")) == pytest.approx(rps["l20"], abs=0.006)
-    assert ratio.rstrip("*") == f"{rps['h20'] / rps['l20']:.2f}x"
+    assert ratio.rstrip("*") == f"{good['h20'] / good['l20']:.2f}x"
 
 
 # --------------------------------------------------------------------------- run: summary.json
@@ -261,8 +266,10 @@ def test_sweep_run_writes_one_entry_per_point(sweep_run):
 
 def test_sweep_run_table_and_requests(sweep_run):
     table = sweep_run["stdout"]
-    assert table.count("sweep point") == 2
-    assert "workload.arrival.rate = 1/s" in table and "workload.arrival.rate = 3/s" in table
+    rows = [line.split()[:2] for line in table.splitlines() if line.split()]
+    assert rows.count(["1/s", "h20"]) == rows.count(["1/s", "l20"]) == 1  # the swept rate, then the system
+    assert rows.count(["3/s", "h20"]) == rows.count(["3/s", "l20"]) == 1
+    assert ["rate", "system"] in rows
     frame = pd.read_parquet(sweep_run["out"] / "requests.parquet")
     assert set(frame["point"]) == {0, 1}
     assert set(frame.groupby(["system", "point"]).size().index) == {("h20", 0), ("h20", 1), ("l20", 0), ("l20", 1)}

@@ -179,7 +179,7 @@ def test_summary_json_has_one_shape_with_and_without_a_sweep(tmp_path):
 def test_the_table_adds_intervals_only_with_replications(replicated):
     table = kvsim.comparison_table(replicated)
     assert "mean +- 95% CI, 3 replications" in table
-    row = next(line for line in table.splitlines() if line.startswith("throughput (requests/s)") and "+-" in line)
+    row = next(line for line in table.splitlines() if line.startswith("h20") and "+-" in line)
     stats = replicated.summary_dict()["points"][0]["systems"]["h20"]["replicas"]["metrics"]["requests_per_s"]
     assert f"{stats['mean']:.2f} +- {stats['half_width']:.2f}" in row
     plain = kvsim.run(kvsim.parse_scenario(SCENARIO, "reps.yaml"))

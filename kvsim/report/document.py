@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,8 +84,17 @@ table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; } figcaption { font-size: 0.9rem; color: #555; }
-.note { font-size: 0.85rem; color: #555; }
+.note { font-size: 0.85rem; color: #555; } .scroll { overflow-x: auto; } td { white-space: nowrap; } td.text { text-align: left; white-space: normal; }
 """
+
+
+_NUMBER_CELL = re.compile(r"^([-+$]?\d[\d.,]*(e[-+]?\d+)?(x|%|/s|/h| [A-Za-z/%]{1,8})?[*]?|-)$")
+
+
+def _td(cell: Any) -> str:
+    # numbers (with a unit or a mark) line up on the right, words read from the left
+    text = str(cell)
+    return f"<td>{html.escape(text)}</td>" if _NUMBER_CELL.match(text) else f'<td class="text">{html.escape(text)}</td>'
 
 
 def to_html(doc: Document) -> str:
@@ -102,8 +112,8 @@ def to_html(doc: Document) -> str:
         elif kind == "table":
             header, rows, note = value
             head = "".join(f"<th>{esc(str(h))}</th>" for h in header)
-            body = "".join("<tr>" + "".join(f"<td>{esc(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+            body = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows)
+            out.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
             if note:
                 out.append(f'<p class="note">{esc(note)}</p>')
         elif kind == "figure":

@@ -1,6 +1,7 @@
-"""Side-by-side text tables: one column per system, plus each system's ratio to the baseline (and,
-for a point with replications, the mean and 95 % interval of the headline metrics; the main
-table shows replica 0, the run without replications).
+"""The comparison table of a run, as text: long and compact (issue 10) -- one row per (sweep point,
+system), the metrics as columns, each system's goodput relative to the baseline where both are
+finite (and, for points with replications, the mean and 95 % interval of the headline metrics in
+the same shape; the main rows show replica 0, the run without replications).
 
 A system whose point is flagged as not steady state (``summary["flags"]``, see
 :mod:`kvsim.metrics.steady_state`) has every number marked with :data:`FLAG_MARK`, as has every
@@ -9,11 +10,12 @@ ratio that involves it, and the table ends with a footnote naming the flags.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from kvsim.sim.result import RunResult
 
-__all__ = ["comparison_table", "hardware_label", "ROWS", "FLAG_MARK", "flag_note"]
+__all__ = ["comparison_table", "hardware_label", "COLUMNS", "ROWS", "FLAG_MARK", "flag_note"]
 
 FLAG_MARK = "*"
 _FLAG_MEANING = {
@@ -33,27 +35,26 @@ def _get(*keys: str) -> Callable[[dict[str, Any]], float | None]:
     return read
 
 
-# (label, reader, scale for display, format)
-ROWS: list[tuple[str, Callable[[dict[str, Any]], Any], float, str]] = [
-    ("requests completed", _get("requests_completed"), 1.0, "{:.0f}"),
-    ("requests unfinished at end", _get("requests_unfinished"), 1.0, "{:.0f}"),
-    ("throughput (requests/s)", _get("requests_per_s"), 1.0, "{:.2f}"),
-    ("goodput (requests/s in SLO)", _get("goodput_requests_per_s"), 1.0, "{:.2f}"),
-    ("output tokens/s (emitted in window)", _get("output_tokens_per_s"), 1.0, "{:.0f}"),
-    ("input tokens/s (prompts done in window)", _get("input_tokens_per_s"), 1.0, "{:.0f}"),
-    ("total tokens/s", _get("total_tokens_per_s"), 1.0, "{:.0f}"),
-    ("TTFT mean (s)", _get("ttft_s", "mean"), 1.0, "{:.3f}"),
-    ("TTFT p50 (s)", _get("ttft_s", "p50"), 1.0, "{:.3f}"),
-    ("TTFT p99 (s)", _get("ttft_s", "p99"), 1.0, "{:.3f}"),
-    ("TPOT mean (ms)", _get("tpot_s", "mean"), 1e3, "{:.1f}"),
-    ("TPOT p50 (ms)", _get("tpot_s", "p50"), 1e3, "{:.1f}"),
-    ("TPOT p99 (ms)", _get("tpot_s", "p99"), 1e3, "{:.1f}"),
-    ("E2E p50 (s)", _get("e2e_s", "p50"), 1.0, "{:.2f}"),
-    ("E2E p99 (s)", _get("e2e_s", "p99"), 1.0, "{:.2f}"),
-    ("KV pool utilization (mean)", _get("kv_utilization_mean"), 100.0, "{:.1f}%"),
-    ("preemptions", _get("preemptions"), 1.0, "{:.0f}"),
+# (header, reader, scale for display, format): the columns of the comparison table, one row per
+# (sweep point, system)
+COLUMNS: list[tuple[str, Callable[[dict[str, Any]], Any], float, str]] = [
+    ("req/s", _get("requests_per_s"), 1.0, "{:.2f}"),
+    ("goodput", _get("goodput_requests_per_s"), 1.0, "{:.2f}"),
+    ("tok/s", _get("total_tokens_per_s"), 1.0, "{:.0f}"),
+    ("TTFT p50", _get("ttft_s", "p50"), 1.0, "{:.3f}"),
+    ("TTFT p99", _get("ttft_s", "p99"), 1.0, "{:.3f}"),
+    ("TPOT p50", _get("tpot_s", "p50"), 1e3, "{:.1f}"),
+    ("TPOT p99", _get("tpot_s", "p99"), 1e3, "{:.1f}"),
+    ("E2E p99", _get("e2e_s", "p99"), 1.0, "{:.2f}"),
+    ("KV", _get("kv_utilization_mean"), 100.0, "{:.0f}%"),
+    ("preempt", _get("preemptions"), 1.0, "{:.0f}"),
+    ("backlog", _get("requests_unfinished"), 1.0, "{:.0f}"),
 ]
+ROWS = COLUMNS  # the name before the table turned long (issue 10)
 
+UNITS = ("req/s: requests completed in the window per s; goodput: those within every SLO threshold; tok/s: "
+         "prompt + output tokens processed per s; TTFT, E2E in s, TPOT in ms; KV: mean KV pool utilization; "
+         "backlog: requests unfinished when arrivals stop")
 
 def _cell(value: Any, scale: float, fmt: str, flagged: bool = False) -> str:
     if value is None:
@@ -62,10 +63,11 @@ def _cell(value: Any, scale: float, fmt: str, flagged: bool = False) -> str:
 
 
 def _ratio(value: Any, base: Any, flagged: bool = False) -> str:
-    if value is None or base is None:
+    """``value / base`` only where both are finite numbers and the base is not zero, else "-"."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (value, base)):
         return "-"
     if base == 0:
-        return "-" if value == 0 else "inf"
+        return "-"
     return f"{value / base:.2f}x" + (FLAG_MARK if flagged else "")
 
 
@@ -78,48 +80,71 @@ def flag_note(flags: list[str] | set[str]) -> str:
             "and docs/statistics.md")
 
 
+def _short_names(keys: list[str]) -> list[str]:
+    """Swept field paths by their last part (``rate``), unless two would read the same."""
+    short = [k.split(".")[-1].strip() for k in keys]
+    return short if len(set(short)) == len(short) else keys
+
+
+def _render(rows: list[list[str]], left: int, text_tail: int = 0) -> list[str]:
+    """Aligned text: the first ``left`` and the last ``text_tail`` columns left-aligned (words),
+    the others right-aligned (numbers); a rule under the header."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    words = set(range(left)) | set(range(len(widths) - text_tail, len(widths)))
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(widths[i]) if i in words else cell.rjust(widths[i])
+                               for i, cell in enumerate(row)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines
+
+
 def comparison_table(result: RunResult) -> str:
-    """A text table per sweep point: metrics by system, and each system's ratio to the baseline."""
+    """One long text table: a row per (sweep point, system), the metrics as columns, each
+    system's goodput relative to the baseline's ("-" unless both are finite and the base is not
+    zero); flagged numbers and ratios marked with :data:`FLAG_MARK`; then, for points with
+    replications, the mean and 95 % interval of the headline metrics in the same shape."""
     baseline = result.baseline
     systems = list(result.scenario.spec.systems)
-    others = [s for s in systems if s != baseline]
-    blocks = []
+    points = result.points()
+    first = {s: result.run(s, points[0]) for s in systems}
+    swept = list(dict.fromkeys(k for point in points for k in result.run(systems[0], point).params))
+    labels = {s: {hardware_label(result.run(s, point).sizing) for point in points} for s in systems}
+    per_point = any(len(v) > 1 for v in labels.values())  # a sweep that changes the hardware: a column
+    header = (_short_names(swept) + ["system"] + (["hardware"] if per_point else []) + [c[0] for c in COLUMNS]
+              + ["SLO", "steady state"])
+    with_ratio = len(systems) > 1
+    if with_ratio:
+        header.insert(len(header) - 2, f"goodput/{baseline}")
+    rows = [header]
     seen: set[str] = set()
-    for point in result.points():
+    for point in points:
         runs = {s: result.run(s, point) for s in systems}
         flags = {s: runs[s].summary.get("flags") or [] for s in systems}
         seen.update(f for s in systems for f in flags[s])
-        header = ["metric"] + systems + [f"{s}/{baseline}" for s in others]
-        rows = [header]
-        for label, read, scale, fmt in ROWS:
-            values = {s: read(runs[s].summary) for s in systems}
-            rows.append([label] + [_cell(values[s], scale, fmt, bool(flags[s])) for s in systems]
-                        + [_ratio(values[s], values[baseline], bool(flags[s] or flags[baseline])) for s in others])
-        rows.append(["steady state"] + [", ".join(flags[s]) if flags[s] else "ok" for s in systems]
-                    + [""] * len(others))
-        hardware = ["hardware"] + [hardware_label(r.sizing) for r in runs.values()] + [""] * len(others)
-        rows.insert(1, hardware)
-        slo = runs[baseline].summary.get("slo_met", {})
-        if slo:
-            rows.append(["SLO p99 met (" + ", ".join(slo) + ")"]
-                        + [_slo_cell(runs[s].summary["slo_met"]) for s in systems] + [""] * len(others))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines = []
-        params = runs[baseline].params
-        if params:
-            lines.append("sweep point " + ", ".join(f"{k} = {v}" for k, v in params.items()))
-        for n, row in enumerate(rows):
-            lines.append("  ".join(cell.ljust(widths[0]) if i == 0 else cell.rjust(widths[i])
-                                   for i, cell in enumerate(row)))
-            if n == 0:
-                lines.append("  ".join("-" * w for w in widths))
-        replicas = _replica_block(result, point, systems)
-        blocks.append("\n".join(lines + replicas))
+        base_goodput = _get("goodput_requests_per_s")(runs[baseline].summary)
+        for s in systems:
+            summary = runs[s].summary
+            cells = [str(runs[s].params.get(k, "")) for k in swept] + [s]
+            cells += [hardware_label(runs[s].sizing)] if per_point else []
+            cells += [_cell(read(summary), scale, fmt, bool(flags[s])) for _, read, scale, fmt in COLUMNS]
+            if with_ratio:
+                cells.append("" if s == baseline else
+                             _ratio(_get("goodput_requests_per_s")(summary), base_goodput,
+                                    bool(flags[s] or flags[baseline])))
+            cells += [_slo_cell(summary.get("slo_met") or {}), ", ".join(flags[s]) if flags[s] else "ok"]
+            rows.append(cells)
+    lines = _render(rows, len(swept) + 1 + per_point, text_tail=2)
+    replicas = _replica_rows(result, points, systems, swept)
+    hardware = "; ".join(f"{s}" + ("" if per_point else f" = {hardware_label(first[s].sizing)}")
+                         + (" (baseline)" if s == baseline and with_ratio else "") for s in systems)
     title = (f"scenario {result.scenario.name}: seed {result.seed}, "
              f"measured over [{result.scenario.spec.warmup:g} s, {result.scenario.spec.duration:g} s] "
-             f"of simulated time; ratios are system / {baseline}")
+             f"of simulated time\nsystems: {hardware}\n{UNITS}")
     note = flag_note(seen)
-    return title + "\n\n" + "\n\n".join(blocks) + "\n" + (f"\n{note}\n" if note else "")
+    return (title + "\n\n" + "\n".join(lines) + "\n" + (("\n" + "\n".join(replicas) + "\n") if replicas else "")
+            + (f"\n{note}\n" if note else ""))
 
 
 def hardware_label(sizing) -> str:
@@ -132,29 +157,27 @@ def hardware_label(sizing) -> str:
 
 
 def _slo_cell(met: dict[str, bool]) -> str:
-    return "yes" if met and all(met.values()) else ("no (" + ", ".join(k for k, ok in met.items() if not ok) + ")")
+    if not met:
+        return "-"
+    failed = [k for k, ok in met.items() if not ok]
+    return "yes" if not failed else "no: " + ", ".join(failed)
 
 
 # (label, headline metric of kvsim.metrics.replicas, scale, format): the rows given a mean and a
 # 95 % interval when a point has replications
 REPLICA_ROWS: list[tuple[str, str, float, str]] = [
-    ("throughput (requests/s)", "requests_per_s", 1.0, "{:.2f}"),
-    ("goodput (requests/s in SLO)", "goodput_requests_per_s", 1.0, "{:.2f}"),
-    ("output tokens/s", "output_tokens_per_s", 1.0, "{:.0f}"),
-    ("TTFT p99 (s)", "ttft_s_p99", 1.0, "{:.3f}"),
-    ("TPOT p99 (ms)", "tpot_s_p99", 1e3, "{:.1f}"),
-    ("E2E p99 (s)", "e2e_s_p99", 1.0, "{:.2f}"),
+    ("req/s", "requests_per_s", 1.0, "{:.2f}"),
+    ("goodput", "goodput_requests_per_s", 1.0, "{:.2f}"),
+    ("output tok/s", "output_tokens_per_s", 1.0, "{:.0f}"),
+    ("TTFT p99", "ttft_s_p99", 1.0, "{:.3f}"),
+    ("TPOT p99", "tpot_s_p99", 1e3, "{:.1f}"),
+    ("E2E p99", "e2e_s_p99", 1.0, "{:.2f}"),
 ]
 
 
-def _replica_block(result: RunResult, point: int, systems: list[str]) -> list[str]:
-    """Lines giving mean +- 95 % half-width per system, when the point has several replicas."""
+def _replica_rows(result: RunResult, points: list[int], systems: list[str], swept: list[str]) -> list[str]:
+    """Lines giving mean +- 95 % half-width per (point, system), for the points with several replicas."""
     from kvsim.metrics.replicas import replica_statistics
-
-    stats = {s: replica_statistics([r.summary for r in result.runs_of(s, point)]) for s in systems}
-    n = len(result.runs_of(systems[0], point))
-    if n < 2:
-        return []
 
     def cell(entry, scale: float, fmt: str) -> str:
         if entry is None or entry["mean"] is None:
@@ -162,13 +185,20 @@ def _replica_block(result: RunResult, point: int, systems: list[str]) -> list[st
         half = "" if entry["half_width"] is None else " +- " + fmt.format(entry["half_width"] * scale)
         return fmt.format(entry["mean"] * scale) + half
 
-    rows = [[f"mean +- 95% CI, {n} replications"] + systems]
-    for label, key, scale, fmt in REPLICA_ROWS:
-        rows.append([label] + [cell(stats[s].get(key), scale, fmt) for s in systems])
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = [""]
-    for k, row in enumerate(rows):
-        lines.append("  ".join(c.ljust(widths[0]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(row)))
-        if k == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return lines
+    rows: list[list[str]] = []
+    counts = set()
+    for point in points:
+        n = len(result.runs_of(systems[0], point))
+        if n < 2:
+            continue
+        counts.add(n)
+        for s in systems:
+            stats = replica_statistics([r.summary for r in result.runs_of(s, point)])
+            params = result.run(s, point).params
+            rows.append([str(params.get(k, "")) for k in swept] + [s]
+                        + [cell(stats.get(key), scale, fmt) for _, key, scale, fmt in REPLICA_ROWS])
+    if not rows:
+        return []
+    header = _short_names(swept) + ["system"] + [label for label, *_ in REPLICA_ROWS]
+    label = f"mean +- 95% CI, {'/'.join(str(n) for n in sorted(counts))} replications"
+    return [label] + _render([header] + rows, len(swept) + 1)

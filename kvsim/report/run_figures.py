@@ -1,0 +1,258 @@
+"""Figures of a run report (PNG, matplotlib's Agg backend): throughput and latency against the
+swept load with the SLO line and each system's saturation point, TTFT/TPOT distributions, cache
+hit rates per tier, cost per million tokens. Flagged points (not steady state) are drawn hollow
+or hatched; :func:`load_series` is the data that decides it."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from kvsim.report.document import Figure
+from kvsim.report.run_data import LoadAxis, Row, metric, saturation
+
+__all__ = ["load_series", "figure_throughput", "figure_latency", "figure_cdf", "figure_hit_rates", "figure_cost",
+           "slo_limits_s"]
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> bytes:
+    plt = _plt()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def slo_limits_s(scenario: dict[str, Any]) -> dict[str, float]:
+    """The SLO thresholds of the resolved scenario (``ttft_p99`` -> seconds), those that are set."""
+    from kvsim.units import UnitError, parse_quantity
+
+    out = {}
+    for key, value in (scenario.get("slo") or {}).items():
+        if value is None:
+            continue
+        try:
+            out[key] = parse_quantity(value, "time")
+        except (UnitError, TypeError, ValueError):
+            continue
+    return out
+
+
+def load_series(all_rows: list[Row], name: str) -> dict[tuple[str, str], list[tuple[float, float, bool]]]:
+    """Per (system, group of the other swept fields): ``(load, value, hollow)`` in increasing load,
+    ``hollow`` when the point is flagged (not steady state). Points without the metric are left out."""
+    out: dict[tuple[str, str], list[tuple[float, float, bool]]] = {}
+    for row in all_rows:
+        value = metric(row.summary, name)
+        if row.load is None or value is None:
+            continue
+        out.setdefault((row.system, row.group), []).append((row.load, value, bool(row.flags)))
+    return {key: sorted(points) for key, points in out.items()}
+
+
+def _saturations(all_rows: list[Row]) -> dict[tuple[str, str], Row]:
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for row in all_rows:
+        groups.setdefault((row.system, row.group), []).append(row)
+    return {key: sat for key, series in groups.items() if (sat := saturation(series)) is not None}
+
+
+def _label(system: str, group: str) -> str:
+    return f"{system} ({group})" if group else system
+
+
+def _draw(ax: Any, all_rows: list[Row], name: str, scale: float = 1.0) -> None:
+    series = load_series(all_rows, name)
+    colors = {key: f"C{k % 10}" for k, key in enumerate(series)}
+    saturated = _saturations(all_rows)
+    for key, points in series.items():
+        color = colors[key]
+        ax.plot([p[0] for p in points], [p[1] * scale for p in points], color=color, lw=1.2,
+                label=_label(*key))
+        for x, y, hollow in points:
+            ax.scatter([x], [y * scale], s=36, zorder=3, edgecolors=color, linewidths=1.4,
+                       facecolors="none" if hollow else color)
+        if key in saturated:
+            ax.axvline(saturated[key].load, color=color, ls=":", lw=1.2)
+
+
+def _plain_log_ticks(axis: Any) -> None:
+    """Ticks of a log axis at 1, 2, 5 x 10^k, written as plain numbers (200, not 2 x 10^2)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, str, float, float | None]],
+                 name: str, caption: str, log: bool) -> Figure:
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.9), dpi=110, squeeze=False)
+    for ax, (key, ylabel, scale, limit) in zip(axes[0], panels):
+        _draw(ax, all_rows, key, scale)
+        if limit is not None:
+            ax.axhline(limit * scale, color="black", ls="--", lw=1, label="SLO")
+        if key == "goodput_requests_per_s" and axis.kind == "rate":
+            loads = sorted({r.load for r in all_rows if r.load is not None})
+            ax.plot(loads, loads, color="gray", lw=0.8, ls="-.", label="offered load")
+        if log:
+            ax.set_yscale("log")
+            _plain_log_ticks(ax.yaxis)
+        ax.set_xlabel(axis.label)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    return Figure(name, _png(fig), caption)
+
+
+_MARKS = ("hollow markers: points flagged as not steady state; dotted vertical line: the system's "
+          "saturation point (the first load flagged unstable or missing the SLO)")
+
+
+def figure_throughput(all_rows: list[Row], axis: LoadAxis, stem: str) -> Figure:
+    return _load_figure(all_rows, axis, [("total_tokens_per_s", "tokens processed in the window (tokens/s)", 1.0, None),
+                                         ("goodput_requests_per_s", "goodput (requests/s within the SLO)", 1.0, None)],
+                        f"{stem}_throughput.png", f"Throughput against load; {_MARKS}", log=False)
+
+
+def figure_latency(all_rows: list[Row], axis: LoadAxis, limits: dict[str, float], stem: str) -> Figure:
+    return _load_figure(all_rows, axis, [("ttft_s_p99", "TTFT p99 (s)", 1.0, limits.get("ttft_p99")),
+                                         ("tpot_s_p99", "TPOT p99 (ms)", 1e3, limits.get("tpot_p99"))],
+                        f"{stem}_latency.png", f"Tail latency against load; dashed: the SLO; {_MARKS}", log=True)
+
+
+def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: tuple[float, float],
+               limits: dict[str, float], stem: str) -> Figure | None:
+    """TTFT and TPOT distributions of the requests that arrived in the window (of replica 0 when
+    the run has replications), one line per system and sweep point (lighter: earlier points).
+    ``labels`` maps a point index to its label."""
+    import numpy as np
+
+    if frame is None or not len(frame) or "ttft_s" not in frame:
+        return None
+    measured = frame[(frame["arrival_s"] >= window[0]) & (frame["arrival_s"] < window[1])]
+    if "replica" in measured:  # replica 0: the run the summary's numbers are of
+        measured = measured[measured["replica"] == 0]
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.0), dpi=110)
+    # one legend entry per line while that stays readable; else one per system (its darkest line)
+    points = sorted(labels)
+    every = len(points) * len(systems) <= 16
+    drawn = False
+    for (column, title, scale, limit), ax in zip((("ttft_s", "TTFT (s)", 1.0, limits.get("ttft_p99")),
+                                                  ("tpot_s", "TPOT (ms)", 1e3, limits.get("tpot_p99"))), axes):
+        for k, system in enumerate(systems):
+            for j, point in enumerate(points):
+                rows = measured[(measured["system"] == system) & (measured["point"] == point)]
+                values = np.sort(rows[column].to_numpy(dtype=float))
+                values = values[np.isfinite(values)] * scale
+                if not len(values):
+                    continue
+                alpha = 1.0 if len(points) == 1 else 0.35 + 0.65 * j / (len(points) - 1)
+                label = system if len(points) == 1 else (f"{system}, {labels[point]}" if every else
+                                                         (f"{system} (darkest: {labels[point]})"
+                                                          if j == len(points) - 1 else None))
+                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=f"C{k % 10}",
+                        alpha=alpha, lw=1.1, label=label)
+                drawn = True
+        if limit is not None:
+            ax.axvline(limit * scale, color="black", ls="--", lw=1, label="SLO (p99)")
+        ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
+        ax.set_xlabel(title)
+        ax.set_ylabel("share of requests")
+        ax.grid(alpha=0.3, which="both")
+    if not drawn:
+        plt.close(fig)
+        return None
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    return Figure(f"{stem}_cdf.png", _png(fig), "Distribution of TTFT and TPOT over the requests that arrived in "
+                  "the measurement window (lighter lines: lower loads; requests without a first token left out)")
+
+
+def _bars(ax: Any, labels: list[str], values: list[list[float]], names: list[str], hatched: list[bool],
+          stacked: bool) -> None:
+    import numpy as np
+
+    x = np.arange(len(labels))
+    width = 0.8 if stacked else 0.8 / max(1, len(names))
+    bottom = np.zeros(len(labels))
+    for k, name in enumerate(names):
+        heights = np.array([v[k] for v in values])
+        offset = 0 if stacked else (k - (len(names) - 1) / 2) * width
+        bars = ax.bar(x + offset, heights, width, bottom=bottom if stacked else None, color=f"C{k % 10}")
+        for bar, hatch in zip(bars, hatched):
+            if hatch:
+                bar.set_hatch("///")
+                bar.set_edgecolor("white")
+        if stacked:
+            bottom = bottom + heights
+    from matplotlib.patches import Patch
+
+    # legend from plain patches: a bar's own patch would carry its hatch
+    handles = [Patch(facecolor=f"C{k % 10}", label=name) for k, name in enumerate(names)]
+    if any(hatched):
+        handles.append(Patch(facecolor="lightgray", hatch="///", edgecolor="white", label="flagged"))
+    ax.legend(handles=handles, fontsize=8)
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels, rotation=30 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center",
+                       fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+
+
+def _row_label(row: Row, many_points: bool) -> str:
+    if not many_points:
+        return row.system
+    params = ", ".join(str(v) for v in row.params.values())
+    return f"{row.system} @ {params}" if params else row.system
+
+
+def figure_hit_rates(all_rows: list[Row], tiers: list[str], stem: str) -> Figure | None:
+    """Stacked bars: the share of prompt tokens served from each tier, per system and point."""
+    cached = [r for r in all_rows if isinstance(r.summary.get("cache"), dict)]
+    if not cached or not tiers:
+        return None
+    many = len({r.point for r in all_rows}) > 1
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(cached) + 3), 3.9), dpi=110)
+    values = [[metric(r.summary, f"cache.hit_rate.{t}") or 0.0 for t in tiers] for r in cached]
+    _bars(ax, [_row_label(r, many) for r in cached], values, tiers, [bool(r.flags) for r in cached], stacked=True)
+    ax.set_ylabel("prompt tokens served from cache (share)")
+    ax.set_ylim(0, 1)
+    fig.tight_layout()
+    return Figure(f"{stem}_hit_rates.png", _png(fig), "Cache hit rate by tier (share of prompt tokens), per system "
+                  "and point; hatched: points flagged as not steady state")
+
+
+def figure_cost(all_rows: list[Row], stem: str) -> Figure | None:
+    """Bars: USD per million output and per million prompt tokens, per system and point."""
+    keys = [("cost.usd_per_million_output_tokens", "per million output tokens"),
+            ("cost.usd_per_million_prompt_tokens", "per million prompt tokens")]
+    priced = [r for r in all_rows if any(metric(r.summary, k) is not None for k, _ in keys)]
+    if not priced:
+        return None
+    many = len({r.point for r in all_rows}) > 1
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(priced) + 3), 3.9), dpi=110)
+    values = [[metric(r.summary, k) or 0.0 for k, _ in keys] for r in priced]
+    _bars(ax, [_row_label(r, many) for r in priced], values, [n for _, n in keys], [bool(r.flags) for r in priced],
+          stacked=False)
+    ax.set_ylabel("USD")
+    fig.tight_layout()
+    return Figure(f"{stem}_cost.png", _png(fig), "Cost per million tokens at the load served (the whole system's "
+                  "hourly cost charged to each stream; docs/cost.md); hatched: points flagged as not steady state, "
+                  "where the figure is not a capacity cost")
