@@ -149,6 +149,7 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
     pools = tuple(_size_pool(spec, name, pool_name, pool, model, dtype, kv_dtype, catalogs)
                   for pool_name, pool in system.pool_specs().items())
     _check_domains(name, system, pools)
+    _check_handoff_nics(name, system, pools)
     pool_node = None
     cache = system.kv_cache
     if cache is not None and model.sliding_layers:
@@ -183,8 +184,31 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                     "only: use a remote pool (kv_cache.remote) or an instance inside one node"))
         if cache.remote is not None:
             pool_node = catalogs.pool_nodes[cache.remote.pool_node]
+            if pool_node.nics.count < 1:
+                raise SizingError(("systems", name, "kv_cache", "remote", "pool_node"), (
+                    f"pool node {pool_node.name} has no NICs (nics.count: 0): compute nodes could not reach it"))
+            for pool in pools:
+                if pool.node.nics.count < 1 and (pool.role != "decode" or switchable):
+                    raise SizingError(("systems", name) + system.pool_path(pool.name) + ("node",), (
+                        f"node {pool.node.name} has no NICs (nics.count: 0): it could not reach the remote KV "
+                        f"pool {pool_node.name}"))
     return SystemSizing(name=name, spec=system, model=model, dtype=dtype, kv_dtype=kv_dtype, pools=pools,
                         pool_node=pool_node)
+
+
+def _check_handoff_nics(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:
+    """A disaggregated system hands every prompt's KV from a prefill node to a decode node: a node
+    with no NIC and no scale-up link could not send or receive it."""
+    roles = {pool.role for pool in pools}
+    if not {"prefill", "decode"} <= roles:
+        return
+    multi_node_domains = system.scale_up_domain_nodes > 1  # a peer copy over scale-up links may span nodes
+    for pool in pools:
+        if pool.node.nics.count < 1 and not (multi_node_domains and pool.accelerator.scale_up_bandwidth is not None):
+            raise SizingError(("systems", name) + system.pool_path(pool.name) + ("node",), (
+                f"node {pool.node.name} has no NICs (nics.count: 0) and no scale-up domain spans nodes "
+                f"(scale_up_domain_nodes): the {pool.role} pool could not hand KV between prefill and decode "
+                f"instances"))
 
 
 def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:
