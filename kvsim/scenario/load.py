@@ -201,13 +201,19 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     if study is not None and study.kind == "pd" and study.timeline_point >= len(grid):
         raise SpecError([located.problem(("study", "timeline_point"), (
             f"the sweep has {len(grid)} point(s): give 0 to {len(grid) - 1}"))])
-    if study is not None and study.kind == "options":
+    if study is not None and study.kind in ("options", "gap", "pd"):
+        # checked now, not after the whole simulation has run
         swept = [f.strip() for key in spec.sweep for f in key.split(",")]
-        for name in ("x", "load"):
-            field = getattr(study, name)
+        names = {"options": ("x", "load"), "gap": ("x", "panel"), "pd": ("x",)}[study.kind]
+        for name in names:
+            field = getattr(study, name, None)
             if field is not None and field not in swept:
                 raise SpecError([located.problem(("study", name), (
-                    f"{field!r} is not a swept field (sweep: {', '.join(swept) or 'none'})"))])
+                    f"{field!r} is not a swept field{did_you_mean(field, swept)} (sweep: {', '.join(swept) or 'none'})"))])
+        if study.kind == "gap" and study.metric not in GAP_METRICS:
+            raise SpecError([located.problem(("study", "metric"), (
+                f"{study.metric!r} is not a metric of the summary{did_you_mean(study.metric, GAP_METRICS)}; "
+                f"one of: {', '.join(GAP_METRICS)}"))])
     point_problems = PointProblems(len(grid), located.problem)
     for index, params in enumerate(grid):
         if not params:
@@ -232,6 +238,12 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     if errors and strict:
         raise SpecError(errors)
     return Scenario(spec, raw, located, catalogs, points, base_dir, calibration, tuple(errors + warnings))
+
+
+GAP_METRICS = ("input_tokens_per_s", "output_tokens_per_s", "total_tokens_per_s", "requests_per_s",
+               "goodput_requests_per_s", "requests_completed", "kv_utilization_mean")
+"""Summary metrics a gap study may divide (:func:`kvsim.metrics.summary.summarize`; numbers, higher is
+more served)."""
 
 
 def _catalogs(spec: ScenarioSpec, located: Located) -> Catalogs:
