@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import simpy
 
 from kvsim.metrics.records import RequestRecords
@@ -75,7 +76,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     finished points on disk: it runs the same :func:`run_point` per task, so results are identical.
     """
     sizings = check_scenario(scenario)
-    root_seed = scenario.spec.seed if seed is None else int(seed)
+    root_seed = scenario.spec.seed if seed is None else checked_seed(seed)
     runs: list[SystemRun] = []
     total = sum(p.spec.duration * len(p.spec.systems) * p.spec.replications for p in scenario.points)
     bar = None
@@ -94,10 +95,17 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     return RunResult.from_runs(scenario, root_seed, runs)
 
 
+def checked_seed(seed: object) -> int:
+    """``seed`` as a root seed: a non-negative integer (``1.5`` or ``-1`` is refused, never rounded)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    return int(seed)
+
+
 def point_seed(point: ScenarioPoint, seed: int | None = None, replica: int = 0) -> int:
     """Root seed of one run of ``point``: the point's seed (or the override ``seed``), then
     replica ``replica``'s (:func:`kvsim.rng.replica_seed`; replica 0 keeps it)."""
-    return replica_seed(point.spec.seed if seed is None else int(seed), replica)
+    return replica_seed(point.spec.seed if seed is None else checked_seed(seed), replica)
 
 
 def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None, replica: int = 0,
