@@ -110,6 +110,11 @@ class LRUPolicy(EvictionPolicy):
                 return block
         return None
 
+    def in_order(self):
+        """Resident blocks, least recently used first (an iterator: do not change the policy while
+        iterating)."""
+        return iter(self._order)
+
     def __len__(self) -> int:
         return len(self._order)
 

@@ -22,17 +22,23 @@ When the store is full and every block is held, :meth:`BlockStore.insert` refuse
 (caching is best effort), hence a return value and not an exception; callers must test
 ``is None``, since ``[]`` (stored, nothing evicted) is also falsy.
 
-Every operation is O(1) apart from the policy's victim search (see :mod:`kvsim.kv.eviction`).
+Every operation is O(1) apart from the victim search: O(log n) under LRU (a heap of unheld blocks
+by last use), the policy's own search otherwise (see :mod:`kvsim.kv.eviction`).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Hashable
 
 from kvsim.kv.eviction import EVICTION_POLICIES, EvictionPolicy
 
-__all__ = ["BlockStore"]
+__all__ = ["BlockStore", "HEAP_AFTER"]
+
+HEAP_AFTER = 64
+"""Held blocks an LRU victim search may step over before the store switches to its heap (a cost
+threshold only: either way finds the same victim)."""
 
 Block = Hashable
 
@@ -95,6 +101,18 @@ class BlockStore:
         self._readers: dict[Block, int] = {}
         self._reader_refs = 0
         self._held: dict[Block, int] = {}  # pins + readers per held block, to count evictables in O(1)
+        # LRU: the victim is the least recently inserted or hit block that nothing holds. Scanning
+        # the recency order for it steps over every held block older than the first free one
+        # (quadratic when running sequences hold most of a full store). Once a scan steps over
+        # more than HEAP_AFTER held blocks, the store keeps a heap of (stamp of last use, block)
+        # for blocks that were unheld at that stamp instead (stale entries are skipped when they
+        # reach the top): the same victim in O(log n), at a small cost on every insert and hit
+        # that stores which never hold many blocks do not pay.
+        self._heap_on = False  # the heap is kept (see above)
+        self._lru_policy = policy == "lru"
+        self._clock = 0
+        self._stamps: dict[Block, int] = {}
+        self._unheld: list[tuple[int, Block]] = []
         self.hits = 0
         self.misses = 0
         self.insertions = 0
@@ -171,6 +189,8 @@ class BlockStore:
         if block in self._policy:
             self.hits += 1
             self._policy.touch(block)
+            if self._heap_on:
+                self._use(block)
             return True
         self.misses += 1
         return False
@@ -195,30 +215,82 @@ class BlockStore:
         policy = self._policy
         if block in policy:
             policy.touch(block)
+            if self._heap_on:
+                self._use(block)
             return []
         evicted: list[Block] = []
         # The store never exceeds its capacity, so one eviction always makes room.
         if len(policy) >= self.capacity_blocks:
-            victim = policy.victim(self.is_evictable) if len(policy) else None
+            victim = self._victim() if len(policy) else None
             if victim is None:
                 self.rejections += 1
                 return None
-            policy.evict(victim)
-            self.evictions += 1
+            self._evict(victim)
             evicted.append(victim)
         policy.insert(block)
         self.insertions += 1
+        if self._heap_on:
+            self._use(block)
         return evicted
 
     def evict_one(self) -> Block | None:
         """Evict the policy's victim among unheld blocks (to free room on demand); None if none."""
-        policy = self._policy
-        victim = policy.victim(self.is_evictable) if len(policy) else None
+        victim = self._victim() if len(self._policy) else None
         if victim is None:
             return None
-        policy.evict(victim)
-        self.evictions += 1
+        self._evict(victim)
         return victim
+
+    def _victim(self) -> Block | None:
+        if not self._heap_on:
+            if not self._lru_policy:
+                return self._policy.victim(self.is_evictable)
+            held = self._held
+            for steps, block in enumerate(self._policy.in_order()):
+                if block not in held:
+                    return block
+                if steps >= HEAP_AFTER:
+                    self._start_heap()
+                    break
+            else:
+                return None
+        heap, stamps, held = self._unheld, self._stamps, self._held
+        while heap:
+            stamp, block = heap[0]
+            if stamps.get(block) == stamp and block not in held:
+                return block
+            heapq.heappop(heap)  # stale, or held now (it is pushed again when released)
+        return None
+
+    def _start_heap(self) -> None:
+        """Switch to the heap: stamps in the present recency order, a heap of the unheld blocks."""
+        self._stamps = {block: stamp for stamp, block in enumerate(self._policy.in_order(), 1)}
+        self._clock = len(self._stamps)
+        held = self._held
+        self._unheld = [(stamp, block) for block, stamp in self._stamps.items() if block not in held]
+        heapq.heapify(self._unheld)
+        self._heap_on = True
+
+    def _evict(self, victim: Block) -> None:
+        self._policy.evict(victim)
+        self.evictions += 1
+        if self._heap_on:
+            del self._stamps[victim]
+
+    def _use(self, block: Block) -> None:
+        """``block`` was inserted or hit: its stamp is the newest."""
+        self._clock += 1
+        self._stamps[block] = self._clock
+        if block not in self._held:
+            self._push(self._clock, block)
+
+    def _push(self, stamp: int, block: Block) -> None:
+        heap = self._unheld
+        heapq.heappush(heap, (stamp, block))
+        if len(heap) > 4 * len(self._stamps) + 1024:  # mostly stale entries: rebuild from the live ones
+            held = self._held
+            self._unheld = [(s, b) for b, s in self._stamps.items() if b not in held]
+            heapq.heapify(self._unheld)
 
     def remove(self, block: Block) -> None:
         """Drop stored ``block`` on purpose (moved elsewhere, invalidated).
@@ -236,6 +308,8 @@ class BlockStore:
             raise ValueError(f"block {block!r} in {self.name} is pinned or read; cannot remove it")
         self._policy.remove(block)
         self.removals += 1
+        if self._heap_on:
+            del self._stamps[block]
 
     # -- holds ----------------------------------------------------------------------------------
 
@@ -253,6 +327,8 @@ class BlockStore:
         count = self._held[block]
         if count == 1:
             del self._held[block]
+            if self._heap_on:
+                self._push(self._stamps[block], block)  # evictable again, at its place in the order
         else:
             self._held[block] = count - 1
 

@@ -53,7 +53,6 @@ part of it is read in place from a peer.
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
 
 from kvsim.kv import BlockStore
@@ -73,76 +72,19 @@ page; the figure is borrowed from the free-block watermark vLLM v0 kept when adm
 
 class DomainStore(BlockStore):
     """The domain's store: a :class:`~kvsim.kv.BlockStore` whose hits also refresh the block's
-    place in its home's recency order (which unheld block moves first).
-
-    A domain store holds many blocks that running sequences read, and LRU's victim search steps
-    over every held block older than the first free one (:mod:`kvsim.kv.eviction`). With LRU
-    the store therefore also keeps a heap of ``(last use, block)`` entries for unheld blocks
-    (stale entries are skipped when popped): the same victim, the least recently inserted or
-    hit block among those nothing holds, in O(log n).
-    """
+    place in its home's recency order (which unheld block moves first). (A domain store holds
+    many blocks that running sequences read; the base store's LRU heap finds its victim without
+    stepping over them.)"""
 
     def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str, pool: "DomainPool"):
         super().__init__(name, capacity_bytes, block_bytes, policy)
         self.pool = pool
-        self._lru = policy == "lru"
-        self._clock = 0
-        self._used: dict = {}     # block -> stamp of its last insert or hit (LRU order)
-        self._free: list = []     # heap of (stamp, block) for blocks that were unheld at that stamp
-
-    def _use(self, block) -> None:
-        self._clock += 1
-        self._used[block] = self._clock
-        if block not in self._held:
-            self._push(self._clock, block)
-
-    def _push(self, stamp: int, block) -> None:
-        free = self._free
-        heapq.heappush(free, (stamp, block))
-        if len(free) > 4 * len(self._used) + 1024:  # mostly stale entries: rebuild from the live ones
-            held, used = self._held, self._used
-            self._free = [(stamp, b) for b, stamp in used.items() if b not in held]
-            heapq.heapify(self._free)
 
     def lookup(self, block) -> bool:
         hit = super().lookup(block)
         if hit:
             self.pool.touched(block)
-            if self._lru:
-                self._use(block)
         return hit
-
-    def insert(self, block):
-        # (the pool's pages bound what it caches, so the store is never full here; if it were,
-        # the base class would pick the same victim by scanning)
-        evicted = super().insert(block)
-        if self._lru and evicted is not None:
-            for gone in evicted:
-                del self._used[gone]
-            self._use(block)
-        return evicted
-
-    def _release(self, block) -> None:
-        super()._release(block)
-        if self._lru and block not in self._held:
-            self._push(self._used[block], block)
-
-    def evict_one(self):
-        if not self._lru:
-            return super().evict_one()
-        free, used = self._free, self._used
-        while free:
-            stamp, block = heapq.heappop(free)
-            if used.get(block) == stamp and block not in self._held:
-                self._policy.evict(block)
-                self.evictions += 1
-                del used[block]
-                return block
-        return None
-
-    def remove(self, block) -> None:
-        super().remove(block)
-        self._used.pop(block, None)
 
 
 class DomainPool:
