@@ -102,27 +102,48 @@ def load_yaml(text: str, filename: str) -> Located:
     SpecError
         On a syntax error (with its line) or a duplicate key.
     """
+    if len(text) > MAX_YAML_CHARS:
+        raise SpecError([f"{filename}: {len(text):,} characters is more than a scenario file may hold "
+                         f"({MAX_YAML_CHARS:,}); is this the right file?"])
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         line, reason = _syntax_error(exc, text)
         where = f"{filename}:{line}" if line is not None else filename
         raise SpecError([f"{where}: not valid YAML: {reason}"]) from None
+    except RecursionError:
+        raise SpecError([f"{filename}: nested too deeply to read (more than {MAX_YAML_DEPTH} levels)"]) from None
     located = Located(data=None, filename=filename)
     if root is None:
         located.data = {}
         located.lines[()] = 1
         return located
     problems: list[str] = []
-    _walk(root, (), located.lines, problems, filename)
+    _walk(root, (), located.lines, problems, filename, [MAX_YAML_NODES])
     if problems:
-        raise SpecError(problems)
+        raise SpecError(problems[:MAX_YAML_PROBLEMS])
     loader = yaml.SafeLoader(text)
     try:
         located.data = loader.construct_document(root)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{filename}:{mark.line + 1}" if mark is not None else filename
+        reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+        raise SpecError([f"{where}: a value YAML cannot read: {reason}"]) from None
     finally:
         loader.dispose()
     return located
+
+
+MAX_YAML_CHARS = 20_000_000
+"""Largest scenario text read, characters (a scenario is a few KB; a trace belongs in its own file)."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of mappings and lists read (a scenario nests about 8 deep)."""
+MAX_YAML_NODES = 1_000_000
+"""Most values a file may hold with its aliases expanded (a 751-byte alias bomb expands to 10^9)."""
+MAX_YAML_PROBLEMS = 20
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map",
+                                                                  "seq", "timestamp"))
 
 
 def _syntax_error(exc: yaml.YAMLError, text: str) -> tuple[int | None, str]:
@@ -181,13 +202,35 @@ def _over_indented(text: str, mark: Any) -> bool:
     return above is not None and indent > len(above) - len(above.lstrip(" "))
 
 
-def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[str], filename: str) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
+def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[str], filename: str,
+          budget: list[int]) -> None:
+    """Record each field's line; refuse duplicate keys, tags that are not plain YAML, keys that
+    are not plain values, nesting deeper than :data:`MAX_YAML_DEPTH` and more than
+    :data:`MAX_YAML_NODES` values with aliases expanded (``budget`` counts them down)."""
+    line = node.start_mark.line + 1
+    lines.setdefault(path, line)
+    budget[0] -= 1
+    if budget[0] < 0:
+        if budget[0] == -1:
+            problems.append(f"{filename}:{line}: more than {MAX_YAML_NODES:,} values once its aliases (*name) are "
+                            f"expanded; a scenario holds a few hundred")
+        return
+    if len(path) > MAX_YAML_DEPTH:
+        problems.append(f"{filename}:{line}: nested more than {MAX_YAML_DEPTH} levels deep")
+        return
+    if node.tag not in _PLAIN_TAGS:
+        problems.append(f"{filename}:{line}: {dotted_path(path) or 'the document'}: the tag {node.tag!r} is not "
+                        f"plain YAML; kvsim reads only plain values, lists and mappings")
+        return
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
-            key = key_node.value
             line = key_node.start_mark.line + 1
+            if not isinstance(key_node, yaml.ScalarNode):
+                problems.append(f"{filename}:{line}: {dotted_path(path) or 'the document'}: a key must be a plain "
+                                f"name, not a list or mapping")
+                continue
+            key = key_node.value
             if key in seen:
                 problems.append(
                     f"{filename}:{line}: {dotted_path(path + (key,))}: duplicate key "
@@ -196,11 +239,11 @@ def _walk(node: yaml.Node, path: Path, lines: dict[Path, int], problems: list[st
                 continue
             seen[key] = line
             lines[path + (key,)] = line
-            _walk(value_node, path + (key,), lines, problems, filename)
+            _walk(value_node, path + (key,), lines, problems, filename, budget)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
             lines[path + (index,)] = item.start_mark.line + 1
-            _walk(item, path + (index,), lines, problems, filename)
+            _walk(item, path + (index,), lines, problems, filename, budget)
 
 
 def _data_path(loc: tuple[Any, ...], data: Any) -> Path:
