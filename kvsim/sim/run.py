@@ -24,7 +24,7 @@ from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
 from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
-from kvsim.sim.sizing import SizingError, SystemSizing, size_system
+from kvsim.sim.sizing import SizingError, SystemSizing, longest_request_problem, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
@@ -132,6 +132,15 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
             requests = open_loop_requests(workload, point.spec.duration, streams, base_dir=scenario.base_dir)
         except (OSError, ValueError) as exc:
             raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
+        if workload.trace:
+            problems = []
+            for (index, name), sizing in sizings.items():
+                problem = longest_request_problem(sizing, requests.input_tokens, requests.output_tokens,
+                                                  requests.arrival_s) if index == point.index else None
+                if problem is not None:
+                    problems.append(scenario.problem(("workload", "arrival", "file"), f"systems.{name}: {problem}"))
+            if problems:
+                raise SpecError(problems)
     runs = []
     for name in point.spec.systems:
         if tracker.bar is not None:

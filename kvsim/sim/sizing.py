@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
 from kvsim.models.layout_step import LayoutStepTime
@@ -394,3 +396,28 @@ def _formats(dtype: str, weight_dtypes: dict[str, str]) -> str:
     if not weight_dtypes:
         return dtype
     return f"{dtype} (" + ", ".join(f"{group} {fmt}" for group, fmt in weight_dtypes.items()) + ")"
+
+
+def longest_request_problem(sizing: SystemSizing, input_tokens: np.ndarray, output_tokens: np.ndarray,
+                            arrival_s: np.ndarray) -> str | None:
+    """Why a request of the stream could never fit an instance's KV pool (a trace's lengths are
+    known only once it is read), or None. Such a request would wait at the head of the queue for
+    ever while the requests behind it starve."""
+    if not len(input_tokens):
+        return None
+    for pool in sizing.pools:
+        prompt_only = pool.role == "prefill" and pool.spec.roles is None and not (
+            sizing.spec.controller is not None and sizing.spec.controller.kind != "static")
+        need = input_tokens if prompt_only else input_tokens + output_tokens
+        span = sizing.model.attention_span()
+        if span is not None:
+            continue  # sliding-window layers keep a window: the resident size is not the length
+        capacity = pool.kv_blocks_per_instance // pool.layout.dp_attention * pool.spec.instance.block_size_tokens
+        k = int(np.argmax(need))
+        if need[k] > capacity:
+            what = "prompt" if prompt_only else "prompt + output"
+            which = "one instance" if len(sizing.pools) == 1 else f"one instance of pool {pool.name}"
+            return (f"request {k} of the trace (arriving at {float(arrival_s[k]):.3f} s) needs {int(need[k])} tokens "
+                    f"of {what}, more than the KV pool of {which} holds ({capacity}); raise "
+                    f"instance.tp, or drop the longest requests from the trace")
+    return None
