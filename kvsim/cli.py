@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the points on a Dask LocalCluster of --workers workers (pip install 'kvsim[dask]')")
     run.add_argument("--scheduler", default=None, metavar="ADDRESS",
                      help="run the points on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results of another scenario in --out (they are removed first)")
     run.add_argument("--no-progress", action="store_true",
                      help="do not show the progress bar (one line per finished point is still logged)")
     run.add_argument("--no-report", action="store_true",
@@ -155,6 +157,7 @@ _seed = _integer(0, "non-negative")
 
 def _plan(args: argparse.Namespace) -> int:
     from kvsim.plan.command import run_plan
+    from kvsim.report.manifest import finish_results, foreign_results
     from kvsim.report.plan_report import summary_paragraph
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
@@ -172,7 +175,14 @@ def _plan(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"kvsim plan: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    other = foreign_results(out, scenario.name)
+    if other is not None:
+        print(f"kvsim plan: {out} holds the results of scenario {other!r}, not {scenario.name!r}: give another --out",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
     answer = run_plan(scenario, out, workers=args.workers)
+    written = [out / f"plan.{ext}" for ext in ("json", "md", "html")] + sorted(out.glob("plan_*.png"))
+    finish_results(out, written, scenario.name, scenario.spec.seed)
     print(summary_paragraph(answer))
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
     return 0
@@ -265,6 +275,7 @@ def _print_warnings(command: str, scenario) -> None:
 def _run(args: argparse.Namespace) -> int:
     from kvsim.plan import ExecutorError, run_sweep
     from kvsim.report import comparison_table, write_results
+    from kvsim.report.manifest import clear_results, finish_results, foreign_results
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
 
@@ -277,6 +288,13 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:  # fail before a long simulation, not after it
         out.mkdir(parents=True, exist_ok=True)
+        other = foreign_results(out, scenario.name)
+        if other is not None and not args.overwrite:
+            print(f"kvsim {args.command}: {out} holds the results of scenario {other!r}, not {scenario.name!r}: "
+                  f"give another --out, or --overwrite to replace them", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if args.overwrite:
+            clear_results(out)
     except OSError as exc:
         print(f"kvsim {args.command}: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -301,20 +319,27 @@ def _run(args: argparse.Namespace) -> int:
         written += study_files
     print("results written: " + ", ".join(str(p) for p in written))
     if not args.no_report:
-        _write_run_report(args.command, out)
+        written += _write_run_report(args.command, out)
+    try:
+        finish_results(out, written, scenario.name, result.seed)  # last: the folder is complete
+    except OSError as exc:
+        print(f"kvsim {args.command}: cannot write {out / 'manifest.json'}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     return 0
 
 
-def _write_run_report(command: str, out: Path) -> None:
+def _write_run_report(command: str, out: Path) -> list[Path]:
     """The run's report, read back from the files just written; the results stand without it."""
     try:
         from kvsim.report.run_report import write_run_report
 
         report = write_run_report(out, out, "report")
         print("report written: " + ", ".join(str(p) for p in report if p.suffix in (".html", ".md")))
+        return list(report)
     except Exception as exc:  # noqa: BLE001 - any failure to render must not lose a finished run
         print(f"kvsim {command}: warning: the report was not written ({type(exc).__name__}: "
               f"{' '.join(str(exc).split())})", file=sys.stderr)
+        return []
 
 
 def _storage(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, plan, probe_scenario
 from kvsim.plan.executor import _context, default_workers
 from kvsim.plan.search import ProbeOutcome
-from kvsim.plan.store import write_atomic
+from kvsim.atomic import write_atomic
 from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
 
 from kvsim.scenario.load import Scenario

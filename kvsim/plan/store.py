@@ -22,38 +22,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pickle
 import time
-import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from kvsim._version import __version__
+from kvsim.atomic import write_atomic
 from kvsim.metrics.records import RequestRecords
 from kvsim.plan.tasks import SweepTask
 from kvsim.sim.result import RunResult, SystemRun
 
-__all__ = ["PointStore", "MARKER", "write_atomic"]
+__all__ = ["PointStore", "MARKER"]
 
 MARKER = "done.json"
-
-
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temporary path)`` in ``path``'s folder, then rename the file to ``path``.
-
-    The temporary name is unique to this process and call (``.NAME.PID.RANDOM.tmp``), so two
-    writers never share one; it is created by ``write`` with the usual permissions."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
 
 
 def _write_text(path: Path, text: str) -> None:

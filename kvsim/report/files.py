@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from kvsim._version import __version__
+from kvsim.atomic import write_atomic, write_text_atomic
 from kvsim.report.table import comparison_table
 from kvsim.sim.result import RunResult
 from kvsim.spec_types import WITH_UNITS
@@ -53,36 +54,35 @@ def resolved_scenario(result: RunResult) -> dict[str, Any]:
 
 
 def write_results(result: RunResult, out_dir: str | Path, source_text: str | None = None) -> list[Path]:
-    """Write the run's result files into ``out_dir`` (created if needed); returns the paths written."""
+    """Write the run's result files into ``out_dir`` (created if needed), each whole or not at all
+    (:mod:`kvsim.atomic`); returns the paths written. The caller writes the manifest last
+    (:func:`kvsim.report.manifest.finish_results`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    summary = out / "summary.json"
-    summary.write_text(json.dumps(result.summary_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    written.append(summary)
-    long = out / "summary.csv"
-    result.summary_long_frame().to_csv(long, index=False)
-    written.append(long)
-    requests = out / "requests.parquet"
-    result.requests_frame().to_parquet(requests, index=False)
-    written.append(requests)
-    resolved = out / "scenario.yaml"
-    header = (f"# Resolved by kvsim {__version__}: every field explicit, quantities in SI units, catalog\n"
-              f"# parts in full. Run it again with: kvsim run {resolved.name}\n")
-    resolved.write_text(header + yaml.safe_dump(resolved_scenario(result), sort_keys=False, allow_unicode=True),
-                        encoding="utf-8")
-    written.append(resolved)
+
+    def parquet(name: str, frame) -> None:
+        write_atomic(out / name, lambda path: frame.to_parquet(path, index=False))
+        written.append(out / name)
+
+    def text(name: str, content: str) -> None:
+        write_text_atomic(out / name, content)
+        written.append(out / name)
+
+    parquet("requests.parquet", result.requests_frame())
+    write_atomic(out / "summary.csv", lambda path: result.summary_long_frame().to_csv(path, index=False))
+    written.append(out / "summary.csv")
+    header = ("# Resolved by kvsim " + __version__ + ": every field explicit, quantities in SI units, catalog\n"
+              "# parts in full. Run it again with: kvsim run scenario.yaml\n")
+    text("scenario.yaml", header + yaml.safe_dump(resolved_scenario(result), sort_keys=False, allow_unicode=True))
     if source_text is not None:
-        source = out / "scenario.source.yaml"
-        source.write_text(source_text, encoding="utf-8")
-        written.append(source)
+        text("scenario.source.yaml", source_text)
     for name, frame in (("links.parquet", result.links_frame()), ("storage.parquet", result.storage_frame()),
                         ("timeseries.parquet", result.timeseries_frame()),
                         ("decisions.parquet", result.decisions_frame()), ("switches.parquet", result.switches_frame())):
         if len(frame):
-            frame.to_parquet(out / name, index=False)
-            written.append(out / name)
-    table = out / "table.txt"
-    table.write_text(comparison_table(result), encoding="utf-8")
-    written.append(table)
+            parquet(name, frame)
+    text("table.txt", comparison_table(result))
+    # the summary last of the data files: a reader that finds it finds the records it describes
+    text("summary.json", json.dumps(result.summary_dict(), indent=2, allow_nan=False) + "\n")
     return written

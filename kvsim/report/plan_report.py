@@ -222,10 +222,9 @@ def write_plan_report(answer: dict[str, Any], out_dir: Any, stem: str = "plan") 
     ``out_dir``, each to a temporary name first and then renamed, so a killed run leaves no
     half-written file. Returns the paths written."""
     import json
-    import os
-    import uuid
     from pathlib import Path
 
+    from kvsim.atomic import write_bytes_atomic
     from kvsim.report.document import to_html, to_markdown
 
     out = Path(out_dir)
@@ -236,9 +235,6 @@ def write_plan_report(answer: dict[str, Any], out_dir: Any, stem: str = "plan") 
     files += [(f"{stem}.md", to_markdown(doc).encode()), (f"{stem}.html", to_html(doc).encode())]
     written = []
     for name, data in files:
-        path = out / name
-        temporary = out / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-        written.append(path)
+        write_bytes_atomic(out / name, data)
+        written.append(out / name)
     return written

@@ -1,0 +1,69 @@
+"""A run's results folder ends with a manifest (every file, its size and hash): stale outputs of
+an earlier run are removed, another scenario's results are not overwritten unasked, and a
+folder can be checked for completeness (issue 11)."""
+
+from __future__ import annotations
+
+import json
+
+from kvsim.cli import main
+from kvsim.report.manifest import MANIFEST, verify_manifest
+
+SCENARIO = """
+name: {name}
+seed: 3
+duration: 20 s
+warmup: 5 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: poisson, rate: 2/s}}
+  input_tokens: {{kind: fixed, value: 500}}
+  output_tokens: {{kind: fixed, value: 20}}
+systems:
+  a: {{node: h20-8x, instances: 1}}
+  b: {{node: l20-8x, instances: 1}}
+"""
+
+
+def _write(tmp_path, name="m"):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(SCENARIO.format(name=name))
+    return path
+
+
+def test_the_manifest_names_every_file_and_a_changed_file_is_caught(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(_write(tmp_path)), "--out", str(out), "--workers", "1", "--no-report"]) == 0
+    manifest = json.loads((out / MANIFEST).read_text())
+    names = {entry["name"] for entry in manifest["files"]}
+    assert {"summary.json", "requests.parquet", "scenario.yaml", "table.txt", "summary.csv"} <= names
+    assert manifest["scenario"] == "m" and verify_manifest(out) == []
+    (out / "table.txt").write_text("edited")
+    assert verify_manifest(out) == ["table.txt differs from what the run wrote"]
+    (out / MANIFEST).unlink()
+    assert "did not finish" in verify_manifest(out)[0]
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_a_rerun_removes_what_it_no_longer_writes(tmp_path):
+    out = tmp_path / "out"
+    scenario = _write(tmp_path)
+    assert main(["run", str(scenario), "--out", str(out), "--workers", "1"]) == 0
+    assert (out / "report.html").is_file()
+    (out / "notes.txt").write_text("mine")  # not kvsim's: left alone
+    assert main(["run", str(scenario), "--out", str(out), "--workers", "1", "--no-report"]) == 0
+    assert not (out / "report.html").exists() and not (out / "report_cdf.png").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert verify_manifest(out) == []
+
+
+def test_another_scenarios_results_are_kept_unless_overwrite(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(_write(tmp_path, "first")), "--out", str(out), "--workers", "1", "--no-report"]) == 0
+    before = (out / "summary.json").read_text()
+    assert main(["run", str(_write(tmp_path, "second")), "--out", str(out), "--workers", "1", "--no-report"]) == 2
+    assert "holds the results of scenario 'first'" in capsys.readouterr().err
+    assert (out / "summary.json").read_text() == before
+    assert main(["run", str(_write(tmp_path, "second")), "--out", str(out), "--workers", "1", "--no-report",
+                 "--overwrite"]) == 0
+    assert json.loads((out / MANIFEST).read_text())["scenario"] == "second"
