@@ -152,7 +152,9 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         # round as there are workers: the queue stays full to the last candidate, and the probes
         # depend on the number of workers only, never on timing (a rerun reuses every probe)
         candidates = len(scenario.spec.plan.chosen(list(scenario.spec.systems)))
-        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates,
+        # (one worker runs probes in this process: candidates one after another, not in threads
+        # that would only contend for the interpreter)
+        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates if workers > 1 else 1,
                       parallel=max(1, workers // candidates))
     answer = plan_answer(result, catalog_unit_cost(scenario))
     write_plan_report(answer, out)
