@@ -202,6 +202,12 @@ def _report(args: argparse.Namespace) -> int:
     if not isinstance(answer, dict) or answer.get("kind") != "plan":
         print(f"kvsim report: {answer_path} is not the answer of a plan (no \"kind\": \"plan\")", file=sys.stderr)
         return EXIT_BAD_INPUT
+    from kvsim.plan.answer import PLAN_FORMAT
+
+    if answer.get("format", 1) != PLAN_FORMAT:
+        print(f"kvsim report: {answer_path} has plan format {answer.get('format', 1)}, this kvsim writes and reads "
+              f"format {PLAN_FORMAT}: run kvsim plan again with this version", file=sys.stderr)
+        return EXIT_BAD_INPUT
     out = args.out if args.out is not None else args.results
     try:
         written = write_plan_report(answer, out, args.name or "plan")
@@ -241,7 +247,7 @@ def _validate(args: argparse.Namespace) -> int:
     spec = scenario.spec
     print(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
           f"{len(scenario.points)} sweep point(s), {spec.duration:g} s simulated "
-          f"({spec.warmup:g} s warm-up)")
+          f"({'warm-up found per run by MSER-5, two passes each' if spec.warmup_auto else f'{spec.warmup:g} s warm-up'})")
     first = scenario.points[0].spec
     for name in first.systems:
         s = sizings.get((0, name))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kvsim
-from kvsim.plan.search import ProbeOutcome, find_max_rate
+from kvsim.plan.search import ProbeOutcome, find_max_load
 from kvsim.plan.slo import Objective, objectives_from_slo, slo_verdict
 from test_queueing import MD1, _service_time_s  # the M/D/1 server test_queueing checks
 
@@ -25,19 +25,19 @@ def _threshold_probe(threshold, calls=None):
 @pytest.mark.parametrize("start", [0.5, 7.0, 7.3, 40.0])
 @pytest.mark.parametrize("parallel", [1, 3])
 def test_search_brackets_a_known_threshold_within_tolerance(start, parallel):
-    result = find_max_rate(_threshold_probe(7.3), start, rel_tol=0.01, parallel=parallel)
+    result = find_max_load(_threshold_probe(7.3), start, rel_tol=0.01, parallel=parallel)
     assert result.converged
-    assert result.max_rate_per_s <= 7.3 < result.fail_rate_per_s
-    assert result.fail_rate_per_s - result.max_rate_per_s <= 0.01 * result.max_rate_per_s
-    assert all(p.meets == (p.rate_per_s <= 7.3) for p in result.probes)
+    assert result.max_load <= 7.3 < result.fail_load
+    assert result.fail_load - result.max_load <= 0.01 * result.max_load
+    assert all(p.meets == (p.load <= 7.3) for p in result.probes)
 
 
 def test_more_rates_per_round_need_fewer_rounds():
     rounds = {}
     for parallel in (1, 4):
         calls = []
-        find_max_rate(_threshold_probe(7.3), 1.0, rel_tol=0.001, parallel=parallel, max_rounds=100)
-        find_max_rate(_threshold_probe(7.3, calls), 1.0, rel_tol=0.001, parallel=parallel, max_rounds=100)
+        find_max_load(_threshold_probe(7.3), 1.0, rel_tol=0.001, parallel=parallel, max_rounds=100)
+        find_max_load(_threshold_probe(7.3, calls), 1.0, rel_tol=0.001, parallel=parallel, max_rounds=100)
         rounds[parallel] = len(calls)
         assert all(len(c) <= parallel for c in calls)
     # bisection halves the bracket per round, 4 rates per round divide it by 5
@@ -45,11 +45,11 @@ def test_more_rates_per_round_need_fewer_rounds():
 
 
 def test_search_reports_when_nothing_or_everything_meets_the_slo():
-    none = find_max_rate(_threshold_probe(0.001), 1.0, floor_per_s=0.1)
-    assert none.max_rate_per_s is None and none.fail_rate_per_s == pytest.approx(0.1)
+    none = find_max_load(_threshold_probe(0.001), 1.0, floor=0.1)
+    assert none.max_load is None and none.fail_load == pytest.approx(0.1)
     assert not none.converged and "floor" in none.note and "too slow" in none.note
-    every = find_max_rate(_threshold_probe(1e9), 1.0, ceiling_per_s=50.0)
-    assert every.max_rate_per_s == 50.0 and every.fail_rate_per_s is None
+    every = find_max_load(_threshold_probe(1e9), 1.0, ceiling=50.0)
+    assert every.max_load == 50.0 and every.fail_load is None
     assert not every.converged and "ceiling" in every.note
 
 
@@ -57,27 +57,27 @@ def test_a_non_monotone_probe_never_widens_the_bracket():
     # noise: a probe that fails one rate inside an otherwise-met region
     def probe(rates):
         return [ProbeOutcome(r, r <= 10.0 and not 6.0 <= r <= 6.2) for r in rates]
-    result = find_max_rate(probe, 1.0, rel_tol=0.01, max_rounds=60)
+    result = find_max_load(probe, 1.0, rel_tol=0.01, max_rounds=60)
     # the bracket only ever narrows: every later probe lies inside the one before
     lo, hi = 0.0, math.inf
     for outcome in result.probes[1:]:
-        assert lo <= outcome.rate_per_s <= hi or not math.isfinite(hi)
-        if outcome.meets and outcome.rate_per_s < hi:
-            lo = max(lo, outcome.rate_per_s)
+        assert lo <= outcome.load <= hi or not math.isfinite(hi)
+        if outcome.meets and outcome.load < hi:
+            lo = max(lo, outcome.load)
         elif not outcome.meets:
-            hi = min(hi, outcome.rate_per_s)
-    assert result.max_rate_per_s < result.fail_rate_per_s <= 10.0 * 1.01
+            hi = min(hi, outcome.load)
+    assert result.max_load < result.fail_load <= 10.0 * 1.01
 
 
 def test_bad_arguments_are_refused():
     probe = _threshold_probe(1.0)
-    for kwargs in ({"rel_tol": 0}, {"growth": 1.0}, {"parallel": 0}, {"floor_per_s": 2.0}):
+    for kwargs in ({"rel_tol": 0}, {"growth": 1.0}, {"parallel": 0}, {"floor": 2.0}):
         with pytest.raises(ValueError):
-            find_max_rate(probe, 1.0, **kwargs)
+            find_max_load(probe, 1.0, **kwargs)
     with pytest.raises(ValueError):
-        find_max_rate(probe, 0.0)
+        find_max_load(probe, 0.0)
     with pytest.raises(ValueError, match="outcomes"):
-        find_max_rate(lambda rates: [], 1.0)
+        find_max_load(lambda rates: [], 1.0)
 
 
 def test_slo_verdict_reads_statistics_and_refuses_flagged_runs():
@@ -126,11 +126,28 @@ def test_search_finds_the_md1_rate_that_meets_a_mean_wait_target():
             outcomes.append(ProbeOutcome(rate, ok, why))
         return outcomes
 
-    result = find_max_rate(probe, expected / 3, rel_tol=0.02, parallel=2)
+    result = find_max_load(probe, expected / 3, rel_tol=0.02, parallel=2)
     assert result.converged
     # 8,000 customers: the sample mean wait at rho = 2/3 has a relative standard error of about
     # 4 %, which moves the crossing rate by a third of that (d ln W / d ln rho = 1 / (1 - rho) = 3)
-    assert result.max_rate_per_s == pytest.approx(expected, rel=0.06)
-    assert result.fail_rate_per_s == pytest.approx(expected, rel=0.08)
-    print(f"M/D/1: expected {expected:.3f}/s, found [{result.max_rate_per_s:.3f}, {result.fail_rate_per_s:.3f}]/s"
+    assert result.max_load == pytest.approx(expected, rel=0.06)
+    assert result.fail_load == pytest.approx(expected, rel=0.08)
+    print(f"M/D/1: expected {expected:.3f}/s, found [{result.max_load:.3f}, {result.fail_load:.3f}]/s"
           f" in {len(result.probes)} probes")
+
+
+@pytest.mark.parametrize("start", [1, 7, 8, 40])
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_an_integer_search_probes_whole_numbers_and_stops_one_apart(start, parallel):
+    calls = []
+    result = find_max_load(_threshold_probe(23.5, calls), start, rel_tol=0.001, parallel=parallel, integer=True,
+                           unit="clients")
+    assert result.converged and (result.max_load, result.fail_load) == (23, 24)
+    assert all(float(x).is_integer() for round_ in calls for x in round_)
+    assert len({p.load for p in result.probes}) == len(result.probes)  # never the same load twice
+    assert "one client" in result.note
+    # a wide tolerance stops earlier, still on whole numbers
+    loose = find_max_load(_threshold_probe(23.5), 1, rel_tol=0.25, integer=True)
+    assert loose.max_load <= 23 < loose.fail_load <= 1.25 * loose.max_load
+    with pytest.raises(ValueError, match="whole number"):
+        find_max_load(_threshold_probe(23.5), 1.5, integer=True)

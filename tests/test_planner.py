@@ -37,6 +37,20 @@ def test_scaling_multiplies_node_and_instance_counts_and_keeps_one_system():
     assert (system.nodes, system.instances) == (3, 3)
     assert scenario.spec.workload.arrival.rate == 7.5
     assert scenario.spec.plan is None
+    # disaggregated candidates: separate prefill and decode pools, or one pool split by roles
+    text = PLAN.format(targets="[4/s]", max_units=8).replace(
+        "  l20: {node: l20-8x, instances: 1, instance: {max_num_seqs: 4}}\n",
+        "  pd: {pools: {p: {node: h20-8x, nodes: 1, instances: 2, role: prefill},\n"
+        "               d: {node: h20-8x, nodes: 1, instances: 6, role: decode}}}\n"
+        "  split: {pools: {dt: {node: h20-8x, nodes: 1, roles: {prefill: 2, decode: 6}}}}\n")
+    scenario = kvsim.parse_scenario(text, "plan.yaml")
+    pools = scaled_scenario(scenario, "pd", 3, 5.0).spec.systems["pd"].pools
+    assert (pools["p"].nodes, pools["p"].instances, pools["d"].nodes, pools["d"].instances) == (3, 6, 3, 18)
+    split = scaled_scenario(scenario, "split", 3, 5.0)
+    assert split.spec.systems["split"].pools["dt"].roles == {"prefill": 6, "decode": 18}
+    from kvsim.sim.sizing import size_system
+
+    assert size_system(split.spec, "split", split.catalogs).instances == 24  # every card of 3 nodes in use
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +62,7 @@ def test_the_fewest_units_meet_the_slo_and_one_fewer_does_not(planned):
     scenario, objectives = planned.scenario, planned.objectives
     outcomes = dict(planned.probes)
     for candidate in planned.candidates:
-        assert candidate.capacity.max_rate_per_s is not None
+        assert candidate.capacity.max_load is not None
         for target, units in candidate.units_for.items():
             assert units is not None, candidate.notes[target]
             assert outcomes[Probe(candidate.system, units, target)].meets
@@ -58,7 +72,7 @@ def test_the_fewest_units_meet_the_slo_and_one_fewer_does_not(planned):
             assert run_probe(scenario, Probe(candidate.system, units, target), objectives).meets
     h20, l20 = planned.candidate("h20"), planned.candidate("l20")
     # the faster card sustains more load per unit and never needs more units
-    assert h20.capacity.max_rate_per_s > l20.capacity.max_rate_per_s
+    assert h20.capacity.max_load > l20.capacity.max_load
     assert all(h20.units_for[t] <= l20.units_for[t] for t in h20.units_for)
     # three times the load needs more units
     assert l20.units_for[12.0] > l20.units_for[4.0]
@@ -91,7 +105,7 @@ def test_a_plan_needs_an_slo_and_a_rate_to_vary():
         kvsim.parse_scenario(text, "plan.yaml")
     text = PLAN.format(targets="[4/s]", max_units=8).replace("{kind: poisson, rate: 1/s}",
                                                               "{kind: closed_loop, clients: 4}")
-    with pytest.raises(SpecError, match="poisson or gamma"):
+    with pytest.raises(SpecError, match="give target_clients"):
         kvsim.parse_scenario(text, "plan.yaml")
 
 
@@ -107,7 +121,7 @@ def test_the_answer_names_the_cheapest_and_the_savings(planned):
 
     answer = plan_answer(planned, _unit_cost)
     for row in answer["answers"]:
-        costs = {c["system"]: next(t for t in c["targets"] if t["rate_per_s"] == row["rate_per_s"])
+        costs = {c["system"]: next(t for t in c["targets"] if t["load"] == row["load"])
                  for c in answer["candidates"]}
         assert row["cheapest"] == min(costs, key=lambda s: costs[s]["cost_per_hour_usd"])
         l20, h20 = costs["l20"], costs["h20"]
@@ -168,3 +182,79 @@ def planned_objectives(scenario):
     from kvsim.plan.slo import objectives_from_slo
 
     return objectives_from_slo(scenario.spec.slo)
+
+
+# ------------------------------------------------------------------ a plan by closed-loop clients
+
+CLIENTS = """
+name: tiny-clients
+seed: 4
+duration: 40 s
+warmup: 5 s
+model: qwen3-1.7b
+workload:
+  arrival: {{kind: closed_loop, clients: 1, think_time: {think}}}
+  input_tokens: {{kind: fixed, value: 2000}}
+  output_tokens: {{kind: fixed, value: 64}}
+slo: {{ttft_p99: 1 s}}
+systems:
+  h20: {{node: h20-8x, instances: 1, instance: {{max_num_seqs: 4}}}}
+  l20: {{node: l20-8x, instances: 1, instance: {{max_num_seqs: 4}}}}
+plan: {{target_clients: [6, 20], units: {{max: 8}}, rel_tol: 0.1}}
+"""
+
+
+def _clients(think="2 s"):
+    return kvsim.parse_scenario(CLIENTS.format(think=think), "clients.yaml")
+
+
+def test_a_closed_loop_is_planned_by_whole_numbers_of_clients():
+    scenario = _clients()
+    assert scaled_scenario(scenario, "l20", 2, 17).spec.workload.arrival.clients == 17
+    result = plan(scenario)
+    outcomes = dict(result.probes)
+    assert all(isinstance(p.load, int) for p, _ in result.probes)
+    for candidate in result.candidates:
+        search = candidate.capacity
+        assert search.converged and search.max_load < search.fail_load
+        assert outcomes[Probe(candidate.system, 1, search.max_load)].meets
+        assert not outcomes[Probe(candidate.system, 1, search.fail_load)].meets
+        for target, units in candidate.units_for.items():
+            assert units is not None, candidate.notes[target]
+            assert outcomes[Probe(candidate.system, units, target)].meets
+            if units > 1:
+                assert not outcomes[Probe(candidate.system, units - 1, target)].meets
+    h20, l20 = result.candidate("h20"), result.candidate("l20")
+    assert h20.capacity.max_load > l20.capacity.max_load
+    assert l20.units_for[20] > l20.units_for[6]
+    from kvsim.plan.answer import plan_answer
+    from kvsim.report.document import to_markdown
+    from kvsim.report.plan_report import plan_document, summary_paragraph
+
+    answer = plan_answer(result, _unit_cost)
+    assert answer["load"]["unit"] == "clients" and answer["targets"] == [6, 20]
+    assert "At 20 clients the cheapest is" in summary_paragraph(answer)
+    assert f"| l20 | {l20.capacity.max_load} clients | {l20.capacity.fail_load} clients |" in \
+        to_markdown(plan_document(answer))
+
+
+def test_a_closed_loop_probe_too_short_to_judge_is_run_longer():
+    # 10 s of thinking: a 35 s window holds ~3 requests per client, under the 10 to judge by
+    scenario = _clients("10 s")
+    outcome = run_probe(scenario, Probe("h20", 1, 4), planned_objectives(scenario))
+    assert outcome.meets and outcome.detail["flags"] == []
+    assert outcome.detail["duration_s"] > 40.0
+    # one that fails on latency is not lengthened: a longer window cannot make it meet the SLO
+    crowded = run_probe(scenario, Probe("l20", 1, 200), planned_objectives(scenario))
+    assert not crowded.meets and crowded.detail["duration_s"] == 40.0
+
+
+def test_a_plan_by_clients_needs_a_closed_loop_and_one_kind_of_target():
+    text = CLIENTS.format(think="2 s")
+    with pytest.raises(SpecError, match="closed_loop"):
+        kvsim.parse_scenario(text.replace("{kind: closed_loop, clients: 1, think_time: 2 s}",
+                                          "{kind: poisson, rate: 1/s}"), "c.yaml")
+    with pytest.raises(SpecError, match="not both"):
+        kvsim.parse_scenario(text.replace("target_clients: [6, 20]", "target_clients: [6], targets: [1/s]"), "c.yaml")
+    with pytest.raises(SpecError, match="give the loads to serve"):
+        kvsim.parse_scenario(text.replace("target_clients: [6, 20], ", ""), "c.yaml")

@@ -181,3 +181,92 @@ def test_the_gap_study_marks_gaps_read_from_flagged_points():
     marked = [line for line in text.splitlines() if line.startswith("| none |") and f"{FLAG_MARK} |" in line]
     assert len(marked) == int(frame[frame.option == "none"].flagged.sum())
     assert f"\\{FLAG_MARK} not a steady-state number" in text
+
+
+# ------------------------------------------------------------------- warmup: auto (MSER-5)
+
+BURST = """
+name: burst
+seed: 4
+duration: 300 s
+warmup: {warmup}
+model: qwen3-8b
+workload:
+  arrival: {{kind: stages, stages: [{{rate: 6/s, duration: 20 s}}, {{rate: 1/s, duration: 280 s}}]}}
+  input_tokens: {{kind: lognormal, median: 1000, sigma: 0.5, max: 4000}}
+  output_tokens: {{kind: lognormal, median: 150, sigma: 0.5, max: 1000}}
+systems:
+  one: {{node: l20-8x, instances: 1}}
+"""
+
+
+def _without(summary: dict, *keys: str) -> dict:
+    return {k: v for k, v in summary.items() if k not in keys}
+
+
+def test_auto_warmup_cuts_an_initial_burst_and_equals_a_fixed_run_at_that_warmup():
+    # 20 s at 6/s into one L20 instance that serves ~2.5/s builds a backlog of ~70 requests,
+    # served off at ~1.5/s after the burst: the transient lasts well past 20 s
+    fixed0 = kvsim.run(kvsim.parse_scenario(BURST.format(warmup="0 s"), "b.yaml")).runs[0]
+    assert "warmup_short" in fixed0.summary["flags"]
+    auto = kvsim.run(kvsim.parse_scenario(BURST.format(warmup="auto"), "b.yaml")).runs[0]
+    window = auto.summary["window"]
+    assert window["warmup"] == "mser5" and window["end_s"] == 300.0
+    found = window["start_s"]
+    assert found == fixed0.summary["steady_state"]["mser5_warmup_s"]  # what the first pass detected
+    assert 20.0 < found <= 150.0  # past the burst, inside the half MSER-5 searches
+    assert auto.summary["flags"] == []
+    assert auto.summary["ttft_s"]["p99"] < fixed0.summary["ttft_s"]["p99"]
+    # the warm-up only places the window: same records, and the summary of a fixed run at it
+    assert auto.records.to_frame().equals(fixed0.records.to_frame())
+    fixed = kvsim.run(kvsim.parse_scenario(BURST.format(warmup=f"{found!r} s"), "b.yaml")).runs[0]
+    assert fixed.summary["window"] == {**window, "warmup": "fixed"}
+    assert _without(auto.summary, "window") == _without(fixed.summary, "window")
+
+
+def test_auto_warmup_is_written_auto_and_validated_like_a_duration(tmp_path):
+    scenario = kvsim.parse_scenario(BURST.format(warmup="Auto"), "b.yaml")
+    assert scenario.spec.warmup == 0.0 and scenario.spec.warmup_auto
+    assert scenario.with_changes({"warmup": "10 s"}).spec.warmup_auto is False
+    with pytest.raises(kvsim.SpecError) as info:
+        kvsim.parse_scenario(BURST.format(warmup="automatic"), "b.yaml")
+    assert "b.yaml:5: warmup:" in str(info.value)
+    from jsonschema import Draft202012Validator
+
+    from kvsim.scenario.json_schema import scenario_json_schema
+
+    validator = Draft202012Validator(scenario_json_schema())
+    assert validator.is_valid({**scenario.raw, "warmup": "auto"})
+    assert not validator.is_valid({**scenario.raw, "warmup": "automatic"})
+
+
+# ------------------------------------------------------- prompt tokens count chunk by chunk
+
+ONE_LONG_PROMPT = """
+name: chunks
+seed: 1
+duration: 60 s
+warmup: {warmup} s
+model: qwen3-8b
+workload:
+  arrival: {{kind: stages, stages: [{{rate: 0.1/s, duration: 10 s}}]}}
+  input_tokens: {{kind: fixed, value: 32768}}
+  output_tokens: {{kind: fixed, value: 4}}
+systems:
+  one: {{node: l20-8x, instances: 1, instance: {{max_batched_tokens: 2048}}}}
+"""
+
+
+def test_prompt_tokens_count_per_chunk_on_both_sides_of_the_window_edge():
+    # one 32,768-token prompt prefilled in 16 chunks of 2,048; open the window halfway through
+    whole = kvsim.run(kvsim.parse_scenario(ONE_LONG_PROMPT.format(warmup=0), "c.yaml")).runs[0]
+    assert whole.summary["input_tokens_per_s"] * 60.0 == pytest.approx(32768)
+    records = whole.records
+    start_s, end_s = float(records.column("admit_s")[0]), float(records.column("first_token_s")[0])
+    assert end_s - start_s > 0.5  # long enough to cut inside it
+    cut = start_s + 0.5 * (end_s - start_s)
+    split = kvsim.run(kvsim.parse_scenario(ONE_LONG_PROMPT.format(warmup=repr(cut)), "c.yaml")).runs[0]
+    counted = round(split.summary["input_tokens_per_s"] * (60.0 - cut))
+    # counted when each chunk's batch ends: the chunks after the cut, a whole number of them
+    assert counted % 2048 == 0 and 0 < counted < 32768
+    assert counted == pytest.approx(16384, abs=2 * 2048)  # chunks take about equal time

@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["mser", "mser_statistic", "in_system_integral", "in_system_slope", "mser5_warmup_s",
-           "steady_state", "UNSTABLE_SHARE", "UNSTABLE_MIN_GROWTH", "MIN_COMPLETIONS_PER_INSTANCE",
+           "steady_state", "request_ends_s", "UNSTABLE_SHARE", "UNSTABLE_MIN_GROWTH", "MIN_COMPLETIONS_PER_INSTANCE",
            "MIN_COMPLETIONS_PER_CLIENT", "LATENCY_SHARE", "WARMUP_BIAS_SHARE", "WARMUP_BIAS_MIN", "MSER_BATCH", "MSER_OBSERVATIONS", "FLAGS"]
 
 UNSTABLE_SHARE = 0.05
@@ -120,7 +120,7 @@ def mser(values: np.ndarray, batch: int = MSER_BATCH) -> int:
     return int(np.argmin(statistic)) * batch
 
 
-def _ends(records) -> np.ndarray:
+def request_ends_s(records) -> np.ndarray:
     """When each request left the system (its client has the answer, or gave up); inf if never."""
     finish = records.column("finish_s")
     aborted = records.column("aborted_s")
@@ -204,7 +204,7 @@ def steady_state(records, window_start_s: float, window_end_s: float, e2e_p50_s:
     """
     span = window_end_s - window_start_s
     arrival = records.column("arrival_s")
-    end = _ends(records)
+    end = request_ends_s(records)
     arrived = int(np.count_nonzero((arrival >= window_start_s) & (arrival <= window_end_s)))
     growth = in_system_slope(arrival, end, window_start_s, window_end_s) * span
     share = growth / arrived if arrived else 0.0

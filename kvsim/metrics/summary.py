@@ -15,11 +15,11 @@ Conventions (all times in seconds, rates per second of simulated time):
     system did: while a backlog builds, the engine spends time on requests that finish after the
     window (prefills first, then decode steps), so completions can fall as load rises.
   - ``output_tokens_per_s`` counts every output token *emitted* in the window, whichever request
-    it belongs to; ``input_tokens_per_s`` the prompt tokens of every prompt whose prefill
-    *completed* in the window (cached prefix tokens included: the prompt was served; a prompt
-    recomputed after a preemption counts once). A long prompt chunked across the window's end
-    counts on the side where its last chunk ends (the engine's counters record a prompt when
-    it completes, not chunk by chunk).
+    it belongs to; ``input_tokens_per_s`` the prompt tokens *processed* in the window,
+    chunk by chunk: each prefill chunk counts when its batch ends, so a long prompt chunked
+    across the window's edge counts on both sides (cached prefix tokens count with the first
+    chunk: that part of the prompt was served by a load; a prompt served whole from the cache
+    counts when it completes; a prompt recomputed after a preemption counts once).
   - ``total_tokens_per_s`` is their sum, the tokens processed in the window (vLLM's
     ``benchmark_serving`` reports the same "total token throughput"); it is the measure of work
     done that does not fall when load rises past saturation.

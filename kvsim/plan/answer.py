@@ -9,10 +9,14 @@ from collections.abc import Callable
 from typing import Any
 
 from kvsim._version import __version__
-from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_INSTANCE
-from kvsim.plan.planner import WINDOW_MARGIN, PlanResult
+from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
+from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
 
-__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost"]
+__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT"]
+
+PLAN_FORMAT = 2
+"""Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
+unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -85,19 +89,19 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "system": found.system,
             "unit": _unit_text(scenario.raw["systems"][found.system]),
             "capacity": {
-                "max_rate_per_s": search.max_rate_per_s, "fail_rate_per_s": search.fail_rate_per_s,
+                "max_load": search.max_load, "fail_load": search.fail_load,
                 "converged": search.converged, "note": search.note,
-                "requests_per_s_per_usd_hour": (search.max_rate_per_s / per_hour
-                                                if search.max_rate_per_s and per_hour else None),
+                "load_per_usd_hour": search.max_load / per_hour if search.max_load and per_hour else None,
             },
             "unit_cost": cost,
-            "targets": [{"rate_per_s": target, "units": units, "note": found.notes[target],
+            "targets": [{"load": target, "units": units, "note": found.notes[target],
                          "capex_usd": _scaled(cost, units, "capex_usd"),
                          "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
                         for target, units in found.units_for.items()],
         })
     answers = []
-    for k, target in enumerate(sorted(plan.targets)):
+    unit = load_unit(scenario)
+    for k, target in enumerate(plan.loads):
         rows = {c["system"]: c["targets"][k] for c in candidates}
         served = {name: row for name, row in rows.items() if row["units"] is not None}
         priced = {name: row for name, row in served.items() if row["cost_per_hour_usd"] is not None}
@@ -115,30 +119,35 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         elif served:
             note = "served by " + ", ".join(served) + ", but no candidate that serves it has a price"
         else:
-            best = max(candidates, key=lambda c: c["capacity"]["max_rate_per_s"] or 0.0)
+            best = max(candidates, key=lambda c: c["capacity"]["max_load"] or 0.0)
             note = (f"no candidate serves it within {plan.units.max} units; the best, {best['system']}, "
-                    f"sustains {best['capacity']['max_rate_per_s'] or 0:.3g} requests/s per unit")
-        answers.append({"rate_per_s": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings})
+                    f"sustains {best['capacity']['max_load'] or 0:.3g} {unit} per unit")
+        answers.append({"load": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings})
     probes = []
     for probe, outcome in result.probes:
         detail = outcome.detail or {}
         probes.append({
-            "system": probe.system, "units": probe.units, "rate_per_s": probe.rate_per_s,
+            "system": probe.system, "units": probe.units, "load": probe.load,
             "meets": outcome.meets, "reason": outcome.reason, "flags": list(detail.get("flags") or []),
             "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
             "requests_per_s": detail.get("requests_per_s"),
         })
     return {
         "kind": "plan",
+        "format": PLAN_FORMAT,
         "kvsim_version": __version__,
         "scenario": scenario.name,
         "description": spec.description,
         "model": spec.model,
         "seed": spec.seed,
-        "window": {"warmup_s": spec.warmup, "duration_s": spec.duration,
-                   "completions_per_instance": WINDOW_MARGIN * MIN_COMPLETIONS_PER_INSTANCE},
+        "window": {"warmup_s": spec.warmup, "warmup": "mser5" if spec.warmup_auto else "fixed",
+                   "duration_s": spec.duration,
+                   **({"completions_per_client": WINDOW_MARGIN * MIN_COMPLETIONS_PER_CLIENT} if unit == "clients" else
+                      {"completions_per_instance": WINDOW_MARGIN * MIN_COMPLETIONS_PER_INSTANCE})},
         "slo": [{"metric": o.metric, "statistic": o.statistic, "limit_s": o.limit_s} for o in result.objectives],
-        "targets_per_s": sorted(plan.targets),
+        "load": {"kind": "clients" if unit == "clients" else "rate", "unit": unit,
+                 "field": "workload.arrival.clients" if unit == "clients" else "workload.arrival.rate"},
+        "targets": plan.loads,
         "units": {"min": plan.units.min, "max": plan.units.max},
         "rel_tol": plan.rel_tol,
         "baseline": baseline,

@@ -4,7 +4,7 @@ answer and its report.
 
 A probe is stored as ``DIR/probes/<hash>.json``, the hash taken over everything that decides its
 outcome, as a sweep keys its points: the probe's own resolved scenario (the system scaled, the
-rate set, the SLO), the catalog parts and trace files it reads, and kvsim's version and code. Re-running the plan reads the probes it finds instead of running them again; a probe
+load set, the SLO), the catalog parts and trace files it reads, and kvsim's version and code. Re-running the plan reads the probes it finds instead of running them again; a probe
 whose inputs changed has another hash and runs. Each file is written to a temporary name and
 renamed, so a killed worker leaves no half-written probe.
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
-from kvsim.plan.planner import Probe, plan, probe_scenario
+from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
 from kvsim.plan.executor import _context, default_workers
 from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
@@ -75,7 +75,7 @@ class _StoredMap:
             path = self.folder / f"{key}.json"
             if path.is_file():
                 stored = json.loads(path.read_text(encoding="utf-8"))
-                outcomes[k] = ProbeOutcome(stored["rate_per_s"], stored["meets"], stored["reason"], stored["detail"])
+                outcomes[k] = ProbeOutcome(stored["load"], stored["meets"], stored["reason"], stored["detail"])
                 with self._lock:
                     self.reused += 1
             else:
@@ -93,7 +93,7 @@ class _StoredMap:
 
     def _store(self, key: str, probe: Probe, outcome: ProbeOutcome) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        record = {"system": probe.system, "units": probe.units, "rate_per_s": outcome.rate_per_s,
+        record = {"system": probe.system, "units": probe.units, "load": outcome.load, "unit": load_unit(self.scenario),
                   "meets": outcome.meets, "reason": outcome.reason, "detail": outcome.detail}
         text = json.dumps(record, indent=1, allow_nan=False, default=_plain) + "\n"
         write_atomic(self.folder / f"{key}.json", lambda path: path.write_text(text, encoding="utf-8"))
@@ -145,10 +145,10 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         cost = outcome.detail.get("wall_s")
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {probe.system} x{probe.units} at "
-             f"{probe.rate_per_s:.4g} requests/s {verdict}{took}")
+             f"{probe.load:.4g} {load_unit(scenario)} {verdict}{took}")
 
     with _StoredMap(scenario, out / "probes", workers) as stored:
-        # every candidate at once (its own thread), and each rate search probes as many rates a
+        # every candidate at once (its own thread), and each load search probes as many rates a
         # round as there are workers: the queue stays full to the last candidate, and the probes
         # depend on the number of workers only, never on timing (a rerun reuses every probe)
         candidates = len(scenario.spec.plan.chosen(list(scenario.spec.systems)))

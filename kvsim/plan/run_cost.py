@@ -57,6 +57,7 @@ class RunCost:
     requests: int | None
     closed_loop_points: int
     per_point: dict[int, int | None]  # point index -> requests over its systems and replicas
+    auto_warmup: bool = False  # warmup: auto (every run simulated twice; counted in requests)
 
     @property
     def cpu_s(self) -> float | None:
@@ -68,7 +69,7 @@ class RunCost:
         from kvsim.plan.progress import format_duration
 
         lines = [f"cost: {self.points} point(s) x {self.systems} system(s) x {self.replications} replication(s) "
-                 f"= {self.runs} system run(s)"]
+                 f"= {self.runs} system run(s)" + (", each simulated twice (warmup: auto)" if self.auto_warmup else "")]
         if self.requests is not None:
             lines.append(f"  ~{self.requests:,} requests simulated in all; roughly "
                          f"{format_duration(self.cpu_s)} of CPU time at ~{REQUESTS_PER_CPU_S:,.0f} requests "
@@ -91,11 +92,12 @@ def run_cost(scenario: Scenario) -> RunCost:
         n = point_requests(scenario, point)
         systems = len(point.spec.systems)
         reps = point.spec.replications
+        passes = 2 if point.spec.warmup_auto else 1  # warmup: auto simulates each run twice
         runs += systems * reps
-        per_point[point.index] = None if n is None else n * systems * reps
+        per_point[point.index] = None if n is None else n * systems * reps * passes
         if n is None:
             unknown += 1
         else:
-            requests += n * systems * reps
+            requests += n * systems * reps * passes
     return RunCost(len(scenario.points), len(scenario.spec.systems), runs, scenario.spec.replications, None if unknown else requests,
-                   unknown, per_point)
+                   unknown, per_point, scenario.spec.warmup_auto)

@@ -121,7 +121,7 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
                                                      if spec.slo.tpot_p99 is not None else "")
     load_name = (study.load or "load").split(".")[-1]
     lines = [f"# Options study: {result.scenario.name}", "",
-             f"Seed {result.seed}; measured over [{spec.warmup:g} s, {spec.duration:g} s] of simulated time. "
+             f"Seed {result.seed}; measured over {result.window_phrase()}. "
              f"TTFT, hit rate and peak KV bytes at the lightest {load_name} swept; speed-up = {reference}'s "
              f"TTFT p50 / the system's. Capacity = the most {load_name} whose requests met the SLO ({slo}); "
              "'>=' means every swept load met it (capacity is at least that), '<' that none did. Peak KV "

@@ -61,7 +61,7 @@ def _phase_attainment(run: SystemRun, spec) -> dict[str, float]:
     out, start = {}, 0.0
     for k, phase in enumerate(phases):
         end = start + phase.duration if k < len(phases) - 1 else spec.duration
-        inside = (arrival >= max(start, spec.warmup)) & (arrival < end)
+        inside = (arrival >= max(start, run.summary["window"]["start_s"])) & (arrival < end)
         out[f"slo_attainment_phase{k + 1}"] = float(met[inside].mean()) if inside.any() else math.nan
         start = end
     return out
@@ -114,7 +114,7 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT p99", spec.slo.ttft_p99), ("TPOT p99", spec.slo.tpot_p99),
                                                     ("E2E p99", spec.slo.e2e_p99)) if v is not None)
     lines = [f"# P:D study: {result.scenario.name}", "",
-             f"Window: arrivals in [{spec.warmup:g} s, {spec.duration:g} s] of simulated time, seed {result.seed}; "
+             f"Window: arrivals in {result.window_phrase()}; seed {result.seed}; "
              f"the run drains after it. SLO: {slo}. Goodput counts requests completed in the window that met "
              "every SLO threshold. P:D is prefill:decode cards at the start. Per M$ divides by the catalog "
              "capex of the servers, where every server of the system has a price (else '-'). A goodput marked "

@@ -12,8 +12,15 @@ from kvsim.report.document import Document, Figure
 __all__ = ["plan_document", "summary_paragraph", "write_plan_report"]
 
 
-def _rate(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}/s"
+def _by_clients(answer: dict[str, Any]) -> bool:
+    return (answer.get("load") or {}).get("unit") == "clients"
+
+
+def _loader(answer: dict[str, Any]):
+    """How the plan's loads read: ``4.5/s`` (arrival rates), or ``64 clients`` (a closed loop)."""
+    if _by_clients(answer):
+        return lambda value: "-" if value is None else f"{value:.0f} clients"
+    return lambda value: "-" if value is None else f"{value:.3g}/s"
 
 
 def _usd(value: float | None) -> str:
@@ -39,15 +46,16 @@ def _units(n: int) -> str:
 
 def summary_paragraph(answer: dict[str, Any]) -> str:
     baseline = answer["baseline"]
+    _rate = _loader(answer)
     sentences = []
     for row in answer["answers"]:
-        target = _rate(row["rate_per_s"])
+        target = _rate(row["load"])
         cheapest = row["cheapest"]
         if cheapest is None:
             sentences.append(f"At {target}: {row['note']}.")
             continue
         cost = next(t for c in answer["candidates"] if c["system"] == cheapest for t in c["targets"]
-                    if t["rate_per_s"] == row["rate_per_s"])
+                    if t["load"] == row["load"])
         text = (f"At {target} the cheapest is {cheapest} ({_units(cost['units'])}, {_usd(cost['capex_usd'])} capex, "
                 f"{_usd(cost['cost_per_hour_usd'])}/h)")
         saving = row["savings_vs_baseline"].get(cheapest)
@@ -59,9 +67,9 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
 
 
 def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
-    points = [(c["system"], c["unit_cost"]["cost_per_hour_usd"], c["capacity"]["max_rate_per_s"])
+    points = [(c["system"], c["unit_cost"]["cost_per_hour_usd"], c["capacity"]["max_load"])
               for c in answer["candidates"]
-              if c["unit_cost"] and c["unit_cost"].get("cost_per_hour_usd") and c["capacity"]["max_rate_per_s"]]
+              if c["unit_cost"] and c["unit_cost"].get("cost_per_hour_usd") and c["capacity"]["max_load"]]
     if not points:
         return None
     import matplotlib
@@ -89,7 +97,7 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
                 label="cost-capacity front")
         ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("cost of one unit (USD per hour)")
-    ax.set_ylabel("load one unit sustains within the SLO (requests/s)")
+    ax.set_ylabel(f"load one unit sustains within the SLO ({answer['load']['unit']})")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return Figure(f"{stem}_capacity.png", _png(fig), "Capacity against cost, per unit of each candidate "
@@ -106,23 +114,23 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     for k, candidate in enumerate(answer["candidates"]):
         probes = sorted((p for p in answer["probes"] if p["system"] == candidate["system"] and p["units"] == 1
-                         and p["ttft_p99_s"] is not None), key=lambda p: p["rate_per_s"])
+                         and p["ttft_p99_s"] is not None), key=lambda p: p["load"])
         if not probes:
             continue
         color = f"C{k}"
-        ax.plot([p["rate_per_s"] for p in probes], [p["ttft_p99_s"] for p in probes], color=color, lw=1,
+        ax.plot([p["load"] for p in probes], [p["ttft_p99_s"] for p in probes], color=color, lw=1,
                 label=candidate["system"])
         for p in probes:
             flagged = bool(p["flags"])
-            ax.scatter([p["rate_per_s"]], [p["ttft_p99_s"]], color=color, zorder=3,
+            ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3,
                        facecolors="none" if flagged else color, s=30)
-        capacity = candidate["capacity"]["max_rate_per_s"]
+        capacity = candidate["capacity"]["max_load"]
         if capacity:
             ax.axvline(capacity, color=color, ls=":", lw=1)
     for limit in ttft_limits:
         ax.axhline(limit, color="black", ls="--", lw=1, label="SLO: TTFT p99")
     ax.set_yscale("log")
-    ax.set_xlabel("arrival rate on one unit (requests/s)")
+    ax.set_xlabel("clients of one unit" if _by_clients(answer) else "arrival rate on one unit (requests/s)")
     ax.set_ylabel("TTFT p99 (s)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
@@ -144,7 +152,8 @@ def _png(fig: Any) -> bytes:
 def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     """The report of a plan's answer (the dict of ``plan.json``); figures are named ``<stem>_*.png``."""
     doc = Document(f"Capacity plan: {answer['scenario']}")
-    targets = ", ".join(_rate(t) for t in answer["targets_per_s"])
+    _rate = _loader(answer)
+    targets = ", ".join(_rate(t) for t in answer["targets"])
     doc.heading("Question")
     doc.paragraph(f"What is the cheapest configuration that serves {targets} of the workload of "
                   f"'{answer['scenario']}' ({answer['description'].strip() or 'no description'}) within "
@@ -153,7 +162,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     doc.heading("Answer")
     doc.paragraph(summary_paragraph(answer))
     doc.heading("Units and cost per target load")
-    header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets_per_s"]]
+    header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets"]]
     rows = []
     for c in answer["candidates"]:
         cells = [c["system"], c["unit"]]
@@ -164,7 +173,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count. "
                             f"'none': no count up to {answer['units']['max']} units meets the SLO.")
     doc.heading(f"Savings against {answer['baseline']}")
-    header = ["candidate"] + [f"{_rate(a['rate_per_s'])}: capex, USD/h" for a in answer["answers"]]
+    header = ["candidate"] + [f"{_rate(a['load'])}: capex, USD/h" for a in answer["answers"]]
     rows = []
     for c in answer["candidates"]:
         if c["system"] == answer["baseline"]:
@@ -175,19 +184,27 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     doc.table(header, rows, "Relative to the baseline's cost at the same load; '-' where either side serves "
                             "no load or has no price.")
     doc.heading("Capacity of one unit")
-    rows = [[c["system"], _rate(c["capacity"]["max_rate_per_s"]), _rate(c["capacity"]["fail_rate_per_s"]),
+    rows = [[c["system"], _rate(c["capacity"]["max_load"]), _rate(c["capacity"]["fail_load"]),
              "yes" if c["capacity"]["converged"] else "no", c["capacity"]["note"]] for c in answer["candidates"]]
     doc.table(["candidate", "meets the SLO at", "fails at", "converged", "search"], rows,
-              f"The most load one unit sustains lies between the two rates (searched to within "
-              f"{answer['rel_tol']:.0%}).")
+              f"The most load one unit sustains lies between the two loads (searched to within "
+              f"{answer['rel_tol']:.0%}" + (", or one client" if _by_clients(answer) else "") + ").")
     for figure in (_figure_capacity(answer, stem), _figure_probes(answer, stem)):
         if figure is not None:
             doc.figure(figure)
     doc.heading("Assumptions")
     window = answer["window"]
-    items = [f"Each probe simulates at least {window['duration_s']:g} s of Poisson arrivals (longer where a light "
-             f"load on many instances needs more time for {answer['window']['completions_per_instance']:g} completions per instance), measured after a "
-             f"{window['warmup_s']:g} s warm-up, seed {answer['seed']} at every probe (common random numbers).",
+    warmup = ("a warm-up MSER-5 found in each probe (warmup: auto)" if window.get("warmup") == "mser5"
+              else f"a {window['warmup_s']:g} s warm-up")
+    if _by_clients(answer):
+        length = (f"Each probe simulates at least {window['duration_s']:g} s of a closed loop (longer, in up to "
+                  f"three reruns, where a run that met the SLO held fewer than "
+                  f"{window['completions_per_client']:g} completions per client)")
+    else:
+        length = (f"Each probe simulates at least {window['duration_s']:g} s of Poisson arrivals (longer where a "
+                  f"light load on many instances needs more time for {window['completions_per_instance']:g} "
+                  f"completions per instance)")
+    items = [f"{length}, measured after {warmup}, seed {answer['seed']} at every probe (common random numbers).",
              "A probe flagged unstable (backlog growing) or too short does not count as meeting the SLO.",
              f"kvsim {answer['kvsim_version']}."]
     for c in answer["candidates"]:
@@ -199,8 +216,8 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     flagged = [p for p in answer["probes"] if p["flags"]]
     doc.heading("Flags")
     if flagged:
-        doc.table(["candidate", "units", "rate", "flags", "verdict"],
-                  [[p["system"], str(p["units"]), _rate(p["rate_per_s"]), ", ".join(p["flags"]),
+        doc.table(["candidate", "units", "load", "flags", "verdict"],
+                  [[p["system"], str(p["units"]), _rate(p["load"]), ", ".join(p["flags"]),
                     "meets" if p["meets"] else p["reason"]] for p in flagged],
                   "unstable (the backlog grew through the window) and too_short (too few completions, or "
                   "latencies too long for the window, to judge) are not steady state: such a probe never counts "
@@ -209,8 +226,8 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     else:
         doc.paragraph("No probe was flagged.")
     doc.heading("Every probe")
-    doc.table(["candidate", "units", "rate", "TTFT p99 (s)", "TPOT p99 (s)", "verdict"],
-              [[p["system"], str(p["units"]), _rate(p["rate_per_s"]),
+    doc.table(["candidate", "units", "load", "TTFT p99 (s)", "TPOT p99 (s)", "verdict"],
+              [[p["system"], str(p["units"]), _rate(p["load"]),
                 "-" if p["ttft_p99_s"] is None else f"{p['ttft_p99_s']:.3g}",
                 "-" if p["tpot_p99_s"] is None else f"{p['tpot_p99_s']:.3g}",
                 "meets" if p["meets"] else p["reason"]] for p in answer["probes"]])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["ReportInputError", "RunResults", "load_results", "LoadAxis", "load_axis", "Row", "rows",
-           "saturation", "metric", "finite"]
+           "saturation", "metric", "finite", "run_windows", "window_phrase"]
 
 
 class ReportInputError(ValueError):
@@ -189,6 +189,29 @@ def rows(results: RunResults) -> list[Row]:
         for system in results.systems:
             out.append(Row(int(p.get("index", k)), system, params, load, group, p["systems"][system]))
     return out
+
+
+def run_windows(results: RunResults) -> dict[tuple[str, int], tuple[float, float]]:
+    """Each (system, point)'s measurement window, seconds, from its summary (``window``), or the
+    run's configured one for results written before summaries carried their own."""
+    s = results.summary
+    default = (float(s["warmup_s"]), float(s["duration_s"]))
+    out = {}
+    for k, p in enumerate(results.points):
+        for system, summary in p["systems"].items():
+            window = summary.get("window") or {}
+            out[(system, int(p.get("index", k)))] = (float(window.get("start_s", default[0])),
+                                                     float(window.get("end_s", default[1])))
+    return out
+
+
+def window_phrase(results: RunResults) -> str:
+    """The window in words (:func:`kvsim.sim.result.window_phrase`), from the saved summaries."""
+    from kvsim.sim.result import window_phrase as phrase
+
+    s = results.summary
+    return phrase(float(s["warmup_s"]), float(s["duration_s"]), s.get("warmup") == "mser5",
+                  [start for start, _ in run_windows(results).values()])
 
 
 def saturation(series: list[Row]) -> Row | None:

@@ -134,15 +134,17 @@ def figure_latency(all_rows: list[Row], axis: LoadAxis, limits: dict[str, float]
 
 
 def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: tuple[float, float],
-               limits: dict[str, float], stem: str) -> Figure | None:
+               limits: dict[str, float], stem: str,
+               windows: dict[tuple[str, int], tuple[float, float]] | None = None) -> Figure | None:
     """TTFT and TPOT distributions of the requests that arrived in the window (of replica 0 when
     the run has replications), one line per system and sweep point (lighter: earlier points).
-    ``labels`` maps a point index to its label."""
+    ``labels`` maps a point index to its label; ``windows`` gives a (system, point) its own
+    window, seconds (``warmup: auto`` finds one per run), else ``window`` applies."""
     import numpy as np
 
     if frame is None or not len(frame) or "ttft_s" not in frame:
         return None
-    measured = frame[(frame["arrival_s"] >= window[0]) & (frame["arrival_s"] < window[1])]
+    measured = frame
     if "replica" in measured:  # replica 0: the run the summary's numbers are of
         measured = measured[measured["replica"] == 0]
     plt = _plt()
@@ -155,7 +157,9 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
                                                   ("tpot_s", "TPOT (ms)", 1e3, limits.get("tpot_p99"))), axes):
         for k, system in enumerate(systems):
             for j, point in enumerate(points):
-                rows = measured[(measured["system"] == system) & (measured["point"] == point)]
+                start_s, end_s = (windows or {}).get((system, point), window)
+                rows = measured[(measured["system"] == system) & (measured["point"] == point)
+                                & (measured["arrival_s"] >= start_s) & (measured["arrival_s"] < end_s)]
                 values = np.sort(rows[column].to_numpy(dtype=float))
                 values = values[np.isfinite(values)] * scale
                 if not len(values):

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.report.document import Document
-from kvsim.report.run_data import RunResults, Row, load_axis, load_results, metric, rows, saturation
+from kvsim.report.run_data import (RunResults, Row, load_axis, load_results, metric, rows, run_windows, saturation,
+                                   window_phrase)
 from kvsim.report.run_figures import figure_cdf, figure_latency, figure_throughput, slo_limits_s
 from kvsim.report.run_sections import (_cell, _num, _point_label, add_sections, catalog_sources, cost_assumptions,
                                        replications_section, value_label)
@@ -227,8 +228,8 @@ def run_document(results_dir: str | Path | RunResults, stem: str = "report") -> 
     systems = ", ".join(results.systems)
     doc.paragraph(f"How do {systems} compare serving the workload of '{s['scenario']}'"
                   + (f" ({description})" if description else "") + f"? Load: {_regime(results)}. SLO: "
-                  f"{_slo_phrase(results)}. Measured over [{s['warmup_s']:g} s, {s['duration_s']:g} s] of "
-                  f"simulated time, seed {s.get('seed')}, {s.get('replications', 1)} replication(s) per point; "
+                  f"{_slo_phrase(results)}. Measured over {window_phrase(results)}; "
+                  f"seed {s.get('seed')}, {s.get('replications', 1)} replication(s) per point; "
                   f"baseline {s.get('baseline')}; kvsim {s.get('kvsim_version')}.")
 
     doc.heading("Answer")
@@ -258,7 +259,7 @@ def run_document(results_dir: str | Path | RunResults, stem: str = "report") -> 
     labels = {int(p.get("index", k)): ", ".join(str(v) for v in (p.get("params") or {}).values()) or "run"
               for k, p in enumerate(results.points)}
     cdf = figure_cdf(results.requests(), results.systems, labels, (float(s["warmup_s"]), float(s["duration_s"])),
-                     limits, stem)
+                     limits, stem, run_windows(results))
     if cdf is not None:
         doc.figure(cdf)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.report.document import Document
-from kvsim.report.run_data import RunResults, Row, metric, rows
+from kvsim.report.run_data import RunResults, Row, metric, rows, window_phrase
 from kvsim.report.run_figures import figure_cost, figure_hit_rates
 from kvsim.report.table import FLAG_MARK, flag_note
 
@@ -162,8 +162,9 @@ def _cost_section(doc: Document, all_rows: list[Row], stem: str) -> None:
 def _assumptions(doc: Document, results: RunResults) -> None:
     s = results.summary
     doc.heading("Assumptions")
-    items = [f"Each point simulates {s['duration_s']:g} s of arrivals and measures after a {s['warmup_s']:g} s "
-             f"warm-up, then drains so every request that arrived in the window finishes (none is censored).",
+    warmup = (f"the warm-up MSER-5 found in each run (window {window_phrase(results).split(' of ')[0]})"
+              if s.get("warmup") == "mser5" else f"a {s['warmup_s']:g} s warm-up")
+    items = [f"Each point simulates {s['duration_s']:g} s of arrivals and measures after {warmup}, then drains so every request that arrived in the window finishes (none is censored).",
              f"Root seed {s.get('seed')}; every system of a point sees the same drawn requests.",
              "Figures come from the model and the catalog, not from measurements of real deployments."]
     costs = cost_assumptions(results)

@@ -140,8 +140,7 @@ def comparison_table(result: RunResult) -> str:
     hardware = "; ".join(f"{s}" + ("" if per_point else f" = {hardware_label(first[s].sizing)}")
                          + (" (baseline)" if s == baseline and with_ratio else "") for s in systems)
     title = (f"scenario {result.scenario.name}: seed {result.seed}, "
-             f"measured over [{result.scenario.spec.warmup:g} s, {result.scenario.spec.duration:g} s] "
-             f"of simulated time\nsystems: {hardware}\n{UNITS}")
+             f"measured over {result.window_phrase()}\nsystems: {hardware}\n{UNITS}")
     note = flag_note(seen)
     return (title + "\n\n" + "\n".join(lines) + "\n" + (("\n" + "\n".join(replicas) + "\n") if replicas else "")
             + (f"\n{note}\n" if note else ""))

@@ -66,6 +66,10 @@ def scenario_json_schema() -> dict[str, Any]:
         definition = defs[name]
         definition["required"] = [f for f in definition.get("required", []) if f != field]
         definition["anyOf"] = [{"required": [field]}, {"required": [alternative]}]
+    properties = schema["properties"]
+    properties.pop("warmup_auto", None)  # written in a file as ``warmup: auto``
+    properties["warmup"] = {"anyOf": [properties["warmup"], {"const": "auto", "description": (
+        "find the warm-up per run by MSER-5 (two passes; see docs/statistics.md)")}], "default": "0 s"}
     catalog = defs["CatalogEntries"]
     for family, (name, entry) in _catalog_entry_schemas().items():
         own = entry.pop("$defs", {})

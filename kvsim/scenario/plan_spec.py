@@ -5,9 +5,15 @@ server plus its share of a storage pool). ``kvsim plan`` finds, for each candida
 one unit sustains within the scenario's ``slo:``, then for each target load the fewest units that
 serve it within the SLO (a unit count multiplies every node count of the system: its compute
 pools and its remote KV pool alike), and names the cheapest candidate per target.
+
+The load is the arrival rate of an open-loop workload (``targets``, requests/s) or the number of
+clients of a closed loop (``target_clients``): a closed loop's clients each send a request, wait
+for its answer and a think time, and send the next, so more clients is more load.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 from pydantic import Field
 
@@ -29,7 +35,10 @@ class PlanSpec(FrozenSpec):
     Attributes
     ----------
     targets : list of rates
-        Loads to serve within the SLO (e.g. ``[10/s, 20/s, 40/s]``), requests/s.
+        Loads to serve within the SLO (e.g. ``[10/s, 20/s, 40/s]``), requests/s, for an open-loop
+        workload (poisson or gamma arrivals).
+    target_clients : list of int
+        For a closed-loop workload instead: numbers of clients to serve within the SLO.
     candidates : list of str, optional
         Systems to consider (default: every system of the scenario).
     baseline : str, optional
@@ -40,7 +49,8 @@ class PlanSpec(FrozenSpec):
         Relative width at which the search for a unit's capacity stops (default 5 %).
     """
 
-    targets: list[Rate] = Field(min_length=1)
+    targets: list[Rate] | None = Field(default=None, min_length=1)
+    target_clients: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
     candidates: list[str] | None = None
     baseline: str | None = None
     units: UnitRange = Field(default_factory=UnitRange)
@@ -49,6 +59,11 @@ class PlanSpec(FrozenSpec):
     def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
         """Checks against the scenario's systems, as ``(field path, message)``."""
         found = []
+        if (self.targets is None) == (self.target_clients is None):
+            found.append((("plan", "targets"), "give the loads to serve: targets (arrival rates, e.g. [10/s, 20/s]) "
+                                               "for an open loop, or target_clients (e.g. [64, 128]) for a closed "
+                                               "loop" if self.targets is None else
+                                               "give targets or target_clients, not both"))
         for name in self.candidates or ():
             if name not in systems:
                 found.append((("plan", "candidates"), f"{name!r} is not one of the systems: {', '.join(systems)}"))
@@ -60,6 +75,18 @@ class PlanSpec(FrozenSpec):
         if self.units.min > self.units.max:
             found.append((("plan", "units"), f"min ({self.units.min}) exceeds max ({self.units.max})"))
         return found
+
+    @property
+    def loads(self) -> list[float]:
+        """The target loads, ascending: requests/s, or clients (``int``)."""
+        if self.target_clients is not None:
+            return sorted(self.target_clients)
+        return sorted(float(x) for x in self.targets or ())
+
+    @property
+    def by_clients(self) -> bool:
+        """The load is a closed loop's number of clients (``target_clients``)."""
+        return self.target_clients is not None
 
     def chosen(self, systems: list[str]) -> list[str]:
         return list(self.candidates or systems)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from kvsim.models.engine import EngineSpec
 from kvsim.scenario.cost_spec import CostSpec
@@ -258,6 +258,12 @@ class ScenarioSpec(FrozenSpec):
     replica 0 keeps ``seed``); summaries give the mean and a 95 % Student-t interval across them."""
     duration: Seconds
     warmup: Seconds = 0.0
+    """Seconds measured from 0 before the window opens; ``auto`` (held as ``warmup_auto``) finds
+    it per run by MSER-5 instead (:mod:`kvsim.metrics.steady_state`): the run is simulated once
+    with the window open from 0, the truncation MSER-5 picks on the number of requests in the
+    system becomes the warm-up, and the run is summarised again over that window (two passes)."""
+    warmup_auto: bool = False
+    """Set by ``warmup: auto`` (``warmup`` is then 0, the first pass's window)."""
     drain_limit: Seconds | None = None
     model: str
     dtype: Dtype = "bf16"
@@ -278,6 +284,13 @@ class ScenarioSpec(FrozenSpec):
     to its card: efficiencies under the scenario's own ``catalog:`` entries, engine values to the
     systems whose every pool runs on that card, under the scenario's and the system's own
     ``engine:`` fields (see :mod:`kvsim.calibration.calibfile`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_warmup(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("warmup"), str) and data["warmup"].strip().lower() == "auto":
+            return {**data, "warmup": "0 s", "warmup_auto": True}
+        return data
 
     def _lora_problems(self, name: str, system: SystemSpec) -> list[tuple[tuple[str, ...], str]]:
         lora, adapters = system.lora, self.workload.adapters
@@ -357,10 +370,17 @@ class ScenarioSpec(FrozenSpec):
             if not any((self.slo.ttft_p99, self.slo.tpot_p99, self.slo.e2e_p99)):
                 problems.append((("plan",), "plans the most load within the SLO: give slo.ttft_p99, slo.tpot_p99 "
                                             "and/or slo.e2e_p99"))
-            if getattr(self.workload.arrival, "rate", None) is None:
+            kind = self.workload.arrival.kind
+            if self.plan.by_clients and kind != "closed_loop":
+                problems.append((("plan", "target_clients"), f"a plan by clients varies a closed loop's clients: "
+                                                             f"use arrival kind closed_loop, not {kind} (or give "
+                                                             f"targets, arrival rates)"))
+            elif self.plan.targets is not None and kind == "closed_loop":
+                problems.append((("plan", "targets"), "the workload is a closed loop: give target_clients (numbers "
+                                                      "of clients) instead of arrival rates"))
+            elif self.plan.targets is not None and getattr(self.workload.arrival, "rate", None) is None:
                 problems.append((("workload", "arrival", "kind"), f"kvsim plan varies the arrival rate: use a "
-                                                                  f"poisson or gamma arrival, not "
-                                                                  f"{self.workload.arrival.kind}"))
+                                                                  f"poisson or gamma arrival, not {kind}"))
             if self.sweep:
                 problems.append((("sweep",), "a plan searches the load itself: drop sweep: (or run the sweep "
                                              "without plan:)"))

@@ -32,7 +32,12 @@ __all__ = ["Instance"]
 class _RecordingEvents(SchedulerEvents):
     """Writes scheduler milestones into the columnar records and counters, as the instance's
     role means them: a prefill instance's prompt is not the client's first token, and a decode
-    instance's recomputed prompt is not new input."""
+    instance's recomputed prompt is not new input.
+
+    Input tokens count chunk by chunk as a prompt is prefilled, when each chunk's batch ends (the
+    first chunk also counts the cached prefix under it: that part of the prompt was served by a
+    load, not recomputed); the rest, if any, when the prompt completes (a prompt served whole from
+    the cache). A prompt recomputed after a preemption counts only past what was counted."""
 
     def __init__(self, records: RequestRecords, counters: SystemCounters, instance: "Instance"):
         self.records = records
@@ -47,8 +52,9 @@ class _RecordingEvents(SchedulerEvents):
             self.records.first_token_s[seq.rid] = now + self.instance.output_s
 
     def prompt_done(self, seq: Sequence, now: float) -> None:
-        if self.instance.role != "decode":
-            self.counters.input_tokens.add(now, seq.prompt_tokens)
+        if self.instance.role != "decode" and seq.prompt_counted < seq.prompt_tokens:
+            self.counters.input_tokens.add(now, seq.prompt_tokens - seq.prompt_counted)
+            seq.prompt_counted = seq.prompt_tokens
 
     def tokens_emitted(self, count: int, now: float) -> None:
         self.counters.output_tokens.add(now, count)
@@ -56,8 +62,13 @@ class _RecordingEvents(SchedulerEvents):
     def preempted(self, seq: Sequence) -> None:
         self.records.preemptions[seq.rid] += 1
 
-    def prefill_computed(self, seq: Sequence, tokens: int) -> None:
+    def prefill_computed(self, seq: Sequence, tokens: int, now: float) -> None:
         self.records.computed_tokens[seq.rid] += tokens
+        if seq.generated == 0 and self.instance.role != "decode":
+            served = seq.kv_tokens if seq.kv_tokens < seq.prompt_tokens else seq.prompt_tokens
+            if served > seq.prompt_counted:
+                self.counters.input_tokens.add(now, served - seq.prompt_counted)
+                seq.prompt_counted = served
 
     def finished(self, seq: Sequence, now: float) -> None:
         self.instance._load_changed()

@@ -58,7 +58,9 @@ class SchedulerEvents:
     def prompt_done(self, seq: Sequence, now: float) -> None: ...
     def tokens_emitted(self, count: int, now: float) -> None: ...
     def preempted(self, seq: Sequence) -> None: ...
-    def prefill_computed(self, seq: Sequence, tokens: int) -> None: ...
+    def prefill_computed(self, seq: Sequence, tokens: int, now: float) -> None:
+        """A batch ending at ``now`` computed ``tokens`` more of ``seq``'s prefill (its
+        ``kv_tokens`` already include them)."""
     def finished(self, seq: Sequence, now: float) -> None: ...
     def prefilled(self, seq: Sequence, now: float) -> None:
         """A prefill-only scheduler finished ``seq``'s prompt and detached it."""
@@ -431,7 +433,7 @@ class BatchScheduler:
             if seq.aborted:
                 continue
             seq.kv_tokens += chunk
-            events.prefill_computed(seq, chunk)
+            events.prefill_computed(seq, chunk, now)
             if seq.kv_tokens == seq.prefill_target:
                 if hook is not None:
                     hook.prompt_done(seq, now)

@@ -74,6 +74,17 @@ class SystemRun:
         return facts
 
 
+def window_phrase(warmup_s: float, duration_s: float, auto: bool, starts_s: list[float]) -> str:
+    """``[30 s, 300 s] of simulated time``; with ``warmup: auto`` the span of the warm-ups MSER-5
+    found in the runs (``starts_s``): ``[27-57 s, 300 s] of simulated time, the warm-up found by
+    MSER-5 in each run``."""
+    if not auto:
+        return f"[{warmup_s:g} s, {duration_s:g} s] of simulated time"
+    starts = sorted(set(starts_s)) or [warmup_s]
+    found = f"{starts[0]:.3g} s" if len(starts) == 1 else f"{starts[0]:.3g}-{starts[-1]:.3g} s"
+    return f"[{found}, {duration_s:g} s] of simulated time, the warm-up found by MSER-5 in each run"
+
+
 @dataclass
 class RunResult:
     """All runs of a scenario: every system at every sweep point.
@@ -117,6 +128,12 @@ class RunResult:
         """Every run, replicas included, in (point, replica, system) order."""
         return sorted(self.runs + self.replicas, key=lambda r: (r.point_index, r.replica))
 
+    def window_phrase(self) -> str:
+        """The measurement window in words, for tables and reports (see :func:`window_phrase`)."""
+        spec = self.scenario.spec
+        return window_phrase(spec.warmup, spec.duration, spec.warmup_auto,
+                             [r.summary.get("window", {}).get("start_s", spec.warmup) for r in self.all_runs()])
+
     def runs_of(self, system: str, point_index: int) -> list[SystemRun]:
         """Every replica of ``system`` at ``point_index``, replica 0 first."""
         return [r for r in self.all_runs() if r.system == system and r.point_index == point_index]
@@ -157,6 +174,7 @@ class RunResult:
             "kvsim_version": __version__,
             "duration_s": self.scenario.spec.duration,
             "warmup_s": self.scenario.spec.warmup,
+            "warmup": "mser5" if self.scenario.spec.warmup_auto else "fixed",
             "baseline": self.baseline,
             "sweep": {k: list(v) for k, v in self.scenario.spec.sweep.items()},
             "replications": self.scenario.spec.replications,

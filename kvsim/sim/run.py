@@ -15,6 +15,7 @@ import simpy
 
 from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.cost import cost_summary
+from kvsim.metrics.steady_state import mser5_warmup_s, request_ends_s
 from kvsim.rng import RandomStreams, replica_seed
 from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.scenario.problems import PointProblems
@@ -78,7 +79,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     sizings = check_scenario(scenario)
     root_seed = scenario.spec.seed if seed is None else checked_seed(seed)
     runs: list[SystemRun] = []
-    total = sum(p.spec.duration * len(p.spec.systems) * p.spec.replications for p in scenario.points)
+    total = sum(p.spec.duration * len(p.spec.systems) * p.spec.replications * (2 if p.spec.warmup_auto else 1)
+                for p in scenario.points)
     bar = None
     if progress:
         from tqdm import tqdm
@@ -185,7 +187,34 @@ def simulate_system(
     streams: RandomStreams,
     progress: RunProgress | None = None,
 ) -> SystemRun:
-    """Simulate system ``name`` at one sweep point and summarise it."""
+    """Simulate system ``name`` at one sweep point and summarise it.
+
+    With ``warmup: auto`` the run is simulated twice: first with the window open from 0, whose
+    records give MSER-5's truncation (:func:`~kvsim.metrics.steady_state.mser5_warmup_s`); then
+    with that warm-up. The warm-up only places the window (the counters, levels and flows that
+    measure it), never what the system does, so both passes serve the same requests the same way
+    and the second is exactly a run with that fixed warm-up.
+    """
+    if not point.spec.warmup_auto:
+        return _simulate(point, name, sizing, requests, streams, progress)
+    pilot = _simulate(point, name, sizing, requests, streams, progress)
+    records = pilot.records
+    warmup_s = mser5_warmup_s(records.column("arrival_s"), request_ends_s(records), point.spec.duration) \
+        if records.n else 0.0
+    if warmup_s > 0.0:
+        measured = ScenarioPoint(point.index, point.params, point.spec.model_copy(update={"warmup": warmup_s}))
+        run = _simulate(measured, name, sizing, requests, streams, progress)
+        run.wall_s += pilot.wall_s
+    else:  # MSER-5 keeps the whole run: the first pass was already measured from 0
+        run = pilot
+        if progress is not None:
+            progress.advance(point.spec.duration)
+    run.summary["window"]["warmup"] = "mser5"
+    return run
+
+
+def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: RequestArrays | None,
+              streams: RandomStreams, progress: RunProgress | None) -> SystemRun:
     spec: ScenarioSpec = point.spec
     started = time.perf_counter()
     env = simpy.Environment()
