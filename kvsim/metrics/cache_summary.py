@@ -29,6 +29,9 @@ def cache_summary(
     bytes_written: dict[str, float],
     links: list[dict[str, Any]],
     occupancy_mean_bytes: dict[str, float],
+    writes_skipped: dict[str, int] | None = None,
+    write_bytes_skipped: dict[str, float] | None = None,
+    write_flows_peak: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """Cache metrics of one system run.
 
@@ -46,6 +49,13 @@ def cache_summary(
         Per link ``{"link", "capacity_Bps", "bytes", "utilization_mean"}``.
     occupancy_mean_bytes : dict
         Time-weighted mean bytes held per tier over the window.
+    writes_skipped, write_bytes_skipped : dict, optional
+        Per lower tier, cache writes (one copy of a group of blocks into one store) refused
+        inside the window because the store's write queue was full (``max_write_flows``), and
+        their bytes. ``bytes_written + write_bytes_skipped`` is what the tier was offered.
+    write_flows_peak : dict, optional
+        Per lower tier, the most write flows one of its stores had in flight (seen when a write
+        started inside the window).
     """
     span = window_end_s - window_start_s
     arrival = records.column("arrival_s")
@@ -72,6 +82,9 @@ def cache_summary(
         "flops_avoided": flops_avoided,
         "bytes_loaded": dict(bytes_loaded),
         "bytes_written": dict(bytes_written),
+        "writes_skipped": dict(writes_skipped or dict.fromkeys(bytes_written, 0)),
+        "write_bytes_skipped": dict(write_bytes_skipped or dict.fromkeys(bytes_written, 0.0)),
+        "write_flows_peak": dict(write_flows_peak or dict.fromkeys(bytes_written, 0)),
         "remote_read_Bps": bytes_loaded.get("remote", 0.0) / span,
         "remote_write_Bps": bytes_written.get("remote", 0.0) / span,
         "tier_occupancy_mean_bytes": dict(occupancy_mean_bytes),

@@ -130,6 +130,11 @@ def _cache_section(doc: Document, all_rows: list[Row], stem: str) -> None:
         figure = figure_hit_rates(all_rows, tiers, stem)
         if figure is not None:
             doc.figure(figure)
+        skipped = _skipped_writes(cached)
+        if skipped:
+            doc.table(["point", "system", "tier", "writes skipped", "GB skipped", "GB written", "peak write flows"],
+                      skipped, "Cache writes refused because the store's write queue was full "
+                      "(kv_cache.<tier>.max_write_flows): those blocks were not copied to that tier.")
     if linked:
         body = []
         for r, links in linked:
@@ -139,6 +144,20 @@ def _cache_section(doc: Document, all_rows: list[Row], stem: str) -> None:
                              _cell(metric(link, "bytes"), 1e-9, "{:,.1f}", bool(r.flags))])
         doc.table(["point", "system", "link", "mean utilization", "GB moved"], body,
                   "The three busiest links of each system and point (links.parquet has every link).")
+
+
+def _skipped_writes(cached: list[Row]) -> list[list[str]]:
+    """One row per (run, tier) that skipped cache writes (none: an empty list)."""
+    body = []
+    for r in cached:
+        cache = r.summary["cache"]
+        for tier, count in (cache.get("writes_skipped") or {}).items():
+            if count:
+                body.append([_point_label(r) or "-", r.system, tier, f"{count:,}",
+                             _cell(metric(cache, f"write_bytes_skipped.{tier}"), 1e-9, "{:,.1f}", bool(r.flags)),
+                             _cell(metric(cache, f"bytes_written.{tier}"), 1e-9, "{:,.1f}", bool(r.flags)),
+                             str((cache.get("write_flows_peak") or {}).get(tier, "-"))])
+    return body
 
 
 def _cost_section(doc: Document, all_rows: list[Row], stem: str) -> None:

@@ -142,8 +142,25 @@ def comparison_table(result: RunResult) -> str:
     title = (f"scenario {result.scenario.name}: seed {result.seed}, "
              f"measured over {result.window_phrase()}\nsystems: {hardware}\n{UNITS}")
     note = flag_note(seen)
+    skipped = skipped_writes_note(result)
     return (title + "\n\n" + "\n".join(lines) + "\n" + (("\n" + "\n".join(replicas) + "\n") if replicas else "")
-            + (f"\n{note}\n" if note else ""))
+            + (f"\n{note}\n" if note else "") + (f"\n{skipped}\n" if skipped else ""))
+
+
+def skipped_writes_note(result: RunResult) -> str:
+    """A line per run whose cache writes were skipped for a full write queue ("" if none did)."""
+    lines = []
+    for run in result.all_runs():
+        cache = run.summary.get("cache") or {}
+        parts = [f"{tier} {count:,} ({cache['write_bytes_skipped'][tier] / 1e9:,.1f} GB)"
+                 for tier, count in (cache.get("writes_skipped") or {}).items() if count]
+        if parts:
+            where = ", ".join(f"{k.split('.')[-1].strip()}={v}" for k, v in run.params.items())
+            lines.append(f"  {run.system}{' at ' + where if where else ''}: " + ", ".join(parts))
+    if not lines:
+        return ""
+    return ("cache writes skipped (a store's write queue was full, kv_cache.<tier>.max_write_flows; "
+            "those blocks were not copied there):\n" + "\n".join(lines))
 
 
 def hardware_label(sizing) -> str:

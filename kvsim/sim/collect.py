@@ -53,7 +53,8 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
         summary_cache = cache_summary(
             records, warmup, duration, model.body_flops_per_token, model.attention_flops_per_pair(decode=False),
             cache.bytes_loaded, cache.bytes_written, links,
-            {tier: level.mean() for tier, level in system.tier_occupancy.items()})
+            {tier: level.mean() for tier, level in system.tier_occupancy.items()},
+            cache.writes_skipped, cache.write_bytes_skipped, cache.write_flows_peak)
         summary_cache["busiest_storage"] = busiest_links(storage, key="resource")
         summary_cache["tier_bytes_at_end"] = {
             tier: {"physical": last.get(f"{tier}_bytes", 0.0), "logical": last.get(f"{tier}_logical_bytes", 0.0)}

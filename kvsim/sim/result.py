@@ -321,6 +321,8 @@ def _flat_cache(cache: dict[str, Any]) -> dict[str, Any]:
         row[key] = cache[key]
     row["bytes_loaded"] = sum(cache["bytes_loaded"].values())
     row["bytes_written"] = sum(cache["bytes_written"].values())
+    row["writes_skipped"] = sum(cache["writes_skipped"].values())
+    row["write_bytes_skipped"] = sum(cache["write_bytes_skipped"].values())
     domains = cache.get("domains")
     if domains is not None:
         row["hbm_physical_bytes_mean"] = domains["physical_bytes_mean"]

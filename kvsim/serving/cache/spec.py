@@ -12,9 +12,27 @@ from pydantic import Field, field_validator
 
 from kvsim.spec_types import Bytes, FrozenSpec
 
-__all__ = ["EvictionKind", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
+__all__ = ["EvictionKind", "MAX_WRITE_FLOWS", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
 
 EvictionKind = Literal["lru", "lfu", "s3fifo"]
+
+MAX_WRITE_FLOWS = 256
+"""Default ``max_write_flows`` of every lower tier (see :class:`TierSpec`).
+
+Why 256 flows per store. The limit must never idle the device: sustaining its write bandwidth
+``D`` with flows of ``S`` bytes that each take at least ``T`` seconds alone (their bytes over
+the path plus its latency) needs ``D * T / S`` flows in flight (Little's law; the
+bandwidth-delay product counted in flows). For the catalog's media, with the smallest per-card
+write of a shipped setup (one 16-token block of Qwen3-8B per card of a TP-8 instance, 288 KiB)
+and the medium's own edge as ``D`` (an upper bound), that is at most 2 flows for a node's NVMe,
+8 for an NVMe pool node, about 45 for host DRAM and 60 for a DRAM pool node
+(``tests/test_write_queue.py`` recomputes it). 256 is four times the largest, so the limit only
+binds when writes outpace the device, never because of it. It also leaves room for bursts: the
+shipped scenarios, with every prompt finishing in one step written at once, have at most 64
+write flows in flight to one store. Above it, the flow solver pays about 10 us per flow at every
+flow start and end, so a store that cannot keep up costs at most ~3 ms per re-solve instead of
+growing without bound (16 k flows were seen under overload before the limit).
+"""
 
 PeerMode = Literal["none", "copy_in", "read_in_place"]
 """How an instance may use KV blocks held in other instances' HBM (``kv_cache.peer_hbm``)."""
@@ -25,18 +43,32 @@ class TierSpec(FrozenSpec):
 
     ``capacity`` is the KV bytes set aside on each node; for NVMe it defaults to all the node's
     drives, for DRAM it must be given (host memory is shared with everything else).
+
+    ``max_write_flows`` bounds the store's write queue: the cache copies (write-through,
+    write-back, promotion) in flight to one store, counted in flows (one per card of the
+    writing instance). A copy that would go over it is skipped -- the blocks are not copied to
+    that store, and stay where they already are -- and counted in the summary
+    (``cache.writes_skipped``, ``cache.write_bytes_skipped``). A copy is always taken when none
+    is in flight. Swaps of preempted sequences are never skipped. Default 256 flows, about four
+    times what keeps the catalog's fastest medium busy (why: ``MAX_WRITE_FLOWS`` in
+    ``kvsim/serving/cache/spec.py``).
     """
 
     capacity: Bytes | None = None
     eviction: EvictionKind = "lru"
+    max_write_flows: int = Field(default=MAX_WRITE_FLOWS, ge=1)
 
 
 class RemotePoolSpec(FrozenSpec):
-    """A remote KV pool: ``nodes`` pool nodes of catalog type ``pool_node``, shared by all compute."""
+    """A remote KV pool: ``nodes`` pool nodes of catalog type ``pool_node``, shared by all compute.
+
+    ``max_write_flows`` bounds each pool node's write queue, as for :class:`TierSpec`.
+    """
 
     pool_node: str
     nodes: int = Field(default=1, ge=1)
     eviction: EvictionKind = "lru"
+    max_write_flows: int = Field(default=MAX_WRITE_FLOWS, ge=1)
 
 
 class KVCacheSpec(FrozenSpec):

@@ -81,18 +81,26 @@ class SystemCache:
         self.nvme: dict[str, BlockStore] = {}
         self.remote: list[BlockStore] = []
         g = geometry
+        # write flows in flight to each lower store, and the most it may have (see write())
+        self.write_limit: dict[int, int | None] = {}
+        self.writing: dict[int, int] = {}
         for node, capacity in dram_bytes.items():
             self.dram[node] = self._store(f"{node}.dram", capacity, g.block_bytes, spec.dram.eviction, "dram",
-                                          topology.dram(node), node)
+                                          topology.dram(node), node, spec.dram.max_write_flows)
         for node, capacity in nvme_bytes.items():
             self.nvme[node] = self._store(f"{node}.nvme", capacity, g.block_bytes, spec.nvme.eviction, "nvme",
-                                          topology.nvmes(node)[0], node)
+                                          topology.nvmes(node)[0], node, spec.nvme.max_write_flows)
         for pool in pool_names:
             self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
-                                           "remote", topology.pool_media(pool), None))
+                                           "remote", topology.pool_media(pool), None, spec.remote.max_write_flows))
         # bytes by source / tier, counted when a transfer starts inside the measurement window
         self.bytes_loaded = dict.fromkeys(SOURCES[1:], 0.0)
         self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
+        # cache writes refused for a full write queue (inside the window), and the most write flows
+        # one store of the tier had in flight when a write started inside the window
+        self.writes_skipped = dict.fromkeys(TIERS[1:], 0)
+        self.write_bytes_skipped = dict.fromkeys(TIERS[1:], 0.0)
+        self.write_flows_peak = dict.fromkeys(TIERS[1:], 0)
         self.cross_domain_bytes = 0.0  # copied from one addressing domain's HBM into another's
         self.window = (transfers.network.window_start_s, transfers.network.window_end_s)
         self.access = CacheAccess(self)
@@ -102,8 +110,9 @@ class SystemCache:
         self.remote_reads = RemoteReads(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
-               endpoint: str, node: str | None) -> BlockStore:
+               endpoint: str, node: str | None, write_limit: int | None = None) -> BlockStore:
         store = BlockStore(name, capacity, block_bytes, policy)
+        self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
         self.tier_of[id(store)] = tier
@@ -161,6 +170,50 @@ class SystemCache:
         if self.window[0] <= self.env.now <= self.window[1]:
             self.cross_domain_bytes += nbytes
 
+    def write(self, store: BlockStore, paths: list, nbytes_each: float, nbytes: float,
+              io: IoRequest | None) -> simpy.Event | None:
+        """Start a cache write into lower store ``store``: one flow of ``nbytes_each`` bytes per
+        path (``nbytes`` in all), unless the store's write queue is full.
+
+        Each store takes at most ``max_write_flows`` write flows at a time (its tier's setting,
+        see :class:`~kvsim.serving.cache.spec.TierSpec`); a write that would go over is skipped:
+        no bytes move, and the caller must not file the blocks (they stay where they already
+        are, so nothing ever reads a copy that was not written). It is counted in
+        :attr:`writes_skipped` and :attr:`write_bytes_skipped`. A write is always taken when
+        the store has none in flight, so one wider than the limit (more cards than it) goes
+        alone. Only cache copies come here: a swap (:mod:`~kvsim.serving.cache.swapper`) must
+        land and is never skipped.
+
+        Returns
+        -------
+        simpy.Event or None
+            Fires when the copy has landed (the caller then files the blocks); None if skipped.
+        """
+        key = id(store)
+        flows = len(paths)
+        busy = self.writing.get(key, 0)
+        limit = self.write_limit[key]
+        tier = self.tier_of[key]
+        in_window = self.window[0] <= self.env.now <= self.window[1]
+        if busy and limit is not None and busy + flows > limit:
+            if in_window:
+                self.writes_skipped[tier] += 1
+                self.write_bytes_skipped[tier] += nbytes
+            return None
+        busy += flows
+        self.writing[key] = busy
+        if in_window:
+            self.bytes_written[tier] += nbytes
+            if busy > self.write_flows_peak[tier]:
+                self.write_flows_peak[tier] = busy
+        done = self.transfers.move(paths, nbytes_each, "cache_write", io)
+
+        def landed(_event):
+            self.writing[key] -= flows
+
+        done.callbacks.append(landed)
+        return done
+
     def remote_store(self, block: int) -> BlockStore:
         """The pool node a block lives on (spread by id, as a distributed KV store shards)."""
         return self.remote[hash(block) % len(self.remote)]
@@ -202,12 +255,12 @@ class SystemCache:
             if after and block not in after[0]:  # only the next tier down; it cascades in turn
                 below.setdefault(id(after[0]), (after[0], []))[1].append(block)
         for target, group in below.values():
-            tier = self.tier_of[id(target)]
-            self.count(self.bytes_written, tier, len(group) * self.geometry.block_bytes)
             links = self.topology.path(self.endpoint[id(store)], self.endpoint[id(target)])
             io = self.io(target, True, node, self.geometry.block_bytes, source=store)
-            done = self.transfers.move([links], len(group) * self.geometry.block_bytes, "cache_write", io)
-            done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))
+            nbytes = len(group) * self.geometry.block_bytes
+            done = self.write(target, [links], nbytes, nbytes, io)
+            if done is not None:
+                done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))
 
     def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,
                 settle: float = 0.005) -> int:

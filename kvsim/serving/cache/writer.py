@@ -75,9 +75,11 @@ class CacheWriter:
                 if block not in store:
                     targets.setdefault(id(store), (store, []))[1].append(block)
         for store, group in targets.values():
-            tier = system.tier_of[id(store)]
             per_card = len(group) * g.block_bytes / g.tp
-            system.count(system.bytes_written, tier, per_card * g.tp)
+            io = system.io(store, True, cache.node, g.block_bytes / g.tp)
+            done = system.write(store, self._paths(store), per_card, per_card * g.tp, io)
+            if done is None:
+                continue  # the store's write queue is full: no copy there (counted by system.write)
             if seq is not None:
                 cache.record_written(seq, per_card * g.tp)
             for block in group:
@@ -89,8 +91,7 @@ class CacheWriter:
                 system.file(store, group)
                 cache.wake()
 
-            io = system.io(store, True, cache.node, g.block_bytes / g.tp)
-            system.transfers.move(self._paths(store), per_card, "cache_write", io).callbacks.append(stored)
+            done.callbacks.append(stored)
 
     def cache_decoded(self, seq: Sequence) -> None:
         """Keep the full blocks written while decoding (a next turn extends this conversation).
@@ -159,8 +160,8 @@ class CacheWriter:
             if lower and block not in lower[0]:  # a copy one tier down already: nothing to move
                 targets.setdefault(id(lower[0]), (lower[0], []))[1].append(block)
         for target, group in targets.values():
-            tier = system.tier_of[id(target)]
-            system.count(system.bytes_written, tier, len(group) * g.block_bytes)
             io = system.io(target, True, cache.node, g.block_bytes / g.tp)
-            done = system.transfers.move(self._paths(target), len(group) * g.block_bytes / g.tp, "cache_write", io)
-            done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))
+            done = system.write(target, self._paths(target), len(group) * g.block_bytes / g.tp,
+                                len(group) * g.block_bytes, io)
+            if done is not None:  # skipped (write queue full): the evicted blocks are dropped
+                done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))
