@@ -328,6 +328,28 @@ def test_a_length_file_in_a_phase_is_read(tmp_path, capsys):
     assert problem.startswith(f"{tmp_path / 'l.txt'}:1: value: number 2: must be >= 1")
 
 
+def test_a_swept_length_file_takes_effect_and_is_checked(tmp_path, capsys):
+    # each point reads its own file (the values read for the file as written once leaked into
+    # every point); a bad one is named with the sweep key and its point
+    (tmp_path / "a.txt").write_text("100 200\n")
+    (tmp_path / "b.txt").write_text("5000\n")
+    (tmp_path / "bad.txt").write_text("5000 0\n")
+    text = HEAD + LENGTHS % "a.txt" + TAIL + "sweep:\n  workload.input_tokens.file: [a.txt, b.txt]\n"
+    (tmp_path / "s.yaml").write_text(text)
+    from kvsim.scenario.load import load_scenario
+
+    scenario = load_scenario(tmp_path / "s.yaml")
+    assert [p.spec.workload.input_tokens.values for p in scenario.points] == [[100, 200], [5000]]
+    changed = scenario.with_changes({"workload.input_tokens.file": str(tmp_path / "b.txt"), "sweep": {}})
+    assert changed.spec.workload.input_tokens.values == [5000]
+    (tmp_path / "s.yaml").write_text(text.replace("[a.txt, b.txt]", "[a.txt, bad.txt]"))
+    rc, out, err = _cli(capsys, "validate", tmp_path / "s.yaml")
+    assert rc == 2 and "Traceback" not in err
+    assert (f"{tmp_path / 's.yaml'}:11: sweep.workload.input_tokens.file: at sweep point "
+            f"[workload.input_tokens.file=bad.txt]: workload.input_tokens.file: {tmp_path / 'bad.txt'}:1: value: "
+            "number 2: must be >= 1, got 0") in err, err
+
+
 @pytest.mark.parametrize("name, words", [
     ('"c\\0.yaml"', "cannot hold a NUL byte"),
     ("folder", "is a folder, not a calibration file"),

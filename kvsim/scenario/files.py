@@ -31,7 +31,7 @@ from kvsim.workload.length_files import read_length_file
 from kvsim.workload.traces import TraceSpec
 from kvsim.yaml_io import Located, Path, SpecError
 
-__all__ = ["resolve_length_files", "trace_problems", "trace_specs"]
+__all__ = ["resolve_length_files", "swept_length_files", "trace_problems", "trace_specs"]
 
 
 def resolve_length_files(data: dict[str, Any], located: Located, base_dir: FsPath | None) -> dict[str, Any]:
@@ -51,27 +51,80 @@ def resolve_length_files(data: dict[str, Any], located: Located, base_dir: FsPat
         return data
     out = copy.deepcopy(data)
     for path in found:
-        dist = out
-        for part in path:
-            dist = dist[part]
-        where = path + ("file",)
-        if "values" in dist:
-            raise SpecError([located.problem(where, "give either file or values, not both")])
-        name, column = dist["file"], dist.get("column")
-        if not isinstance(name, str) or not name.strip():
-            raise SpecError([located.problem(where, "expected the path of a file of token lengths")])
-        if column is not None and not isinstance(column, str):
-            raise SpecError([located.problem(path + ("column",), "expected the name of a column (or JSON field)")])
-        file = _resolve(name, base_dir)
-        try:
-            values = read_length_file(file, column)
-        except InputFileError as exc:
-            raise SpecError([located.problem(where, str(exc))]) from None
-        except (OSError, ValueError) as exc:  # not foreseen by the reader: still one line, not a traceback
-            raise SpecError([located.problem(where, f"{file}: cannot read token lengths: {exc}")]) from None
-        dist["values"] = values.tolist()
-        dist["file"] = str(file.resolve())  # absolute, so a resolved copy can be re-run
+        problem = _read_into(_at(out, path), path, base_dir)
+        if problem is not None:
+            raise SpecError([located.problem(*problem)])
     return out
+
+
+def swept_length_files(point_raw: dict[str, Any], params: dict[str, Any], base_dir: FsPath | None
+                       ) -> tuple[dict[str, Any], list[tuple[Path, str]]]:
+    """``point_raw`` (one sweep point's data) with the length files its sweep values change read
+    into ``values``, and the ``(field path, problem)`` of those that cannot be read.
+
+    A swept ``...file`` or ``...column`` replaces the values read from the file as written; a
+    swept distribution (or a part of the workload holding one) is read like the file's own.
+    """
+    workload = point_raw.get("workload")
+    if not isinstance(workload, dict) or not params:
+        return point_raw, []
+    swept = []
+    for dotted in params:
+        try:
+            swept.append(tuple(split_path(dotted)))
+        except ValueError:
+            continue
+    targets = []
+    for path in _empirical_files(workload, ("workload",)):
+        for parts in swept:
+            if len(parts) > len(path) and parts[: len(path)] == path:
+                targets.append((path, True))  # its file or column swept: the values read are stale
+                break
+            if path[: len(parts)] == parts:
+                targets.append((path, False))  # set whole by the sweep value
+                break
+    if not targets:
+        return point_raw, []
+    out = copy.deepcopy(point_raw)
+    problems = []
+    for path, stale in targets:
+        dist = _at(out, path)
+        if stale:
+            dist.pop("values", None)
+        problem = _read_into(dist, path, base_dir)
+        if problem is not None:
+            problems.append(problem)
+    return out, problems
+
+
+def _at(data: Any, path: Path) -> Any:
+    for part in path:
+        data = data[part]
+    return data
+
+
+def _read_into(dist: dict[str, Any], path: Path, base_dir: FsPath | None) -> tuple[Path, str] | None:
+    """Read the length file of the empirical distribution ``dist`` (at ``path``) into its
+    ``values``, its ``file`` made absolute (so a resolved copy re-runs from anywhere); the
+    ``(field path, problem)`` if it cannot be read."""
+    where = path + ("file",)
+    if "values" in dist:
+        return where, "give either file or values, not both"
+    name, column = dist["file"], dist.get("column")
+    if not isinstance(name, str) or not name.strip():
+        return where, "expected the path of a file of token lengths"
+    if column is not None and not isinstance(column, str):
+        return path + ("column",), "expected the name of a column (or JSON field)"
+    file = _resolve(name, base_dir)
+    try:
+        values = read_length_file(file, column)
+    except InputFileError as exc:
+        return where, str(exc)
+    except (OSError, ValueError) as exc:  # not foreseen by the reader: still one line, not a traceback
+        return where, f"{file}: cannot read token lengths: {exc}"
+    dist["values"] = values.tolist()
+    dist["file"] = str(file.resolve())
+    return None
 
 
 def _empirical_files(node: Any, path: Path) -> Iterator[Path]:

@@ -22,7 +22,7 @@ from kvsim.hardware import (
     AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
 )
 from kvsim.models import ModelSpec, model_catalog
-from kvsim.scenario.files import resolve_length_files, trace_problems
+from kvsim.scenario.files import resolve_length_files, swept_length_files, trace_problems
 from kvsim.scenario.inert import inert_settings
 from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.overrides import apply_overrides
@@ -105,11 +105,15 @@ class Scenario:
         >>> s2 = scenario.with_changes({"workload.arrival.rate": "10/s", "sweep": {}})
         """
         raw = self.raw
-        for dotted, value in {**(changes or {}), **by_field}.items():
+        changed = {**(changes or {}), **by_field}
+        for dotted, value in changed.items():
             try:
                 raw = set_path(raw, dotted, value)
             except ValueError as exc:
                 raise SpecError([f"{self.located.filename}: {dotted}: {exc}"]) from None
+        raw, problems = swept_length_files(raw, changed, self.base_dir)  # a changed length file is read
+        if problems:
+            raise SpecError([f"{self.located.filename}: {dotted_path(path)}: {message}" for path, message in problems])
         located = dataclasses.replace(self.located, data=raw)  # keeps --set attributions
         return build_scenario(raw, located, self.base_dir, strict=False, calibration=self.calibration)
 
@@ -238,7 +242,8 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
                 point_catalogs = _catalogs(_point_catalog_spec(raw, params, context), located)
             except (SpecError, ValidationError, ValueError):
                 point_catalogs = None  # _point_spec reports the problem, naming the sweep key
-        point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems)
+        point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems,
+                                 base_dir)
         if point_spec is not None:
             points.append(ScenarioPoint(index, params, point_spec, point_catalogs))
     if point_problems:
@@ -300,7 +305,7 @@ def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:
 
 
 def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
-                problems: PointProblems) -> ScenarioSpec | None:
+                problems: PointProblems, base_dir: FsPath | None = None) -> ScenarioSpec | None:
     """The spec of one sweep point, or None after recording its problems in ``problems`` (the
     same problem at many points is then reported once, naming them)."""
     point_raw = raw
@@ -319,6 +324,11 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
         problems.add(("sweep", key), f"{dotted}: {message}", params)
         return message
 
+    point_raw, file_problems = swept_length_files(point_raw, params, base_dir)  # a swept length file is read
+    for path, message in file_problems:
+        sweep_problem(path, message)
+    if file_problems:
+        return None
     try:
         spec = ScenarioSpec.model_validate(point_raw, context=context)
     except ValidationError as exc:
