@@ -76,8 +76,10 @@ def _assert_all_given_back(system) -> None:
     assert front.submitted == front.completed + front.aborted
 
 
-def _sizing():
-    text = TRACED.format(out="0 s", trace="x.csv", timeout="null", mode="whole", seqs=256)
+def _sizing(tmp_path):
+    trace = tmp_path / "sizing.csv"  # loading a scenario reads its trace: one request will do
+    _trace(trace, [(0.0, 10, 1)])
+    text = TRACED.format(out="0 s", trace=trace, timeout="null", mode="whole", seqs=256)
     return check_scenario(kvsim.parse_scenario(text, "pd.yaml"))[(0, "pd")]
 
 
@@ -89,12 +91,12 @@ def _handoff_path(system):
 # ------------------------------------------------------------------ (a) queued / computing on prefill
 
 
-def test_a_timeout_while_queued_for_prefill_aborts_it_there_and_the_computing_one_after_its_chunks(traced):
+def test_a_timeout_while_queued_for_prefill_aborts_it_there_and_the_computing_one_after_its_chunks(traced, tmp_path):
     # A's 16,000-token prompt takes eight 2,048-token chunks; B arrives 1 us later and waits (the
     # chunks fill every iteration's token budget) until A's last chunk leaves room for it
     rows = [(0.0, 16000, 50), (1e-6, 1000, 50)]
     ref, _, _ = traced(rows)
-    step = _sizing().pools[0].step_model()
+    step = _sizing(tmp_path).pools[0].step_model()
     ends = np.cumsum([step.iteration_time_s(BatchShape(
         prefill_tokens=CHUNK, prefill_pairs=BatchShape.prefill_chunk_pairs(CHUNK, k * CHUNK),
         prefill_context_tokens=k * CHUNK, prefill_seqs=1)) for k in range(7)])

@@ -18,16 +18,27 @@ from kvsim.spec_types import WITH_UNITS
 __all__ = ["write_results", "resolved_scenario"]
 
 
+def _drop_values_read_from_files(node: Any) -> None:
+    """Empirical lengths read from a file (anywhere in the workload: its lengths, a phase's, a
+    prefix structure's) are re-read from the (absolute) file rather than inlined."""
+    if isinstance(node, dict):
+        if node.get("kind") == "empirical" and node.get("file"):
+            node.pop("values", None)
+            return
+        for value in node.values():
+            _drop_values_read_from_files(value)
+    elif isinstance(node, list):
+        for value in node:
+            _drop_values_read_from_files(value)
+
+
 def resolved_scenario(result: RunResult) -> dict[str, Any]:
     """The scenario as run, itself a valid scenario: every field explicit, quantities as SI unit
     strings, and the catalog parts it used written out in full under ``catalog:``."""
     context = {WITH_UNITS: True}
     spec = result.scenario.spec.model_dump(mode="json", context=context)
     spec["seed"] = result.seed
-    for key in ("input_tokens", "output_tokens"):
-        dist = spec["workload"].get(key)
-        if dist and dist.get("kind") == "empirical" and dist.get("file"):
-            del dist["values"]  # re-read from the (absolute) file rather than inlined
+    _drop_values_read_from_files(spec["workload"])
     for system in spec["systems"].values():
         # one of the two forms: the single-pool fields, or pools
         for key in (("node", "nodes", "instance", "instances") if system.get("pools") else ("pools",)):

@@ -1,21 +1,19 @@
 """Read a scenario file into validated specs; every problem names file, line and field path.
 
 Loading checks, before anything runs: the schema (types, units, unknown keys), references into
-the catalogs (model, node, accelerator, number format), the sweep's values, and files named by
-empirical length distributions. Sizing checks that need the model and the hardware together
+the catalogs (model, node, accelerator, number format), the sweep's values, and every file the
+scenario names (length, trace and calibration files, opened and checked row by row:
+:mod:`kvsim.scenario.files`). Sizing checks that need the model and the hardware together
 (weights fit, TP divides the node) live in :mod:`kvsim.sim.sizing`, called by ``validate``/``run``.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, Sequence
 
-import numpy as np
 from pydantic import ValidationError
 
 from kvsim.calibration.calibfile import apply_calibration_engine, apply_calibration_field
@@ -24,6 +22,7 @@ from kvsim.hardware import (
     AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
 )
 from kvsim.models import ModelSpec, model_catalog
+from kvsim.scenario.files import resolve_length_files, swept_length_files, trace_problems
 from kvsim.scenario.inert import inert_settings
 from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.overrides import apply_overrides
@@ -106,11 +105,15 @@ class Scenario:
         >>> s2 = scenario.with_changes({"workload.arrival.rate": "10/s", "sweep": {}})
         """
         raw = self.raw
-        for dotted, value in {**(changes or {}), **by_field}.items():
+        changed = {**(changes or {}), **by_field}
+        for dotted, value in changed.items():
             try:
                 raw = set_path(raw, dotted, value)
             except ValueError as exc:
                 raise SpecError([f"{self.located.filename}: {dotted}: {exc}"]) from None
+        raw, problems = swept_length_files(raw, changed, self.base_dir)  # a changed length file is read
+        if problems:
+            raise SpecError([f"{self.located.filename}: {dotted_path(path)}: {message}" for path, message in problems])
         located = dataclasses.replace(self.located, data=raw)  # keeps --set attributions
         return build_scenario(raw, located, self.base_dir, strict=False, calibration=self.calibration)
 
@@ -134,15 +137,20 @@ def load_scenario(path: str | FsPath, overrides: Sequence[str] = ()) -> Scenario
 
 def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPath | None = None,
                    overrides: Sequence[str] = ()) -> Scenario:
-    """Validate scenario YAML given as text (files it names resolve against ``base_dir``)."""
+    """Validate scenario YAML given as text (files it names resolve against ``base_dir``).
+
+    Every trace the scenario replays is loaded and checked here, as the run will load it
+    (:func:`kvsim.scenario.files.trace_problems`); :meth:`Scenario.with_changes` does not re-read
+    them (a changed trace is checked when it runs).
+    """
     located = load_yaml(text, filename)
     if not isinstance(located.data, dict):
         raise SpecError([f"{filename}:1: the scenario must be a mapping of fields (name, duration, ...)"])
     located = apply_overrides(located, overrides)
     base = FsPath(base_dir) if base_dir is not None else None
-    raw = _resolve_files(located.data, located, base)
+    raw = resolve_length_files(located.data, located, base)
     raw, calibration = apply_calibration_field(raw, located, base)
-    scenario = build_scenario(raw, located, base, strict=True, calibration=calibration)
+    scenario = _with_traces_checked(build_scenario(raw, located, base, strict=True, calibration=calibration))
     if calibration is None:
         return scenario
     if not _systems_on(scenario, calibration.accelerator, every_pool=False):
@@ -153,6 +161,14 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: str | FsPa
     if calibrated is raw:
         return scenario
     return build_scenario(calibrated, located, base, strict=True, calibration=calibration)
+
+
+def _with_traces_checked(scenario: Scenario) -> Scenario:
+    problems = trace_problems(scenario)
+    if problems:
+        raise SpecError(problems[:MAX_PROBLEMS] + ([f"... and {len(problems) - MAX_PROBLEMS} more problem(s)"]
+                                                   if len(problems) > MAX_PROBLEMS else []))
+    return scenario
 
 
 def _systems_on(scenario: Scenario, accelerator: str, every_pool: bool) -> list[str]:
@@ -226,7 +242,8 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
                 point_catalogs = _catalogs(_point_catalog_spec(raw, params, context), located)
             except (SpecError, ValidationError, ValueError):
                 point_catalogs = None  # _point_spec reports the problem, naming the sweep key
-        point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems)
+        point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems,
+                                 base_dir)
         if point_spec is not None:
             points.append(ScenarioPoint(index, params, point_spec, point_catalogs))
     if point_problems:
@@ -288,7 +305,7 @@ def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:
 
 
 def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
-                problems: PointProblems) -> ScenarioSpec | None:
+                problems: PointProblems, base_dir: FsPath | None = None) -> ScenarioSpec | None:
     """The spec of one sweep point, or None after recording its problems in ``problems`` (the
     same problem at many points is then reported once, naming them)."""
     point_raw = raw
@@ -307,6 +324,11 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
         problems.add(("sweep", key), f"{dotted}: {message}", params)
         return message
 
+    point_raw, file_problems = swept_length_files(point_raw, params, base_dir)  # a swept length file is read
+    for path, message in file_problems:
+        sweep_problem(path, message)
+    if file_problems:
+        return None
     try:
         spec = ScenarioSpec.model_validate(point_raw, context=context)
     except ValidationError as exc:
@@ -360,60 +382,3 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
                 problems.append(problem(where, f"{accelerator.name} (node {pool.node}) has no {dtype} peak in "
                                         f"the catalog; it lists: {', '.join(accelerator.flops)}"))
     return problems
-
-
-def _resolve_files(data: dict[str, Any], located: Located, base_dir: FsPath | None) -> dict[str, Any]:
-    """Read ``file:`` of empirical length distributions into ``values`` (a new dict is returned)."""
-    workload = data.get("workload")
-    if not isinstance(workload, dict):
-        return data
-    out = copy.deepcopy(data)
-    for key in ("input_tokens", "output_tokens"):
-        dist = workload.get(key)
-        if not (isinstance(dist, dict) and dist.get("kind") == "empirical" and "file" in dist):
-            continue
-        path = ("workload", key, "file")
-        if "values" in dist:
-            raise SpecError([located.problem(path, "give either file or values, not both")])
-        values, resolved = _read_lengths(dist["file"], dist.get("column"), base_dir, located, path)
-        out["workload"][key]["values"] = values
-        out["workload"][key]["file"] = resolved  # absolute, so a resolved copy can be re-run
-    return out
-
-
-def _read_lengths(
-    name: Any, column: Any, base_dir: FsPath | None, located: Located, path: Path
-) -> tuple[list[int], str]:
-    if not isinstance(name, str):
-        raise SpecError([located.problem(path, "expected a file path")])
-    file = FsPath(name)
-    if not file.is_absolute() and base_dir is not None:
-        file = base_dir / file
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError([located.problem(path, f"cannot read {file}: {exc.strerror or exc}")]) from None
-    try:
-        if file.suffix == ".csv":
-            if not column:
-                raise ValueError("a CSV file needs column: NAME")
-            header = text.splitlines()[0].split(",")
-            if column not in header:
-                raise ValueError(f"no column {column!r}; columns: {', '.join(header)}")
-            values = np.loadtxt(file, delimiter=",", skiprows=1, usecols=header.index(column), dtype=float)
-        elif file.suffix == ".jsonl":
-            if not column:
-                raise ValueError("a JSONL file needs column: FIELD")
-            values = np.array([json.loads(line)[column] for line in text.splitlines() if line.strip()], dtype=float)
-        else:
-            values = np.array(text.split(), dtype=float)
-    except (ValueError, KeyError, IndexError, json.JSONDecodeError) as exc:
-        raise SpecError([located.problem(path, f"cannot read token lengths from {file}: {exc}")]) from None
-    if values.size == 0:
-        raise SpecError([located.problem(path, f"{file} holds no token lengths")])
-    bad = np.flatnonzero(~np.isfinite(values) | (values < 1) | (values != np.round(values)))
-    if bad.size:
-        raise SpecError([located.problem(path, (
-            f"{file}: {bad.size} of {values.size} values are not whole numbers >= 1 "
-            f"(first: {values[bad[0]]!r} at item {bad[0] + 1})"))])
-    return values.astype(np.int64).tolist(), str(file.resolve())

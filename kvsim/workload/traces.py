@@ -20,20 +20,26 @@ Formats (see ``shared/traces/README.md``):
 
 The CSV formats are read vectorised (:mod:`kvsim.workload.trace_csv`): millions of rows in seconds.
 
-Time. A row's trace time is its timestamp minus the earliest timestamp in the file (so the first
-request is at 0 s; rows are sorted stably by time if the file is not). The window keeps rows with
+Time. Timestamps are finite and not negative. A row's trace time is its timestamp minus the
+earliest timestamp in the file (so the first request is at 0 s); rows out of time order are
+sorted, stably (the file need not be sorted). The window keeps rows with
 ``start_s <= trace time < start_s + duration_s`` (trace seconds, before scaling), then
 ``max_requests`` keeps the first rows of the window. Arrival times are
 ``(trace time - start_s) * time_scale``: ``time_scale = 0.5`` replays the window twice as fast (twice
 the request rate), ``2.0`` half as fast.
 
-Every bad row raises ``ValueError("<file>:<line>: <field>: <problem>")`` with the 1-based line number
-of the file (the CSV header is line 1). Extra JSON fields are ignored.
+Checks. Before parsing, the file is checked by :func:`kvsim.input_files.open_checked` (exists, a
+regular file, at most 4 GiB, UTF-8 throughout). Then every row: token counts are whole numbers
+from 1 to :data:`MAX_TOKENS` (no NaN, no fractions, no negatives), timestamps finite and not
+negative, JSON rows are objects holding every field the format needs, and a file with no data
+row is refused. The first problem raises :class:`~kvsim.input_files.InputFileError`
+(``"<file>:<line>: <field>: <problem>"``, a ``ValueError``) with the 1-based line number of the
+file (the CSV header is line 1). Extra JSON fields are ignored. ``kvsim validate`` and
+``kvsim run`` call the same loaders (:mod:`kvsim.scenario.files`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -41,20 +47,23 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from kvsim.input_files import InputFileError, open_checked
 from kvsim.spec_types import FrozenSpec, PositiveFloat, Seconds
 from kvsim.workload.requests import RequestArrays
-from kvsim.workload.trace_jsonl import read_hashed_jsonl
-from kvsim.workload.trace_csv import AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, CsvColumnsSpec, read_csv_trace
+from kvsim.workload.trace_csv import (
+    AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, MAX_TOKENS, CsvColumnsSpec, read_csv_trace,
+)
+from kvsim.workload.trace_jsonl import (
+    RowError, json_rows, read_hashed_jsonl, row_hash_ids, row_int, row_timestamp, row_tokens, row_value, show,
+)
 
 __all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian",
-           "load_burstgpt", "load_csv", "CsvColumnsSpec", "native_block_tokens"]
+           "load_burstgpt", "load_csv", "CsvColumnsSpec", "native_block_tokens", "MAX_TOKENS"]
 
 TRACE_FORMATS: dict[str, int | None] = {"mooncake": 512, "azure_2023": None, "bailian": 16, "burstgpt": None,
                                         "csv": None}
 """Format name -> block size (tokens) of its ``hash_ids``, or None when it has none (a ``csv`` trace's
 comes from its ``columns.hash_block_tokens``)."""
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 class TraceSpec(FrozenSpec):
@@ -131,67 +140,8 @@ def load_trace(format: str, path: str | Path, **window: Any) -> RequestArrays:
 
 
 # ---------------------------------------------------------------------------------------------
-# row checks
+# rows -> requests (the row checks are in kvsim.workload.trace_jsonl and trace_csv)
 # ---------------------------------------------------------------------------------------------
-
-
-class _RowError(ValueError):
-    def __init__(self, field: str, problem: str):
-        super().__init__(f"{field}: {problem}")
-        self.field, self.problem = field, problem
-
-
-def _get(row: dict, field: str) -> Any:
-    if field not in row:
-        raise _RowError(field, "missing")
-    return row[field]
-
-
-def _int(row: dict, field: str, minimum: int | None = None) -> int:
-    value = _get(row, field)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise _RowError(field, f"expected an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise _RowError(field, f"must be >= {minimum}, got {value}")
-    return value
-
-
-def _number(row: dict, field: str) -> float:
-    value = _get(row, field)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise _RowError(field, f"expected a finite number, got {value!r}")
-    return float(value)
-
-
-def _hash_ids(row: dict, input_tokens: int, block_tokens: int) -> np.ndarray:
-    value = _get(row, "hash_ids")
-    if not isinstance(value, list):
-        raise _RowError("hash_ids", f"expected a list of integers, got {type(value).__name__}")
-    for item in value:
-        if not isinstance(item, int) or isinstance(item, bool) or not _INT64_MIN <= item <= _INT64_MAX:
-            raise _RowError("hash_ids", f"expected 64-bit integers, got {item!r}")
-    expected = -(-input_tokens // block_tokens)
-    if len(value) != expected:
-        raise _RowError("hash_ids", f"has {len(value)} ids, but input_length {input_tokens} needs "
-                                    f"ceil({input_tokens}/{block_tokens}) = {expected}")
-    return np.array(value, dtype=np.int64)
-
-
-def _json_rows(path: Path):
-    """``(line number, dict)`` for every non-blank line of a JSONL file."""
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{line_no}: row: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{line_no}: row: expected a JSON object, got {type(row).__name__}")
-            yield line_no, row
 
 
 def _finish(path: Path, times: list[float], inputs: list[int], outputs: list[int],
@@ -204,7 +154,7 @@ def _finish(path: Path, times: list[float], inputs: list[int], outputs: list[int
     if max_requests is not None and max_requests < 1:
         raise ValueError(f"max_requests must be >= 1 (got {max_requests})")
     if len(times) == 0:
-        raise ValueError(f"{path}: holds no requests")
+        raise InputFileError(path, "holds no requests (no data rows)")
     t = np.asarray(times, dtype=float)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order[0]]
@@ -214,8 +164,8 @@ def _finish(path: Path, times: list[float], inputs: list[int], outputs: list[int
     index = order[keep]
     if len(index) == 0:
         end = "end" if duration_s is None else f"{start_s + duration_s:g} s"
-        raise ValueError(f"{path}: no request in the window [{start_s:g} s, {end}) of trace time "
-                         f"(the trace spans 0 to {t[-1]:g} s)")
+        raise InputFileError(path, f"no request in the window [{start_s:g} s, {end}) of trace time "
+                                   f"(the trace spans 0 to {t[-1]:g} s)")
     if max_requests is not None:
         index = index[:max_requests]
     arrival = (t[keep][: len(index)] - start_s) * time_scale
@@ -262,12 +212,12 @@ def load_bailian(path: str | Path, *, time_scale: float = 1.0, start_s: float = 
 
 
 def _check_bailian_session(row: dict) -> None:
-    _int(row, "chat_id")
-    _int(row, "parent_chat_id", minimum=-1)
-    kind = _get(row, "type")
+    row_int(row, "chat_id")
+    row_int(row, "parent_chat_id", minimum=-1)
+    kind = row_value(row, "type")
     if not isinstance(kind, str):
-        raise _RowError("type", f"expected a string, got {kind!r}")
-    _int(row, "turn", minimum=1)
+        raise RowError("type", f"expected a string, got {show(kind)}")
+    row_int(row, "turn", minimum=1)
 
 
 def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_row, time_scale: float,
@@ -278,26 +228,28 @@ def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_ro
 
     A well-formed file is read vectorised (:func:`~kvsim.workload.trace_jsonl.read_hashed_jsonl`);
     otherwise row by row, which names the first bad line and field."""
+    path = open_checked(path)
     fast = read_hashed_jsonl(path, block, units_per_second, session=check_row is not None)
     if fast is not None:
         times_s, inputs_, outputs_, hashes_ = fast
         return _finish(path, times_s, inputs_, outputs_, hashes_, block, time_scale, start_s, duration_s,
                        max_requests)
+    units = {1.0: "s", 1000.0: "ms"}.get(units_per_second, f"1/{units_per_second:g} s")
     times: list[float] = []
     inputs: list[int] = []
     outputs: list[int] = []
     hashes: list[np.ndarray] = []
-    for line_no, row in _json_rows(path):
+    for line_no, row in json_rows(path):
         try:
             if check_row is not None:
                 check_row(row)
-            times.append(_number(row, "timestamp") / units_per_second)
-            n_in = _int(row, "input_length", minimum=1)
-            outputs.append(_int(row, "output_length", minimum=1))
-            hashes.append(_hash_ids(row, n_in, block))
+            times.append(row_timestamp(row, units) / units_per_second)
+            n_in = row_tokens(row, "input_length")
+            outputs.append(row_tokens(row, "output_length"))
+            hashes.append(row_hash_ids(row, n_in, block))
             inputs.append(n_in)
-        except _RowError as exc:
-            raise ValueError(f"{path}:{line_no}: {exc}") from None
+        except RowError as exc:
+            raise InputFileError(path, exc.problem, line_no, exc.field) from None
     return _finish(path, times, inputs, outputs, hashes, block, time_scale, start_s, duration_s, max_requests)
 
 
