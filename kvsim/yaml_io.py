@@ -23,10 +23,33 @@ from pydantic import BaseModel, ValidationError
 
 __all__ = [
     "SpecError", "Located", "load_yaml", "errors_from_validation", "validation_problems", "Path",
-    "dotted_path", "register_union_tags", "read_utf8", "did_you_mean",
+    "dotted_path", "register_union_tags", "read_utf8", "did_you_mean", "KvsimLoader", "load_value",
 ]
 
 Path = tuple[Any, ...]
+
+
+class KvsimLoader(yaml.SafeLoader):
+    """The safe loader with YAML 1.2 (core schema) booleans: only ``true`` and ``false`` (in
+    lower, Title or UPPER case) are booleans; YAML 1.1's ``yes/no/on/off`` stay text.
+
+    A string field then gets the text as written (a system named ``off``, ``name: no``); a
+    boolean field still accepts ``yes/no/on/off`` because pydantic reads those strings as the
+    boolean they spell, so older files keep working.
+    """
+
+
+KvsimLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+KvsimLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                  list("tTfF"))
+
+
+def load_value(text: str) -> Any:
+    """One YAML value (a ``--set`` argument) read as a scenario file reads it (:class:`KvsimLoader`)."""
+    return yaml.load(text, Loader=KvsimLoader)  # noqa: S506 - KvsimLoader is a SafeLoader
 
 
 class SpecError(Exception):
@@ -106,7 +129,7 @@ def load_yaml(text: str, filename: str) -> Located:
         raise SpecError([f"{filename}: {len(text):,} characters is more than a scenario file may hold "
                          f"({MAX_YAML_CHARS:,}); is this the right file?"])
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=KvsimLoader)
     except yaml.YAMLError as exc:
         line, reason = _syntax_error(exc, text)
         where = f"{filename}:{line}" if line is not None else filename
@@ -122,10 +145,10 @@ def load_yaml(text: str, filename: str) -> Located:
     _walk(root, (), located.lines, problems, filename, [MAX_YAML_NODES])
     if problems:
         raise SpecError(problems[:MAX_YAML_PROBLEMS])
-    loader = yaml.SafeLoader(text)
+    loader = KvsimLoader(text)
     try:
         located.data = loader.construct_document(root)
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError) as exc:  # KeyError: !!bool maybe
         mark = getattr(exc, "problem_mark", None)
         where = f"{filename}:{mark.line + 1}" if mark is not None else filename
         reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]

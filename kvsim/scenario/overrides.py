@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import yaml
 
 from kvsim.scenario.sweep import set_path, split_path, zipped_paths
-from kvsim.yaml_io import Located, SpecError, dotted_path
+from kvsim.yaml_io import Located, SpecError, dotted_path, load_value
 
 __all__ = ["Override", "parse_override", "apply_overrides", "OverriddenLocated"]
 
@@ -50,7 +50,7 @@ def parse_override(text: str) -> Override:
     except ValueError as exc:
         raise SpecError([f"--set {text}: {exc}"]) from None
     try:
-        parsed = yaml.safe_load(value) if value.strip() else None
+        parsed = load_value(value) if value.strip() else None
     except yaml.YAMLError as exc:
         reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError([f"--set {text}: the value is not valid YAML: {reason}"]) from None
