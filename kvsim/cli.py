@@ -1,12 +1,15 @@
 """Command line: ``kvsim validate | run (sweep) | plan | storage | calibrate | catalog | schema``.
 
-Bad input (scenario files, CLI arguments) prints one clear message and exits with status 2;
-it never prints a traceback.
+Exit status: 0 success; 2 bad input (scenario files, CLI arguments, folders that cannot be
+written), one clear message and never a traceback; 3 an internal error (a bug) or a run the
+watchdog stopped, a short report with the command that reproduces it (:mod:`kvsim.crash`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import errno
 import json
 import os
 import sys
@@ -14,13 +17,20 @@ from pathlib import Path
 from typing import Sequence
 
 import kvsim
+from kvsim.crash import EXIT_INTERNAL, Reproduction, debug_requested, report_internal_error
 from kvsim.units import format_quantity
 from kvsim.yaml_io import SpecError
 
 EXIT_BAD_INPUT = 2
+__all__ = ["main", "EXIT_BAD_INPUT", "EXIT_INTERNAL"]
+
+_ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                 errno.EMFILE, errno.ENFILE})
+"""Errors of the machine rather than of kvsim (a full disk, a read-only folder): one line, exit 2."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
     try:
@@ -36,21 +46,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader of our output went away (e.g. `kvsim run ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.errno not in _ENVIRONMENT_ERRORS:
+            return _internal_error(exc, args, argv)
+        name = f" {exc.filename}" if exc.filename else ""
+        print(f"kvsim {args.command}: cannot use{name}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug: report it, do not dump it
+        return _internal_error(exc, args, argv)
+
+
+def _internal_error(exc: Exception, args: argparse.Namespace, argv: list[str]) -> int:
+    """The short report of an internal error, or of a run the watchdog stopped (exit 3)."""
+    from kvsim.sim.watchdog import WatchdogError
+
+    source = next((getattr(args, name) for name in ("scenario", "bench", "results", "measurements")
+                   if getattr(args, name, None) is not None), None)
+    if isinstance(source, list):
+        source = " ".join(map(str, source))
+    repro = Reproduction(args.command, argv, os.getcwd(), None if source is None else str(source),
+                         getattr(args, "root_seed", None))
+    debug = debug_requested(getattr(args, "debug", False))
+    if isinstance(exc, WatchdogError):
+        return report_internal_error(exc, repro, debug, headline=f"kvsim {args.command}: {exc.headline}",
+                                     details=exc.details)
+    return report_internal_error(exc, repro, debug)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvsim", description="Discrete-event simulator of LLM inference serving.")
     parser.add_argument("--version", action="version", version=f"kvsim {kvsim.__version__}")
+    parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)  # every command takes --debug, before or after its name
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
 
-    validate = sub.add_parser("validate", help="check a scenario file without running it")
+    validate = sub.add_parser("validate", parents=[common], help="check a scenario file without running it")
     validate.add_argument("scenario", type=Path, help="scenario YAML file")
     _add_set(validate)
     validate.set_defaults(handler=_validate)
 
-    run = sub.add_parser("run", aliases=["sweep"], help="run a scenario (every sweep point, in parallel) and "
-                                                        "write its results; re-running resumes")
+    run = sub.add_parser("run", parents=[common], aliases=["sweep"],
+                         help="run a scenario (every sweep point, in parallel) and write its results; re-running resumes")
     run.add_argument("scenario", type=Path, help="scenario YAML file")
     run.add_argument("--out", type=Path, default=None,
                      help="results folder (default: results/<scenario name>)")
@@ -68,16 +106,20 @@ def _parser() -> argparse.ArgumentParser:
                      help="do not show the progress bar (one line per finished point is still logged)")
     run.add_argument("--no-report", action="store_true",
                      help="do not render report.html / report.md at the end (kvsim report DIR renders it later)")
+    _add_watchdog(run)
     run.set_defaults(handler=_run)
 
-    plan = sub.add_parser("plan", help="the cheapest configuration that serves each target load within the SLO")
+    plan = sub.add_parser("plan", parents=[common],
+                          help="the cheapest configuration that serves each target load within the SLO")
     plan.add_argument("scenario", type=Path, help="scenario YAML file with a plan: section")
     plan.add_argument("--out", type=Path, default=None, help="results folder (default: results/<scenario name>)")
     plan.add_argument("--workers", type=_workers, default=None, help="worker processes (default: all cores)")
+    _add_watchdog(plan)
     plan.set_defaults(handler=_plan)
 
-    report = sub.add_parser("report", help="render the report of a results folder again, from its saved files "
-                                           "(kvsim run: summary.json; kvsim plan: plan.json)")
+    report = sub.add_parser("report", parents=[common],
+                            help="render the report of a results folder again, from its saved files "
+                                 "(kvsim run: summary.json; kvsim plan: plan.json)")
     report.add_argument("results", type=Path, help="results folder of kvsim run (summary.json) or kvsim plan "
                                                    "(plan.json)")
     report.add_argument("--out", type=Path, default=None, help="folder to write into (default: the results folder)")
@@ -85,12 +127,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="file stem of the report files (default: report for a run, plan for a plan)")
     report.set_defaults(handler=_report)
 
-    storage = sub.add_parser("storage", help="run a storage benchmark (transfer layer only) against a pool")
+    storage = sub.add_parser("storage", parents=[common],
+                             help="run a storage benchmark (transfer layer only) against a pool")
     storage.add_argument("bench", type=Path, help="storage benchmark YAML file (see docs/storage_bench.md)")
     storage.add_argument("--out", type=Path, default=None, help="also write storage_bench.csv into this folder")
     storage.set_defaults(handler=_storage)
 
-    calibrate = sub.add_parser("calibrate", help="fit a card family's physical parameters to measurements")
+    calibrate = sub.add_parser("calibrate", parents=[common],
+                               help="fit a card family's physical parameters to measurements")
     calibrate.add_argument("measurements", type=Path, nargs="+",
                            help="measurement CSV files (vLLM runs table and/or per-iteration step table)")
     calibrate.add_argument("--out", type=Path, required=True, help="calibration file to write (calib.yaml)")
@@ -103,16 +147,20 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--workers", type=int, default=1, help="processes simulating runs in parallel")
     calibrate.set_defaults(handler=_calibrate)
 
-    catalog = sub.add_parser("catalog", help="list the accelerators, nodes and models kvsim knows")
+    catalog = sub.add_parser("catalog", parents=[common], help="list the accelerators, nodes and models kvsim knows")
     catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "models"],
                          help="one family only (default: all)")
     catalog.add_argument("--json", action="store_true", help="full entries as JSON, sources included")
     catalog.set_defaults(handler=_catalog)
 
-    schema = sub.add_parser("schema", help="write the JSON Schema of scenario files (for editors)")
+    schema = sub.add_parser("schema", parents=[common], help="write the JSON Schema of scenario files (for editors)")
     schema.add_argument("--out", type=Path, default=None, help="file to write (default: standard output)")
     schema.set_defaults(handler=_schema)
     return parser
+
+
+_DEBUG_HELP = ("on an internal error, print the full traceback too (it is always written to a file); "
+               "also KVSIM_DEBUG=1")
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -136,6 +184,23 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="overrides",
                         help="change one field of the file, as YAML: --set workload.arrival.rate=20/s "
                              "(repeatable; validated like the file)")
+
+
+def _add_watchdog(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--watchdog-s", type=_watchdog_seconds, default=None, metavar="SECONDS",
+                        help="stop a run that makes no progress (simulated time, requests) for this many wall "
+                             "seconds, or whose event count outgrows its size (default 60, or KVSIM_WATCHDOG_S; "
+                             "0: no watchdog)")
+
+
+def _watchdog_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds (a number >= 0), got {text!r}")
+    return value
 
 
 def _integer(minimum: int, what: str):
@@ -162,7 +227,8 @@ def _plan(args: argparse.Namespace) -> int:
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
 
-    scenario = load_scenario(args.scenario)
+    scenario = dataclasses.replace(load_scenario(args.scenario), watchdog_s=args.watchdog_s)
+    args.root_seed = scenario.spec.seed
     if scenario.spec.plan is None:
         print(f"kvsim plan: {args.scenario}: the scenario has no plan: section (targets, candidates, units); "
               f"see docs/planning.md", file=sys.stderr)
@@ -242,6 +308,7 @@ def _validate(args: argparse.Namespace) -> int:
     from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, candidates
 
     scenario = load_scenario(args.scenario, args.overrides)
+    args.root_seed = scenario.spec.seed
     sizings = check_scenario(scenario)
     _print_warnings("validate", scenario)
     spec = scenario.spec
@@ -285,7 +352,8 @@ def _run(args: argparse.Namespace) -> int:
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    scenario = dataclasses.replace(load_scenario(args.scenario, args.overrides), watchdog_s=args.watchdog_s)
+    args.root_seed = scenario.spec.seed if args.seed is None else args.seed
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
     _print_warnings(args.command, scenario)
     out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)

@@ -25,6 +25,7 @@ from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
 from kvsim.plan.executor import _context, default_workers
 from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
+from kvsim.crash import note_where
 from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
 
 from kvsim.scenario.load import Scenario
@@ -84,7 +85,14 @@ class _StoredMap:
             results = self._pool.map(function, [probes[k] for k in todo])
         else:
             results = map(function, [probes[k] for k in todo])
-        for k, outcome in zip(todo, results):
+        results = iter(results)
+        for k in todo:
+            try:
+                outcome = next(results)
+            except Exception as exc:  # a bug in a probe: say which (the worker's traceback comes with it)
+                probe = probes[k]
+                note_where(exc, f"probe {probe.system} x{probe.units} at {probe.load:.6g} {load_unit(self.scenario)}")
+                raise
             self._store(keys[k], probes[k], outcome)
             outcomes[k] = outcome
             with self._lock:

@@ -8,7 +8,9 @@ needs kvsim installed (same version) but no access to the results folder.
 Retries: a local worker process that dies (killed, out of memory) breaks its pool; the tasks
 not yet finished are sent to a fresh pool (up to :data:`MAX_ATTEMPTS` breaks in a row). On Dask the
 scheduler reschedules a lost worker's task (``retries``). A task that *raises* (bad input found
-while running) is not retried: the error is reported.
+while running, or a bug) is not retried: the error comes back to this process as the exception
+the worker raised, its traceback the worker's, noting the task (:func:`kvsim.crash.note_where`),
+so the command line reports it as it reports one raised here.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence
 
+from kvsim.crash import note_where
 from kvsim.plan.tasks import SweepTask, run_task
 from kvsim.sim.result import SystemRun
 from kvsim.sim.run import RunProgress
@@ -75,12 +78,21 @@ def execute(scenario, tasks: Sequence[SweepTask], on_done: Done, *, seed: int | 
                                dynamic_ncols=True)
         try:
             for task in tasks:
-                on_done(task, run_task(scenario, task, seed, tracker))
+                try:
+                    runs = run_task(scenario, task, seed, tracker)
+                except Exception as exc:
+                    note_where(exc, _where(task))
+                    raise
+                on_done(task, runs)
         finally:
             if tracker.bar is not None:
                 tracker.bar.close()
     else:
         _execute_processes(scenario, tasks, on_done, seed, workers)
+
+
+def _where(task: SweepTask) -> str:
+    return f"{task.label()} (run seed {task.seed})"
 
 
 def in_process(workers: int, tasks: int) -> bool:
@@ -136,6 +148,9 @@ def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int) -> No
                     except BrokenProcessPool:
                         broken = True
                         continue
+                    except Exception as exc:
+                        note_where(exc, _where(task))
+                        raise
                     on_done(task, runs)
                     pending.remove(task)
                     breaks = 0
@@ -170,7 +185,13 @@ def _execute_dask(scenario, tasks, on_done: Done, seed, workers: int, scheduler:
                                  retries=MAX_ATTEMPTS - 1): task for task in tasks}
         by_key = {future.key: task for future, task in futures.items()}
         for future in as_completed(list(futures)):
-            on_done(by_key[future.key], future.result())
+            task = by_key[future.key]
+            try:
+                runs = future.result()
+            except Exception as exc:
+                note_where(exc, _where(task))
+                raise
+            on_done(task, runs)
     finally:
         client.close()
         if cluster is not None:

@@ -81,6 +81,9 @@ class Scenario:
     base_dir: FsPath | None = None
     calibration: Any = None  # kvsim.calibration.calibfile.Calibration applied, if any
     warnings: tuple[str, ...] = ()  # file:line: field: message of settings that may do nothing
+    watchdog_s: float | None = None
+    """A run option, not part of the scenario's results: wall seconds a run may go without progress
+    before the watchdog stops it (:mod:`kvsim.sim.watchdog`; None: ``KVSIM_WATCHDOG_S`` or 60 s; 0: off)."""
 
     @property
     def name(self) -> str:
@@ -115,7 +118,8 @@ class Scenario:
         if problems:
             raise SpecError([f"{self.located.filename}: {dotted_path(path)}: {message}" for path, message in problems])
         located = dataclasses.replace(self.located, data=raw)  # keeps --set attributions
-        return build_scenario(raw, located, self.base_dir, strict=False, calibration=self.calibration)
+        changed = build_scenario(raw, located, self.base_dir, strict=False, calibration=self.calibration)
+        return dataclasses.replace(changed, watchdog_s=self.watchdog_s)
 
 
 def load_scenario(path: str | FsPath, overrides: Sequence[str] = ()) -> Scenario:

@@ -25,6 +25,7 @@ from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
 from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
+from kvsim.sim.watchdog import Watchdog, run_until, stall_seconds
 from kvsim.sim.sizing import SizingError, SystemSizing, longest_request_problem, size_system
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
@@ -150,7 +151,8 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
         if (point.index, name) not in sizings:  # layout: best
             run = _run_best_layout(scenario, point, name, requests, streams, tracker)
         else:
-            run = simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker)
+            run = simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker,
+                                  watchdog_s=scenario.watchdog_s)
         run.replica, run.seed = replica, run_seed
         runs.append(run)
     return runs
@@ -167,7 +169,7 @@ def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, reques
             arrivals[spec.duration] = open_loop_requests(spec.workload, spec.duration, streams,
                                                          base_dir=scenario.base_dir)
         return simulate_system(ScenarioPoint(point.index, point.params, spec), name, sizing,
-                               arrivals.get(spec.duration), streams)
+                               arrivals.get(spec.duration), streams, watchdog_s=scenario.watchdog_s)
 
     layout, run, scores = choose_layout(point.spec, name, scenario.catalogs_for(point), simulate)
     tracker.advance(point.spec.duration)
@@ -186,8 +188,12 @@ def simulate_system(
     requests: RequestArrays | None,
     streams: RandomStreams,
     progress: RunProgress | None = None,
+    watchdog_s: float | None = None,
 ) -> SystemRun:
     """Simulate system ``name`` at one sweep point and summarise it.
+
+    ``watchdog_s`` (default ``KVSIM_WATCHDOG_S`` or 60 s; 0: off) is how long the run may go
+    without progress before :mod:`kvsim.sim.watchdog` stops it, raising ``WatchdogError``.
 
     With ``warmup: auto`` the run is simulated twice: first with the window open from 0, whose
     records give MSER-5's truncation (:func:`~kvsim.metrics.steady_state.mser5_warmup_s`); then
@@ -196,14 +202,14 @@ def simulate_system(
     and the second is exactly a run with that fixed warm-up.
     """
     if not point.spec.warmup_auto:
-        return _simulate(point, name, sizing, requests, streams, progress)
-    pilot = _simulate(point, name, sizing, requests, streams, progress)
+        return _simulate(point, name, sizing, requests, streams, progress, watchdog_s)
+    pilot = _simulate(point, name, sizing, requests, streams, progress, watchdog_s)
     records = pilot.records
     warmup_s = mser5_warmup_s(records.column("arrival_s"), request_ends_s(records), point.spec.duration) \
         if records.n else 0.0
     if warmup_s > 0.0:
         measured = ScenarioPoint(point.index, point.params, point.spec.model_copy(update={"warmup": warmup_s}))
-        run = _simulate(measured, name, sizing, requests, streams, progress)
+        run = _simulate(measured, name, sizing, requests, streams, progress, watchdog_s)
         run.wall_s += pilot.wall_s
     else:  # MSER-5 keeps the whole run: the first pass was already measured from 0
         run = pilot
@@ -214,7 +220,7 @@ def simulate_system(
 
 
 def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: RequestArrays | None,
-              streams: RandomStreams, progress: RunProgress | None) -> SystemRun:
+              streams: RandomStreams, progress: RunProgress | None, watchdog_s: float | None) -> SystemRun:
     spec: ScenarioSpec = point.spec
     started = time.perf_counter()
     env = simpy.Environment()
@@ -232,15 +238,18 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
         for client in range(spec.workload.arrival.clients):
             env.process(frontend.client(env, front, ClientStream(spec.workload, client, streams), duration))
     system.start_sampling(duration / 200.0, duration)
+    stall_s = stall_seconds(watchdog_s)
+    label = f"system {name!r}" + (f" at {_label(point)}" if point.params else "")
+    watchdog = Watchdog(stall_s, len(system.instances), front, label) if stall_s > 0 else None
     slices = 50
     for k in range(1, slices + 1):
-        env.run(until=duration * k / slices)
+        run_until(env, duration * k / slices, watchdog)
         if progress is not None:
             progress.advance(duration / slices)
     # Drain: no more arrivals; let every request in the system finish (bounded).
     drain_end = duration + spec.drain_limit_s
     while system.in_system.value > 0 and env.now < drain_end:
-        env.run(until=min(env.now + duration / slices, drain_end))
+        run_until(env, min(env.now + duration / slices, drain_end), watchdog)
     run = collect(system, point, time.perf_counter() - started)
     run.summary["cost"] = cost_summary(sizing, run.summary, spec.cost)
     return run

@@ -1,0 +1,116 @@
+"""What the command line says when kvsim itself fails: a bug, or a run the watchdog stopped.
+
+Bad input is the user's to fix and gets one clear message (exit 2). Anything else that escapes a
+command is kvsim's fault, and the user needs four things to report it, not a page of traceback:
+what went wrong in one line, the scenario and seed, the exact command that reproduces it, and
+where the full traceback was written (a file in the temporary folder; ``--debug`` or
+``KVSIM_DEBUG=1`` also prints it). Both exit with :data:`EXIT_INTERNAL`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, TextIO
+
+__all__ = ["EXIT_INTERNAL", "Reproduction", "report_internal_error", "debug_requested", "note_where"]
+
+EXIT_INTERNAL = 3
+"""Exit status of an internal error (a bug in kvsim) and of a run stopped by the watchdog."""
+
+DEBUG_ENV = "KVSIM_DEBUG"
+
+
+@dataclass
+class Reproduction:
+    """How to run the failing command again: its arguments, the folder it ran in, the scenario
+    (or other input file) and the root seed, when known."""
+
+    command: str
+    argv: Sequence[str]
+    cwd: str
+    source: str | None = None
+    seed: int | None = None
+
+    def command_line(self) -> str:
+        return f"cd {shlex.quote(self.cwd)} && " + shlex.join(["kvsim", *self.argv])
+
+
+def debug_requested(flag: bool = False) -> bool:
+    """``--debug`` given, or ``KVSIM_DEBUG`` set to anything but empty or ``0``."""
+    return flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def note_where(exc: BaseException, where: str) -> BaseException:
+    """Remember (once, innermost first) which task was running when ``exc`` was raised, e.g.
+    ``point 3 [rate=20/s] replica 1 (run seed 123)``; the internal-error message names it."""
+    if getattr(exc, "kvsim_where", None) is None:
+        try:
+            exc.kvsim_where = where  # type: ignore[attr-defined]
+        except AttributeError:  # an exception type with __slots__: say nothing rather than fail
+            pass
+    return exc
+
+
+def report_internal_error(exc: BaseException, repro: Reproduction, debug: bool = False,
+                          stream: TextIO | None = None, headline: str | None = None,
+                          details: Sequence[str] = ()) -> int:
+    """Print the short report of ``exc`` on ``stream`` (standard error) and return :data:`EXIT_INTERNAL`.
+
+    ``headline`` replaces the ``internal error (a bug)`` line (the watchdog's message) and
+    ``details`` adds indented lines after it (the state the run was in).
+    """
+    stream = stream if stream is not None else sys.stderr
+    text = "".join(traceback.format_exception(exc))
+    lines = [headline or f"kvsim {repro.command}: internal error (a bug): {type(exc).__name__}: "
+                          f"{_one_line(str(exc))}"]
+    lines += [f"  {d}" for d in details]
+    where = getattr(exc, "kvsim_where", None)
+    if repro.source is not None:
+        seed = f"seed {repro.seed}" if repro.seed is not None else "the seed it gives"
+        lines.append(f"  scenario: {repro.source} ({seed})" + (f"; while running {where}" if where else ""))
+    elif where:
+        lines.append(f"  while running {where}")
+    lines.append(f"  reproduce: {repro.command_line()}")
+    path = _write_traceback(text, repro)
+    if path is not None:
+        lines.append(f"  full traceback: {path} (please attach it to a bug report)")
+    if debug:
+        lines.append(text.rstrip("\n"))
+    elif path is None:
+        lines.append(f"  (the traceback could not be written to {tempfile.gettempdir()}; "
+                     f"run again with --debug or {DEBUG_ENV}=1 to see it)")
+    print("\n".join(lines), file=stream, flush=True)
+    return EXIT_INTERNAL
+
+
+MAX_MESSAGE_CHARS = 300
+"""Longest exception message shown on the headline (the traceback file has all of it)."""
+
+
+def _one_line(message: str) -> str:
+    message = " ".join(message.split())
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS - 3] + "..."
+
+
+def _write_traceback(text: str, repro: Reproduction) -> Path | None:
+    """``kvsim-error-<time>-<pid>-*.txt`` in the temporary folder, with what a bug report needs."""
+    from kvsim import __version__
+
+    try:
+        handle, name = tempfile.mkstemp(prefix=f"kvsim-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
+                                        suffix=".txt")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(f"kvsim {__version__}, Python {platform.python_version()} on {platform.platform()}\n"
+                      f"command: {repro.command_line()}\n"
+                      f"scenario: {repro.source}  seed: {repro.seed}\n\n{text}")
+        return Path(name)
+    except OSError:
+        return None
