@@ -18,15 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvsim.rng import RandomStreams
+from kvsim.scenario.limits import REQUESTS_PER_CPU_S
 from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.workload import open_loop_requests
 from kvsim.workload.arrivals import open_loop_arrival_times
 
 __all__ = ["RunCost", "point_requests", "run_cost", "REQUESTS_PER_CPU_S"]
 
-REQUESTS_PER_CPU_S = 6000.0
-"""Rough simulated requests per CPU-second of one process (docs/speed.md: 5,102-7,240 for
-colocated serving without a KV cache, about 1,300-1,700 with KV offload)."""
 
 
 def point_requests(scenario: Scenario, point: ScenarioPoint, read_files: bool = True) -> int | None:

@@ -24,6 +24,7 @@ from kvsim.hardware import (
 from kvsim.models import ModelSpec, model_catalog
 from kvsim.scenario.files import resolve_length_files, swept_length_files, trace_problems
 from kvsim.scenario.inert import inert_settings
+from kvsim.scenario.limits import size_problems, sweep_size_problems
 from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.overrides import apply_overrides
 from kvsim.scenario.schema import ScenarioSpec
@@ -211,6 +212,9 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     problems = _sweep_name_problems(raw, located)
     if problems:
         raise SpecError(problems)
+    problems = [located.problem(path, message) for path, message in sweep_size_problems(spec)]
+    if problems:  # before the grid is expanded: a 400 x 400 grid is refused at once
+        raise SpecError(problems)
     points = []
     try:
         grid = grid_points(spec.sweep)
@@ -345,7 +349,7 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
 
 
 def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list[str]:
-    problems = [problem(path, message) for path, message in spec.consistency_problems()]
+    problems = [problem(path, message) for path, message in spec.consistency_problems() + size_problems(spec, catalogs)]
     if spec.model not in catalogs.models:
         problems.append(problem(("model",), catalogs.models.unknown_message(spec.model)))
     for name, system in spec.systems.items():
