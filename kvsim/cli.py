@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import errno
 import json
 import os
 import sys
@@ -17,16 +16,12 @@ from pathlib import Path
 from typing import Sequence
 
 import kvsim
-from kvsim.crash import EXIT_INTERNAL, Reproduction, debug_requested, report_internal_error
+from kvsim.crash import EXIT_INTERNAL, report_uncaught
 from kvsim.units import format_quantity
 from kvsim.yaml_io import SpecError
 
 EXIT_BAD_INPUT = 2
 __all__ = ["main", "EXIT_BAD_INPUT", "EXIT_INTERNAL"]
-
-_ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
-                                 errno.EMFILE, errno.ENFILE})
-"""Errors of the machine rather than of kvsim (a full disk, a read-only folder): one line, exit 2."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,31 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the reader of our output went away (e.g. `kvsim run ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except OSError as exc:
-        if exc.errno not in _ENVIRONMENT_ERRORS:
-            return _internal_error(exc, args, argv)
-        name = f" {exc.filename}" if exc.filename else ""
-        print(f"kvsim {args.command}: cannot use{name}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except Exception as exc:  # noqa: BLE001 - anything else is a bug: report it, do not dump it
-        return _internal_error(exc, args, argv)
-
-
-def _internal_error(exc: Exception, args: argparse.Namespace, argv: list[str]) -> int:
-    """The short report of an internal error, or of a run the watchdog stopped (exit 3)."""
-    from kvsim.sim.watchdog import WatchdogError
-
-    source = next((getattr(args, name) for name in ("scenario", "bench", "results", "measurements")
-                   if getattr(args, name, None) is not None), None)
-    if isinstance(source, list):
-        source = " ".join(map(str, source))
-    repro = Reproduction(args.command, argv, os.getcwd(), None if source is None else str(source),
-                         getattr(args, "root_seed", None))
-    debug = debug_requested(getattr(args, "debug", False))
-    if isinstance(exc, WatchdogError):
-        return report_internal_error(exc, repro, debug, headline=f"kvsim {args.command}: {exc.headline}",
-                                     details=exc.details)
-    return report_internal_error(exc, repro, debug)
+    except Exception as exc:  # noqa: BLE001 - a bug, a stuck run or a full disk: reported, never dumped
+        return report_uncaught(exc, args, argv)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -9,6 +9,8 @@ where the full traceback was written (a file in the temporary folder; ``--debug`
 
 from __future__ import annotations
 
+import argparse
+import errno
 import os
 import platform
 import shlex
@@ -20,10 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, TextIO
 
-__all__ = ["EXIT_INTERNAL", "Reproduction", "report_internal_error", "debug_requested", "note_where"]
+__all__ = ["EXIT_INTERNAL", "Reproduction", "report_internal_error", "report_uncaught", "debug_requested",
+           "note_where"]
 
 EXIT_INTERNAL = 3
 """Exit status of an internal error (a bug in kvsim) and of a run stopped by the watchdog."""
+EXIT_ENVIRONMENT = 2
+"""Exit status of an error of the machine (a full disk), as of bad input: the user's to fix."""
+
+ENVIRONMENT_ERRORS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM,
+                                errno.EMFILE, errno.ENFILE})
+"""Errors of the machine rather than of kvsim (a full disk, a read-only folder): one line, exit 2."""
 
 DEBUG_ENV = "KVSIM_DEBUG"
 
@@ -57,6 +66,35 @@ def note_where(exc: BaseException, where: str) -> BaseException:
         except AttributeError:  # an exception type with __slots__: say nothing rather than fail
             pass
     return exc
+
+
+def report_uncaught(exc: BaseException, args: argparse.Namespace, argv: Sequence[str],
+                    stream: TextIO | None = None) -> int:
+    """What the command line says about an exception its command did not handle, and the exit
+    status: a full disk or a read-only folder in one line (2); a run the watchdog stopped (an
+    exception with ``headline`` and ``details``, :class:`kvsim.sim.watchdog.WatchdogError`) or
+    anything else, a bug, as :func:`report_internal_error` (3).
+
+    ``args`` are the parsed arguments: ``command``, the input file (``scenario``, ``bench``,
+    ``results`` or ``measurements``), ``root_seed`` once the command knows it, ``debug``.
+    """
+    stream = stream if stream is not None else sys.stderr
+    if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRORS:
+        name = f" {exc.filename}" if exc.filename else ""
+        print(f"kvsim {args.command}: cannot use{name}: {exc.strerror or exc}", file=stream)
+        return EXIT_ENVIRONMENT
+    source = next((getattr(args, name) for name in ("scenario", "bench", "results", "measurements")
+                   if getattr(args, name, None) is not None), None)
+    if isinstance(source, list):
+        source = " ".join(map(str, source))
+    repro = Reproduction(args.command, list(argv), os.getcwd(), None if source is None else str(source),
+                         getattr(args, "root_seed", None))
+    debug = debug_requested(getattr(args, "debug", False))
+    headline = getattr(exc, "headline", None)
+    if isinstance(headline, str):  # the watchdog's own words, and the state the run was in
+        return report_internal_error(exc, repro, debug, stream, headline=f"kvsim {args.command}: {headline}",
+                                     details=list(getattr(exc, "details", [])))
+    return report_internal_error(exc, repro, debug, stream)
 
 
 def report_internal_error(exc: BaseException, repro: Reproduction, debug: bool = False,

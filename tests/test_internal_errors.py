@@ -32,6 +32,14 @@ systems:
 SWEPT = SCENARIO + "sweep:\n  workload.arrival.rate: [2/s, 4/s]\n"
 
 
+@pytest.fixture(autouse=True)
+def _traces_in_tmp_path(tmp_path, monkeypatch):
+    """Internal-error reports write their traceback into the temporary folder: this test's own."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 def _break_submit(monkeypatch) -> None:
     """Make a method deep in the run (an instance taking a request) fail as a bug would."""
     real = instance_module.Instance.submit
@@ -62,6 +70,7 @@ def test_a_bug_in_a_run_exits_3_with_a_reproduction(tmp_path, capsys, monkeypatc
     assert report["scenario"].startswith(f"{path} (seed 5); while running point 0 (run seed 5)")
     assert report["reproduce"] == f"cd {shlex.quote(os.getcwd())} && kvsim " + shlex.join(argv)
     trace = Path(report["full traceback"].split(" (")[0])
+    assert trace.parent == tmp_path and trace.name.startswith("kvsim-error-")
     text = trace.read_text(encoding="utf-8")
     assert "Traceback (most recent call last)" in text and "in submit" in text and "planted bug" in text
     trace.unlink()
@@ -175,7 +184,8 @@ def test_a_bug_in_a_sweep_worker_process_is_reported_with_its_point(tmp_path):
     (hook / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
     path = tmp_path / "bug.yaml"
     path.write_text(SWEPT, encoding="utf-8")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
+           "TMPDIR": str(tmp_path)}
     env.pop("KVSIM_DEBUG", None)
     done = subprocess.run([sys.executable, "-m", "kvsim.cli", "run", str(path), "--out", str(tmp_path / "out"),
                            "--workers", "2", "--no-progress"], capture_output=True, text=True, env=env,

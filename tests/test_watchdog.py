@@ -31,6 +31,14 @@ systems:
 """
 
 
+@pytest.fixture(autouse=True)
+def _traces_in_tmp_path(tmp_path, monkeypatch):
+    """Internal-error reports write their traceback into the temporary folder: this test's own."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 def _spin(self):
     """An engine loop with a bug: from t = 1 s it reschedules itself at the same instant for ever."""
     yield self.env.timeout(1.0)
