@@ -47,6 +47,7 @@ class Reproduction:
     cwd: str
     source: str | None = None
     seed: int | None = None
+    source_label: str = "scenario"
 
     def command_line(self) -> str:
         return f"cd {shlex.quote(self.cwd)} && " + shlex.join(["kvsim", *self.argv])
@@ -83,12 +84,12 @@ def report_uncaught(exc: BaseException, args: argparse.Namespace, argv: Sequence
         name = f" {exc.filename}" if exc.filename else ""
         print(f"kvsim {args.command}: cannot use{name}: {exc.strerror or exc}", file=stream)
         return EXIT_ENVIRONMENT
-    source = next((getattr(args, name) for name in ("scenario", "bench", "results", "measurements")
-                   if getattr(args, name, None) is not None), None)
+    label, source = next(((name, getattr(args, name)) for name in ("scenario", "bench", "results", "measurements")
+                          if getattr(args, name, None) is not None), ("scenario", None))
     if isinstance(source, list):
         source = " ".join(map(str, source))
     repro = Reproduction(args.command, list(argv), os.getcwd(), None if source is None else str(source),
-                         getattr(args, "root_seed", None))
+                         getattr(args, "root_seed", None), label)
     debug = debug_requested(getattr(args, "debug", False))
     headline = getattr(exc, "headline", None)
     if isinstance(headline, str):  # the watchdog's own words, and the state the run was in
@@ -112,8 +113,10 @@ def report_internal_error(exc: BaseException, repro: Reproduction, debug: bool =
     lines += [f"  {d}" for d in details]
     where = getattr(exc, "kvsim_where", None)
     if repro.source is not None:
-        seed = f"seed {repro.seed}" if repro.seed is not None else "the seed it gives"
-        lines.append(f"  scenario: {repro.source} ({seed})" + (f"; while running {where}" if where else ""))
+        seed = ""
+        if repro.source_label == "scenario":
+            seed = f" (seed {repro.seed})" if repro.seed is not None else " (the seed in the file)"
+        lines.append(f"  {repro.source_label}: {repro.source}{seed}" + (f"; while running {where}" if where else ""))
     elif where:
         lines.append(f"  while running {where}")
     lines.append(f"  reproduce: {repro.command_line()}")

@@ -137,6 +137,7 @@ def test_a_bug_in_report_is_reported_as_one(tmp_path, capsys, monkeypatch):
     assert main(["report", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert "kvsim report: internal error (a bug): AttributeError: planted" in err and "Traceback" not in err
+    assert f"  results: {tmp_path}\n" in err
     Path(_report(err)["full traceback"].split(" (")[0]).unlink()
 
 
