@@ -52,9 +52,9 @@ class Case:
     features : list of str
         What the draw exercises (``pd``, ``preempt_swap``, ``closed_loop`` ...), for coverage counts.
     randomized : bool
-        The records depend on the seed: some draw of the workload is random (arrival times,
-        lengths, documents, exponential think times). A workload with none (a closed loop of fixed
-        lengths and fixed think times) gives the same records for every seed.
+        The records depend on the seed: some draw of the workload that the records hold is random
+        (arrival times, lengths, exponential think times, adapters). A workload with none (a closed
+        loop of fixed lengths and fixed think times) may give the same records for every seed.
     timeout_s : float or None
         The clients' timeout, seconds.
     attempts : int
@@ -85,7 +85,10 @@ def _pick(rng: np.random.Generator, options, weights=None):
 
 
 def _length(rng: np.random.Generator, low: int, high: int, tag: str, state: dict) -> dict[str, Any]:
-    """A length distribution with values in [low, high] tokens."""
+    """A length distribution with values in [low, high] tokens (the upper half of it for a
+    scenario with tight KV pools: requests near the longest, which the pools are sized by)."""
+    if state["tight"]:
+        low = max(low, high // 2)
     kind = _pick(rng, ["fixed", "uniform", "lognormal", "empirical"], [3, 2, 3, 1])
     if kind == "fixed":
         return {"kind": "fixed", "value": int(rng.integers(low, high + 1))}
@@ -139,10 +142,14 @@ def _kv_cache(rng: np.random.Generator, state: dict, instances: int) -> dict[str
     policies = ["lru", "lfu", "s3fifo"]
     if rng.random() < 0.3:
         cache["hbm_eviction"] = _pick(rng, policies)
+    # a prewarm fills each tier below HBM twice over (a pool's terabytes take seconds): small tiers only
+    prewarm = kind not in ("hbm", "remote", "dram_remote") and rng.random() < 0.4
     if "dram" in kind:
-        cache["dram"] = {"capacity": f"{int(rng.choice([1, 2, 8, 32]))} GiB", "eviction": _pick(rng, policies)}
+        cache["dram"] = {"capacity": f"{int(rng.choice([1, 2] if prewarm else [1, 2, 8, 32]))} GiB",
+                         "eviction": _pick(rng, policies)}
     if "nvme" in kind:
-        cache["nvme"] = {"capacity": f"{int(rng.choice([2, 16, 64]))} GiB", "eviction": _pick(rng, policies)}
+        cache["nvme"] = {"capacity": f"{int(rng.choice([2, 4] if prewarm else [2, 16, 64]))} GiB",
+                         "eviction": _pick(rng, policies)}
     if "remote" in kind:
         cache["remote"] = {"pool_node": _pick(rng, ["nvme-storage-16x", "dram-pool-8x"]),
                            "nodes": int(rng.integers(1, 3)), "eviction": _pick(rng, policies)}
@@ -150,7 +157,7 @@ def _kv_cache(rng: np.random.Generator, state: dict, instances: int) -> dict[str
         cache["write_policy"] = _pick(rng, ["write_through", "write_back"])
         cache["gpu_direct"] = bool(rng.random() < 0.6)
         cache["promote_on_hit"] = bool(rng.random() < 0.7)
-        if rng.random() < 0.4 and "remote" not in cache:  # a pool's prewarm fills terabytes: seconds per run
+        if prewarm:
             cache["prewarm"] = True
             state["features"].append("prewarm")
         if rng.random() < 0.25:
@@ -178,7 +185,8 @@ def _instance(rng: np.random.Generator, tp: int, pp: int = 1) -> dict[str, Any]:
 
 def _draw(rng: np.random.Generator, case: int) -> tuple[dict[str, Any], dict]:
     """One candidate scenario (a dict to dump as YAML) and what it exercises."""
-    state: dict[str, Any] = {"features": [], "randomized": False, "tight": False}
+    # tight: every pool's KV holds only a little more than the longest request (see _tighten)
+    state: dict[str, Any] = {"features": [], "randomized": False, "tight": bool(rng.random() < 0.4)}
     model = _pick(rng, MODELS, list(MODELS.values()))
     dtype = _pick(rng, ["bf16", "fp8"], [3, 1])
     duration = float(rng.choice([3.0, 5.0, 8.0]))
@@ -195,14 +203,12 @@ def _draw(rng: np.random.Generator, case: int) -> tuple[dict[str, Any], dict]:
                               "zipf_s": round(float(rng.uniform(0.0, 1.5)), 2),
                               "document_tokens": _length(rng, 16, max_in, "doc", state),
                               "suffix_tokens": _length(rng, 1, 200, "suffix", state)}
-        state["randomized"] = True
     elif prefix == "multi_turn":
         workload["prefix"] = {"kind": "multi_turn", "turns": _length(rng, 1, 4, "turns", state),
                               "message_tokens": _length(rng, 8, 300, "message", state),
                               "system_prompt_tokens": int(rng.choice([0, 64, 500])),
                               "think_time": f"{float(rng.choice([0.0, 0.5, 1.5]))} s",
                               "think_distribution": _pick(rng, ["fixed", "exponential"])}
-        workload["arrival"] = {**workload["arrival"]}
     else:
         workload["input_tokens"] = _length(rng, 1, max_in, "input", state)
         if prefix == "fixed_hit":
@@ -218,6 +224,7 @@ def _draw(rng: np.random.Generator, case: int) -> tuple[dict[str, Any], dict]:
     if rng.random() < 0.08 and prefix in ("shared_documents", "fixed_hit"):
         workload["adapters"] = {"count": int(rng.integers(1, 5)), "rank": int(rng.choice([8, 16])),
                                 "popularity": _pick(rng, ["uniform", "zipf"])}
+        state["randomized"] |= workload["adapters"]["count"] > 1  # each request draws its adapter
         state["features"].append("lora")
     nodes = _nodes()
     systems: dict[str, Any] = {}
@@ -275,11 +282,15 @@ def _draw(rng: np.random.Generator, case: int) -> tuple[dict[str, Any], dict]:
                     system[key] = "least_outstanding" if key == "router" else "least_prompt_tokens"
         if rng.random() < 0.25:
             system["engine"] = {"async_scheduling": bool(rng.random() < 0.5)}
-        if rng.random() < (0.5 if cache is not None else 0.25):
-            state["tight"] = True
         if "adapters" in workload and rng.random() < 0.7 and cache is not None:
             system["lora"] = {"kv_sharing": _pick(rng, ["none", "value_reuse", "byte_sharing"])}
         systems[f"s{k}"] = system
+    if state["tight"]:  # a small KV pool preempts only under concurrency: five times the load
+        arrival = workload["arrival"]
+        if arrival["kind"] == "closed_loop":
+            arrival["clients"] = min(24, arrival["clients"] * 3)
+        else:
+            arrival["rate"] = f"{5 * requests / duration:.4g}/s"
     raw: dict[str, Any] = {
         "name": f"random-{case}",
         "seed": int(rng.integers(0, 2**31)),
