@@ -132,9 +132,30 @@ def _shipped() -> list[str]:
     return sorted(glob.glob(str(root / "scenarios" / "*.yaml")) + glob.glob(str(root / "benchmarks" / "*.yaml")))
 
 
+def _loadable(path: str, folder: Path) -> Path:
+    """``path``, or a copy of it beside its benchmark trace when the trace is made on demand
+    (benchmarks/traces/ is not committed; a scenario loads only once the files it names exist)."""
+    import sys
+
+    bench = Path(path).parent
+    if Path(path).name != "rr_conv_80.yaml" or (bench / "traces" / "rr_conv_80.csv").exists():
+        return Path(path)
+    lengths = bench.parent.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv_2023.csv"
+    if not lengths.exists():
+        pytest.skip("shared/traces/ not beside the repository")
+    if str(bench) not in sys.path:
+        sys.path.insert(0, str(bench))
+    import rr_conv_trace
+
+    rr_conv_trace.write(folder / "traces" / "rr_conv_80.csv", 80.0, 600.0, seed=0, lengths=lengths)
+    copy = folder / Path(path).name
+    copy.write_text(Path(path).read_text(encoding="utf-8"), encoding="utf-8")
+    return copy
+
+
 @pytest.mark.parametrize("path", _shipped(), ids=lambda p: Path(p).name)
-def test_shipped_scenarios_stay_below_one_percent_of_every_limit(path):
-    scenario = kvsim.load_scenario(path)
+def test_shipped_scenarios_stay_below_one_percent_of_every_limit(path, tmp_path):
+    scenario = kvsim.load_scenario(_loadable(path, tmp_path))
     spec = scenario.spec
     points = math.prod(len(v) for v in spec.sweep.values()) if spec.sweep else 1
     used = {"sweep points": points / limits.MAX_SWEEP_POINTS,

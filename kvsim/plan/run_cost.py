@@ -26,7 +26,6 @@ from kvsim.workload.arrivals import open_loop_arrival_times
 __all__ = ["RunCost", "point_requests", "run_cost", "REQUESTS_PER_CPU_S"]
 
 
-
 def point_requests(scenario: Scenario, point: ScenarioPoint, read_files: bool = True) -> int | None:
     """Open-loop requests one system of ``point`` serves (replica 0); None for closed loop (and,
     without ``read_files``, for a trace, which would be read to count)."""

@@ -33,7 +33,6 @@ WeightGroup = Literal["embedding", "attention", "feed_forward", "experts", "lm_h
 (:data:`kvsim.models.llm.WEIGHT_GROUPS`)."""
 
 
-
 class SloSpec(FrozenSpec):
     """Service-level objectives. A request counts toward goodput if it meets every threshold given."""
 
