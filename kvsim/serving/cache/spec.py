@@ -27,9 +27,10 @@ write of a shipped setup (one 16-token block of Qwen3-8B per card of a TP-8 inst
 and the medium's own edge as ``D`` (an upper bound), that is at most 2 flows for a node's NVMe,
 8 for an NVMe pool node, about 45 for host DRAM and 60 for a DRAM pool node
 (``tests/test_write_queue.py`` recomputes it). 256 is four times the largest, so the limit only
-binds when writes outpace the device, never because of it. It also leaves room for bursts: the
-shipped scenarios, with every prompt finishing in one step written at once, have at most 64
-write flows in flight to one store. Above it, the flow solver pays about 10 us per flow at every
+binds when writes outpace the device, never because of it. It also leaves room for bursts (every
+prompt finishing in one step is written at once): offload_gap, offload_gap_decode and
+plan_offload, run at full length, have at most 64 write flows in flight to one store
+(routing_mooncake, 40 s of it: 2). Above it, the flow solver pays about 10 us per flow at every
 flow start and end, so a store that cannot keep up costs at most ~3 ms per re-solve instead of
 growing without bound (16 k flows were seen under overload before the limit).
 """
