@@ -10,7 +10,9 @@ without changing what it does:
   count finishes per request;
 - each read of a block from a tier below HBM (``BlockStore.lookup`` on the DRAM, NVMe and remote
   stores: a load is the only reader there), with its simulated time, and each block put into one
-  (the index's watchers), in the order they happen.
+  (the index's watchers), in the order they happen;
+- each swap out and in (``Swapper``), with its bytes, and each preemption
+  (``BatchScheduler._preempt``) with the number of batches its instance had formed.
 
 :func:`violations` then checks the result against what must hold in every run; each problem is
 one line naming the system and the invariant. The tolerances are stated where they are used:

@@ -52,9 +52,11 @@ class Case:
     features : list of str
         What the draw exercises (``pd``, ``preempt_swap``, ``closed_loop`` ...), for coverage counts.
     randomized : bool
-        The records depend on the seed: some draw of the workload that the records hold is random
-        (arrival times, lengths, exponential think times, adapters). A workload with none (a closed
-        loop of fixed lengths and fixed think times) may give the same records for every seed.
+        The records must change with the seed: the workload draws a continuous random variable
+        the records depend on (open-loop arrival times, exponential think times), so two seeds
+        give equal records with probability zero. Discrete draws (lengths, documents, adapters)
+        may coincide: a closed loop of 1-token answers (``uniform, low: 1, high: 1``) is the same
+        run for every seed.
     timeout_s : float or None
         The clients' timeout, seconds.
     attempts : int
@@ -84,7 +86,7 @@ def _pick(rng: np.random.Generator, options, weights=None):
     return options[int(rng.choice(len(options), p=p / p.sum()))]
 
 
-def _length(rng: np.random.Generator, low: int, high: int, tag: str, state: dict) -> dict[str, Any]:
+def _length(rng: np.random.Generator, low: int, high: int, state: dict) -> dict[str, Any]:
     """A length distribution with values in [low, high] tokens (the upper half of it for a
     scenario with tight KV pools: requests near the longest, which the pools are sized by)."""
     if state["tight"]:
@@ -92,7 +94,6 @@ def _length(rng: np.random.Generator, low: int, high: int, tag: str, state: dict
     kind = _pick(rng, ["fixed", "uniform", "lognormal", "empirical"], [3, 2, 3, 1])
     if kind == "fixed":
         return {"kind": "fixed", "value": int(rng.integers(low, high + 1))}
-    state["randomized"] = True
     if kind == "uniform":
         a, b = sorted(int(x) for x in rng.integers(low, high + 1, size=2))
         return {"kind": "uniform", "low": a, "high": b}
@@ -201,19 +202,19 @@ def _draw(rng: np.random.Generator, case: int) -> tuple[dict[str, Any], dict]:
     if prefix == "shared_documents":
         workload["prefix"] = {"kind": "shared_documents", "documents": int(rng.integers(1, 12)),
                               "zipf_s": round(float(rng.uniform(0.0, 1.5)), 2),
-                              "document_tokens": _length(rng, 16, max_in, "doc", state),
-                              "suffix_tokens": _length(rng, 1, 200, "suffix", state)}
+                              "document_tokens": _length(rng, 16, max_in, state),
+                              "suffix_tokens": _length(rng, 1, 200, state)}
     elif prefix == "multi_turn":
-        workload["prefix"] = {"kind": "multi_turn", "turns": _length(rng, 1, 4, "turns", state),
-                              "message_tokens": _length(rng, 8, 300, "message", state),
+        workload["prefix"] = {"kind": "multi_turn", "turns": _length(rng, 1, 4, state),
+                              "message_tokens": _length(rng, 8, 300, state),
                               "system_prompt_tokens": int(rng.choice([0, 64, 500])),
                               "think_time": f"{float(rng.choice([0.0, 0.5, 1.5]))} s",
                               "think_distribution": _pick(rng, ["fixed", "exponential"])}
     else:
-        workload["input_tokens"] = _length(rng, 1, max_in, "input", state)
+        workload["input_tokens"] = _length(rng, 1, max_in, state)
         if prefix == "fixed_hit":
             workload["prefix"] = {"kind": "fixed_hit", "hit_ratio": round(float(rng.uniform(0.0, 0.95)), 2)}
-    workload["output_tokens"] = _length(rng, 1, max_out, "output", state)
+    workload["output_tokens"] = _length(rng, 1, max_out, state)
     if rng.random() < 0.2:
         workload["block_tokens"] = int(rng.choice([16, 32, 64]))
     timeout_s = None
@@ -224,7 +225,6 @@ def _draw(rng: np.random.Generator, case: int) -> tuple[dict[str, Any], dict]:
     if rng.random() < 0.08 and prefix in ("shared_documents", "fixed_hit"):
         workload["adapters"] = {"count": int(rng.integers(1, 5)), "rank": int(rng.choice([8, 16])),
                                 "popularity": _pick(rng, ["uniform", "zipf"])}
-        state["randomized"] |= workload["adapters"]["count"] > 1  # each request draws its adapter
         state["features"].append("lora")
     nodes = _nodes()
     systems: dict[str, Any] = {}
