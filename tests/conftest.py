@@ -56,3 +56,35 @@ systems:
         return err
 
     return check
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The invariant suite's tally (tests/test_invariants.py, tests/test_kill.py): scenarios
+    checked, violations found, what the scenarios drew and what happened in their runs, and the
+    kills. Read from the test reports' ``user_properties``, so it also counts tests that ran in
+    pytest-xdist workers."""
+    scenarios, kills = [], []
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) != "call":
+                continue
+            for name, value in getattr(report, "user_properties", ()):
+                if name == "invariant_scenario":
+                    scenarios.append(value)
+                elif name == "kill_outcomes":
+                    kills += value
+    if scenarios:
+        failed = sorted(s["case"] for s in scenarios if s["violations"])
+        terminalreporter.write_line(
+            f"invariants: {len(scenarios)} random scenarios checked, {sum(s['violations'] for s in scenarios)} "
+            f"violations" + (f" (cases {failed[:20]})" if failed else "")
+            + f", {sum(s['seconds'] for s in scenarios):.1f} s")
+        for key, label in (("features", "scenarios drawn with"), ("effects", "scenarios in which it happened")):
+            counts: dict[str, int] = {}
+            for s in scenarios:
+                for item in s[key]:
+                    counts[item] = counts.get(item, 0) + 1
+            listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+            terminalreporter.write_line(f"invariants: {label}: {listed}")
+    if kills:
+        terminalreporter.write_line(f"kill test: {len(kills)} kills: " + "; ".join(kills))

@@ -28,8 +28,8 @@ case number) and run through ``kvsim.run`` with its live systems watched
 
 The default suite checks :data:`DEFAULT_CASES` scenarios (reruns for determinism on every
 :data:`RERUN_EVERY`-th); ``pytest -m invariants tests/test_invariants.py`` checks
-:data:`LARGE_CASES` more, every one rerun. Each module run ends with a line giving the scenarios
-checked and the violations found.
+:data:`LARGE_CASES` more, every one rerun. The session ends with a line giving the scenarios
+checked and the violations found (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -54,37 +54,12 @@ instead of one); under the ``invariants`` marker every case is."""
 KNOWN = {}
 """case -> reason: cases that break an invariant for a known, reported reason (xfail, strict)."""
 
-TALLY = {"scenarios": 0, "violations": 0, "failed_cases": [], "seconds": 0.0, "features": {}, "effects": {}}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _report_tally(request):
-    yield
-    if not TALLY["scenarios"]:
-        return
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    line = (f"invariants: {TALLY['scenarios']} random scenarios checked, {TALLY['violations']} violations"
-            + (f" (cases {TALLY['failed_cases'][:20]})" if TALLY["failed_cases"] else "")
-            + f", {TALLY['seconds']:.1f} s")
-    covered, happened = (", ".join(f"{k} {v}" for k, v in sorted(TALLY[t].items(), key=lambda kv: -kv[1]))
-                         for t in ("features", "effects"))
-    if reporter is None or capture is None:
-        print(line)
-        return
-    with capture.global_and_fixture_disabled():  # shown with or without -s
-        reporter.write_line("")
-        reporter.write_line(line)
-        reporter.write_line(f"invariants: scenarios drawn with: {covered}")
-        reporter.write_line(f"invariants: runs in which it happened: {happened}")
-
-
 def _params(cases, marks=()):
     return [pytest.param(c, marks=[*marks, *([pytest.mark.xfail(reason=KNOWN[c], strict=True)] if c in KNOWN else [])],
                          id=f"case{c}") for c in cases]
 
 
-def _check(case_number: int, monkeypatch, rerun: bool) -> None:
+def _check(case_number: int, monkeypatch, record_property, rerun: bool) -> None:
     started = time.perf_counter()
     case = random_case(case_number)
     scenario = case.scenario()
@@ -99,25 +74,21 @@ def _check(case_number: int, monkeypatch, rerun: bool) -> None:
         problems += [f"seed + 1: {p}" for p in violations(other, scenario, case.timeout_s)]
         if case.randomized and sum(r.records.n for r in other.result.runs) and other.result.records_digest() == digest:
             problems.append("another seed gave the same records")
-    TALLY["scenarios"] += 1
-    TALLY["violations"] += len(problems)
-    TALLY["seconds"] += time.perf_counter() - started
-    for table, keys in (("features", case.features), ("effects", effects(observed))):
-        for key in keys:
-            TALLY[table][key] = TALLY[table].get(key, 0) + 1
-    if problems:
-        TALLY["failed_cases"].append(case_number)
+    # tallied over the session by conftest.py (pytest_terminal_summary), with or without xdist
+    record_property("invariant_scenario", {
+        "case": case_number, "violations": len(problems), "seconds": time.perf_counter() - started,
+        "features": list(case.features), "effects": sorted(effects(observed))})
     assert not problems, f"case {case_number}:\n" + "\n".join(problems) + "\n--- scenario ---\n" + case.text
 
 
 @pytest.mark.parametrize("case_number", _params(DEFAULT_CASES))
-def test_invariants_hold_on_random_scenarios(case_number, monkeypatch):
-    _check(case_number, monkeypatch, rerun=case_number % RERUN_EVERY == 0)
+def test_invariants_hold_on_random_scenarios(case_number, monkeypatch, record_property):
+    _check(case_number, monkeypatch, record_property, rerun=case_number % RERUN_EVERY == 0)
 
 
 @pytest.mark.parametrize("case_number", _params(LARGE_CASES, [pytest.mark.invariants]))
-def test_invariants_hold_on_many_random_scenarios(case_number, monkeypatch):
-    _check(case_number, monkeypatch, rerun=True)
+def test_invariants_hold_on_many_random_scenarios(case_number, monkeypatch, record_property):
+    _check(case_number, monkeypatch, record_property, rerun=True)
 
 
 def test_the_generator_is_deterministic_and_varied():

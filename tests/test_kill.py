@@ -201,24 +201,14 @@ def _kills(runner: Runner, tmp: Path, rng: np.random.Generator, kills: int, repo
     return outcomes
 
 
-def test_a_killed_run_leaves_a_complete_or_clearly_incomplete_folder(tmp_path, request):
+def test_a_killed_run_leaves_a_complete_or_clearly_incomplete_folder(tmp_path, record_property):
     outcomes = _kills(Runner(tmp_path, subprocesses=False), tmp_path, np.random.default_rng(2025), 3, report=False)
-    _say(request, f"kill test: {len(outcomes)} kills: " + "; ".join(outcomes))
+    record_property("kill_outcomes", outcomes)  # printed at the end of the session (tests/conftest.py)
     assert any("killed, incomplete" in o for o in outcomes)
 
 
 @pytest.mark.invariants
-def test_many_kvsim_run_subprocesses_killed_at_random(tmp_path, request):
+def test_many_kvsim_run_subprocesses_killed_at_random(tmp_path, record_property):
     outcomes = _kills(Runner(tmp_path, subprocesses=True), tmp_path, np.random.default_rng(7), 24, report=True)
-    _say(request, f"kill test (subprocesses): {len(outcomes)} kills: " + "; ".join(outcomes))
+    record_property("kill_outcomes", [f"{o} (subprocess)" for o in outcomes])
 
-
-def _say(request, line: str) -> None:
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is None or capture is None:
-        print(line)
-        return
-    with capture.global_and_fixture_disabled():
-        reporter.write_line("")
-        reporter.write_line(line)
