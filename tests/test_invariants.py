@@ -220,7 +220,12 @@ def test_a_planted_fault_is_reported(fault, expected, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# known violations, kept as strict xfails until they are fixed
+# violations the random suite found, fixed since, kept as regression cases:
+# - swap spin: a swapped sequence was readmitted into just the pages it gave back, could not grow,
+#   was swapped out again at once, ... (242 swaps of one request in 1.5 s in the PD case); a swap-in
+#   now waits for room for its next step, as a recomputed sequence does (Swapper.swap_in)
+# - a client that gave up while its first token streamed (engine.output_s) kept a first_token_s
+#   after its aborted_s; FrontEnd._give_up now clears a first token the client never saw
 
 SPIN_PD = """
 name: swap-spin-pd
@@ -283,13 +288,6 @@ class SpinError(AssertionError):
     """A request preempted again with no batch formed in between (and nothing else wrong)."""
 
 
-@pytest.mark.xfail(strict=True, raises=SpinError, reason=(
-    "swap spin: when a pool's free pages are all held elsewhere (prompts waiting for decode room, "
-    "cached blocks in use), an instance preempts its running sequence (swap out), readmits it at "
-    "once (a swap-in needs only the pages it gave back), cannot grow it, preempts it again, ... "
-    "with no batch formed in between, until something else frees pages. In the PD case 242 swaps "
-    "of one request in 1.5 s; 3 s of that workload make 19,717 preemptions of 26 requests, 132 GB "
-    "swapped and 45 s of wall time (recompute waits instead: 3 preemptions)"))
 @pytest.mark.parametrize("text", [SPIN_PD, SPIN_COLOCATED], ids=["disaggregated", "colocated"])
 def test_a_swapped_sequence_does_not_spin(text, monkeypatch):
     import kvsim
@@ -323,11 +321,6 @@ class LateFirstToken(AssertionError):
     """A request recorded with a first token its client had given up on."""
 
 
-@pytest.mark.xfail(strict=True, raises=LateFirstToken, reason=(
-    "a client that gives up while its first token streams (engine.output_s) is recorded with a "
-    "first_token_s after its aborted_s (the time it would have had the token): 4 of 7 requests "
-    "here; the finish of such a request is left NaN, its first token is not. Latency statistics "
-    "leave aborted requests out, so no summary moves; the random suite checks emission <= abort"))
 def test_a_client_that_gave_up_sees_no_first_token():
     import kvsim
 

@@ -174,6 +174,9 @@ class FrontEnd:
         seq.aborted = last.aborted = True
         now = self.env.now
         self.records.aborted_s[rid] = now
+        if self.records.first_token_s[rid] > now:
+            # its first token was still on its way (engine.output_s): the client never saw it
+            self.records.first_token_s[rid] = math.nan
         self.aborted += 1
         self.in_system.set(now, self.in_system.value - 1)
         if seq.on_finish is not None:

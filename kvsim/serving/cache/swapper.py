@@ -52,9 +52,18 @@ class Swapper:
 
     def swap_in(self, seq: Sequence) -> str | None:
         """Readmitting a swapped sequence: its pages back, then the copy back from host DRAM
-        (after the copy out has landed)."""
+        (after the copy out has landed).
+
+        It comes back only when the pool also has room for its next step (one decode token, or
+        a prefill chunk as large as the token budget allows), as a recomputed sequence is
+        admitted only with room for its first chunk: readmitted into just the pages it gave back,
+        it could not grow, would be swapped out again at once and readmitted again, with no step
+        in between, until something else freed pages.
+        """
         cache, system = self.cache, self.system
-        if not cache.pool.grow(seq, seq.kv_tokens):  # all of it comes back as its own pages
+        remaining = seq.prefill_target - seq.kv_tokens
+        step = min(remaining, cache.scheduler.max_batched_tokens) if remaining > 0 else 1
+        if not cache.pool.grow(seq, seq.kv_tokens + step):  # all of it comes back as its own pages
             return None
         nbytes = self._kv_bytes_per_card(seq.kv_tokens)
         cache.record_hits(seq, "hbm", 0, nbytes * cache.geometry.tp)
