@@ -318,11 +318,6 @@ def _tighten(raw: dict[str, Any], scenario: kvsim.Scenario, rng: np.random.Gener
     longest = spec.workload.max_input_tokens + spec.workload.max_output_tokens
     changed = False
     for name, system in raw["systems"].items():
-        if system.get("kv_cache", {}).get("preemption") == "swap":
-            # a known spin (tests/test_invariants.py::test_a_swapped_sequence_does_not_spin): a
-            # full pool swaps one sequence out and in again and again, minutes per run; draw
-            # swap with tight pools again once it is fixed
-            continue
         for pool in size_system(spec, name, scenario.catalogs_for(scenario.points[0])).pools:
             target = float(rng.uniform(1.05, 2.5)) * longest * pool.kv_bytes_per_token_per_card
             if not pool.kv_budget_bytes_per_card > target:
