@@ -352,6 +352,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"kvsim {args.command}: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comparison_table(result))
+    for one in result.runs:  # refused requests are left out of every number: say so beside the table
+        note = one.summary.get("rejected_note")
+        if note:
+            where = " ".join(f"{k.split('.')[-1]}={v}" for k, v in one.params.items())
+            print(f"kvsim {args.command}: warning: system {one.system!r}{' at ' + where if where else ''}: {note}",
+                  file=sys.stderr)
     try:
         written = write_results(result, out, source_text=args.scenario.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -171,6 +171,12 @@ def _records(problems: list[str], name: str, run, spec, timeout_s: float | None)
     done, gone = ~np.isnan(finish), ~np.isnan(aborted)
     if (done & gone).any():
         problems.append(f"{name}: {int((done & gone).sum())} requests both finished and aborted")
+    rejected_s = col("rejected_s")
+    refused = ~np.isnan(rejected_s)
+    if (refused & (done | gone | ~np.isnan(admit) | ~np.isnan(first))).any():
+        problems.append(f"{name}: a request rejected at arrival with another milestone")
+    if (rejected_s[refused] != arrival[refused]).any():
+        problems.append(f"{name}: a request rejected other than at its arrival")
     if (done & (np.isnan(admit) | np.isnan(first))).any():
         problems.append(f"{name}: a finished request without an admission or first-token time")
     if (~np.isnan(first) & np.isnan(admit)).any():
@@ -225,13 +231,14 @@ def _summary(problems: list[str], name: str, run, spec) -> None:
     start, end = s["window"]["start_s"], s["window"]["end_s"]
     arrival, finish, aborted = r.column("arrival_s"), r.column("finish_s"), r.column("aborted_s")
     arrived = arrival >= start
-    done, gone = ~np.isnan(finish), ~np.isnan(aborted)
+    done, gone, refused = ~np.isnan(finish), ~np.isnan(aborted), ~np.isnan(r.column("rejected_s"))
     expected = {
         "requests_arrived": int(arrived.sum()),
         "requests_completed": int((done & (finish >= start) & (finish <= end)).sum()),
         "requests_aborted": int((arrived & gone).sum()),
-        "requests_undrained": int((arrived & ~done & ~gone).sum()),
-        "requests_unfinished": int((arrived & ~(finish <= end)).sum()),
+        "requests_rejected": int((arrived & refused).sum()),
+        "requests_undrained": int((arrived & ~done & ~gone & ~refused).sum()),
+        "requests_unfinished": int((arrived & ~refused & ~(finish <= end)).sum()),
     }
     for key, value in expected.items():
         if s[key] != value:
@@ -415,9 +422,10 @@ def violations(observed: Observed, scenario: kvsim.Scenario, timeout_s: float | 
             problems.append(f"{name}: {len(twice)} requests finished more than once (request {twice[0]})")
         if set(finishes) != set(np.flatnonzero(done).tolist()):
             problems.append(f"{name}: {len(finishes)} requests reached their clients, {int(done.sum())} have a finish time")
-        if watch.system.in_system.value != int((~done & np.isnan(r.column("aborted_s"))).sum()):
+        left = int((~done & np.isnan(r.column("aborted_s")) & np.isnan(r.column("rejected_s"))).sum())
+        if watch.system.in_system.value != left:
             problems.append(f"{name}: the engine counts {watch.system.in_system.value} requests in the system at "
-                            f"the end, the records {int((~done & np.isnan(r.column('aborted_s'))).sum())}")
+                            f"the end, the records {left}")
         drained = watch.system.in_system.value == 0
         spins = {key: n for key, n in watch.preemptions.items() if n > 1}
         if spins:  # vLLM preempts in forming a step; a request preempted again waits for the next one

@@ -17,7 +17,8 @@ _PD_FLOAT_FIELDS = ("prefill_end_s", "handoff_start_s", "handoff_landed_s", "han
 _PD_INT_FIELDS = ("prefill_instance",)
 _LORA_INT_FIELDS = ("adapter",)
 _PD_BYTES_FIELDS = ("handoff_bytes",)
-_NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS
+_REJECT_FIELDS = ("rejected_s",)
+_NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS + _REJECT_FIELDS
 
 
 class RequestRecords:
@@ -46,11 +47,15 @@ class RequestRecords:
     ``hit_tokens_hbm`` is the instance's own HBM.
 
     ``adapter`` is the LoRA adapter a request named (``workload.adapters``; -1: the base model).
+
+    ``rejected_s`` is when a request was refused at arrival because it could never fit the KV
+    pool of an instance that would serve it (a trace's longest requests); it is never routed and
+    has no other milestone.
     """
 
     fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS
               + _PD_INT_FIELDS + _PD_BYTES_FIELDS + _PEER_INT_FIELDS
-              + _LORA_INT_FIELDS)
+              + _LORA_INT_FIELDS + _REJECT_FIELDS)
     colocated_fields = _FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS
     """The fields every colocated system fills (the others stay NaN / -1 / 0; the peer-HBM hit
     columns are filled only with ``kv_cache.peer_hbm``)."""

@@ -125,6 +125,7 @@ def request_ends_s(records) -> np.ndarray:
     finish = records.column("finish_s")
     aborted = records.column("aborted_s")
     end = np.where(np.isnan(finish), aborted, finish)
+    end = np.where(np.isnan(end), records.column("rejected_s"), end)  # refused at arrival: never in it
     return np.where(np.isnan(end), np.inf, end)
 
 

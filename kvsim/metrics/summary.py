@@ -8,6 +8,9 @@ Conventions (all times in seconds, rates per second of simulated time):
   ``requests_undrained`` those the drain limit cut off (their latencies are missing);
   ``requests_aborted`` those whose client gave up (``workload.timeout``): they have no finish
   time, so they are missing from the latency statistics and count against goodput.
+  ``requests_rejected`` those refused at arrival because they could never fit an instance's KV
+  pool (a trace's longest requests): they are missing from every other number, and the point is
+  flagged ``rejected``.
 - Throughput, three ways (all per second of the window):
 
   - ``requests_per_s`` (and ``goodput_requests_per_s``, those within every SLO threshold)
@@ -25,7 +28,8 @@ Conventions (all times in seconds, rates per second of simulated time):
     done that does not fall when load rises past saturation.
 
 - ``flags`` lists what makes the point not a steady-state number (``unstable``, ``too_short``,
-  ``warmup_short``) and ``steady_state`` the figures they were judged on; see
+  ``warmup_short``), or not the whole workload (``rejected``), and ``steady_state`` the figures
+  the first three were judged on; see
   :mod:`kvsim.metrics.steady_state` for the criteria and thresholds.
 - TPOT of a request is ``(finish - first token) / (output tokens - 1)``; one-token requests have none.
 """
@@ -117,6 +121,7 @@ def summarize(
     finish = records.column("finish_s")
     done = ~np.isnan(finish)
     aborted = ~np.isnan(records.column("aborted_s"))
+    rejected = ~np.isnan(records.column("rejected_s"))
     arrived = arrival >= window_start_s
     measured = done & arrived
     latencies = request_latencies(records)
@@ -126,9 +131,10 @@ def summarize(
     summary: dict[str, Any] = {
         "requests_arrived": int(np.count_nonzero(arrived)),
         "requests_completed": int(np.count_nonzero(completed_in_window)),
-        "requests_unfinished": int(np.count_nonzero(arrived & ~(finish <= window_end_s))),
-        "requests_undrained": int(np.count_nonzero(arrived & ~done & ~aborted)),
+        "requests_unfinished": int(np.count_nonzero(arrived & ~rejected & ~(finish <= window_end_s))),
+        "requests_undrained": int(np.count_nonzero(arrived & ~done & ~aborted & ~rejected)),
         "requests_aborted": int(np.count_nonzero(arrived & aborted)),
+        "requests_rejected": int(np.count_nonzero(arrived & rejected)),
         "output_tokens_per_s": output_tokens_in_window / span,
         "input_tokens_per_s": input_tokens_in_window / span,
         "total_tokens_per_s": (input_tokens_in_window + output_tokens_in_window) / span,
@@ -151,5 +157,7 @@ def summarize(
     state = steady_state(records, window_start_s, window_end_s, summary["e2e_s"]["p50"],
                          summary["requests_completed"], units, per)
     summary["flags"] = state.pop("flags")
+    if summary["requests_rejected"]:
+        summary["flags"].append("rejected")  # the numbers leave out requests the system could never serve
     summary["steady_state"] = state
     return summary

@@ -19,7 +19,7 @@ __all__ = ["Objective", "slo_verdict", "objectives_from_slo", "BLOCKING_FLAGS"]
 
 METRICS = ("ttft_s", "tpot_s", "e2e_s")
 STATISTICS = ("mean", "p50", "p90", "p99")
-BLOCKING_FLAGS = ("unstable", "too_short")
+BLOCKING_FLAGS = ("unstable", "too_short", "rejected")  # rejected: requests it could never hold
 """Flags of a run (see :mod:`kvsim.metrics.summary`) under which it does not count as meeting an SLO."""
 
 

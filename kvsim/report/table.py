@@ -22,6 +22,7 @@ _FLAG_MEANING = {
     "unstable": "the backlog grew through the window (arrivals outpace service)",
     "too_short": "too few completions per instance (client), or median latency a large share of the window",
     "warmup_short": "MSER-5 finds the warm-up longer than configured",
+    "rejected": "requests that could never fit an instance's KV pool were refused (left out of every number)",
 }
 
 
@@ -76,8 +77,8 @@ def flag_note(flags: list[str] | set[str]) -> str:
     if not flags:
         return ""
     meaning = "; ".join(f"{flag}: {_FLAG_MEANING.get(flag, flag)}" for flag in sorted(flags))
-    return (f"{FLAG_MARK} not a steady-state number ({meaning}); see kvsim.metrics.steady_state "
-            "and docs/statistics.md")
+    what = "not a steady-state number" if set(flags) - {"rejected"} else "not the whole workload"
+    return f"{FLAG_MARK} {what} ({meaning}); see kvsim.metrics.steady_state and docs/statistics.md"
 
 
 def _short_names(keys: list[str]) -> list[str]:

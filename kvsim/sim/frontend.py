@@ -91,11 +91,15 @@ class FrontEnd:
         self.held_hashes: list[Any] = []
         self.submitted = 0
         self.completed = 0
+        self.rejected = 0
 
     def submit(self, input_tokens: int, output_tokens: int, arrival_s: float | None = None, hashes: Any = None,
                sequence_hashes: Any = None, on_finish: Callable[[Sequence, float], None] | None = None,
-               adapter: int = -1, shared_tokens: int = 0) -> int:
+               adapter: int = -1, shared_tokens: int = 0, rejected: bool = False) -> int:
         """A request arrives now (recorded at ``arrival_s`` if given); returns its id.
+
+        A ``rejected`` request (one that could never fit an instance's KV pool) is recorded as
+        refused at arrival (``rejected_s``) and goes no further.
 
         ``adapter`` names its LoRA adapter (-1: the base model) and ``shared_tokens`` how much of
         its prompt is shared context: its KV is the adapter's own, except the shared context's
@@ -105,6 +109,10 @@ class FrontEnd:
         rid = self.records.add(self.env.now if arrival_s is None else arrival_s, input_tokens, output_tokens)
         self.prompt_hashes.append(hashes)
         self.held_hashes.append(sequence_hashes if sequence_hashes is not None else hashes)
+        if rejected:
+            self.records.rejected_s[rid] = self.env.now
+            self.rejected += 1
+            return rid
         if not self.with_hashes:
             hashes = sequence_hashes = None
         elif adapter >= 0:
@@ -200,9 +208,11 @@ class FrontEnd:
             seq.on_finish(seq, now)
 
 
-def open_loop(env: simpy.Environment, front: FrontEnd, requests: RequestArrays):
-    """Submit pre-drawn requests at their arrival times."""
+def open_loop(env: simpy.Environment, front: FrontEnd, requests: RequestArrays, rejected=None):
+    """Submit pre-drawn requests at their arrival times (those ``rejected``, a boolean array, are
+    refused at arrival: they could never fit an instance's KV pool)."""
     n = len(requests)
+    refused = rejected.tolist() if rejected is not None else [False] * n
     hashes = requests.hash_ids if requests.hash_ids is not None else [None] * n
     adapters = requests.adapter.tolist() if requests.adapter is not None else [-1] * n
     shared = requests.shared_tokens.tolist() if requests.shared_tokens is not None else [0] * n
@@ -210,7 +220,8 @@ def open_loop(env: simpy.Environment, front: FrontEnd, requests: RequestArrays):
                                                requests.output_tokens.tolist())):
         if t > env.now:
             yield env.timeout(t - env.now)
-        front.submit(n_in, n_out, arrival_s=t, hashes=hashes[rid], adapter=adapters[rid], shared_tokens=shared[rid])
+        front.submit(n_in, n_out, arrival_s=t, hashes=hashes[rid], adapter=adapters[rid], shared_tokens=shared[rid],
+                     rejected=refused[rid])
 
 
 def client(env: simpy.Environment, front: FrontEnd, stream: ClientStream, stop_s: float):

@@ -26,7 +26,7 @@ from kvsim.sim.collect import collect
 from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.watchdog import Watchdog, run_until, stall_seconds
-from kvsim.sim.sizing import SizingError, SystemSizing, longest_request_problem, size_system
+from kvsim.sim.sizing import SizingError, SystemSizing, size_system, too_long, too_long_note
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
@@ -135,15 +135,6 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
             requests = open_loop_requests(workload, point.spec.duration, streams, base_dir=scenario.base_dir)
         except (OSError, ValueError) as exc:
             raise SpecError([scenario.problem(("workload", "arrival"), str(exc))]) from None
-        if workload.trace:
-            problems = []
-            for (index, name), sizing in sizings.items():
-                problem = longest_request_problem(sizing, requests.input_tokens, requests.output_tokens,
-                                                  requests.arrival_s) if index == point.index else None
-                if problem is not None:
-                    problems.append(scenario.problem(("workload", "arrival", "file"), f"systems.{name}: {problem}"))
-            if problems:
-                raise SpecError(problems)
     runs = []
     for name in point.spec.systems:
         if tracker.bar is not None:
@@ -230,8 +221,10 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
         spec.workload.block_tokens
     system = build_system(env, spec, sizing, records, streams, block_tokens)
     front = system.front
+    rejected = None
     if requests is not None:
-        env.process(frontend.open_loop(env, front, requests))
+        rejected = too_long(sizing, requests.input_tokens, requests.output_tokens)
+        env.process(frontend.open_loop(env, front, requests, rejected if rejected.any() else None))
     elif spec.workload.multi_turn:
         env.process(frontend.session_starts(env, front, sessions(spec.workload, duration, streams), duration))
     else:
@@ -252,4 +245,7 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
         run_until(env, min(env.now + duration / slices, drain_end), watchdog)
     run = collect(system, point, time.perf_counter() - started)
     run.summary["cost"] = cost_summary(sizing, run.summary, spec.cost)
+    if rejected is not None and rejected.any():
+        run.summary["rejected_note"] = too_long_note(sizing, rejected, requests.input_tokens, requests.output_tokens,
+                                                     requests.arrival_s)
     return run

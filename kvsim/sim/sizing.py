@@ -398,26 +398,45 @@ def _formats(dtype: str, weight_dtypes: dict[str, str]) -> str:
     return f"{dtype} (" + ", ".join(f"{group} {fmt}" for group, fmt in weight_dtypes.items()) + ")"
 
 
-def longest_request_problem(sizing: SystemSizing, input_tokens: np.ndarray, output_tokens: np.ndarray,
-                            arrival_s: np.ndarray) -> str | None:
-    """Why a request of the stream could never fit an instance's KV pool (a trace's lengths are
-    known only once it is read), or None. Such a request would wait at the head of the queue for
-    ever while the requests behind it starve."""
-    if not len(input_tokens):
-        return None
+def request_capacities(sizing: SystemSizing) -> list[tuple[str, bool, int]]:
+    """For each pool whose KV pool bounds a request's length: its name, whether it holds only the
+    prompt (a prefill pool that never decodes), and the tokens one instance (one attention rank)
+    holds. Pools of sliding-window models are left out: they keep a window, not the whole length."""
+    if sizing.model.attention_span() is not None:
+        return []
+    out = []
     for pool in sizing.pools:
         prompt_only = pool.role == "prefill" and pool.spec.roles is None and not (
             sizing.spec.controller is not None and sizing.spec.controller.kind != "static")
-        need = input_tokens if prompt_only else input_tokens + output_tokens
-        span = sizing.model.attention_span()
-        if span is not None:
-            continue  # sliding-window layers keep a window: the resident size is not the length
         capacity = pool.kv_blocks_per_instance // pool.layout.dp_attention * pool.spec.instance.block_size_tokens
-        k = int(np.argmax(need))
-        if need[k] > capacity:
+        out.append((pool.name, prompt_only, capacity))
+    return out
+
+
+def too_long(sizing: SystemSizing, input_tokens: np.ndarray, output_tokens: np.ndarray) -> np.ndarray:
+    """Which requests could never fit the KV pool of an instance that would serve them (a trace's
+    lengths are known only once it is read). Such a request would wait at the head of its queue
+    for ever while the requests behind it starve; the front end refuses it at arrival instead."""
+    mask = np.zeros(len(input_tokens), dtype=bool)
+    for _name, prompt_only, capacity in request_capacities(sizing):
+        need = input_tokens if prompt_only else input_tokens + output_tokens
+        mask |= need > capacity
+    return mask
+
+
+def too_long_note(sizing: SystemSizing, mask: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
+                  arrival_s: np.ndarray) -> str:
+    """What :func:`too_long` found, in words: how many, the first, and the pool it outgrows."""
+    k = int(np.flatnonzero(mask)[0])
+    for name, prompt_only, capacity in request_capacities(sizing):
+        need = int(input_tokens[k] if prompt_only else input_tokens[k] + output_tokens[k])
+        if need > capacity:
             what = "prompt" if prompt_only else "prompt + output"
-            which = "one instance" if len(sizing.pools) == 1 else f"one instance of pool {pool.name}"
-            return (f"request {k} of the trace (arriving at {float(arrival_s[k]):.3f} s) needs {int(need[k])} tokens "
-                    f"of {what}, more than the KV pool of {which} holds ({capacity}); raise "
-                    f"instance.tp, or drop the longest requests from the trace")
-    return None
+            which = "one instance" if len(sizing.pools) == 1 else f"one instance of pool {name}"
+            count = int(mask.sum())
+            many = "1 request can never fit and was" if count == 1 else f"{count} requests can never fit and were"
+            return (f"{many} rejected at arrival, first request {k} "
+                    f"(arriving at {float(arrival_s[k]):.3f} s) with {need} tokens of {what}, more than the "
+                    f"KV pool of {which} holds ({capacity}); raise instance.tp, or drop the longest requests "
+                    f"from the trace")
+    raise ValueError("no request in the mask outgrows a pool")
