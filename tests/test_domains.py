@@ -125,10 +125,11 @@ def test_a_hit_in_another_domain_is_copied_over_the_nics(monkeypatch, built_syst
     # 400 Gbit/s NICs (50 GB/s) bind; 4 PCIe hops of 1 us and 3 us NIC to NIC
     copy_s = nbytes / NIC_Bps + 4 * topo.PCIE_HOP_LATENCY_S + topo.RDMA_LATENCY_S
     assert frame.ttft_s[1] == pytest.approx(copy_s + _suffix_prefill_s(sizing), rel=1e-9)
-    # the copy lands in the reader's domain: its physical bytes grow by the one block, and so
-    # does the counter of bytes crossing domain boundaries
+    # the copy lands in the reader's domain: its physical bytes grow by the one block (and by the
+    # pages of the suffix, its first chunk, which a load-first admission takes at once), and the
+    # counter of bytes crossing domain boundaries by the block
     rid, physical, crossed = next(g for g in grown if g[0] == 1)
-    assert physical == pytest.approx(nbytes) and crossed == pytest.approx(nbytes)
+    assert physical == pytest.approx(nbytes + SUFFIX * KV_PER_TOKEN) and crossed == pytest.approx(nbytes)
     domains = run.summary["cache"]["domains"]
     assert domains["domains"] == 2 and domains["cross_domain_bytes"] == pytest.approx(nbytes)
     assert domains["hit_tokens_by_source"]["other_domain"] == DOC

@@ -51,13 +51,7 @@ RERUN_EVERY = 4
 """In the default suite, every 4th case is also rerun with its seed and with another (three runs
 instead of one); under the ``invariants`` marker every case is."""
 
-KNOWN = {
-    508: ("a prefix-cache admission that loads its prefix first (load_mode: before) takes pages for "
-          "the loaded blocks but none for the suffix's first chunk; two such requests, admitted onto a "
-          "full pool behind a sequence being swapped back in, land first and preempt it (the newest "
-          "running) to grow, before it has taken a step: 2 preemptions, no batch in between. Bounded "
-          "churn, not a spin; fixing it (pages for the first chunk at such an admission) moves results"),
-}
+KNOWN: dict[int, str] = {}
 """case -> reason: cases that break an invariant for a known, reported reason (xfail, strict)."""
 
 def _params(cases, marks=()):
@@ -232,6 +226,9 @@ def test_a_planted_fault_is_reported(fault, expected, monkeypatch):
 #   now waits for room for its next step, as a recomputed sequence does (Swapper.swap_in)
 # - a client that gave up while its first token streamed (engine.output_s) kept a first_token_s
 #   after its aborted_s; FrontEnd._give_up now clears a first token the client never saw
+# - random case 508: a prefix admission that loads first (load_mode: before) took pages for the
+#   loaded blocks but none for its first chunk, landed, and preempted a sequence just swapped back
+#   in before that one took a step; it now takes its first chunk's pages at admission
 
 SPIN_PD = """
 name: swap-spin-pd

@@ -97,7 +97,16 @@ class PrefixLoader:
         for source_id in local_sources:  # another adapter's copy in this HBM: making room must not evict it
             hbm.lookup(source_id)
             hbm.pin(source_id)
-        if to_load and not cache.pool.take(len(to_load) * g.pages_per_block):
+        # A sequence parked until its prefix lands (load_mode: before) joins the running ones
+        # then, behind the admissions since: its first chunk's pages are taken now, as an
+        # admission that computes at once takes them, or on a full pool it would land and have to
+        # preempt another to grow (or be preempted) before taking a step.
+        first_pages = 0
+        if system.spec.load_mode == "before" and (to_load or pending):
+            chunk = min(seq.prefill_target - n * g.block_tokens, cache.scheduler.max_batched_tokens)
+            first_pages = cache.pool.blocks_for(chunk)
+        pages = len(to_load) * g.pages_per_block + first_pages
+        if pages and not cache.pool.take(pages):
             for block in held:
                 hbm.drop_reader(block)
             for source_id in local_sources:
@@ -105,6 +114,7 @@ class PrefixLoader:
             return None
         state = SeqCache(blocks=held)
         seq.cache = state
+        seq.kv_blocks = first_pages  # its own pages (the loaded blocks' pages belong to the cache)
         seq.remote_tokens = 0
         # read in place: the blocks already in the domain are read where they are (no pages)
         remote = sum(cache.read_remote(seq, block) for block in held) if cache.domain_pool is not None else 0
