@@ -90,6 +90,9 @@ def test_slo_verdict_reads_statistics_and_refuses_flagged_runs():
     assert not ok and "no e2e measured" in why
     ok, why = slo_verdict({**summary, "flags": ["unstable"]}, [Objective("ttft_s", "p99", 2.0)])
     assert not ok and "unstable" in why
+    ok, why = slo_verdict({**summary, "flags": ["rejected"]}, [Objective("ttft_s", "p99", 2.0)])
+    assert not ok and why == "run flagged rejected"  # it refused requests it could never hold
+    assert slo_verdict({**summary, "flags": ["warmup_short"]}, [Objective("ttft_s", "p99", 2.0)]) == (True, "")
     with pytest.raises(ValueError):
         Objective("ttft", "p99", 1.0)
     with pytest.raises(ValueError):
