@@ -221,7 +221,8 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                     "meets" if p["meets"] else p["reason"]] for p in flagged],
                   "unstable (the backlog grew through the window) and too_short (too few completions, or "
                   "latencies too long for the window, to judge) are not steady state: such a probe never counts "
-                  "as meeting the SLO, nor does one that rejected requests it could never hold (rejected). warmup_short (the warm-up detected by MSER-5 is longer than the "
+                  "as meeting the SLO, nor does one that rejected requests it could never hold (rejected). "
+                  "warmup_short (the warm-up detected by MSER-5 is longer than the "
                   "configured one and shifts the window's mean) is a caution: its verdict stands.")
     else:
         doc.paragraph("No probe was flagged.")

@@ -156,6 +156,13 @@ class BatchScheduler:
         # change from outside ends the run first
         self.observer: PoolObserver | None = None
 
+    def next_step_tokens(self, seq: Sequence, kv_tokens: int | None = None) -> int:
+        """Tokens ``seq``'s next step writes at most, from ``kv_tokens`` (default: its own): one
+        decode token, or a prefill chunk as large as the token budget allows (what an admission
+        must find pages for)."""
+        remaining = seq.prefill_target - (seq.kv_tokens if kv_tokens is None else kv_tokens)
+        return min(remaining, self.max_batched_tokens) if remaining > 0 else 1
+
     @property
     def outstanding(self) -> int:
         """Sequences assigned here and not finished (a detached one has left)."""

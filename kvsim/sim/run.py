@@ -224,7 +224,8 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
     rejected = None
     if requests is not None:
         rejected = too_long(sizing, requests.input_tokens, requests.output_tokens)
-        env.process(frontend.open_loop(env, front, requests, rejected if rejected.any() else None))
+        rejected = rejected if rejected.any() else None
+        env.process(frontend.open_loop(env, front, requests, rejected))
     elif spec.workload.multi_turn:
         env.process(frontend.session_starts(env, front, sessions(spec.workload, duration, streams), duration))
     else:
@@ -245,7 +246,7 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
         run_until(env, min(env.now + duration / slices, drain_end), watchdog)
     run = collect(system, point, time.perf_counter() - started)
     run.summary["cost"] = cost_summary(sizing, run.summary, spec.cost)
-    if rejected is not None and rejected.any():
+    if rejected is not None:
         run.summary["rejected_note"] = too_long_note(sizing, rejected, requests.input_tokens, requests.output_tokens,
                                                      requests.arrival_s)
     return run

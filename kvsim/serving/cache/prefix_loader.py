@@ -103,8 +103,7 @@ class PrefixLoader:
         # preempt another to grow (or be preempted) before taking a step.
         first_pages = 0
         if system.spec.load_mode == "before" and (to_load or pending):
-            chunk = min(seq.prefill_target - n * g.block_tokens, cache.scheduler.max_batched_tokens)
-            first_pages = cache.pool.blocks_for(chunk)
+            first_pages = cache.pool.blocks_for(cache.scheduler.next_step_tokens(seq, n * g.block_tokens))
         pages = len(to_load) * g.pages_per_block + first_pages
         if pages and not cache.pool.take(pages):
             for block in held:

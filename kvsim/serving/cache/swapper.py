@@ -61,9 +61,7 @@ class Swapper:
         in between, until something else freed pages.
         """
         cache, system = self.cache, self.system
-        remaining = seq.prefill_target - seq.kv_tokens
-        step = min(remaining, cache.scheduler.max_batched_tokens) if remaining > 0 else 1
-        if not cache.pool.grow(seq, seq.kv_tokens + step):  # all of it comes back as its own pages
+        if not cache.pool.grow(seq, seq.kv_tokens + cache.scheduler.next_step_tokens(seq)):  # all of it comes back as its own pages
             return None
         nbytes = self._kv_bytes_per_card(seq.kv_tokens)
         cache.record_hits(seq, "hbm", 0, nbytes * cache.geometry.tp)
