@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,17 @@ def pytest_terminal_summary(terminalreporter) -> None:
             terminalreporter.write_line(f"invariants: {label}: {listed}")
     if kills:
         terminalreporter.write_line(f"kill test: {len(kills)} kills: " + "; ".join(kills))
+
+
+@pytest.fixture
+def kernel_for_this_python(tmp_path, monkeypatch):
+    # Pin the notebook kernel to the interpreter running the tests (the one with kvsim
+    # installed), whatever kernels the machine has registered elsewhere.
+    spec_dir = tmp_path / "jupyter" / "kernels" / "kvsim-test"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "kvsim test", "language": "python",
+    }))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return "kvsim-test"

@@ -18,7 +18,6 @@ import math
 from typing import Any, Iterable, Sequence
 
 import numpy as np
-from scipy import stats
 
 from kvsim.metrics.summary import LATENCY_KEYS, SCALAR_KEYS
 
@@ -46,6 +45,8 @@ def t_interval(values: Iterable[float], confidence: float = CONFIDENCE) -> dict[
     if n < 2:
         return {"n": n, "mean": mean, "std": None, "half_width": None, "ci_low": None, "ci_high": None}
     std = float(x.std(ddof=1))
+    from scipy import stats  # here, not at the top: importing it costs every kvsim command ~0.6 s
+
     half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n))
     return {"n": n, "mean": mean, "std": std, "half_width": half, "ci_low": mean - half, "ci_high": mean + half}
 
