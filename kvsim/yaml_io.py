@@ -320,8 +320,13 @@ def register_union_tags(tags: Iterable[str]) -> None:
 def validation_problems(exc: ValidationError, data: Any, prefix: Path = ()) -> list[tuple[Path, str]]:
     """``(field path, message)`` for each error of a pydantic ``ValidationError`` on ``data``."""
     node = data
-    for part in prefix:
-        node = node[part] if isinstance(node, (dict, list)) else None
+    for part in prefix:  # the prefix may be absent from the data (a catalog entry a sweep point adds)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
     model = _model_named(exc.title)
     errors = exc.errors(include_url=False)
     # "duraton: unknown field (did you mean 'duration'?)" explains the missing duration: say it once
