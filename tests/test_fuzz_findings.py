@@ -90,3 +90,11 @@ def test_a_pd_timeline_without_controller_decisions_is_drawn_empty(tmp_path, cap
         "    controller: {kind: threshold, signal: prefill_queue, interval: 30 s, low: 10, high: 1000}\n"))
     out = _run(tmp_path, capsys, text + "study: {kind: pd, timeline: [b]}\n")
     assert (out / "pd_timeline.png").is_file()
+
+
+def test_an_options_study_where_no_request_finished_draws_its_figure(tmp_path, capsys):
+    # a run too short for any request to finish: every TTFT speed-up is NaN, and the log axis of
+    # options.png refused them (ValueError, exit 3 after the run)
+    text = BASE.replace("duration: 4 s", "duration: 0.01 s").replace("value: 64", "value: 30000")
+    out = _run(tmp_path, capsys, text + "study: {kind: options, x: seed}\nsweep:\n  seed: [1, 2]\n")
+    assert (out / "options.png").is_file()
