@@ -88,9 +88,10 @@ def _dotted(path: tuple) -> str:
     return ".".join(map(str, path))
 
 
-@st.composite
 def tree_edit(draw, tree: dict) -> str:
-    """Change ``tree`` in place by one edit; returns what it did."""
+    """Change ``tree`` in place by one edit (``draw``: the case's hypothesis draw); returns what it
+    did. A plain function, not a strategy: hypothesis caches strategies by their arguments, and a
+    tree edited in place would make a cached one draw differently."""
     op = draw(st.sampled_from(TREE_OPS))
     paths = _paths(tree)
     if op == "sweep":
@@ -156,6 +157,31 @@ def tree_edit(draw, tree: dict) -> str:
         return f"{where} emptied"
     parent[key] = draw(st.sampled_from(NASTY))
     return f"{where} = {_short(parent[key])}"
+
+
+def _mild_edit(draw, tree: dict) -> str:
+    """Scale a number or a quantity by a small factor, or sweep a field over its own value twice."""
+    leaves = [p for p in _paths(tree) if p[0] != "sweep" and isinstance(_get(tree, p), (int, float, str))
+              and not isinstance(_get(tree, p), bool)]
+    if not leaves:
+        return "no leaf to edit"
+    path = draw(st.sampled_from(leaves))
+    parent, key = _parent(tree, path)
+    value = parent[key]
+    factor = draw(st.sampled_from([0.5, 2, 3, 0.25]))
+    if draw(st.integers(0, 3)) == 0:
+        sweep = tree["sweep"] if isinstance(tree.get("sweep"), dict) else {}
+        sweep[_dotted(path)] = [value, value]
+        tree["sweep"] = sweep
+        return f"sweep {_dotted(path)} over [{value!r}] twice"
+    if isinstance(value, (int, float)):
+        parent[key] = type(value)(max(1, value * factor)) if isinstance(value, int) else value * factor
+    else:
+        match = re.match(r"^\s*([0-9.]+)\s*(\S.*)$", value)
+        if not match:
+            return f"{_dotted(path)} left alone"
+        parent[key] = f"{float(match.group(1)) * factor:g} {match.group(2)}"
+    return f"{_dotted(path)}: {value!r} -> {parent[key]!r}"
 
 
 def _short(value: Any) -> str:
@@ -294,14 +320,18 @@ def cases(draw, bases: list[Base]) -> Case:
     case = Case(base.name, base.text.encode(), dict(base.files), runnable=base.runnable)
     tree = yaml.safe_load(base.text)
     n_edits = draw(st.integers(1, 3))
-    level = draw(st.sampled_from(["tree"] * 5 + ["bytes"] * 2 + ["files"] * (2 if base.files else 0) + ["set"]))
+    level = draw(st.sampled_from(["tree"] * 5 + ["mild"] * 3 + ["bytes"] * 2 + ["files"] * (2 if base.files else 0) + ["set"]))
     if level == "tree":
         for _ in range(n_edits):
-            case.ops.append(draw(tree_edit(tree)))
+            case.ops.append(tree_edit(draw, tree))
         case.text = yaml.safe_dump(tree, sort_keys=False, allow_unicode=True, width=100).encode()
         if draw(st.integers(0, 9)) == 0:
             case.text, op = draw(byte_edit(case.text))
             case.ops.append(op)
+    elif level == "mild":  # edits that mostly keep the scenario valid, so the run is exercised too
+        for _ in range(n_edits):
+            case.ops.append(_mild_edit(draw, tree))
+        case.text = yaml.safe_dump(tree, sort_keys=False, allow_unicode=True, width=100).encode()
     elif level == "bytes":
         for _ in range(n_edits):
             case.text, op = draw(byte_edit(case.text))

@@ -41,7 +41,7 @@ RUN_BUDGET_S = 60.0
 """Wall seconds a capped run (two simulated seconds, at most two points per sweep axis) may take."""
 MEMORY_BYTES = 6 * 2**30
 """Address space a case may add (a scenario needs well under 1 GB)."""
-CAP_S = 2.0
+CAP_S = 1.0
 """Simulated seconds of the capped run."""
 WHOLE_FILE = ("cannot read", "not a UTF-8", "characters is more than", "nested too deeply", "is not a file",
               "is a directory", "is a folder", "no such file", "not a regular file", "empty")
@@ -184,7 +184,8 @@ def _bad(rc, out: str, err: str, problem: str | None, what: str) -> Outcome | No
     if "Traceback" in out or "Traceback" in err:
         return Outcome("traceback", f"{what}: traceback printed: {err[-300:]}")
     if rc == 3:
-        return Outcome("traceback", f"{what}: internal error: {err.strip()[:400]}")
+        line = next((row for row in err.splitlines() if "internal error" in row or "stopped" in row), err[-300:])
+        return Outcome("traceback", f"{what}: internal error: {line}")
     return None
 
 

@@ -31,14 +31,19 @@ KEEP = os.environ.get("KVSIM_FUZZ_KEEP")
 
 
 def fuzz_chunk(chunk_seed: int, n: int, tmp_path: Path, request) -> None:
-    outcomes = []
+    outcomes, seen = [], set()
     bases = all_bases()
 
-    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
+    @settings(max_examples=2 * n, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @hypothesis_seed(chunk_seed)
     @given(cases(bases))
     def one(case):
+        key = (case.text, tuple(sorted(case.files.items())), tuple(case.sets), case.api, repr(case.api_change))
+        if key in seen or len(outcomes) >= n:  # hypothesis draws some cases twice: each distinct case is
+            return                                # checked and counted once, until n are
+
+        seen.add(key)
         folder = tmp_path / f"case{len(outcomes)}"
         outcome = check_case(case, folder)
         outcomes.append((f"case {len(outcomes)} of chunk {chunk_seed}: {case.describe()}", outcome))
@@ -49,7 +54,7 @@ def fuzz_chunk(chunk_seed: int, n: int, tmp_path: Path, request) -> None:
 
     one()
     request.node.user_properties.append(("fuzz_outcomes", tally(outcomes)))
-    assert len(outcomes) >= n * 0.95, f"hypothesis drew only {len(outcomes)} of {n} cases"
+    assert len(outcomes) == n, f"hypothesis drew only {len(outcomes)} distinct cases in {2 * n} draws"
     failures = report_failures(outcomes)
     assert not failures, failures
 
