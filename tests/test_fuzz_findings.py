@@ -98,3 +98,10 @@ def test_an_options_study_where_no_request_finished_draws_its_figure(tmp_path, c
     text = BASE.replace("duration: 4 s", "duration: 0.01 s").replace("value: 64", "value: 30000")
     out = _run(tmp_path, capsys, text + "study: {kind: options, x: seed}\nsweep:\n  seed: [1, 2]\n")
     assert (out / "options.png").is_file()
+
+
+def test_a_sweep_over_an_slo_field_writes_its_results(tmp_path, capsys):
+    # the swept column "slo.ttft_p99" ends like a latency statistic and was cast to float:
+    # "2 s" could not be (ValueError, exit 3 after the run)
+    out = _run(tmp_path, capsys, BASE + "sweep:\n  slo.ttft_p99: [2 s, 3 s]\n")
+    assert (out / "summary.json").is_file()
