@@ -70,6 +70,11 @@ class Catalog(Generic[SpecT]):
             fields = dict(fields)
             base_name = fields.pop("base", None)
             if base_name is not None:
+                if not isinstance(base_name, str):  # a list or a mapping cannot even be looked up
+                    problems.append(located.problem(path + ("base",), (
+                        f"expected the name of a catalog entry to start from, got {type(base_name).__name__} "
+                        f"{base_name!r}")))
+                    continue
                 if base_name not in raw:
                     problems.append(located.problem(path + ("base",), self.unknown_message(base_name)))
                     continue

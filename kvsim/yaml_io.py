@@ -14,6 +14,7 @@ import difflib
 import os
 import pathlib
 import re
+import stat
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -93,9 +94,21 @@ def read_utf8(path: os.PathLike[str] | str, what: str, error: type[SpecError] = 
     """The bytes of a UTF-8 text file and its text; ``error`` (one clear line naming the file)
     if it cannot be read or is not UTF-8. ``what`` names the file's role ("scenario file")."""
     try:
+        # stat before opening: opening a FIFO waits for a writer forever, and reading /dev/zero
+        # never ends; a scenario is a few KB, so a file far larger than any is refused unread
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise error([f"{path}: is a folder, not a {what}"])
+        if not stat.S_ISREG(info.st_mode):
+            raise error([f"{path}: is not a regular file (a pipe, socket or device), so not a {what}"])
+        if info.st_size > MAX_FILE_BYTES:
+            raise error([f"{path}: {info.st_size:,} bytes is more than a {what} may hold ({MAX_FILE_BYTES:,}); "
+                         f"is this the right file?"])
         data = pathlib.Path(path).read_bytes()
     except OSError as exc:
         raise error([f"{path}: cannot read {what}: {exc.strerror or exc}"]) from None
+    except ValueError:  # a NUL byte in the path
+        raise error([f"{path!r}: a {what} path cannot hold a NUL byte (\\0)"]) from None
     try:
         return data, data.decode("utf-8")
     except UnicodeDecodeError:
@@ -160,6 +173,8 @@ def load_yaml(text: str, filename: str) -> Located:
 
 MAX_YAML_CHARS = 20_000_000
 """Largest scenario text read, characters (a scenario is a few KB; a trace belongs in its own file)."""
+MAX_FILE_BYTES = 4 * MAX_YAML_CHARS
+"""Largest YAML file read, bytes (UTF-8 takes at most 4 bytes a character)."""
 MAX_YAML_DEPTH = 64
 """Deepest nesting of mappings and lists read (a scenario nests about 8 deep)."""
 MAX_YAML_NODES = 1_000_000
@@ -305,8 +320,13 @@ def register_union_tags(tags: Iterable[str]) -> None:
 def validation_problems(exc: ValidationError, data: Any, prefix: Path = ()) -> list[tuple[Path, str]]:
     """``(field path, message)`` for each error of a pydantic ``ValidationError`` on ``data``."""
     node = data
-    for part in prefix:
-        node = node[part] if isinstance(node, (dict, list)) else None
+    for part in prefix:  # the prefix may be absent from the data (a catalog entry a sweep point adds)
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            node = None
     model = _model_named(exc.title)
     errors = exc.errors(include_url=False)
     # "duraton: unknown field (did you mean 'duration'?)" explains the missing duration: say it once

@@ -65,7 +65,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     checked, violations found, what the scenarios drew and what happened in their runs, and the
     kills. Read from the test reports' ``user_properties``, so it also counts tests that ran in
     pytest-xdist workers."""
-    scenarios, kills = [], []
+    scenarios, kills, fuzz = [], [], {}
     for reports in terminalreporter.stats.values():
         for report in reports:
             if getattr(report, "when", None) != "call":
@@ -75,6 +75,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
                     scenarios.append(value)
                 elif name == "kill_outcomes":
                     kills += value
+                elif name == "fuzz_outcomes":
+                    for kind, count in value.items():
+                        fuzz[kind] = fuzz.get(kind, 0) + count
     if scenarios:
         failed = sorted(s["case"] for s in scenarios if s["violations"])
         terminalreporter.write_line(
@@ -88,6 +91,11 @@ def pytest_terminal_summary(terminalreporter) -> None:
                     counts[item] = counts.get(item, 0) + 1
             listed = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
             terminalreporter.write_line(f"invariants: {label}: {listed}")
+    if fuzz:  # tests/test_fuzz.py (every chunk, passed or failed)
+        terminalreporter.write_line(
+            f"fuzz: {sum(fuzz.values()):,} cases, {fuzz.get('traceback', 0)} tracebacks, {fuzz.get('hang', 0)} hangs, "
+            f"{fuzz.get('accepted-invalid', 0)} accepted-invalid, {fuzz.get('bad-message', 0)} bad messages "
+            f"({fuzz.get('ok-valid', 0):,} valid and run or checked, {fuzz.get('ok-invalid', 0):,} invalid and refused)")
     if kills:
         terminalreporter.write_line(f"kill test: {len(kills)} kills: " + "; ".join(kills))
 

@@ -3,6 +3,8 @@ in one line with the file (and line where there is one), exit 2, never a traceba
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from kvsim.cli import main
@@ -32,3 +34,15 @@ def test_hostile_yaml_is_refused_in_one_line(tmp_path, capsys, text, words):
     err = capsys.readouterr().err
     assert words in err and "hostile.yaml" in err and "Traceback" not in err
     assert len(err.splitlines()) == 2  # "invalid input" and the one problem
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_device_or_pipe_as_scenario_is_refused_unread(tmp_path, capsys, special):
+    # reading /dev/zero never ends (it ran out of memory: exit 3), opening a FIFO waits forever
+    path = special
+    if special == "fifo":
+        path = tmp_path / "s.yaml"
+        os.mkfifo(path)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: is not a regular file" in err and "Traceback" not in err

@@ -9,6 +9,8 @@ A gap either of whose systems is flagged as not steady state (``summary["flags"]
 
 from __future__ import annotations
 
+import numbers
+
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +142,12 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
             for xv, yv, flagged in zip(list(x), sub.gap.tolist(), sub.flagged.tolist()):
                 ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flagged else color)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-        if study.x:
-            ax.set_xscale("log", base=2)
-            ticks = sorted(set(rows[study.x]))
+        values = list(set(rows[study.x])) if study.x else []
+        if values and all(isinstance(t, numbers.Real) and not isinstance(t, bool) and t > 0 for t in values):
+            ax.set_xscale("log", base=2)  # loads and lengths double from point to point; text values
+            ticks = sorted(values)       # ("100 Gbit/s") or zeros have no log axis and keep matplotlib's
             ax.set_xticks(ticks, [str(t) for t in ticks])
+        if study.x:
             ax.set_xlabel(study.x.split(".")[-1])
         name = study.panel_label or (study.panel or "").split(".")[-1]
         ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name, fontsize=10)

@@ -117,8 +117,9 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
     frame = options_frame(result) if frame is None else frame
     systems = list(spec.systems)
     reference = study.reference or systems[0]
-    slo = f"p99 TTFT <= {spec.slo.ttft_p99:g} s" + (f", p99 TPOT <= {1e3 * spec.slo.tpot_p99:g} ms"
-                                                     if spec.slo.tpot_p99 is not None else "")
+    slo = ", ".join(([f"p99 TTFT <= {spec.slo.ttft_p99:g} s"] if spec.slo.ttft_p99 is not None else [])
+                    + ([f"p99 TPOT <= {1e3 * spec.slo.tpot_p99:g} ms"] if spec.slo.tpot_p99 is not None else [])
+                    ) or "none given"  # a scenario without slo: is valid; every request then meets it
     load_name = (study.load or "load").split(".")[-1]
     lines = [f"# Options study: {result.scenario.name}", "",
              f"Seed {result.seed}; measured over {result.window_phrase()}. "
@@ -204,11 +205,13 @@ def _lines(axes, frame: pd.DataFrame, panels, study) -> None:
     x_name = study.x_label or (study.x or "").split(".")[-1]
     styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-")]
     for ax, (column, label) in zip(axes, panels):
-        top = 0.0
+        top, positive, finite = 0.0, False, False
         for k, (system, rows) in enumerate(frame.groupby("system", sort=False)):
             marker, line = styles[k % len(styles)]
             ys = [float("nan") if v is None else float(v) for v in rows[column].tolist()]
             top = max([top] + [y for y in ys if y == y])
+            positive = positive or any(y > 0 for y in ys if y == y)
+            finite = finite or any(y == y for y in ys)
             ax.plot(rows.x.tolist(), ys, marker="", linestyle=line, label=system, alpha=0.85)
             color = ax.lines[-1].get_color()
             flagged = rows.capacity_flags if column == "capacity" else rows.light_flags
@@ -221,12 +224,13 @@ def _lines(axes, frame: pd.DataFrame, panels, study) -> None:
                 for x, y, flag in zip(rows.x, ys, rows.capacity_flag):
                     if flag == ">=" and y == y:
                         ax.annotate(">=", (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
-        if column == "ttft_speedup":
+        if column == "ttft_speedup" and positive:  # no request finished at any point: no log axis
             ax.set_yscale("log")
         else:
             top = top if top > 0 else 1.0
             ax.set_ylim(-0.06 * top if column == "capacity" else 0.0, top * 1.15)
-        if study.x and frame.x.notna().all() and min(frame.x) > 0:
+        # a panel with no value drawn (no request finished) has no data for a log axis to scale
+        if study.x and finite and frame.x.notna().all() and min(frame.x) > 0:
             ax.set_xscale("log", base=2)
             ticks = sorted(set(frame.x))
             ax.set_xticks(ticks, [f"{t / 1024:g}K" if t >= 1024 else f"{t:g}" for t in ticks])

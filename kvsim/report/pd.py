@@ -203,8 +203,12 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
               ("signal_tpot_attainment", "TPOT attainment")]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9.5, 10), sharex=True)
     for system in systems:
+        if decisions.empty:  # no controller decided within the run (shorter than its interval): empty panels
+            break
         rows = decisions[(decisions.system == system) & (decisions.point == point)]
         for ax, (column, _) in zip(axes, panels):
+            if column not in rows:  # a signal no controller of this run reads
+                continue
             ax.plot(rows.time_s, rows[column], label=system, linewidth=1.2, drawstyle="steps-post"
                     if column == "prefill" else "default")
     for ax, (column, label) in zip(axes, panels):
@@ -218,7 +222,8 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
         boundary += phase.duration
         for ax in axes:
             ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
-    axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if axes[0].lines:  # nothing drawn (no decisions): no legend, and no matplotlib warning about it
+        axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     phased = bool(getattr(arrival, "phases", None))
     axes[-1].set_xlabel("simulated time (s)" + ("; dotted: workload phase change" if phased else ""))
     axes[-1].set_xlim(0, spec.duration)  # the arrivals; the run then drains

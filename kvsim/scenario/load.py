@@ -10,6 +10,7 @@ scenario names (length, trace and calibration files, opened and checked row by r
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any, Sequence
@@ -248,7 +249,15 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
             # the sweep changes a catalog part: this point's hardware is its own
             try:
                 point_catalogs = _catalogs(_point_catalog_spec(raw, params, context), located)
-            except (SpecError, ValidationError, ValueError):
+            except SpecError as exc:
+                # a swept catalog value the catalog refuses (nics.count: -1): the point cannot run on
+                # the unswept catalog instead, so it is reported, naming the sweep key
+                key = next((k for k in raw.get("sweep", {}) if any(
+                    p.startswith("catalog.") for p in zipped_paths(str(k)))), "")
+                for problem in exc.problems:
+                    point_problems.add(("sweep", key), _without_where(problem, located.filename), params)
+                continue
+            except (ValidationError, ValueError):
                 point_catalogs = None  # _point_spec reports the problem, naming the sweep key
         point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems,
                                  base_dir)
@@ -279,6 +288,12 @@ def _catalogs(spec: ScenarioSpec, located: Located) -> Catalogs:
         models=model_catalog().extended(spec.catalog.models, located, ("catalog", "models")),
         pool_nodes=pool_node_catalog().extended(spec.catalog.pool_nodes, located, ("catalog", "pool_nodes")),
     )
+
+
+def _without_where(problem: str, filename: str) -> str:
+    """``field: message`` of a ``file:line: field: message`` problem (the sweep key's line replaces it)."""
+    rest = problem.removeprefix(filename)
+    return re.sub(r"^(:\d+)?: ", "", rest) if rest != problem else problem
 
 
 def _point_catalog_spec(raw: dict[str, Any], params: dict[str, Any], context) -> ScenarioSpec:

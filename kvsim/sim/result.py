@@ -187,9 +187,10 @@ class RunResult:
 
         With ``replicas`` every replication has its row, told apart by a ``replica`` column.
         """
-        rows = []
+        rows, swept = [], set()
         for run in self.all_runs() if replicas else self.runs:
             row: dict[str, Any] = {"point": run.point_index, "system": run.system}
+            swept.update(run.params)
             if replicas:
                 row["replica"] = run.replica
             row.update(run.params)
@@ -207,7 +208,9 @@ class RunResult:
             row["cards"] = run.sizing.cards
             rows.append(row)
         frame = pd.DataFrame(rows)
-        return frame.astype({c: float for c in frame.columns if c.endswith(("_mean", "_p50", "_p90", "_p99"))})
+        # statistics only: a swept field may end the same way (slo.ttft_p99: [2 s, 3 s]) and holds text
+        return frame.astype({c: float for c in frame.columns
+                             if c.endswith(("_mean", "_p50", "_p90", "_p99")) and c not in swept})
 
     def summary_long_frame(self) -> pd.DataFrame:
         """``summary.csv``: one row per point x system x replica x numeric metric (docs/results.md).
