@@ -48,3 +48,22 @@ def test_closed_loop_is_not_estimated():
     cost = run_cost(kvsim.parse_scenario(text, "cost.yaml"))
     assert cost.requests is None and cost.cpu_s is None and cost.closed_loop_points == 2
     assert "closed loop" in cost.describe()
+
+
+
+def test_a_trace_is_read_once_however_many_points_leave_the_workload_alone(tmp_path, monkeypatch):
+    # a seed sweep over a trace replay read the trace at every point (10,000 points: minutes)
+    import kvsim.workload.traces as traces
+
+    (tmp_path / "t.csv").write_text("t,prompt,gen\n0.5,100,10\n1.5,200,20\n30,10,1\n", encoding="utf-8")
+    text = SCENARIO.replace("{kind: poisson, rate: 3/s}", (
+        "{kind: trace, format: csv, file: t.csv, columns: {arrival: t, input_tokens: prompt, output_tokens: gen}}"
+    )).replace("workload.arrival.rate: [1/s, 3/s]", "seed: [1, 2, 3, 4, 5]")
+    text = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(("  input_tokens:", "  output_tokens:")))
+    scenario = kvsim.parse_scenario(text, "cost.yaml", tmp_path)
+    reads = []
+    real = traces.load_csv
+    monkeypatch.setattr(traces, "load_csv", lambda *a, **k: reads.append(1) or real(*a, **k))
+    cost = run_cost(scenario)
+    assert cost.per_point == {i: 2 * 2 for i in range(5)}  # two requests before 20 s, two systems each
+    assert len(reads) == 1

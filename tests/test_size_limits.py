@@ -192,3 +192,22 @@ def test_the_speed_ladders_largest_cases_pass():
     requests, _ = limits.expected_requests(million.spec)
     assert requests == pytest.approx(speed_cases.MILLION)
     assert million.spec.systems["h20"].nodes * speed_cases.CARDS_PER_NODE == 1024
+
+
+def test_a_long_sweep_does_not_copy_itself_into_every_point(monkeypatch):
+    # each point's fields were set on a deep copy of the whole file, its sweep lists included:
+    # quadratic in the points (a 10,000-point sweep took minutes to validate)
+    import kvsim.scenario.load as load
+
+    copied = []
+    real = load.set_path
+
+    def recording(data, dotted, value):
+        copied.append(len(data.get("sweep") or {}))
+        return real(data, dotted, value)
+
+    monkeypatch.setattr(load, "set_path", recording)
+    seeds = ", ".join(str(k) for k in range(1, 101))
+    scenario = kvsim.parse_scenario(BASE + f"sweep:\n  seed: [{seeds}]\n", "sweep.yaml")
+    assert len(scenario.points) == 100 and len(copied) == 100
+    assert set(copied) == {0}

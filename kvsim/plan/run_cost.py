@@ -82,11 +82,15 @@ class RunCost:
 def run_cost(scenario: Scenario) -> RunCost:
     """Count the runs and requests of ``scenario`` (see the module docstring)."""
     per_point: dict[int, int | None] = {}
+    counted: dict[tuple, int | None] = {}  # a sweep that leaves the workload alone reads its trace once
     runs = 0
     requests = 0
     unknown = 0
     for point in scenario.points:
-        n = point_requests(scenario, point)
+        key = _requests_key(point)
+        if key not in counted:
+            counted[key] = point_requests(scenario, point)
+        n = counted[key]
         systems = len(point.spec.systems)
         reps = point.spec.replications
         passes = 2 if point.spec.warmup_auto else 1  # warmup: auto simulates each run twice
@@ -98,3 +102,11 @@ def run_cost(scenario: Scenario) -> RunCost:
             requests += n * systems * reps * passes
     return RunCost(len(scenario.points), len(scenario.spec.systems), runs, scenario.spec.replications, None if unknown else requests,
                    unknown, per_point, scenario.spec.warmup_auto)
+
+
+def _requests_key(point: ScenarioPoint) -> tuple:
+    """What a point's open-loop request count depends on: its workload and duration, and its seed
+    unless the requests are read from a trace."""
+    spec = point.spec
+    workload = spec.workload
+    return (workload.model_dump_json(), spec.duration, None if workload.trace else spec.seed)
