@@ -61,6 +61,12 @@ TREE_OPS = ["delete", "rename", "add_key", "nasty", "copy_other", "unit", "numbe
             "empty_container", "sweep", "study", "file_value", "bool_for_number"]
 
 
+def _nasty(draw) -> Any:
+    """A value of NASTY, copied: an edit that later adds to a list or mapping drawn from it must not
+    change NASTY itself (the next draws would differ, which hypothesis reports as a flaky strategy)."""
+    return copy.deepcopy(draw(st.sampled_from(NASTY)))
+
+
 def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
     out = []
     if isinstance(node, dict):
@@ -99,7 +105,7 @@ def tree_edit(draw, tree: dict) -> str:
     if op == "study":
         return _add_study(draw, tree)
     if not paths:
-        tree[draw(st.sampled_from(["name", "x", "systems"]))] = draw(st.sampled_from(NASTY))
+        tree[draw(st.sampled_from(["name", "x", "systems"]))] = _nasty(draw)
         return "filled an empty tree"
     if op == "file_value":
         found = [p for p in paths if p[-1] in ("file", "calibration")]
@@ -124,7 +130,7 @@ def tree_edit(draw, tree: dict) -> str:
             return f"renamed {where} to {new!r}"
     if op == "add_key" and isinstance(value, dict):
         new = draw(st.sampled_from(["unknown", "kind", "name", "duration", "max", "file", "nodes", "0"]))
-        value[new] = draw(st.sampled_from(NASTY))
+        value[new] = _nasty(draw)
         return f"added {where}.{new}"
     if op == "copy_other":
         other = draw(st.sampled_from(paths))
@@ -155,7 +161,7 @@ def tree_edit(draw, tree: dict) -> str:
     if op == "empty_container":
         parent[key] = draw(st.sampled_from([[], {}, None]))
         return f"{where} emptied"
-    parent[key] = draw(st.sampled_from(NASTY))
+    parent[key] = _nasty(draw)
     return f"{where} = {_short(parent[key])}"
 
 
@@ -196,18 +202,18 @@ def _add_sweep(draw, tree: dict, paths: list[tuple]) -> str:
     if leaves and draw(st.integers(0, 4)):
         path = draw(st.sampled_from(leaves))
         current = _get(tree, path)
-        values = [current] + [draw(st.sampled_from(NASTY)) for _ in range(min(size, 4))]
+        values = [current] + [_nasty(draw) for _ in range(min(size, 4))]
         values = (values * (size // max(1, len(values)) + 1))[:size]
         key = _dotted(path)
     else:
         key = draw(st.sampled_from(["nonexistent.field", "systems.nosuch.nodes", "catalog.nodes.h20-8x.nics.count",
                                     "duration, warmup", "systems", "workload.arrival", "seed", "", ".", "a..b",
                                     "catalog.models.qwen3-8b.num_layers", "study.kind", "sweep.x"]))
-        values = [draw(st.sampled_from(NASTY)) for _ in range(min(size, 6))]
+        values = [_nasty(draw) for _ in range(min(size, 6))]
         values = (values * (size // max(1, len(values)) + 1))[:size]
     if draw(st.booleans()) or not isinstance(tree.get("sweep"), dict):
         tree["sweep"] = {}
-    tree["sweep"][key] = values if draw(st.integers(0, 6)) else draw(st.sampled_from(NASTY))
+    tree["sweep"][key] = values if draw(st.integers(0, 6)) else _nasty(draw)
     if size >= 50 and draw(st.booleans()):  # a second axis: a grid of size x size points
         tree["sweep"]["seed"] = list(range(size))
     return f"sweep {key!r} over {size} value(s)"
@@ -343,12 +349,12 @@ def cases(draw, bases: list[Base]) -> Case:
     else:
         for _ in range(n_edits):
             paths = [_dotted(p) for p in _paths(tree)] + SET_PATHS
-            value = draw(st.sampled_from(NASTY))
+            value = _nasty(draw)
             text = value if isinstance(value, str) and draw(st.booleans()) else yaml.safe_dump(
                 value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
             case.sets.append(f"{draw(st.sampled_from(paths))}={text}")
     if draw(st.integers(0, 9)) == 0:  # the Python API: load, check, change a field, run
         case.api = True
         paths = [_dotted(p) for p in _paths(tree)] + SET_PATHS
-        case.api_change = (draw(st.sampled_from(paths)), draw(st.sampled_from(NASTY)))
+        case.api_change = (draw(st.sampled_from(paths)), _nasty(draw))
     return case
