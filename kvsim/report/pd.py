@@ -202,6 +202,7 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
               ("signal_decode_kv_occupancy", "decode KV\noccupancy"), ("signal_ttft_attainment", "TTFT attainment"),
               ("signal_tpot_attainment", "TPOT attainment")]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9.5, 10), sharex=True)
+    labelled = False
     for system in systems:
         if decisions.empty:  # no controller decided within the run (shorter than its interval): empty panels
             break
@@ -211,6 +212,7 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
                 continue
             ax.plot(rows.time_s, rows[column], label=system, linewidth=1.2, drawstyle="steps-post"
                     if column == "prefill" else "default")
+            labelled = labelled or ax is axes[0]
     for ax, (column, label) in zip(axes, panels):
         ax.set_ylabel(label, fontsize=9)
         ax.grid(alpha=0.3)
@@ -222,7 +224,7 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
         boundary += phase.duration
         for ax in axes:
             ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
-    if axes[0].lines:  # nothing drawn (no decisions): no legend, and no matplotlib warning about it
+    if labelled:  # no system drawn (no decisions; phase lines have no label): no legend, no matplotlib warning
         axes[0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     phased = bool(getattr(arrival, "phases", None))
     axes[-1].set_xlabel("simulated time (s)" + ("; dotted: workload phase change" if phased else ""))
