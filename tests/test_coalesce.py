@@ -104,7 +104,13 @@ def _shortened(path: Path, duration="12 s", systems: tuple[str, ...] | None = No
         changes["compare"] = None
     sweep = scenario.raw.get("sweep") or {}
     if sweep:
-        changes["sweep"] = {key: [values[0]] for key, values in sweep.items()}
+        changes["sweep"] = {}
+        for key, values in sweep.items():  # the first point, without any swept duration or warm-up
+            fields = [f.strip() for f in key.split(",")]
+            first = values[0] if len(fields) > 1 else [values[0]]
+            kept = [(f, v) for f, v in zip(fields, first) if f not in ("duration", "warmup")]
+            if kept:
+                changes["sweep"][", ".join(f for f, _ in kept)] = [[v for _, v in kept]] if len(kept) > 1 else [kept[0][1]]
     if "study" in scenario.raw:
         changes["study"] = None  # one sweep point is no study: the runs are what is compared
     return scenario.with_changes(changes)
