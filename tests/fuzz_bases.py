@@ -22,8 +22,8 @@ class Base:
     text: str
     files: dict[str, bytes] = field(default_factory=dict)
     runnable: bool = True
-    """Whether a valid mutant is also run (capped): false where even two simulated seconds of the
-    base take many wall seconds (prewarmed pools, pilot runs of every layout)."""
+    """Whether a valid mutant is also run (capped to CAP_S simulated seconds): false where even that
+    takes many wall seconds (prewarmed pools, pilot runs of every layout)."""
 
 
 SMALL = """\

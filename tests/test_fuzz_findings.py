@@ -105,3 +105,14 @@ def test_a_sweep_over_an_slo_field_writes_its_results(tmp_path, capsys):
     # "2 s" could not be (ValueError, exit 3 after the run)
     out = _run(tmp_path, capsys, BASE + "sweep:\n  slo.ttft_p99: [2 s, 3 s]\n")
     assert (out / "summary.json").is_file()
+
+
+def test_a_refused_swept_catalog_value_is_reported_at_its_own_sweep_key(tmp_path, capsys):
+    # with two catalog sweep keys the problem was reported at the first one, not the one that set it
+    text = BASE + ("sweep:\n  catalog.nodes.h20-8x.nics.count: [1, 2]\n"
+                   "  catalog.nodes.l20-8x.nics.count: [1, -3]\n")
+    path = _write(tmp_path, text)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{_line(text, 'l20-8x.nics.count')}: sweep.catalog.nodes.l20-8x.nics.count: at sweep point" in err
+    assert "sweep.catalog.nodes.h20-8x" not in err

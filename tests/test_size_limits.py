@@ -211,3 +211,13 @@ def test_a_long_sweep_does_not_copy_itself_into_every_point(monkeypatch):
     scenario = kvsim.parse_scenario(BASE + f"sweep:\n  seed: [{seeds}]\n", "sweep.yaml")
     assert len(scenario.points) == 100 and len(copied) == 100
     assert set(copied) == {0}
+
+
+def test_a_sweep_over_the_sweep_is_refused(tmp_path, capsys):
+    # each point's spec is built without the sweep lists, so such values would go nowhere
+    path = tmp_path / "s.yaml"
+    text = BASE + "sweep:\n  seed: [1, 2]\n  sweep.seed: [[3]]\n"
+    path.write_text(text, encoding="utf-8")
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:{_line(text, 'sweep.seed:')}: sweep.sweep.seed: sweep.seed: a sweep cannot change the sweep" in err

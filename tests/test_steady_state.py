@@ -270,3 +270,17 @@ def test_prompt_tokens_count_per_chunk_on_both_sides_of_the_window_edge():
     # counted when each chunk's batch ends: the chunks after the cut, a whole number of them
     assert counted % 2048 == 0 and 0 < counted < 32768
     assert counted == pytest.approx(16384, abs=2 * 2048)  # chunks take about equal time
+
+
+def test_a_swept_duration_states_each_points_window_not_the_files():
+    # offload_gap.yaml sweeps duration and warm-up with the prompt length: the top-level values are
+    # nobody's window, and the printed table must not claim them
+    text = OPEN.format(duration=120, warmup=10, rate=2) + (
+        "sweep:\n  \"duration, warmup\": [[20 s, 5 s], [30 s, 10 s]]\n")
+    result = kvsim.run(kvsim.parse_scenario(text, "s.yaml"))
+    assert [(r.summary["window"]["start_s"], r.summary["window"]["end_s"]) for r in result.runs] == [(5, 20), (10, 30)]
+    phrase = result.window_phrase()
+    assert phrase == "[5 s, 20 s], [10 s, 30 s] of simulated time (one window per sweep point)"
+    assert "measured over [5 s, 20 s], [10 s, 30 s]" in comparison_table(result)
+    plain = kvsim.run(kvsim.parse_scenario(OPEN.format(duration=20, warmup=5, rate=2), "s.yaml"))
+    assert plain.window_phrase() == "[5 s, 20 s] of simulated time"

@@ -210,8 +210,9 @@ def window_phrase(results: RunResults) -> str:
     from kvsim.sim.result import window_phrase as phrase
 
     s = results.summary
+    windows = list(run_windows(results).values())
     return phrase(float(s["warmup_s"]), float(s["duration_s"]), s.get("warmup") == "mser5",
-                  [start for start, _ in run_windows(results).values()])
+                  [start for start, _ in windows], [end for _, end in windows])
 
 
 def saturation(series: list[Row]) -> Row | None:

@@ -252,10 +252,13 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
             except SpecError as exc:
                 # a swept catalog value the catalog refuses (nics.count: -1): the point cannot run on
                 # the unswept catalog instead, so it is reported, naming the sweep key
-                key = next((k for k in raw.get("sweep", {}) if any(
-                    p.startswith("catalog.") for p in zipped_paths(str(k)))), "")
+                keys = [k for k in raw.get("sweep", {}) if any(p.startswith("catalog.") for p in zipped_paths(str(k)))]
                 for problem in exc.problems:
-                    point_problems.add(("sweep", key), _without_where(problem, located.filename), params)
+                    problem = _without_where(problem, located.filename)
+                    field_path = problem.split(":", 1)[0]
+                    key = next((k for k in keys if any(field_path.startswith(p) for p in zipped_paths(str(k)))),
+                               keys[0] if keys else "")
+                    point_problems.add(("sweep", key), problem, params)
                 continue
             except (ValidationError, ValueError):
                 point_catalogs = None  # _point_spec reports the problem, naming the sweep key
@@ -298,7 +301,7 @@ def _without_where(problem: str, filename: str) -> str:
 
 def _point_catalog_spec(raw: dict[str, Any], params: dict[str, Any], context) -> ScenarioSpec:
     """The spec of a point whose sweep sets ``catalog.*`` fields (raises if it does not validate)."""
-    point_raw = {**raw, "sweep": {}}  # not copied per point: a 10,000-value sweep made this quadratic
+    point_raw = {**raw, "sweep": {}}  # copied per point without the sweep lists (else quadratic)
     for dotted, value in params.items():
         point_raw = set_path(point_raw, dotted, value)
     return ScenarioSpec.model_validate({**point_raw, "sweep": {}}, context=context)
@@ -306,12 +309,16 @@ def _point_catalog_spec(raw: dict[str, Any], params: dict[str, Any], context) ->
 
 def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:
     """A sweep that sets a field of a system or pool the file does not have is a misspelt name
-    (sweeping a whole new system, ``systems.NAME: [{...}]``, stays allowed)."""
+    (sweeping a whole new system, ``systems.NAME: [{...}]``, stays allowed); one that sets the
+    sweep itself would do nothing."""
     problems = []
     systems = raw.get("systems") if isinstance(raw.get("systems"), dict) else {}
     for key in raw.get("sweep") or {}:
         for dotted in zipped_paths(str(key)):
             parts = dotted.split(".")
+            if parts[0] == "sweep":  # a point's own sweep is emptied: the values would go nowhere
+                problems.append(located.problem(("sweep", key), f"{dotted}: a sweep cannot change the sweep"))
+                continue
             if len(parts) < 3 or parts[0] != "systems":
                 continue
             name = parts[1]
@@ -331,7 +338,7 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
                 problems: PointProblems, base_dir: FsPath | None = None) -> ScenarioSpec | None:
     """The spec of one sweep point, or None after recording its problems in ``problems`` (the
     same problem at many points is then reported once, naming them)."""
-    point_raw = {**raw, "sweep": {}}  # not copied per point: a 10,000-value sweep made this quadratic
+    point_raw = {**raw, "sweep": {}}  # copied per point without the sweep lists (else quadratic)
     for dotted, value in params.items():
         try:
             point_raw = set_path(point_raw, dotted, value)

@@ -74,10 +74,19 @@ class SystemRun:
         return facts
 
 
-def window_phrase(warmup_s: float, duration_s: float, auto: bool, starts_s: list[float]) -> str:
+def window_phrase(warmup_s: float, duration_s: float, auto: bool, starts_s: list[float],
+                  ends_s: list[float] | None = None) -> str:
     """``[30 s, 300 s] of simulated time``; with ``warmup: auto`` the span of the warm-ups MSER-5
     found in the runs (``starts_s``): ``[27-57 s, 300 s] of simulated time, the warm-up found by
-    MSER-5 in each run``."""
+    MSER-5 in each run``. Runs whose windows end at different times (``ends_s``: a sweep over
+    ``duration``, and with it ``warmup``) are listed window by window, the scenario's top-level
+    values being nobody's."""
+    ends = sorted(set(ends_s or []))
+    if len(ends) > 1 or (ends and not auto and (len(set(starts_s)) > 1 or ends[0] != duration_s)):
+        windows = sorted(set(zip(starts_s, ends_s or [])), key=lambda w: (w[1], w[0]))
+        listed = ", ".join(f"[{a:.3g} s, {b:g} s]" for a, b in windows[:6]) + (", ..." if len(windows) > 6 else "")
+        found = "; the warm-up found by MSER-5 in each run" if auto else ""
+        return f"{listed} of simulated time (one window per sweep point{found})"
     if not auto:
         return f"[{warmup_s:g} s, {duration_s:g} s] of simulated time"
     starts = sorted(set(starts_s)) or [warmup_s]
@@ -131,8 +140,10 @@ class RunResult:
     def window_phrase(self) -> str:
         """The measurement window in words, for tables and reports (see :func:`window_phrase`)."""
         spec = self.scenario.spec
+        runs = self.all_runs()
         return window_phrase(spec.warmup, spec.duration, spec.warmup_auto,
-                             [r.summary.get("window", {}).get("start_s", spec.warmup) for r in self.all_runs()])
+                             [r.summary.get("window", {}).get("start_s", spec.warmup) for r in runs],
+                             [r.summary.get("window", {}).get("end_s", spec.duration) for r in runs])
 
     def runs_of(self, system: str, point_index: int) -> list[SystemRun]:
         """Every replica of ``system`` at ``point_index``, replica 0 first."""
