@@ -143,9 +143,11 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
                 ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flagged else color)
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
         values = list(set(rows[study.x])) if study.x else []
+        # loads and lengths double from point to point: a log axis; text values ("100 Gbit/s"), zeros
+        # and negative values have none and keep matplotlib's linear one
         if values and all(isinstance(t, numbers.Real) and not isinstance(t, bool) and t > 0 for t in values):
-            ax.set_xscale("log", base=2)  # loads and lengths double from point to point; text values
-            ticks = sorted(values)       # ("100 Gbit/s") or zeros have no log axis and keep matplotlib's
+            ax.set_xscale("log", base=2)
+            ticks = sorted(values)
             ax.set_xticks(ticks, [str(t) for t in ticks])
         if study.x:
             ax.set_xlabel(study.x.split(".")[-1])
