@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import difflib
 import os
-import pathlib
 import re
-import stat
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import yaml
 from pydantic import BaseModel, ValidationError
+
+from kvsim.input_files import InputFileError, open_checked
 
 __all__ = [
     "SpecError", "Located", "load_yaml", "errors_from_validation", "validation_problems", "Path",
@@ -93,22 +93,14 @@ class Located:
 def read_utf8(path: os.PathLike[str] | str, what: str, error: type[SpecError] = SpecError) -> tuple[bytes, str]:
     """The bytes of a UTF-8 text file and its text; ``error`` (one clear line naming the file)
     if it cannot be read or is not UTF-8. ``what`` names the file's role ("scenario file")."""
+    try:  # a regular file of sane size, before opening it: a FIFO waits forever, /dev/zero never ends
+        checked = open_checked(path, what, text=False, max_bytes=MAX_FILE_BYTES)
+    except InputFileError as exc:
+        raise error([str(exc)]) from None
     try:
-        # stat before opening: opening a FIFO waits for a writer forever, and reading /dev/zero
-        # never ends; a scenario is a few KB, so a file far larger than any is refused unread
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise error([f"{path}: is a folder, not a {what}"])
-        if not stat.S_ISREG(info.st_mode):
-            raise error([f"{path}: is not a regular file (a pipe, socket or device), so not a {what}"])
-        if info.st_size > MAX_FILE_BYTES:
-            raise error([f"{path}: {info.st_size:,} bytes is more than a {what} may hold ({MAX_FILE_BYTES:,}); "
-                         f"is this the right file?"])
-        data = pathlib.Path(path).read_bytes()
+        data = checked.read_bytes()
     except OSError as exc:
         raise error([f"{path}: cannot read {what}: {exc.strerror or exc}"]) from None
-    except ValueError:  # a NUL byte in the path
-        raise error([f"{path!r}: a {what} path cannot hold a NUL byte (\\0)"]) from None
     try:
         return data, data.decode("utf-8")
     except UnicodeDecodeError:

@@ -21,8 +21,7 @@ from typing import Any
 import yaml
 
 from kvsim.calibration.parameters import PARAMETERS, apply_to_raw, parameter
-from kvsim.input_files import InputFileError, open_checked
-from kvsim.yaml_io import MAX_YAML_CHARS, Located, SpecError, load_yaml, read_utf8
+from kvsim.yaml_io import Located, SpecError, load_yaml, read_utf8
 
 __all__ = ["Calibration", "FORMAT_VERSION", "read_calibration", "write_calibration", "apply_calibration_field",
            "apply_calibration_engine"]
@@ -63,11 +62,7 @@ def read_calibration(path: str | Path) -> Calibration:
     SpecError
         ``file:line: field: message`` for each problem.
     """
-    try:  # a regular UTF-8 file of sane size, before reading it whole
-        path = open_checked(path, "calibration file", max_bytes=4 * MAX_YAML_CHARS)
-    except InputFileError as exc:
-        raise SpecError([str(exc)]) from None
-    data, text = read_utf8(path, "calibration file")
+    data, text = read_utf8(path, "calibration file")  # a regular UTF-8 file of sane size
     located = load_yaml(text, str(path))
     doc = located.data
     if not isinstance(doc, dict):

@@ -10,7 +10,6 @@ A gap either of whose systems is flagged as not steady state (``summary["flags"]
 from __future__ import annotations
 
 import numbers
-
 from pathlib import Path
 from typing import Any
 

@@ -203,9 +203,8 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
               ("signal_tpot_attainment", "TPOT attainment")]
     fig, axes = plt.subplots(len(panels), 1, figsize=(9.5, 10), sharex=True)
     labelled = False
-    for system in systems:
-        if decisions.empty:  # no controller decided within the run (shorter than its interval): empty panels
-            break
+    # no controller decided within the run (shorter than its interval): empty panels
+    for system in [] if decisions.empty else systems:
         rows = decisions[(decisions.system == system) & (decisions.point == point)]
         for ax, (column, _) in zip(axes, panels):
             if column not in rows:  # a signal no controller of this run reads

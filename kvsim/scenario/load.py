@@ -255,9 +255,7 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
                 keys = [k for k in raw.get("sweep", {}) if any(p.startswith("catalog.") for p in zipped_paths(str(k)))]
                 for problem in exc.problems:
                     problem = _without_where(problem, located.filename)
-                    field_path = problem.split(":", 1)[0]
-                    key = next((k for k in keys if any(field_path.startswith(p) for p in zipped_paths(str(k)))),
-                               keys[0] if keys else "")
+                    key = _sweep_key(keys, problem.split(":", 1)[0], keys[0] if keys else "")
                     point_problems.add(("sweep", key), problem, params)
                 continue
             except (ValidationError, ValueError):
@@ -293,6 +291,12 @@ def _catalogs(spec: ScenarioSpec, located: Located) -> Catalogs:
     )
 
 
+def _sweep_key(keys: Sequence[Any], field_path: str, default: Any) -> Any:
+    """The first of ``keys`` (sweep keys, one field or several joined by commas) that sets
+    ``field_path`` or a field it lies under; ``default`` if none does."""
+    return next((k for k in keys if any(field_path.startswith(p) for p in zipped_paths(str(k)))), default)
+
+
 def _without_where(problem: str, filename: str) -> str:
     """``field: message`` of a ``file:line: field: message`` problem (the sweep key's line replaces it)."""
     rest = problem.removeprefix(filename)
@@ -304,7 +308,7 @@ def _point_catalog_spec(raw: dict[str, Any], params: dict[str, Any], context) ->
     point_raw = {**raw, "sweep": {}}  # copied per point without the sweep lists (else quadratic)
     for dotted, value in params.items():
         point_raw = set_path(point_raw, dotted, value)
-    return ScenarioSpec.model_validate({**point_raw, "sweep": {}}, context=context)
+    return ScenarioSpec.model_validate(point_raw, context=context)
 
 
 def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:
@@ -345,12 +349,11 @@ def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
         except ValueError as exc:
             key = next((k for k in raw.get("sweep", {}) if dotted in zipped_paths(k)), dotted)
             raise SpecError([located.problem(("sweep", key), str(exc))]) from None
-    point_raw = {**point_raw, "sweep": {}}
 
     def sweep_problem(path: Path, message: str) -> str:
         dotted = dotted_path(path)
-        key = next((k for k in located.data.get("sweep", {}) if any(
-            dotted.startswith(p) for p in zipped_paths(k))), next(iter(located.data.get("sweep", {})), ""))
+        keys = list(located.data.get("sweep", {}))
+        key = _sweep_key(keys, dotted, keys[0] if keys else "")
         problems.add(("sweep", key), f"{dotted}: {message}", params)
         return message
 

@@ -81,9 +81,8 @@ def window_phrase(warmup_s: float, duration_s: float, auto: bool, starts_s: list
     MSER-5 in each run``. Runs whose windows end at different times (``ends_s``: a sweep over
     ``duration``, and with it ``warmup``) are listed window by window, the scenario's top-level
     values being nobody's."""
-    ends = sorted(set(ends_s or []))
-    if len(ends) > 1 or (ends and not auto and (len(set(starts_s)) > 1 or ends[0] != duration_s)):
-        windows = sorted(set(zip(starts_s, ends_s or [])), key=lambda w: (w[1], w[0]))
+    windows = sorted(set(zip(starts_s, ends_s or [])), key=lambda w: (w[1], w[0]))
+    if len({end for _, end in windows}) > 1 or (windows and not auto and windows != [(warmup_s, duration_s)]):
         listed = ", ".join(f"[{a:.3g} s, {b:g} s]" for a, b in windows[:6]) + (", ..." if len(windows) > 6 else "")
         found = "; the warm-up found by MSER-5 in each run" if auto else ""
         return f"{listed} of simulated time (one window per sweep point{found})"
