@@ -40,6 +40,12 @@ class EvictionPolicy(ABC):
     ----------
     capacity_blocks : int
         Blocks the owning store can hold. LRU and LFU ignore it; S3-FIFO sizes its queues by it.
+
+    Notes
+    -----
+    A policy that keeps its resident blocks as the keys of one dict exposes it as ``members``
+    (LRU, LFU); the store then tests membership and counts on it directly, the hottest calls of
+    a cache run. Only the policy changes it.
     """
 
     def __init__(self, capacity_blocks: int):
@@ -92,6 +98,7 @@ class LRUPolicy(EvictionPolicy):
         super().__init__(capacity_blocks)
         # Front = least recently used. An OrderedDict moves a key to the end in O(1).
         self._order: OrderedDict[Block, None] = OrderedDict()
+        self.members = self._order  # (the store tests membership on it directly: a hot path)
 
     def insert(self, block: Block) -> None:
         if block in self._order:
@@ -138,6 +145,7 @@ class LFUPolicy(EvictionPolicy):
     def __init__(self, capacity_blocks: int):
         super().__init__(capacity_blocks)
         self._freq: dict[Block, int] = {}
+        self.members = self._freq  # (the store tests membership on it directly: a hot path)
         self._buckets: dict[int, OrderedDict[Block, None]] = {}
         self._next: dict[int, int] = {self._HEAD: self._HEAD}
         self._prev: dict[int, int] = {self._HEAD: self._HEAD}

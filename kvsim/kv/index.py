@@ -94,6 +94,13 @@ class KVIndex:
             return None
         for gone in evicted:
             self.discard(gone, store)
+        if not self._watchers:  # add() without the call (a hot path: every block every tier stores)
+            where = self._where.get(block)
+            if where is None:
+                self._where[block] = {store: None}
+            else:
+                where[store] = None
+            return evicted
         self.add(block, store)
         return evicted
 

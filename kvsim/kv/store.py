@@ -96,6 +96,9 @@ class BlockStore:
         self.capacity_blocks = _whole_blocks(capacity_bytes, block_bytes)
         self.policy_kind = policy
         self._policy: EvictionPolicy = EVICTION_POLICIES[policy](self.capacity_blocks)
+        # the resident blocks as a dict where the policy keeps one (LRU, LFU): ``in`` and ``len``
+        # on it directly, not through the policy's methods, on every insert, pin and read
+        self._members = getattr(self._policy, "members", self._policy)
         # Only blocks with a count > 0 are keys, so "in" answers "is it held?" in O(1).
         self._pins: dict[Block, int] = {}
         self._readers: dict[Block, int] = {}
@@ -131,11 +134,11 @@ class BlockStore:
     @property
     def used_blocks(self) -> int:
         """Blocks stored (physical copies)."""
-        return len(self._policy)
+        return len(self._members)
 
     @property
     def free_blocks(self) -> int:
-        return self.capacity_blocks - len(self._policy)
+        return self.capacity_blocks - len(self._members)
 
     @property
     def capacity_bytes(self) -> float:
@@ -145,12 +148,12 @@ class BlockStore:
     @property
     def used_bytes(self) -> float:
         """Bytes occupied; the same as :attr:`physical_bytes`."""
-        return len(self._policy) * self.block_bytes
+        return len(self._members) * self.block_bytes
 
     @property
     def physical_bytes(self) -> float:
         """Bytes of stored copies: one per block however many readers share it."""
-        return len(self._policy) * self.block_bytes
+        return len(self._members) * self.block_bytes
 
     @property
     def logical_bytes(self) -> float:
@@ -177,16 +180,16 @@ class BlockStore:
 
     def contains(self, block: Block) -> bool:
         """Whether ``block`` is stored. No counters or recency change."""
-        return block in self._policy
+        return block in self._members
 
     __contains__ = contains
 
     def __len__(self) -> int:
-        return len(self._policy)
+        return len(self._members)
 
     def lookup(self, block: Block) -> bool:
         """Whether ``block`` is stored, counting a hit (which the policy sees) or a miss."""
-        if block in self._policy:
+        if block in self._members:
             self.hits += 1
             self._policy.touch(block)
             if self._heap_on:
@@ -212,16 +215,16 @@ class BlockStore:
             would be, without counting one). ``None`` if the store is full and every stored
             block is pinned or read -- nothing is changed then (see the module docstring).
         """
-        policy = self._policy
-        if block in policy:
+        policy, members = self._policy, self._members
+        if block in members:
             policy.touch(block)
             if self._heap_on:
                 self._use(block)
             return []
         evicted: list[Block] = []
         # The store never exceeds its capacity, so one eviction always makes room.
-        if len(policy) >= self.capacity_blocks:
-            victim = self._victim() if len(policy) else None
+        if len(members) >= self.capacity_blocks:
+            victim = self._victim() if members else None
             if victim is None:
                 self.rejections += 1
                 return None
@@ -235,7 +238,7 @@ class BlockStore:
 
     def evict_one(self) -> Block | None:
         """Evict the policy's victim among unheld blocks (to free room on demand); None if none."""
-        victim = self._victim() if len(self._policy) else None
+        victim = self._victim() if len(self._members) else None
         if victim is None:
             return None
         self._evict(victim)
@@ -302,7 +305,7 @@ class BlockStore:
         ValueError
             If ``block`` is pinned or has readers.
         """
-        if block not in self._policy:
+        if block not in self._members:
             raise KeyError(block)
         if not self.is_evictable(block):
             raise ValueError(f"block {block!r} in {self.name} is pinned or read; cannot remove it")
@@ -315,7 +318,7 @@ class BlockStore:
 
     def pin(self, block: Block) -> None:
         """Hold stored ``block`` while it is being read or written (counted; KeyError if absent)."""
-        if block not in self._policy:
+        if block not in self._members:
             raise KeyError(block)
         self._pins[block] = self._pins.get(block, 0) + 1
         self._hold(block)
@@ -335,7 +338,7 @@ class BlockStore:
     @property
     def evictable_blocks(self) -> int:
         """Stored blocks with no pin and no reader (what :meth:`evict_one` could free)."""
-        return len(self._policy) - len(self._held)
+        return len(self._members) - len(self._held)
 
     def unpin(self, block: Block) -> None:
         """Release one pin of ``block`` (ValueError if it has none)."""
@@ -348,13 +351,39 @@ class BlockStore:
             self._pins[block] = count - 1
         self._release(block)
 
+    def pin_each(self, blocks) -> None:
+        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
+        members, pins, held = self._members, self._pins, self._held
+        for block in blocks:
+            if block not in members:
+                raise KeyError(block)
+            pins[block] = pins.get(block, 0) + 1
+            held[block] = held.get(block, 0) + 1
+
+    def unpin_each(self, blocks) -> None:
+        """:meth:`unpin` each of ``blocks`` in order."""
+        pins, held = self._pins, self._held
+        for block in blocks:
+            count = pins.get(block, 0)
+            if count == 0:
+                raise ValueError(f"block {block!r} in {self.name} is not pinned")
+            if count == 1:
+                del pins[block]
+            else:
+                pins[block] = count - 1
+            count = held[block]
+            if count == 1:
+                self._release(block)
+            else:
+                held[block] = count - 1
+
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
         return self._pins.get(block, 0)
 
     def add_reader(self, block: Block) -> None:
         """Take a reader reference to stored ``block`` (KeyError if absent)."""
-        if block not in self._policy:
+        if block not in self._members:
             raise KeyError(block)
         self._readers[block] = self._readers.get(block, 0) + 1
         self._reader_refs += 1
@@ -371,6 +400,24 @@ class BlockStore:
             self._readers[block] = count - 1
         self._reader_refs -= 1
         self._release(block)
+
+    def drop_reader_each(self, blocks) -> None:
+        """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
+        readers, held = self._readers, self._held
+        for block in blocks:
+            count = readers.get(block, 0)
+            if count == 0:
+                raise ValueError(f"block {block!r} in {self.name} has no readers")
+            if count == 1:
+                del readers[block]
+            else:
+                readers[block] = count - 1
+            self._reader_refs -= 1
+            count = held[block]
+            if count == 1:
+                self._release(block)
+            else:
+                held[block] = count - 1
 
     def readers(self, block: Block) -> int:
         """Reader references currently held on ``block``."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import add, mul, sub
+
 import numpy as np
 
 __all__ = ["TimeWeightedLevel", "WindowCounter"]
@@ -48,6 +51,15 @@ class TimeWeightedLevel:
         ``then[k]``: the same as ``set(t, first[k]); set(t, then[k])`` for each ``k`` in order, to
         the bit, in one call (a coalesced run of engine steps, each ending and allocating the next)."""
         ws, we = self.window_start_s, self.window_end_s
+        if times_s and self._t > ws and times_s[-1] <= we:
+            # all inside the window (most runs): every value held counts, every product is added
+            # in order (a left fold, not sum(), whose float sum may compensate)
+            helds = [self.value] + then[:-1]
+            spans = map(sub, times_s, [self._t] + times_s[:-1])
+            self._area = reduce(add, map(mul, helds, spans), self._area)
+            self._peak = max(self._peak, self.value, max(first), max(then))
+            self.value, self._t = then[-1], times_s[-1]
+            return
         area, peak, held, last = self._area, self._peak, self.value, self._t
         for t, a, b in zip(times_s, first, then):
             start = last if last > ws else ws
@@ -128,7 +140,10 @@ class WindowCounter:
         self.in_window += amount * int(inside)
 
     def add_at_each(self, times_s: list[float], amount: int) -> None:
-        """``add(t, amount)`` at each of ``times_s``."""
+        """``add(t, amount)`` at each of the non-decreasing ``times_s``."""
         ws, we = self.window_start_s, self.window_end_s
         self.total += amount * len(times_s)
+        if times_s and ws <= times_s[0] and times_s[-1] <= we:
+            self.in_window += amount * len(times_s)
+            return
         self.in_window += amount * sum(1 for t in times_s if ws <= t <= we)

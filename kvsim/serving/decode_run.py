@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -164,13 +165,9 @@ class DecodeRun:
                                 later.comm_s, later.kernels_s, later.overhead_s)
         else:
             ends = [now]
-            t = now + first_s
-            ends.append(t)
-            for d in later.total_s:
-                if not d > 0 or math.isinf(d):
-                    raise RuntimeError(f"step-time model returned {d!r} s for a decode step of {n} sequences")
-                t += d
-                ends.append(t)
+            ends += accumulate(later.total_s, initial=now + first_s)  # in order, as the step-by-step clock adds them
+            if not (min(later.total_s) > 0 and math.isfinite(ends[-1])):  # (a NaN step makes the end NaN)
+                raise RuntimeError(f"step-time model returned a non-positive or infinite decode step of {n} sequences")
             parts = DecodeSteps([first_s] + later.total_s, [first_parts.compute_s] + later.compute_s,
                                 [first_memory_s] + later.memory_s, later.comm_s, later.kernels_s, later.overhead_s)
         return DecodeRun(instance, batch, ends, parts, new_blocks, (kv0, generated0, blocks0, own0))

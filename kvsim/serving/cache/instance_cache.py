@@ -142,8 +142,7 @@ class InstanceCache(AdmissionHook):
             return
         if finished and seq.sequence_hashes is not None:
             self.writer.cache_decoded(seq)
-        for block in state.blocks:
-            self.hbm.drop_reader(block)
+        self.hbm.drop_reader_each(state.blocks)
         seq.cache = None
         seq.remote_tokens = 0
 

@@ -67,11 +67,15 @@ class CacheWriter:
 
         The blocks are pinned in HBM until their copies land. One flow per card and target.
         """
+        if not blocks:
+            return
         cache, system = self.cache, self.system
         g = cache.geometry
         targets: dict[int, tuple[BlockStore, list]] = {}
+        # the same stores for every block, unless a remote pool spreads them by id
+        same = [only] if only is not None else None if system.remote else system.lower_stores(cache.node, blocks[0])
         for block in blocks:
-            for store in ([only] if only is not None else system.lower_stores(cache.node, block)):
+            for store in (same if same is not None else system.lower_stores(cache.node, block)):
                 if block not in store:
                     targets.setdefault(id(store), (store, []))[1].append(block)
         for store, group in targets.values():
@@ -82,12 +86,10 @@ class CacheWriter:
                 continue  # the store's write queue is full: no copy there (counted by system.write)
             if seq is not None:
                 cache.record_written(seq, per_card * g.tp)
-            for block in group:
-                cache.hbm.pin(block)
+            cache.hbm.pin_each(group)
 
             def stored(_event, store=store, group=group):
-                for block in group:
-                    cache.hbm.unpin(block)
+                cache.hbm.unpin_each(group)
                 system.file(store, group)
                 cache.wake()
 
