@@ -87,7 +87,7 @@ class DecodeRun:
     """
 
     __slots__ = ("instance", "batch", "seqs", "ends_s", "parts", "free0", "new_blocks",
-                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "batches0", "block_tokens", "planned",
+                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "accounted", "batches0", "block_tokens", "planned",
                  "first_tokens")
 
     def __init__(self, instance: "Instance", batch: "Batch", ends_s: list[float], parts: DecodeSteps,
@@ -107,6 +107,7 @@ class DecodeRun:
         self.block_tokens = pool.block_size_tokens
         self.last = self.planned = len(ends_s) - 1
         self.applied = 0                      # steps applied so far (completed, the next allocated)
+        self.accounted = 0                    # steps of those accounted (see account())
         self.batches0 = instance.scheduler.batches_formed
 
     @staticmethod
@@ -193,25 +194,45 @@ class DecodeRun:
         return float(self.ends_s[self.last])
 
     def settle(self, now: float) -> None:
-        """Apply every step before the last that has ended by ``now`` (and allocate the next)."""
+        """Apply every step before the last that has ended by ``now`` (and allocate the next): what
+        the instance shows (tokens, pages, first tokens). Their accounts wait for :meth:`account`."""
         done = bisect_right(self.ends_s, now, 1, self.last) - 1
         if done <= self.applied:
             return
         first = self.applied + 1
         self.applied = done
         instance = self.instance
+        if first == 1 and self.first_tokens:
+            first_token, end_s = instance.scheduler.events.first_token, float(self.ends_s[1])
+            for seq in self.first_tokens:
+                first_token(seq, end_s)
+        instance.pool._free = self.free0 - int(self.new_blocks[done + 1])
+        block = self.block_tokens
+        for seq, kv, generated, blocks, own in zip(self.seqs, self.kv0, self.generated0, self.blocks0, self.own0):
+            seq.kv_tokens = kv + done
+            seq.generated = generated + done
+            need = -(-(own + done) // block)
+            seq.kv_blocks = need if need > blocks else blocks
+        instance.scheduler.batches_formed = self.batches0 + done
+
+    def account(self) -> None:
+        """Account the steps applied so far: engine time, iterations, tokens in the window, the KV
+        level. Only the end of the run reads these (and the run's summary), so a run settled
+        many times while it lasts (samplers, routers) accounts once: the same additions in the
+        same order as step by step."""
+        done = self.applied
+        if done <= self.accounted:
+            return
+        first = self.accounted + 1
+        self.accounted = done
+        instance = self.instance
         parts = self.parts
-        pool = instance.pool
-        num_blocks = pool.num_blocks
+        num_blocks = instance.pool.num_blocks
         used0 = num_blocks - self.free0
         ends = self.ends_s[first:done + 1]
         steps = (parts.total_s[first - 1:done], parts.compute_s[first - 1:done], parts.memory_s[first - 1:done])
         counters = instance.counters
         counters.iterations += done - first + 1
-        if first == 1 and self.first_tokens:
-            first_token, end_s = instance.scheduler.events.first_token, float(self.ends_s[1])
-            for seq in self.first_tokens:
-                first_token(seq, end_s)
         # the pool's level as each step ends (its pages) and the next is formed (its new pages)
         if isinstance(ends, np.ndarray):
             instance.engine_time.add_each_array(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s)
@@ -224,14 +245,6 @@ class DecodeRun:
             new_blocks = self.new_blocks
             during = [(used0 + new_blocks[i]) / num_blocks for i in range(first, done + 2)]
             instance.kv_utilization.set_at_each(ends, during[:-1], during[1:])
-        pool._free = self.free0 - int(self.new_blocks[done + 1])
-        block = self.block_tokens
-        for seq, kv, generated, blocks, own in zip(self.seqs, self.kv0, self.generated0, self.blocks0, self.own0):
-            seq.kv_tokens = kv + done
-            seq.generated = generated + done
-            need = -(-(own + done) // block)
-            seq.kv_blocks = need if need > blocks else blocks
-        instance.scheduler.batches_formed = self.batches0 + done
 
     def cut(self, now: float, keep: int = 0) -> None:
         """Settle, and make the step in progress at ``now`` (or ``keep`` steps after it) the last."""
@@ -247,7 +260,9 @@ class DecodeRun:
         return horizon
 
     def finish_step(self) -> None:
-        """Account the last step's engine time (the scheduler completes it)."""
+        """Account the steps before the last, then the last step's engine time (the scheduler
+        completes it)."""
+        self.account()
         i = self.last
         parts = self.parts
         self.instance.engine_time.add(float(self.ends_s[i]), float(parts.total_s[i - 1]), float(parts.compute_s[i - 1]),

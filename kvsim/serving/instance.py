@@ -310,6 +310,14 @@ class Instance:
         if run is not None:
             run.settle(self.env.now)
 
+    def settle_accounts(self) -> None:
+        """Settle, and account the run's steps so far too (engine time, tokens, KV level): for
+        the run's summary, which reads them while a run may still be going."""
+        run = self._decode_run
+        if run is not None:
+            run.settle(self.env.now)
+            run.account()
+
     def interrupt(self) -> None:
         """Something outside changes this instance now: settle the coalesced run and end it at
         the step in progress, so the engine plans again from the state that follows."""

@@ -24,7 +24,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
     warmup, duration = spec.warmup, spec.duration
     records, counters, instances = system.records, system.counters, system.instances
     for instance in instances:
-        instance.settle()  # a coalesced decode run still going applies the steps that have ended
+        instance.settle_accounts()  # a coalesced decode run still going applies and accounts the steps that have ended
     kv_mean = sum(i.kv_utilization.mean() for i in instances) / len(instances)
     slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99, "e2e_s": spec.slo.e2e_p99}
     arrival = spec.workload.arrival

@@ -22,11 +22,18 @@ class CacheWriter:
     def __init__(self, cache: "InstanceCache"):
         self.cache = cache
         self.system = cache.system
+        self._paths_to: dict[int, list] = {}
 
     def _paths(self, store: BlockStore) -> list:
-        system = self.system
-        return [system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
+        """The paths from this instance's cards to ``store`` (the topology does not change: worked
+        out once per store; read only)."""
+        paths = self._paths_to.get(id(store))
+        if paths is None:
+            system = self.system
+            paths = self._paths_to[id(store)] = [
+                system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
                 for gpu in self.cache.gpus]
+        return paths
 
     def file_prompt(self, seq: Sequence) -> None:
         """The prompt's KV is complete: file its new full blocks in HBM (the sequence's own pages
