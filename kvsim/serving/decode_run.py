@@ -289,6 +289,11 @@ def _new_pages(firsts: list[int], block: int, steps: int, free: int) -> list[int
 
 def _new_pages_array(firsts: list[int], block: int, steps: int, free: int) -> np.ndarray:
     """:func:`_new_pages` with numpy: first needs counted per step, then carried ``block`` steps on."""
+    if len(firsts) == 1:
+        # one sequence, first needing a page at step f (>= 2): by step i it has taken
+        # max(0, floor((i - f) / block) + 1) of them (half the array operations of the general case)
+        new_blocks = np.maximum((np.arange(steps + 1) + (block - firsts[0])) // block, 0)
+        return new_blocks[:int(np.searchsorted(new_blocks, free, side="right"))]
     first = np.asarray(firsts, dtype=np.int64)
     counts = np.bincount(first[first <= steps], minlength=steps + 1)
     pad = -(steps + 1) % block
