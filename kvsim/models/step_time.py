@@ -32,7 +32,6 @@ The kernel-launch and host costs are the engine's (:class:`kvsim.models.engine.E
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -101,11 +100,11 @@ class BatchShape(NamedTuple):
         return chunk_tokens * cached_tokens + chunk_tokens * (chunk_tokens + 1) / 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class DecodeSteps:
+class DecodeSteps(NamedTuple):
     """The breakdowns of consecutive decode-only iterations (see
     :meth:`RooflineStepTime.decode_steps`): per step ``total_s``, ``compute_s`` and
-    ``memory_s``; the collective, kernel-launch and host times are the same every step."""
+    ``memory_s``; the collective, kernel-launch and host times are the same every step. (A named
+    tuple: built twice per coalesced run, which a frozen dataclass makes slow.)"""
 
     total_s: list[float] | np.ndarray
     compute_s: list[float] | np.ndarray
@@ -211,13 +210,19 @@ class RooflineStepTime:
         scale_up = accelerator.scale_up_bandwidth
         self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
         self._decode_cache: dict[int, tuple] = {}
+        self._comm_cache: dict[int, float] = {}
 
     def comm_s(self, tokens: int) -> float:
-        """TP all-reduce time of one iteration over ``tokens`` tokens, seconds."""
+        """TP all-reduce time of one iteration over ``tokens`` tokens, seconds (worked out once
+        per token count: every iteration asks)."""
         if not self._allreduces:
             return 0.0
-        nbytes = tokens * self._activation_bytes_per_token
-        return self._allreduces * allreduce_s(nbytes, self.tp, self._hop_latency_s, self._peer_Bps)
+        known = self._comm_cache.get(tokens)
+        if known is None:
+            nbytes = tokens * self._activation_bytes_per_token
+            known = self._comm_cache[tokens] = self._allreduces * allreduce_s(nbytes, self.tp, self._hop_latency_s,
+                                                                              self._peer_Bps)
+        return known
 
     def weight_bytes_read(self, tokens: int) -> float:
         """Weight bytes the whole instance reads in one iteration over ``tokens`` tokens."""

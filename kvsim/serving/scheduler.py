@@ -47,7 +47,7 @@ class Batch:
 
     prefills: list[tuple[Sequence, int]] = field(default_factory=list)
     decodes: list[Sequence] = field(default_factory=list)
-    shape: BatchShape = field(default_factory=BatchShape)
+    shape: BatchShape = BatchShape()  # (immutable: one empty shape shared until schedule() sets it)
 
 
 class SchedulerEvents:
