@@ -202,3 +202,20 @@ def test_report_checks_each_target_against_its_measurement():
     base["mooncake"]["results"][0]["ttft_s"]["p99"] = 0.6
     rows = {line.split(" | ")[0].lstrip("| "): line for line in speed.targets(results, base)[2:]}
     assert rows["Mooncake: same hit rates and latencies as the baseline"].endswith("| no |")
+
+
+def test_repeated_runs_keep_the_least_cpu_time_and_refuse_different_records(monkeypatch):
+    import speed
+
+    cpu = iter([3.0, 2.0, 2.5])
+    monkeypatch.setattr(speed, "_run_once", lambda case, params: {
+        **_measurement(case, 1_000, next(cpu)), "records_digest": "same"})
+    best = speed.run_case("mooncake", {}, repeat=3)
+    assert (best["cpu_s"], best["runs"], best["cpu_s_all"]) == (2.0, 3, [3.0, 2.0, 2.5])
+    assert "Each case ran 3 times" in speed.report({"mooncake": best}, None, "`x`", 1.0, None, False,
+                                                   speed.machine())
+    digests = iter(["a", "b"])
+    monkeypatch.setattr(speed, "_run_once", lambda case, params: {
+        **_measurement(case, 1_000, 1.0), "records_digest": next(digests)})
+    with pytest.raises(SystemExit, match="different records"):
+        speed.run_case("mooncake", {}, repeat=2)
