@@ -10,8 +10,10 @@ end times by adding them up in order, exactly as the step-by-step loop would.
 A :class:`DecodeRun` holds that plan and applies its steps lazily. The engine sleeps until the
 last step ends (one event); anything that looks at the instance in between -- a router reading
 its free KV, a sampler reading the pool -- *settles* the run first: every step that has started
-by then is applied (tokens, pages, counters, the utilisation level), so what it sees is what the
-step-by-step engine would show at that moment. Anything that *changes* the instance -- a request
+by then is applied (tokens, pages, first tokens), so what it sees is what the step-by-step
+engine would show at that moment. The steps' accounts (engine time, iterations, tokens in the
+window, the KV level), which only the run's summary reads, are added once, when the run ends
+(or when the summary asks), in step order. Anything that *changes* the instance -- a request
 arriving, a load landing, a client aborting, a cache taking pages -- *interrupts* the run: it
 settles, and the step in progress becomes the last one. The engine wakes, waits for that step to
 end and completes it through the scheduler as usual, then plans again from the exact state.
@@ -87,8 +89,8 @@ class DecodeRun:
     """
 
     __slots__ = ("instance", "batch", "seqs", "ends_s", "parts", "free0", "new_blocks",
-                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "accounted", "batches0", "block_tokens", "planned",
-                 "first_tokens")
+                 "kv0", "generated0", "blocks0", "own0", "last", "applied", "accounted", "batches0", "block_tokens",
+                 "planned", "first_tokens")
 
     def __init__(self, instance: "Instance", batch: "Batch", ends_s: list[float], parts: DecodeSteps,
                  new_blocks: list[int], start: tuple[list[int], list[int], list[int], list[int]]):
