@@ -445,3 +445,42 @@ def test_level_and_engine_time_bulk_updates_equal_one_call_per_step(seed):
 def test_runs_kept_as_lists_or_arrays_give_the_same_results(tmp_path, monkeypatch, array_steps, case):
     monkeypatch.setattr(decode_run, "ARRAY_STEPS", array_steps)
     _assert_equal(*_both(_random_scenario(tmp_path, case)))
+
+
+def test_a_run_cut_just_before_the_end_is_accounted(tmp_path, monkeypatch):
+    """A run cut in its last step before the simulation stops (no drain): the summary counts the
+    steps it applied (engine time, iterations, tokens, KV level) although the step in progress
+    never ends inside the run."""
+    from kvsim.sim import run as run_module
+
+    path = tmp_path / "cut_at_end.yaml"
+    path.write_text("""
+name: cut-at-end
+seed: 0
+duration: 4 s
+warmup: 1 s
+drain_limit: 0 s
+model: qwen3-8b
+engine: {async_scheduling: false}
+workload:
+  arrival: {kind: poisson, rate: 2/s}
+  input_tokens: {kind: fixed, value: 64}
+  output_tokens: {kind: fixed, value: 2000}
+systems:
+  s: {node: h20-8x, instance: {tp: 8}}
+""")
+    build = run_module.build_system
+
+    def meddle(system):
+        yield system.env.timeout(3.9999)
+        for instance in system.instances:
+            instance.pool.take(1)  # (a cache taking a page): cuts every run going
+
+    def build_and_meddle(*args, **kwargs):
+        system = build(*args, **kwargs)
+        system.env.process(meddle(system))
+        return system
+
+    monkeypatch.setattr(run_module, "build_system", build_and_meddle)
+    reference, coalesced = _both(kvsim.load_scenario(path))
+    _assert_equal(reference, coalesced)

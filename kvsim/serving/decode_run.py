@@ -83,7 +83,8 @@ def decode_steps(step_model, seqs: int, context_tokens: int, steps: int, arrays:
 class DecodeRun:
     """Decode steps ``1..last`` of an unchanging batch, the first already formed and allocated.
 
-    Built by :meth:`plan`; the instance applies it with :meth:`settle` and :meth:`finish_step`.
+    Built by :meth:`plan`; the instance applies it with :meth:`settle`, accounts it with
+    :meth:`account` (when it lets go of the run, or a summary asks) and :meth:`finish_step`.
     Step ``i`` runs from ``ends_s[i - 1]`` to ``ends_s[i]`` (``ends_s[0]`` is when step 1 started).
     Steps before ``last`` are applied here; step ``last`` is completed by the scheduler.
     """
@@ -219,9 +220,9 @@ class DecodeRun:
 
     def account(self) -> None:
         """Account the steps applied so far: engine time, iterations, tokens in the window, the KV
-        level. Only the end of the run reads these (and the run's summary), so a run settled
-        many times while it lasts (samplers, routers) accounts once: the same additions in the
-        same order as step by step."""
+        level. Only the run's summary reads these, so a run settled many times while it lasts
+        (samplers, routers) accounts once, when the instance lets go of it (it ends or is cut)
+        or a summary asks: the same additions in the same order as step by step."""
         done = self.applied
         if done <= self.accounted:
             return

@@ -327,6 +327,7 @@ class Instance:
         self._decode_run = None
         self.pool.observer = self.scheduler.observer = None
         run.cut(self.env.now)
+        run.account()  # now: the instance lets go of the run, and a summary before its step ends would miss them
         self.process.interrupt()  # the engine sleeps in _coalesced: it wakes to end the step in progress
 
     def submit(self, seq: Sequence) -> None:
@@ -439,7 +440,7 @@ class Instance:
 
     def _coalesced(self, run: DecodeRun):
         """Sleep through ``run`` until its last step ends (or, interrupted, the step in progress),
-        apply the steps before it and account the last; the caller completes it."""
+        apply and account the steps before it, then account the last; the caller completes it."""
         env = self.env
         self._decode_run = run
         self.pool.observer = self.scheduler.observer = self
