@@ -223,15 +223,7 @@ def test_runs_cut_by_every_kind_of_event_still_equal(tmp_path, monkeypatch, asyn
     path = tmp_path / "cut.yaml"
     path.write_text(CUT.format(rate=6))
     scenario = kvsim.load_scenario(path).with_changes({"engine.async_scheduling": async_scheduling})
-    import kvsim.sim.run as run_module
-    build = run_module.build_system
-
-    def build_and_meddle(*args, **kwargs):
-        system = build(*args, **kwargs)
-        system.env.process(_meddle(system))
-        return system
-
-    monkeypatch.setattr(run_module, "build_system", build_and_meddle)
+    _start_with_each_system(monkeypatch, _meddle)
     causes: dict[str, int] = {}
     interrupt, cut = Instance.interrupt, decode_run.DecodeRun.cut
 
@@ -451,8 +443,6 @@ def test_a_run_cut_just_before_the_end_is_accounted(tmp_path, monkeypatch):
     """A run cut in its last step before the simulation stops (no drain): the summary counts the
     steps it applied (engine time, iterations, tokens, KV level) although the step in progress
     never ends inside the run."""
-    from kvsim.sim import run as run_module
-
     path = tmp_path / "cut_at_end.yaml"
     path.write_text("""
 name: cut-at-end
@@ -469,18 +459,25 @@ workload:
 systems:
   s: {node: h20-8x, instance: {tp: 8}}
 """)
-    build = run_module.build_system
 
     def meddle(system):
         yield system.env.timeout(3.9999)
         for instance in system.instances:
             instance.pool.take(1)  # (a cache taking a page): cuts every run going
 
-    def build_and_meddle(*args, **kwargs):
-        system = build(*args, **kwargs)
-        system.env.process(meddle(system))
-        return system
-
-    monkeypatch.setattr(run_module, "build_system", build_and_meddle)
+    _start_with_each_system(monkeypatch, meddle)
     reference, coalesced = _both(kvsim.load_scenario(path))
     _assert_equal(reference, coalesced)
+
+
+def _start_with_each_system(monkeypatch, process):
+    """Every system built from now on also runs ``process(system)``, from its start."""
+    import kvsim.sim.run as run_module
+    build = run_module.build_system
+
+    def build_and_start(*args, **kwargs):
+        system = build(*args, **kwargs)
+        system.env.process(process(system))
+        return system
+
+    monkeypatch.setattr(run_module, "build_system", build_and_start)

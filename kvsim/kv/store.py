@@ -362,15 +362,22 @@ class BlockStore:
 
     def unpin_each(self, blocks) -> None:
         """:meth:`unpin` each of ``blocks`` in order."""
-        pins, held = self._pins, self._held
+        self._release_each(self._pins, blocks, "is not pinned")
+
+    def _release_each(self, counts: dict, blocks, missing: str) -> None:
+        """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
+        ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
+        held, readers = self._held, counts is self._readers
         for block in blocks:
-            count = pins.get(block, 0)
+            count = counts.get(block, 0)
             if count == 0:
-                raise ValueError(f"block {block!r} in {self.name} is not pinned")
+                raise ValueError(f"block {block!r} in {self.name} {missing}")
             if count == 1:
-                del pins[block]
+                del counts[block]
             else:
-                pins[block] = count - 1
+                counts[block] = count - 1
+            if readers:
+                self._reader_refs -= 1
             count = held[block]
             if count == 1:
                 self._release(block)
@@ -403,21 +410,7 @@ class BlockStore:
 
     def drop_reader_each(self, blocks) -> None:
         """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
-        readers, held = self._readers, self._held
-        for block in blocks:
-            count = readers.get(block, 0)
-            if count == 0:
-                raise ValueError(f"block {block!r} in {self.name} has no readers")
-            if count == 1:
-                del readers[block]
-            else:
-                readers[block] = count - 1
-            self._reader_refs -= 1
-            count = held[block]
-            if count == 1:
-                self._release(block)
-            else:
-                held[block] = count - 1
+        self._release_each(self._readers, blocks, "has no readers")
 
     def readers(self, block: Block) -> int:
         """Reader references currently held on ``block``."""
