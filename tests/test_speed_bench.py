@@ -219,3 +219,22 @@ def test_repeated_runs_keep_the_least_cpu_time_and_refuse_different_records(monk
         **_measurement(case, 1_000, 1.0), "records_digest": next(digests)})
     with pytest.raises(SystemExit, match="different records"):
         speed.run_case("mooncake", {}, repeat=2)
+
+
+def test_instruction_counts_are_read_from_callgrind_and_failures_named(monkeypatch):
+    import instructions
+
+    class Done:
+        def __init__(self, code, stderr):
+            self.returncode, self.stderr = code, stderr
+
+    counts = {"0.1": "==7== Collected : 5000\n", "0.001": "==7== Collected : 1200\n"}
+    monkeypatch.setattr(instructions.subprocess, "run", lambda command, **kw: Done(0, counts[command[-2]]))
+    assert instructions.run_instructions(instructions.REPO, "mooncake", 0.1) == 3800
+    monkeypatch.setattr(instructions.subprocess, "run", lambda command, **kw: Done(
+        1, "Traceback (most recent call last):\nValueError: unknown case 'nope'\n==7== I refs: 3\n"))
+    with pytest.raises(SystemExit, match="case nope failed under callgrind.*\n(.|\n)*unknown case 'nope'$"):
+        instructions.count(instructions.REPO, "nope", 0.1)
+    monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="valgrind is not installed"):
+        instructions.main(["mooncake"])

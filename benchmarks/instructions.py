@@ -1,0 +1,99 @@
+"""Instructions a speed case executes, counted by valgrind's callgrind: a deterministic measure of
+simulator speed, where CPU time on a shared machine drifts by 10-20 % within the hour.
+
+    .venv/bin/python benchmarks/instructions.py mooncake [rr_conv_80 ...] [--scale 0.1] [--against 637b053]
+
+For each case (see ``speed_cases.py``) it runs ``kvsim.run`` under callgrind twice, at ``--scale``
+and at a near-empty scale, with ``PYTHONHASHSEED=0``, and prints the difference: the instructions
+of the simulation itself, without start-up and scenario loading. ``--against REV`` counts the same
+in a temporary git worktree of ``REV`` (the scenarios and traces come from this checkout) and
+prints the change. Each count takes a minute or two (callgrind runs Python about 50x slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+EMPTY_SCALE = 0.001
+"""Scale of the near-empty run whose count is subtracted (start-up, imports, building the system)."""
+
+_CHILD = """
+import sys
+sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
+import kvsim, speed_cases
+assert kvsim.__file__.startswith(sys.argv[1]), kvsim.__file__
+kvsim.run(speed_cases.scenario_for(sys.argv[3], {"scale": float(sys.argv[4]), "capacity_per_s": float(sys.argv[5])}))
+"""
+
+
+def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55) -> int:
+    """Instructions callgrind collects for ``case`` at ``scale`` with kvsim from ``root``
+    (``capacity_per_s``: the ladder's saturation throughput per instance, requests/s)."""
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD,
+               str(root), str(HERE), case, repr(scale), repr(capacity_per_s)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        own = [line for line in done.stderr.strip().splitlines() if not re.match(r"==\d+==", line)]  # not valgrind's
+        tail = "\n".join(own[-5:])
+        raise SystemExit(f"instructions.py: case {case} failed under callgrind (exit {done.returncode}):\n{tail}")
+    return int(found.group(1))
+
+
+def run_instructions(root: Path, case: str, scale: float, capacity_per_s: float = 3.55) -> int:
+    """Instructions of the simulation alone: ``case`` at ``scale`` less a near-empty run of it."""
+    return count(root, case, scale, capacity_per_s) - count(root, case, EMPTY_SCALE, capacity_per_s)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="+", help="speed cases (speed_cases.py), e.g. rr_conv_80 mooncake")
+    parser.add_argument("--scale", type=float, default=0.1, help="multiply simulated durations (default 0.1)")
+    parser.add_argument("--against", default=None, help="a git revision to count the same cases at")
+    parser.add_argument("--capacity", type=float, default=3.55,
+                        help="the ladder's saturation throughput per instance, requests/s (as speed.py --capacity)")
+    args = parser.parse_args(argv)
+    if not args.scale > EMPTY_SCALE:
+        parser.error(f"--scale must be above {EMPTY_SCALE}")
+    sys.path.insert(0, str(HERE))
+    from speed_cases import GROUPS
+
+    known = [case for cases in GROUPS.values() for case in cases]
+    unknown = [case for case in args.cases if case not in known]
+    if unknown:
+        parser.error(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(known)}")
+    if shutil.which("valgrind") is None:
+        raise SystemExit("instructions.py: valgrind is not installed (Debian: apt install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="kvsim-instructions-") as folder:
+        other = None
+        if args.against is not None:
+            other = Path(folder) / "rev"
+            made = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(other), args.against],
+                                  capture_output=True, text=True)
+            if made.returncode != 0:
+                raise SystemExit(f"instructions.py: --against {args.against}: {made.stderr.strip()}")
+        try:
+            for case in args.cases:
+                here = run_instructions(REPO, case, args.scale, args.capacity)
+                line = f"{case} (--scale {args.scale:g}): {here / 1e9:.3f} G instructions"
+                if other is not None:
+                    then = run_instructions(other, case, args.scale, args.capacity)
+                    line += f"; at {args.against}: {then / 1e9:.3f} G ({100 * (here - then) / then:+.1f} %)"
+                print(line, flush=True)
+        finally:
+            if other is not None:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(other)],
+                               capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
