@@ -79,8 +79,12 @@ class CacheWriter:
         cache, system = self.cache, self.system
         g = cache.geometry
         targets: dict[int, tuple[BlockStore, list]] = {}
-        # the same stores for every block, unless a remote pool spreads them by id
-        same = [only] if only is not None else None if system.remote else system.lower_stores(cache.node, blocks[0])
+        if only is not None:
+            same = [only]
+        elif system.remote:
+            same = None  # a remote pool spreads blocks over its nodes by id: each block its own stores
+        else:
+            same = system.lower_stores(cache.node, blocks[0])  # the same for every block
         for block in blocks:
             for store in (same if same is not None else system.lower_stores(cache.node, block)):
                 if block not in store:
