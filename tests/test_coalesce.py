@@ -481,3 +481,28 @@ def _start_with_each_system(monkeypatch, process):
         return system
 
     monkeypatch.setattr(run_module, "build_system", build_and_start)
+
+
+@pytest.mark.parametrize("array_steps", [2, 10**9])
+@pytest.mark.parametrize("bad", [-0.5, 0.0, math.inf, math.nan])
+def test_a_bad_step_time_in_a_run_is_named(tmp_path, monkeypatch, array_steps, bad):
+    """A step-time model giving a run's later step a time that is not positive and finite stops
+    the run with the value and the step's shape, as the step-by-step loop would (lists or arrays)."""
+    monkeypatch.setattr(decode_run, "ARRAY_STEPS", array_steps)
+    real = RooflineStepTime.decode_steps
+
+    def planted(self, seqs, context_tokens, steps):
+        parts = real(self, seqs, context_tokens, steps)
+        if steps > 3:
+            parts.total_s[3] = bad  # step 5 of the run: step 2 attends to context_tokens
+            planted.context = context_tokens + 3 * seqs
+        return parts
+
+    monkeypatch.setattr(RooflineStepTime, "decode_steps", planted)
+    monkeypatch.setattr(RooflineStepTime, "decode_steps_array",
+                        lambda self, *args: decode_run.DecodeSteps(*(np.array(part) if isinstance(part, list) else part
+                                                                     for part in planted(self, *args))))
+    with pytest.raises(RuntimeError, match="step-time model returned") as raised:
+        kvsim.run(_random_scenario(tmp_path, 4).with_changes({"engine.coalesce": True}))
+    assert f"returned {bad!r} s for BatchShape(" in str(raised.value)
+    assert f"decode_context_tokens={planted.context}," in str(raised.value)

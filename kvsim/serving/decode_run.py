@@ -161,7 +161,7 @@ class DecodeRun:
         first_memory_s = max(first_parts.memory_s, first_parts.remote_s)
         if arrays:
             if not (later.total_s.min() > 0 and math.isfinite(later.total_s.sum())):
-                raise RuntimeError(f"step-time model returned a non-positive or infinite decode step of {n} sequences")
+                _refuse(later.total_s.tolist(), n, batch.shape.decode_context_tokens + n)
             durations = np.concatenate(([now, first_s], later.total_s))
             ends = np.add.accumulate(durations)  # in order, as the step-by-step clock adds them
             parts = DecodeSteps(durations[1:], np.concatenate(([first_parts.compute_s], later.compute_s)),
@@ -171,7 +171,7 @@ class DecodeRun:
             ends = [now]
             ends += accumulate(later.total_s, initial=now + first_s)  # in order, as the step-by-step clock adds them
             if not (min(later.total_s) > 0 and math.isfinite(ends[-1])):  # (a NaN step makes the end NaN)
-                raise RuntimeError(f"step-time model returned a non-positive or infinite decode step of {n} sequences")
+                _refuse(later.total_s, n, batch.shape.decode_context_tokens + n)
             parts = DecodeSteps([first_s] + later.total_s, [first_parts.compute_s] + later.compute_s,
                                 [first_memory_s] + later.memory_s, later.comm_s, later.kernels_s, later.overhead_s)
         return DecodeRun(instance, batch, ends, parts, new_blocks, (kv0, generated0, blocks0, own0))
@@ -271,6 +271,16 @@ class DecodeRun:
         self.instance.engine_time.add(float(self.ends_s[i]), float(parts.total_s[i - 1]), float(parts.compute_s[i - 1]),
                                       float(parts.memory_s[i - 1]), parts.comm_s, parts.kernels_s, parts.overhead_s)
         self.instance.counters.iterations += 1
+
+
+def _refuse(later_s: list[float], seqs: int, context_tokens: int) -> None:
+    """Raise for the first of a run's later steps (step 2 on; ``context_tokens`` in step 2) whose
+    time is not a positive finite number of seconds, naming it as the step-by-step loop would."""
+    for k, seconds in enumerate(later_s):
+        if not (seconds > 0 and math.isfinite(seconds)):
+            shape = BatchShape(decode_seqs=seqs, decode_context_tokens=context_tokens + k * seqs, sampled_seqs=seqs)
+            raise RuntimeError(f"step-time model returned {seconds!r} s for {shape}")
+    raise RuntimeError(f"step-time model returned decode steps of {seqs} sequences that add up to no finite time")
 
 
 def _new_pages(firsts: list[int], block: int, steps: int, free: int) -> list[int]:
