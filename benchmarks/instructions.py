@@ -1,13 +1,15 @@
 """Instructions a speed case executes, counted by valgrind's callgrind: a deterministic measure of
 simulator speed, where CPU time on a shared machine drifts by 10-20 % within the hour.
 
-    .venv/bin/python benchmarks/instructions.py mooncake [rr_conv_80 ...] [--scale 0.1] [--against 637b053]
+    .venv/bin/python benchmarks/instructions.py mooncake [rr_conv_80 ...] [--scale 0.1] [--against 637b053] [--ceiling]
 
 For each case (see ``speed_cases.py``) it runs ``kvsim.run`` under callgrind twice, at ``--scale``
 and at a near-empty scale, with ``PYTHONHASHSEED=0``, and prints the difference: the instructions
 of the simulation itself, without start-up and scenario loading. ``--against REV`` counts the same
 in a temporary git worktree of ``REV`` (the scenarios and traces come from this checkout) and
-prints the change. Each count takes a minute or two (callgrind runs Python about 50x slower).
+prints the change. ``--ceiling`` also counts the case with decode runs' per-step work removed
+(``run_ceiling.py``): the most that closed-form run sums could save. Each count takes a minute or
+two (callgrind runs Python about 50x slower).
 """
 
 from __future__ import annotations
@@ -31,15 +33,19 @@ import sys
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[2])
 import kvsim, speed_cases
 assert kvsim.__file__.startswith(sys.argv[1]), kvsim.__file__
+if sys.argv[6] == "ceiling":
+    import run_ceiling
+    run_ceiling.apply()
 kvsim.run(speed_cases.scenario_for(sys.argv[3], {"scale": float(sys.argv[4]), "capacity_per_s": float(sys.argv[5])}))
 """
 
 
-def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55) -> int:
+def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, ceiling: bool = False) -> int:
     """Instructions callgrind collects for ``case`` at ``scale`` with kvsim from ``root``
-    (``capacity_per_s``: the ladder's saturation throughput per instance, requests/s)."""
+    (``capacity_per_s``: the ladder's saturation throughput per instance, requests/s; ``ceiling``:
+    with decode runs' per-step work removed, see ``run_ceiling.py``)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD,
-               str(root), str(HERE), case, repr(scale), repr(capacity_per_s)]
+               str(root), str(HERE), case, repr(scale), repr(capacity_per_s), "ceiling" if ceiling else "-"]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:
@@ -49,9 +55,10 @@ def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55) -> 
     return int(found.group(1))
 
 
-def run_instructions(root: Path, case: str, scale: float, capacity_per_s: float = 3.55) -> int:
+def run_instructions(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, ceiling: bool = False) -> int:
     """Instructions of the simulation alone: ``case`` at ``scale`` less a near-empty run of it."""
-    return count(root, case, scale, capacity_per_s) - count(root, case, EMPTY_SCALE, capacity_per_s)
+    return (count(root, case, scale, capacity_per_s, ceiling)
+            - count(root, case, EMPTY_SCALE, capacity_per_s, ceiling))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,6 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("cases", nargs="+", help="speed cases (speed_cases.py), e.g. rr_conv_80 mooncake")
     parser.add_argument("--scale", type=float, default=0.1, help="multiply simulated durations (default 0.1)")
     parser.add_argument("--against", default=None, help="a git revision to count the same cases at")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also count with decode runs' per-step work removed (run_ceiling.py): the most "
+                             "closed-form run sums could save")
     parser.add_argument("--capacity", type=float, default=3.55,
                         help="the ladder's saturation throughput per instance, requests/s (as speed.py --capacity)")
     args = parser.parse_args(argv)
@@ -88,6 +98,9 @@ def main(argv: list[str] | None = None) -> None:
                 if other is not None:
                     then = run_instructions(other, case, args.scale, args.capacity)
                     line += f"; at {args.against}: {then / 1e9:.3f} G ({100 * (here - then) / then:+.1f} %)"
+                if args.ceiling:
+                    bound = run_instructions(REPO, case, args.scale, args.capacity, ceiling=True)
+                    line += f"; per-step run work removed: {bound / 1e9:.3f} G ({100 * (bound - here) / here:+.1f} %)"
                 print(line, flush=True)
         finally:
             if other is not None:

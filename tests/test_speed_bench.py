@@ -229,8 +229,16 @@ def test_instruction_counts_are_read_from_callgrind_and_failures_named(monkeypat
             self.returncode, self.stderr = code, stderr
 
     counts = {"0.1": "==7== Collected : 5000\n", "0.001": "==7== Collected : 1200\n"}
-    monkeypatch.setattr(instructions.subprocess, "run", lambda command, **kw: Done(0, counts[command[-2]]))
+    seen = []
+
+    def run(command, **kw):
+        seen.append(command[-1])
+        return Done(0, counts[command[-3]])
+
+    monkeypatch.setattr(instructions.subprocess, "run", run)
     assert instructions.run_instructions(instructions.REPO, "mooncake", 0.1) == 3800
+    assert instructions.run_instructions(instructions.REPO, "mooncake", 0.1, ceiling=True) == 3800
+    assert seen == ["-", "-", "ceiling", "ceiling"]  # the child applies run_ceiling only when asked
     monkeypatch.setattr(instructions.subprocess, "run", lambda command, **kw: Done(
         1, "Traceback (most recent call last):\nValueError: unknown case 'nope'\n==7== I refs: 3\n"))
     with pytest.raises(SystemExit, match="case nope failed under callgrind.*\n(.|\n)*unknown case 'nope'$"):
@@ -238,3 +246,28 @@ def test_instruction_counts_are_read_from_callgrind_and_failures_named(monkeypat
     monkeypatch.setattr(instructions.shutil, "which", lambda name: None)
     with pytest.raises(SystemExit, match="valgrind is not installed"):
         instructions.main(["mooncake"])
+
+
+def test_the_run_ceiling_removes_per_step_work_only(monkeypatch):
+    """instructions.py --ceiling: every later step of a run takes the first step's time and runs
+    account nothing; the same requests still run to the end, and undoing it restores the results."""
+    import run_ceiling
+
+    from kvsim.hardware import accelerator_catalog
+    from kvsim.models import model_catalog
+    from kvsim.models.step_time import RooflineStepTime
+
+    scenario = kvsim.load_scenario(REPO / "scenarios" / "h20_vs_l20.yaml").with_changes(
+        {"duration": "20 s", "warmup": "5 s", "sweep": {}})
+    real = kvsim.run(scenario)
+    step = RooflineStepTime(model_catalog()["qwen3-8b"], accelerator_catalog()["h20"], 1, "bf16", "bf16")
+    first = step.decode_steps(7, 7 * 900, 1)
+    run_ceiling.apply(monkeypatch.setattr)
+    for arrays in (False, True):
+        steps = (step.decode_steps_array if arrays else step.decode_steps)(7, 7 * 900, 30)
+        assert list(steps.total_s) == first.total_s * 30 and list(steps.memory_s) == first.memory_s * 30
+    stubbed = kvsim.run(scenario)
+    assert [run.records.n for run in stubbed.runs] == [run.records.n for run in real.runs]
+    assert all(cut.iterations < whole.iterations for cut, whole in zip(stubbed.runs, real.runs))  # runs uncounted
+    monkeypatch.undo()
+    assert kvsim.run(scenario).records_digest() == real.records_digest()
