@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -384,7 +385,7 @@ def _members(annotation: Any) -> list[Any]:
     """The alternatives of a (possibly ``Annotated``, ``Optional``) union annotation."""
     if typing.get_origin(annotation) is typing.Annotated:
         return _members(typing.get_args(annotation)[0])
-    if typing.get_origin(annotation) in (typing.Union, getattr(__import__("types"), "UnionType")):
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return [m for arg in typing.get_args(annotation) for m in _members(arg)]
     return [annotation]
 

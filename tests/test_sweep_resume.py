@@ -145,7 +145,7 @@ def test_store_files_are_complete_parquet(tmp_path):
     assert len(folders) == 3
     for folder in folders:
         assert {p.name for p in folder.iterdir()} == {"requests.parquet", "summary.parquet", "point.json",
-                                                      "inputs.json", "runs.pickle", MARKER}
+                                                      "inputs.json", "runs.json", MARKER}
         point = json.loads((folder / "point.json").read_text())
         summary = pd.read_parquet(folder / "summary.parquet")
         assert list(summary["system"]) == ["a", "b"]
@@ -206,6 +206,7 @@ def test_a_damaged_stored_point_runs_again(tmp_path):
     run_sweep(scenario, tmp_path, workers=1, log=False, stats=first)
     (tmp_path / "points" / first.ran[0] / "requests.parquet").write_bytes(b"not parquet")
     stats = SweepStats()
-    result = run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)
+    with pytest.warns(RuntimeWarning, match="requests.parquet: .*; recomputing"):
+        result = run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)
     assert stats.ran == [first.ran[0]] and stats.reused == first.ran[1:]
     assert result.records_digest() == kvsim.run(scenario).records_digest()

@@ -75,8 +75,13 @@ class _StoredMap:
         for k, key in enumerate(keys):
             path = self.folder / f"{key}.json"
             if path.is_file():
-                stored = json.loads(path.read_text(encoding="utf-8"))
-                outcomes[k] = ProbeOutcome(stored["load"], stored["meets"], stored["reason"], stored["detail"])
+                try:
+                    outcomes[k] = self._read(path, key, probes[k])
+                except _StoredProbeError as exc:  # never recompute silently: say which probe and why
+                    print(f"kvsim plan: stored probe {path} cannot be read: {exc}; recomputing", file=sys.stderr,
+                          flush=True)
+                    todo.append(k)
+                    continue
                 with self._lock:
                     self.reused += 1
             else:
@@ -101,10 +106,45 @@ class _StoredMap:
 
     def _store(self, key: str, probe: Probe, outcome: ProbeOutcome) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        record = {"system": probe.system, "units": probe.units, "load": outcome.load, "unit": load_unit(self.scenario),
-                  "meets": outcome.meets, "reason": outcome.reason, "detail": outcome.detail}
+        record = {"format": PROBE_FORMAT, "key": key, "system": probe.system, "units": probe.units,
+                  "load": outcome.load, "unit": load_unit(self.scenario), "meets": outcome.meets,
+                  "reason": outcome.reason, "detail": outcome.detail}
         text = json.dumps(record, indent=1, allow_nan=False, default=_plain) + "\n"
         write_atomic(self.folder / f"{key}.json", lambda path: path.write_text(text, encoding="utf-8"))
+
+
+    def _read(self, path: Path, key: str, probe: Probe) -> ProbeOutcome:
+        """A stored probe's outcome, checked against the format and ``probe`` (a results folder is
+        data from anywhere: a file that is not what this kvsim wrote for ``probe`` is refused)."""
+        try:
+            if path.stat().st_size > _MAX_PROBE_BYTES:
+                raise _StoredProbeError(f"larger than {_MAX_PROBE_BYTES // 2**20} MiB")
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise _StoredProbeError(f"not JSON kvsim wrote ({' '.join(str(exc).split())[:160]})") from None
+        if not isinstance(stored, dict):
+            raise _StoredProbeError("not an object")
+        if stored.get("format") != PROBE_FORMAT:
+            raise _StoredProbeError(f"format {stored.get('format')!r}, this kvsim reads format {PROBE_FORMAT}")
+        expected = {"key": key, "system": probe.system, "units": probe.units, "unit": load_unit(self.scenario)}
+        for name, value in expected.items():
+            if stored.get(name) != value:
+                raise _StoredProbeError(f"{name} is {stored.get(name)!r}, the probe's is {value!r}")
+        load, meets, reason, detail = (stored.get(n) for n in ("load", "meets", "reason", "detail"))
+        if isinstance(load, bool) or not isinstance(load, (int, float)) or load != probe.load:
+            raise _StoredProbeError(f"load is {load!r}, the probe's is {probe.load!r}")
+        if not isinstance(meets, bool) or not isinstance(reason, str) or not isinstance(detail, dict):
+            raise _StoredProbeError("meets, reason or detail of the wrong type")
+        return ProbeOutcome(load, meets, reason, detail)
+
+
+class _StoredProbeError(Exception):
+    """A stored probe that cannot be used; the message says why."""
+
+
+PROBE_FORMAT = 1
+"""Version of a stored probe's layout (``probes/<key>.json``)."""
+_MAX_PROBE_BYTES = 16 * 2**20
 
 
 def _count(n: int, noun: str) -> str:

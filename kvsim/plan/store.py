@@ -8,21 +8,27 @@ A folder holds
   and each system's summary as in ``summary.json``;
 - ``inputs.json``: everything hashed into the key (the resolved point scenario, catalog parts,
   trace digests, seed), so two keys can be diffed to see why a point ran again;
-- ``runs.pickle``: the runs without their records (sizing, time series, links, ...), to rebuild
-  the full result (tables, studies) without running again; written by the same kvsim version
-  that reads it, since the version is part of the key;
+- ``runs.json``: what rebuilds the full result (tables, studies) without running again, as
+  data (:data:`RUNS_FORMAT`): each system's summary, counters and its small sampled tables
+  (tier occupancy, links, storage, controller decisions and switches: a few hundred rows at
+  most); the request records, the one large table, stay in ``requests.parquet``. A run's
+  sizing is not stored: it is worked out again from the scenario (for ``layout: best``, at the
+  layout the summary names), as it was before the run;
 - ``done.json``: the completion marker, written last.
 
 Every file is written to a temporary file in the same folder and renamed into place
 (``os.replace``, atomic on POSIX), and the marker only after all of them: a folder without
 the marker is unfinished (its process was killed) and the task runs again, overwriting it.
+
+A results folder is data that may come from elsewhere (shared, copied, edited): nothing in it
+is executed or unpickled. Reading a point back checks every file against the format and the
+task; a point that fails is reported (:class:`StoredPointError`, one line) and recomputed.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import pickle
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -34,15 +40,39 @@ from kvsim._version import __version__
 from kvsim.atomic import write_atomic
 from kvsim.metrics.records import RequestRecords
 from kvsim.plan.tasks import SweepTask
+from kvsim.scenario.load import Scenario
+from kvsim.sim.layout_search import searches_layout, with_layout, candidates
 from kvsim.sim.result import RunResult, SystemRun
+from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 
-__all__ = ["PointStore", "MARKER"]
+__all__ = ["PointStore", "StoredPointError", "MARKER", "RUNS_FORMAT"]
 
 MARKER = "done.json"
+RUNS_FORMAT = 1
+"""Version of ``runs.json``'s layout. 1: ``{"format", "kvsim_version", "key", "runs": [...]}``,
+each run its ``system``, ``summary``, counters and :data:`TABLES`."""
+
+TABLES = ("timeseries", "links", "storage", "decisions", "switches")
+"""The per-run tables kept in ``runs.json``: lists of rows (objects of scalars)."""
+
+_COUNTERS = {"in_system_mean": float, "iterations": int, "busy_s": float, "wall_s": float}
+_MAX_JSON_BYTES = 256 * 2**20
+"""A ``runs.json`` larger than this is not one kvsim wrote (its tables are a few hundred rows)."""
+
+
+class StoredPointError(Exception):
+    """A stored point cannot be read back; the message says which file and why."""
 
 
 def _write_text(path: Path, text: str) -> None:
     write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars as Python numbers (``json`` knows float64 but not int64 or bool_)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
 class PointStore:
@@ -80,30 +110,70 @@ class PointStore:
         _write_text(folder / "point.json", json.dumps(identity, indent=1, default=str) + "\n")
         if inputs is not None:
             _write_text(folder / "inputs.json", json.dumps(inputs, indent=1, sort_keys=True, default=str) + "\n")
-        bare = [dataclasses.replace(r, records=None) for r in runs]
-        write_atomic(folder / "runs.pickle", lambda p: p.write_bytes(pickle.dumps(bare, protocol=5)))
+        stored = {"format": RUNS_FORMAT, "kvsim_version": __version__, "key": task.key,
+                  "runs": [_run_data(r) for r in runs]}
+        # NaN and infinities stay numbers (Python's JSON tokens): a sampled table may hold them
+        _write_text(folder / "runs.json", json.dumps(stored, default=_plain, separators=(",", ":")) + "\n")
         _write_text(folder / MARKER, json.dumps({"key": task.key, "finished": time.time()}) + "\n")
         return folder
 
-    def try_load(self, task: SweepTask) -> list[SystemRun] | None:
-        """:meth:`load`, or None if the folder cannot be read back (damaged files, removed
-        by hand): the task then runs again."""
+    def try_load(self, scenario: Scenario, task: SweepTask) -> tuple[list[SystemRun] | None, str | None]:
+        """:meth:`load`, or ``(None, why)`` if the folder cannot be read back (damaged, foreign,
+        removed by hand): the task then runs again, and the caller says so."""
         try:
-            return self.load(task)
-        except Exception:  # noqa: BLE001 - any unreadable folder is one to recompute, not to fail on
-            return None
+            return self.load(scenario, task), None
+        except StoredPointError as exc:
+            return None, str(exc)
 
-    def load(self, task: SweepTask) -> list[SystemRun]:
+    def load(self, scenario: Scenario, task: SweepTask) -> list[SystemRun]:
         """The runs of a finished task, records read back from ``requests.parquet`` bit for bit,
-        labelled with ``task``'s point index and params (a reordered sweep keeps its points)."""
+        labelled with ``task``'s point index and params (a reordered sweep keeps its points).
+
+        Raises
+        ------
+        StoredPointError
+            A file is missing, unreadable or not what this kvsim writes for ``task``.
+        """
         folder = self.folder(task.key)
-        runs: list[SystemRun] = pickle.loads((folder / "runs.pickle").read_bytes())
-        requests = pd.read_parquet(folder / "requests.parquet")
-        by_system = {name: frame for name, frame in requests.groupby("system", sort=False)}
-        for run in runs:
-            run.records = _records(by_system.get(run.system, requests.iloc[:0]))
+        point = scenario.points[task.index]
+        data = _read_json(folder / "runs.json")
+        marker = _read_json(folder / MARKER)
+        if not isinstance(marker, dict) or marker.get("key") != task.key:
+            raise StoredPointError(f"{MARKER}: not the marker of point {task.key}")
+        _check_header(data, task)
+        systems = list(point.spec.systems)
+        stored_systems = [r.get("system") if isinstance(r, dict) else None for r in data["runs"]]
+        if stored_systems != systems:
+            raise StoredPointError(f"runs.json: holds systems {stored_systems}, the point has {systems}")
+        try:
+            requests = pd.read_parquet(folder / "requests.parquet")
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+            raise StoredPointError(f"requests.parquet: {_reason(exc)}") from None
+        by_system = _records_by_system(requests, systems)
+        runs = []
+        for entry in data["runs"]:
+            name = entry["system"]
+            run = _run_from_data(entry, self._sizing(scenario, task, name, entry), by_system[name])
             run.point_index, run.params, run.replica, run.seed = task.index, dict(task.params), task.replica, task.seed
+            runs.append(run)
         return runs
+
+    @staticmethod
+    def _sizing(scenario: Scenario, task: SweepTask, name: str, entry: dict[str, Any]) -> SystemSizing:
+        """System ``name``'s sizing at the task's point, as the run had it."""
+        point = scenario.points[task.index]
+        catalogs = scenario.catalogs_for(point)
+        try:
+            if not searches_layout(point.spec, name):
+                return size_system(point.spec, name, catalogs)
+            search = entry["summary"].get("layout_search")
+            chosen = search.get("chosen") if isinstance(search, dict) else None
+            for layout, _ in candidates(point.spec, name, catalogs):
+                if layout.label() == chosen:
+                    return size_system(with_layout(point.spec, name, layout), name, catalogs)
+        except SizingError as exc:
+            raise StoredPointError(f"system {name!r} cannot be sized: {exc.message}") from None
+        raise StoredPointError(f"runs.json: system {name!r} names no layout it could run ({chosen!r})")
 
     def stale_temporaries(self) -> list[Path]:
         """Temporary files left by a process killed while writing (safe to delete: the marker
@@ -111,13 +181,105 @@ class PointStore:
         return sorted(self.root.glob("*/.*.tmp")) if self.root.is_dir() else []
 
 
+def _run_data(run: SystemRun) -> dict[str, Any]:
+    """What ``runs.json`` keeps of ``run``: everything but its records, sizing and labels."""
+    return {"system": run.system, "summary": run.summary, **{name: getattr(run, name) for name in _COUNTERS},
+            **{name: getattr(run, name) for name in TABLES}}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        if path.stat().st_size > _MAX_JSON_BYTES:
+            raise StoredPointError(f"{path.name}: larger than {_MAX_JSON_BYTES // 2**20} MiB")
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except StoredPointError:
+        raise
+    except FileNotFoundError:
+        raise StoredPointError(f"{path.name}: missing") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise StoredPointError(f"{path.name}: not JSON kvsim wrote ({_reason(exc)})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("a key repeats in one object")
+    return result
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _check_header(data: Any, task: SweepTask) -> None:
+    if not isinstance(data, dict):
+        raise StoredPointError("runs.json: not an object")
+    if data.get("format") != RUNS_FORMAT:
+        raise StoredPointError(f"runs.json: format {data.get('format')!r}, this kvsim reads format {RUNS_FORMAT}")
+    if data.get("kvsim_version") != __version__:
+        raise StoredPointError(f"runs.json: written by kvsim {data.get('kvsim_version')!r}, this is {__version__}")
+    if data.get("key") != task.key:
+        raise StoredPointError(f"runs.json: the runs of point {data.get('key')!r}, not {task.key}")
+    if not isinstance(data.get("runs"), list):
+        raise StoredPointError("runs.json: no list of runs")
+    for k, entry in enumerate(data["runs"]):
+        problem = _run_problem(entry)
+        if problem is not None:
+            raise StoredPointError(f"runs.json: run {k}: {problem}")
+
+
+def _run_problem(entry: Any) -> str | None:
+    """What is wrong with one stored run's data (None: nothing)."""
+    if not isinstance(entry, dict):
+        return "not an object"
+    expected = {"system", "summary", *_COUNTERS, *TABLES}
+    if set(entry) != expected:
+        return f"fields {sorted(set(entry) ^ expected)} missing or unknown"
+    if not isinstance(entry["system"], str) or not isinstance(entry["summary"], dict):
+        return "system or summary of the wrong type"
+    for name, kind in _COUNTERS.items():
+        value = entry[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+            return f"{name} is not a number of the right kind"
+        if not math.isfinite(value) or value < 0:
+            return f"{name} is {value!r}"
+    for name in TABLES:
+        rows = entry[name]
+        if not isinstance(rows, list) or not all(isinstance(row, dict) and all(
+                value is None or isinstance(value, (str, int, float)) for value in row.values()) for row in rows):
+            return f"{name} is not a list of rows of scalars"
+    return None
+
+
+def _records_by_system(requests: pd.DataFrame, systems: list[str]) -> dict[str, RequestRecords]:
+    missing = [name for name in ("system", *RequestRecords.fields) if name not in requests.columns]
+    if missing:
+        raise StoredPointError(f"requests.parquet: no column {missing[0]!r}")
+    unknown = sorted(set(map(str, requests["system"].unique())) - set(systems))
+    if unknown:
+        raise StoredPointError(f"requests.parquet: rows of systems the point does not have: {unknown}")
+    by_system = {name: frame for name, frame in requests.groupby("system", sort=False)}
+    return {name: _records(by_system.get(name, requests.iloc[:0])) for name in systems}
+
+
 def _records(frame: pd.DataFrame) -> RequestRecords:
     records = RequestRecords(len(frame))
     records.n = len(frame)
     for name in RequestRecords.fields:
         column = getattr(records, name)
-        setattr(records, name, np.ascontiguousarray(frame[name].to_numpy(dtype=column.dtype)))
+        try:
+            setattr(records, name, np.ascontiguousarray(frame[name].to_numpy(dtype=column.dtype)))
+        except (TypeError, ValueError) as exc:
+            raise StoredPointError(f"requests.parquet: column {name!r} is not {column.dtype} ({_reason(exc)})") from None
     return records
+
+
+def _run_from_data(entry: dict[str, Any], sizing: SystemSizing, records: RequestRecords) -> SystemRun:
+    return SystemRun(system=entry["system"], point_index=0, params={}, sizing=sizing, records=records,
+                     summary=entry["summary"], **{name: _COUNTERS[name](entry[name]) for name in _COUNTERS},
+                     **{name: entry[name] for name in TABLES})
 
 
 def _parquet_safe(frame: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,8 @@ the same order, whatever ran them.
 from __future__ import annotations
 
 import dataclasses
+import sys
+import warnings
 from pathlib import Path
 
 from kvsim.plan.run_cost import point_requests
@@ -76,12 +78,15 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
     for task in tasks:
         if task.key in finished or task.key in {t.key for t in todo}:
             continue
-        stored = store.try_load(task) if store.done(task.key) else None
+        stored, why = store.try_load(scenario, task) if store.done(task.key) else (None, None)
         if stored is not None:
             finished[task.key] = stored
             stats.reused.append(task.key)
-        else:
-            todo.append(task)
+            continue
+        if why is not None:  # never recompute silently: the folder was damaged, edited or foreign
+            _warn(f"kvsim: stored {task.label()} ({store.relative(task.key)}) cannot be read: {why}; recomputing",
+                  log)
+        todo.append(task)
     workers = default_workers() if workers is None else max(1, int(workers))
     inline = not dask and scheduler is None and in_process(workers, len(todo))
     progress = None
@@ -116,6 +121,14 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         stored.setdefault(task.index, []).append(store.relative(task.key))
     root_seed = scenario.spec.seed if seed is None else int(seed)
     return RunResult.from_runs(scenario, root_seed, runs, stored)
+
+
+def _warn(line: str, log: bool) -> None:
+    """One line on standard error (``log``), or a warning a Python caller sees."""
+    if log:
+        print(line, file=sys.stderr, flush=True)
+    else:
+        warnings.warn(line, RuntimeWarning, stacklevel=3)
 
 
 class _Discard:

@@ -1,0 +1,356 @@
+"""A results folder is data, never code (issue 22, item 1): kvsim/plan/store.py.
+
+A resumed point is rebuilt from JSON and Parquet, checked against the format and the task; a
+stored point that fails the checks is named in one line and recomputed, never executed and
+never silently replaced. The round trip is exact: a resumed result equals the fresh one in every
+table, summary and record.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import kvsim
+from kvsim.plan import SweepStats, run_sweep
+from kvsim.plan.store import MARKER, RUNS_FORMAT
+
+sys.path.insert(0, str(Path(__file__).parent))
+from random_scenarios import random_case  # noqa: E402
+
+TINY = """\
+name: store-check
+seed: 3
+duration: 8 s
+warmup: 1 s
+model: qwen3-1.7b
+workload:
+  arrival: {kind: poisson, rate: 3/s}
+  input_tokens: {kind: fixed, value: 256}
+  output_tokens: {kind: fixed, value: 16}
+systems:
+  a: {node: h20-8x, instances: 1}
+  b: {node: l20-8x, instances: 1}
+sweep:
+  workload.arrival.rate: [2/s, 4/s]
+"""
+
+FRAMES = ("summary_frame", "timeseries_frame", "links_frame", "storage_frame", "decisions_frame",
+          "switches_frame", "requests_frame", "summary_long_frame")
+
+
+def _assert_same(fresh, resumed) -> None:
+    assert json.dumps(resumed.summary_dict(), sort_keys=True) == json.dumps(fresh.summary_dict(), sort_keys=True)
+    for name in FRAMES:
+        pd.testing.assert_frame_equal(getattr(resumed, name)(), getattr(fresh, name)())
+    assert resumed.records_digest() == fresh.records_digest()
+    for a, b in zip(fresh.all_runs(), resumed.all_runs(), strict=True):
+        assert b.sizing == a.sizing  # worked out again from the scenario, as before the run
+        assert (b.system, b.point_index, b.params, b.replica, b.seed) == (a.system, a.point_index, a.params,
+                                                                         a.replica, a.seed)
+
+
+def _resume(scenario, out: Path):
+    stats = SweepStats()
+    result = run_sweep(scenario, out, workers=1, log=False, stats=stats)
+    return result, stats
+
+
+# ------------------------------------------------------------------------------ exact round trip
+
+@pytest.mark.parametrize("case", [0, 3, 7, 12, 19, 26, 33, 41])
+def test_a_resumed_random_scenario_equals_the_fresh_run(tmp_path, case):
+    scenario = kvsim.parse_scenario(random_case(case).text, "case.yaml")
+    fresh = run_sweep(scenario, tmp_path, workers=1, log=False)
+    resumed, stats = _resume(scenario, tmp_path)
+    assert stats.ran == [] and stats.reused
+    _assert_same(fresh, resumed)
+
+
+PD_CONTROLLER = """\
+name: store-pd
+seed: 5
+duration: 30 s
+warmup: 5 s
+model: qwen3-1.7b
+workload:
+  arrival: {kind: poisson, rate: 6/s}
+  input_tokens: {kind: fixed, value: 512}
+  output_tokens: {kind: fixed, value: 32}
+systems:
+  pd:
+    pools:
+      p: {node: h20-8x, instance: {tp: 1}, instances: 4, roles: {prefill: 2, decode: 2}}
+    controller: {kind: threshold, signal: prefill_queue, low: 100, high: 2000, interval: 5 s, switch_time: 2 s}
+"""
+
+LAYOUT_BEST = """\
+name: store-layout
+seed: 1
+duration: 20 s
+warmup: 2 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 2/s}
+  input_tokens: {kind: fixed, value: 256}
+  output_tokens: {kind: fixed, value: 16}
+systems:
+  s: {node: h20-8x, instances: 1, instance: {layout: best}}
+"""
+
+
+@pytest.mark.parametrize("text", [PD_CONTROLLER, LAYOUT_BEST], ids=["pd_controller", "layout_best"])
+def test_controller_tables_and_chosen_layouts_come_back(tmp_path, text):
+    scenario = kvsim.parse_scenario(text, "s.yaml")
+    fresh = run_sweep(scenario, tmp_path, workers=1, log=False)
+    resumed, stats = _resume(scenario, tmp_path)
+    assert stats.ran == []
+    _assert_same(fresh, resumed)
+    if "layout" in text:
+        run = resumed.run("s")
+        assert run.summary["layout_search"]["chosen"] == run.sizing.pools[0].layout.label()
+
+
+# ------------------------------------------------------------------------------ nothing executed
+
+class _Payload:
+    """What a crafted runs.pickle would hold: unpickling it opens (creates) ``path``."""
+
+    def __init__(self, path: Path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_crafted_pickle_in_a_results_folder_is_never_run(tmp_path, capsys):
+    scenario = kvsim.parse_scenario(TINY, "tiny.yaml")
+    first = SweepStats()
+    fresh = run_sweep(scenario, tmp_path, workers=1, log=False, stats=first)
+    sentinel = tmp_path / "pwned"
+    for key in first.ran:  # a results folder as the old format wrote it, with a booby-trapped pickle
+        folder = tmp_path / "points" / key
+        (folder / "runs.json").unlink()
+        (folder / "runs.pickle").write_bytes(pickle.dumps([_Payload(sentinel)]))
+    stats = SweepStats()
+    resumed = run_sweep(scenario, tmp_path, workers=1, log=True, stats=stats)
+    assert not sentinel.exists()
+    assert sorted(stats.ran) == sorted(first.ran)
+    err = capsys.readouterr().err
+    for task_label in ("point 0 [rate=2/s]", "point 1 [rate=4/s]"):
+        assert f"kvsim: stored {task_label} (points/" in err
+    assert err.count("runs.json: missing; recomputing") == 2
+    _assert_same(fresh, resumed)
+
+
+def test_the_package_never_loads_code_or_objects():
+    """No pickle, marshal, shelve, eval, exec or dynamic import anywhere in kvsim (an AST scan,
+    so a comment or a docstring naming them does not count), and YAML only with a safe loader."""
+    import ast
+
+    import yaml
+
+    from kvsim.yaml_io import KvsimLoader
+
+    banned_modules = {"pickle", "cPickle", "_pickle", "marshal", "shelve", "dill", "cloudpickle", "joblib",
+                      "runpy", "importlib", "code", "codeop"}
+    safe_importlib = {"importlib.resources", "importlib.metadata"}  # packaged data files, not code
+    banned_names = {"eval", "exec", "compile", "__import__", "execfile"}  # builtins (re.compile is fine)
+    banned_methods = {"read_pickle", "to_pickle", "import_module", "unsafe_load", "full_load", "__import__"}
+    root = Path(kvsim.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        where = f"{path.relative_to(root.parent).as_posix()}:"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module] if node.module != "importlib" else [f"importlib.{a.name}" for a in node.names]
+            else:
+                modules = []
+            found += [f"{where}{node.lineno} imports {m}" for m in modules
+                      if m.split(".")[0] in banned_modules and m not in safe_importlib]
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            if isinstance(func, ast.Name) and func.id in banned_names:
+                found.append(f"{where}{node.lineno} calls {func.id}")
+            if isinstance(func, ast.Attribute) and func.attr in banned_methods:
+                found.append(f"{where}{node.lineno} calls .{func.attr}")
+            if isinstance(func, ast.Attribute) and func.attr == "load" and getattr(func.value, "id", None) == "yaml":
+                loader = {k.arg: k.value for k in node.keywords}.get("Loader")
+                if not (isinstance(loader, ast.Name) and loader.id == "KvsimLoader"):
+                    found.append(f"{where}{node.lineno} yaml.load without KvsimLoader")
+            if any(k.arg == "allow_pickle" for k in node.keywords):
+                found.append(f"{where}{node.lineno} passes allow_pickle")
+    assert found == []
+    assert issubclass(KvsimLoader, yaml.SafeLoader)
+
+
+# ------------------------------------------------------------------------------ damaged folders
+
+def _break_runs_json(folder: Path, change) -> None:
+    path = folder / "runs.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def _set(data, *path_and_value):
+    *path, value = path_and_value
+    target = data
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+
+
+DAMAGE = {
+    "truncated": (lambda f: (f / "runs.json").write_bytes((f / "runs.json").read_bytes()[:200]),
+                  "runs.json: not JSON kvsim wrote"),
+    "empty": (lambda f: (f / "runs.json").write_bytes(b""), "runs.json: not JSON kvsim wrote"),
+    "binary": (lambda f: (f / "runs.json").write_bytes(b"\x80\x04\x95" + bytes(range(256))),
+               "runs.json: not JSON kvsim wrote"),
+    "deeply nested": (lambda f: (f / "runs.json").write_text("[" * 200_000 + "]" * 200_000),
+                      "runs.json: not JSON kvsim wrote"),
+    "a repeated key": (lambda f: (f / "runs.json").write_text('{"format": 1, "format": 1}'),
+                       "a key repeats in one object"),
+    "another format": (lambda f: _break_runs_json(f, lambda d: _set(d, "format", RUNS_FORMAT + 1)),
+                       f"runs.json: format {RUNS_FORMAT + 1}, this kvsim reads format {RUNS_FORMAT}"),
+    "another version": (lambda f: _break_runs_json(f, lambda d: _set(d, "kvsim_version", "0.0.1")),
+                        "runs.json: written by kvsim '0.0.1'"),
+    "another point's runs": (lambda f: _break_runs_json(f, lambda d: _set(d, "key", "0" * 20)),
+                             "runs.json: the runs of point '00000000000000000000'"),
+    "a list": (lambda f: (f / "runs.json").write_text("[]"), "runs.json: not an object"),
+    "a counter as text": (lambda f: _break_runs_json(f, lambda d: _set(d, "runs", 0, "iterations", "7")),
+                          "runs.json: run 0: iterations is not a number of the right kind"),
+    "a negative time": (lambda f: _break_runs_json(f, lambda d: _set(d, "runs", 1, "busy_s", -1.0)),
+                        "runs.json: run 1: busy_s is -1.0"),
+    "an unknown field": (lambda f: _break_runs_json(f, lambda d: _set(d, "runs", 0, "__reduce__", "os.system")),
+                         "runs.json: run 0: fields ['__reduce__'] missing or unknown"),
+    "a nested table cell": (lambda f: _break_runs_json(f, lambda d: _set(d, "runs", 0, "links", [{"x": [1]}])),
+                            "runs.json: run 0: links is not a list of rows of scalars"),
+    "systems swapped": (lambda f: _break_runs_json(f, lambda d: d["runs"].reverse()),
+                        "runs.json: holds systems ['b', 'a'], the point has ['a', 'b']"),
+    "no requests": (lambda f: (f / "requests.parquet").unlink(), "requests.parquet: "),
+    "requests not parquet": (lambda f: (f / "requests.parquet").write_bytes(b"PAR1 not really"),
+                             "requests.parquet: "),
+    "a record column dropped": (
+        lambda f: pd.read_parquet(f / "requests.parquet").drop(columns=["first_token_s"]).to_parquet(f / "requests.parquet"),
+        "requests.parquet: no column 'first_token_s'"),
+    "foreign systems' records": (
+        lambda f: pd.read_parquet(f / "requests.parquet").assign(system="zz").to_parquet(f / "requests.parquet"),
+        "requests.parquet: rows of systems the point does not have: ['zz']"),
+    "another marker": (lambda f: (f / MARKER).write_text('{"key": "elsewhere"}'), f"{MARKER}: not the marker"),
+}
+
+
+@pytest.fixture(scope="module")
+def stored_tiny(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stored")
+    scenario = kvsim.parse_scenario(TINY, "tiny.yaml")
+    stats = SweepStats()
+    fresh = run_sweep(scenario, out, workers=1, log=False, stats=stats)
+    return scenario, out, stats.ran, fresh
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_stored_point_is_named_and_recomputed(stored_tiny, tmp_path, damage, capsys):
+    scenario, original, keys, fresh = stored_tiny
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    change, expected = DAMAGE[damage]
+    change(out / "points" / keys[1])
+    stats = SweepStats()
+    resumed = run_sweep(scenario, out, workers=1, log=True, stats=stats)
+    assert stats.ran == [keys[1]] and stats.reused == [keys[0]]
+    lines = [line for line in capsys.readouterr().err.splitlines() if "cannot be read" in line]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"kvsim: stored point 1 [rate=4/s] (points/{keys[1]}) cannot be read: ")
+    assert expected in lines[0] and lines[0].endswith("; recomputing")
+    assert "Traceback" not in lines[0] and len(lines[0]) < 400
+    _assert_same(fresh, resumed)
+    # the recomputed point was stored again and reads back cleanly
+    again, stats = _resume(scenario, out)
+    assert stats.ran == []
+
+
+def test_a_python_caller_is_warned_when_a_point_is_recomputed(stored_tiny, tmp_path):
+    scenario, original, keys, fresh = stored_tiny
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    (out / "points" / keys[0] / "runs.json").write_text("{")
+    with pytest.warns(RuntimeWarning, match=r"stored point 0 \[rate=2/s\] .* cannot be read: .*; recomputing"):
+        run_sweep(scenario, out, workers=1, log=False)
+
+
+def test_the_command_line_says_which_point_it_recomputes(tmp_path):
+    source = tmp_path / "tiny.yaml"
+    source.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "kvsim.cli", "run", str(source), "--out", str(out), "--workers", "1",
+               "--no-progress", "--no-report"]
+    assert subprocess.run(command, capture_output=True, text=True, timeout=300).returncode == 0
+    victim = sorted((out / "points").iterdir())[0]
+    (victim / "runs.json").write_text('{"format": 99}')
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"({victim.relative_to(out).as_posix()}) cannot be read: runs.json: format 99, this kvsim reads " \
+           f"format {RUNS_FORMAT}; recomputing" in again.stderr
+    assert "1 already stored (skipped)" in again.stderr
+
+
+# ------------------------------------------------------------------------------ the plan's probes
+
+PLAN = """
+name: store-plan
+seed: 4
+duration: 30 s
+warmup: 5 s
+model: qwen3-1.7b
+workload:
+  arrival: {kind: poisson, rate: 1/s}
+  input_tokens: {kind: fixed, value: 2000}
+  output_tokens: {kind: fixed, value: 64}
+slo: {ttft_p99: 1 s}
+systems:
+  h20: {node: h20-8x, instances: 1, instance: {max_num_seqs: 4}}
+plan: {targets: [3/s], units: {max: 3}, rel_tol: 0.3}
+"""
+
+PROBE_DAMAGE = {
+    "not json": (lambda d: "{", "not JSON kvsim wrote"),
+    "another format": (lambda d: json.dumps({**d, "format": 7}), "format 7, this kvsim reads format 1"),
+    "another probe's file": (lambda d: json.dumps({**d, "key": "x" * 20}), "key is 'xxxxxxxxxxxxxxxxxxxx'"),
+    "another load": (lambda d: json.dumps({**d, "load": d["load"] * 2}), "load is "),
+    "meets as text": (lambda d: json.dumps({**d, "meets": "yes"}), "meets, reason or detail of the wrong type"),
+    "a list": (lambda d: "[]", "not an object"),
+}
+
+
+@pytest.mark.parametrize("damage", list(PROBE_DAMAGE))
+def test_a_damaged_stored_probe_is_named_and_recomputed(tmp_path, capsys, damage):
+    from kvsim.plan.command import run_plan
+
+    scenario = kvsim.parse_scenario(PLAN, "plan.yaml")
+    first = run_plan(scenario, tmp_path, workers=1, log=lambda line: None)
+    probes = sorted((tmp_path / "probes").glob("*.json"))
+    change, expected = PROBE_DAMAGE[damage]
+    probes[0].write_text(change(json.loads(probes[0].read_text())))
+    capsys.readouterr()
+    lines: list[str] = []
+    again = run_plan(scenario, tmp_path, workers=1, log=lines.append)
+    err = [line for line in capsys.readouterr().err.splitlines() if "cannot be read" in line]
+    assert err == [f"kvsim plan: stored probe {probes[0]} cannot be read: " + err[0].split(": ", 2)[2]]
+    assert expected in err[0] and err[0].endswith("; recomputing")
+    assert f"1 probe run, {len(probes) - 1} reused" in lines[-1]
+    for answer in (first, again):
+        answer.pop("kvsim_version", None)
+    assert again == first
