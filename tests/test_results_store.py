@@ -212,7 +212,7 @@ def _set(data, *path_and_value):
     target[path[-1]] = value
 
 
-DAMAGE = {
+DAMAGE = {  # what is done to point 1's folder, and what the line then says once the marker is sealed again
     "truncated": (lambda f: (f / "runs.json").write_bytes((f / "runs.json").read_bytes()[:200]),
                   "runs.json: not JSON kvsim wrote"),
     "empty": (lambda f: (f / "runs.json").write_bytes(b""), "runs.json: not JSON kvsim wrote"),
@@ -239,7 +239,6 @@ DAMAGE = {
                             "runs.json: run 0: links is not a list of rows of scalars"),
     "systems swapped": (lambda f: _break_runs_json(f, lambda d: d["runs"].reverse()),
                         "runs.json: holds systems ['b', 'a'], the point has ['a', 'b']"),
-    "no requests": (lambda f: (f / "requests.parquet").unlink(), "requests.parquet: "),
     "requests not parquet": (lambda f: (f / "requests.parquet").write_bytes(b"PAR1 not really"),
                              "requests.parquet: "),
     "a record column dropped": (
@@ -248,8 +247,39 @@ DAMAGE = {
     "foreign systems' records": (
         lambda f: pd.read_parquet(f / "requests.parquet").assign(system="zz").to_parquet(f / "requests.parquet"),
         "requests.parquet: rows of systems the point does not have: ['zz']"),
-    "another marker": (lambda f: (f / MARKER).write_text('{"key": "elsewhere"}'), f"{MARKER}: not the marker"),
 }
+
+UNSEALED = {  # damage the marker's digests catch, or the marker itself
+    "no requests": (lambda f: (f / "requests.parquet").unlink(), "requests.parquet: missing"),
+    "no runs": (lambda f: (f / "runs.json").unlink(), "runs.json: missing"),
+    "another point's records": (
+        lambda f: shutil.copy(next(p for p in f.parent.iterdir() if p != f) / "requests.parquet", f),
+        "requests.parquet: changed since it was written (its SHA-256 is not the marker's)"),
+    "one byte flipped": (lambda f: _flip(f / "runs.json", 40), "runs.json: changed since it was written"),
+    "the summary edited": (lambda f: (f / "summary.parquet").write_bytes(b"x"), "summary.parquet: changed since"),
+    "another marker": (lambda f: _reseal(f, key="elsewhere"), f"{MARKER}: the marker of point 'elsewhere'"),
+    "an old marker": (lambda f: (f / MARKER).write_text('{"key": "k", "finished": 1}'),
+                      f"{MARKER}: not a marker this kvsim writes"),
+    "a marker naming other files": (lambda f: _reseal(f, extra="/dev/zero"),
+                                    f"{MARKER}: names a file kvsim does not write ('/dev/zero')"),
+}
+
+
+def _flip(path: Path, at: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[at] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _reseal(folder: Path, key: str | None = None, extra: str | None = None) -> None:
+    """Seal ``folder`` as kvsim would after the damage (so what lies below the digests is reached)."""
+    from kvsim.plan.store import seal
+
+    seal(folder, key or folder.name)
+    if extra is not None:
+        marker = json.loads((folder / MARKER).read_text())
+        marker["sha256"][extra] = "0" * 64
+        (folder / MARKER).write_text(json.dumps(marker))
 
 
 @pytest.fixture(scope="module")
@@ -261,25 +291,41 @@ def stored_tiny(tmp_path_factory):
     return scenario, out, stats.ran, fresh
 
 
-@pytest.mark.parametrize("damage", list(DAMAGE))
-def test_a_damaged_stored_point_is_named_and_recomputed(stored_tiny, tmp_path, damage, capsys):
+def _damaged_run(stored_tiny, out: Path, change, capsys) -> str:
+    """Copy the stored folder, ``change`` point 1's, resume: its one line (checked), after
+    checking that only point 1 ran again and the result equals the fresh one."""
     scenario, original, keys, fresh = stored_tiny
-    out = tmp_path / "out"
     shutil.copytree(original, out)
-    change, expected = DAMAGE[damage]
     change(out / "points" / keys[1])
+    capsys.readouterr()
     stats = SweepStats()
     resumed = run_sweep(scenario, out, workers=1, log=True, stats=stats)
     assert stats.ran == [keys[1]] and stats.reused == [keys[0]]
     lines = [line for line in capsys.readouterr().err.splitlines() if "cannot be read" in line]
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"kvsim: stored point 1 [rate=4/s] (points/{keys[1]}) cannot be read: ")
-    assert expected in lines[0] and lines[0].endswith("; recomputing")
-    assert "Traceback" not in lines[0] and len(lines[0]) < 400
+    assert lines[0].endswith("; recomputing") and "Traceback" not in lines[0] and len(lines[0]) < 400
     _assert_same(fresh, resumed)
-    # the recomputed point was stored again and reads back cleanly
-    again, stats = _resume(scenario, out)
+    again, stats = _resume(scenario, out)  # the recomputed point was stored again and reads back cleanly
     assert stats.ran == []
+    return lines[0]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_stored_point_is_named_and_recomputed(stored_tiny, tmp_path, damage, capsys):
+    change, expected = DAMAGE[damage]
+    # as damaged: the marker's digest of the file no longer matches
+    line = _damaged_run(stored_tiny, tmp_path / "as-is", change, capsys)
+    assert "changed since it was written (its SHA-256 is not the marker's)" in line
+    # sealed again over the damage (as a careless copy tool or an old kvsim might): the checks below it
+    line = _damaged_run(stored_tiny, tmp_path / "sealed", lambda f: (change(f), _reseal(f)), capsys)
+    assert expected in line
+
+
+@pytest.mark.parametrize("damage", list(UNSEALED))
+def test_a_changed_or_missing_file_is_caught_by_the_marker(stored_tiny, tmp_path, damage, capsys):
+    change, expected = UNSEALED[damage]
+    assert expected in _damaged_run(stored_tiny, tmp_path / "out", change, capsys)
 
 
 def test_a_python_caller_is_warned_when_a_point_is_recomputed(stored_tiny, tmp_path):
@@ -302,8 +348,8 @@ def test_the_command_line_says_which_point_it_recomputes(tmp_path):
     (victim / "runs.json").write_text('{"format": 99}')
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
-    assert f"({victim.relative_to(out).as_posix()}) cannot be read: runs.json: format 99, this kvsim reads " \
-           f"format {RUNS_FORMAT}; recomputing" in again.stderr
+    assert f"({victim.relative_to(out).as_posix()}) cannot be read: runs.json: changed since it was written " \
+           f"(its SHA-256 is not the marker's); recomputing" in again.stderr
     assert "1 already stored (skipped)" in again.stderr
 
 

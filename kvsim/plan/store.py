@@ -14,7 +14,9 @@ A folder holds
   most); the request records, the one large table, stay in ``requests.parquet``. A run's
   sizing is not stored: it is worked out again from the scenario (for ``layout: best``, at the
   layout the summary names), as it was before the run;
-- ``done.json``: the completion marker, written last.
+- ``done.json``: the completion marker, written last: the task's key and the SHA-256 of every
+  other file, so a file changed or damaged since (a bit flip, a copy from another point, an
+  edit) is caught before anything is read from it.
 
 Every file is written to a temporary file in the same folder and renamed into place
 (``os.replace``, atomic on POSIX), and the marker only after all of them: a folder without
@@ -27,6 +29,7 @@ task; a point that fails is reported (:class:`StoredPointError`, one line) and r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -45,7 +48,7 @@ from kvsim.sim.layout_search import searches_layout, with_layout, candidates
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 
-__all__ = ["PointStore", "StoredPointError", "MARKER", "RUNS_FORMAT"]
+__all__ = ["PointStore", "StoredPointError", "MARKER", "RUNS_FORMAT", "seal"]
 
 MARKER = "done.json"
 RUNS_FORMAT = 1
@@ -114,7 +117,7 @@ class PointStore:
                   "runs": [_run_data(r) for r in runs]}
         # NaN and infinities stay numbers (Python's JSON tokens): a sampled table may hold them
         _write_text(folder / "runs.json", json.dumps(stored, default=_plain, separators=(",", ":")) + "\n")
-        _write_text(folder / MARKER, json.dumps({"key": task.key, "finished": time.time()}) + "\n")
+        seal(folder, task.key)
         return folder
 
     def try_load(self, scenario: Scenario, task: SweepTask) -> tuple[list[SystemRun] | None, str | None]:
@@ -136,10 +139,8 @@ class PointStore:
         """
         folder = self.folder(task.key)
         point = scenario.points[task.index]
+        _check_seal(folder, task.key)
         data = _read_json(folder / "runs.json")
-        marker = _read_json(folder / MARKER)
-        if not isinstance(marker, dict) or marker.get("key") != task.key:
-            raise StoredPointError(f"{MARKER}: not the marker of point {task.key}")
         _check_header(data, task)
         systems = list(point.spec.systems)
         stored_systems = [r.get("system") if isinstance(r, dict) else None for r in data["runs"]]
@@ -179,6 +180,52 @@ class PointStore:
         """Temporary files left by a process killed while writing (safe to delete: the marker
         of their folder is missing or was written after them from complete files)."""
         return sorted(self.root.glob("*/.*.tmp")) if self.root.is_dir() else []
+
+
+SEALED = ("requests.parquet", "summary.parquet", "point.json", "runs.json")
+"""The files of a folder whose SHA-256 the marker holds (with ``inputs.json`` when written)."""
+MARKER_FORMAT = 1
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def seal(folder: Path, key: str) -> None:
+    """Write ``folder``'s marker: ``key`` and the SHA-256 of its files, the last file written."""
+    names = [n for n in (*SEALED, "inputs.json") if (folder / n).is_file()]
+    marker = {"format": MARKER_FORMAT, "key": key, "finished": time.time(),
+              "sha256": {name: _sha256(folder / name) for name in names}}
+    _write_text(folder / MARKER, json.dumps(marker, indent=1) + "\n")
+
+
+def _check_seal(folder: Path, key: str) -> None:
+    marker = _read_json(folder / MARKER)
+    if not isinstance(marker, dict) or marker.get("format") != MARKER_FORMAT or not isinstance(
+            marker.get("sha256"), dict):
+        raise StoredPointError(f"{MARKER}: not a marker this kvsim writes (format {MARKER_FORMAT})")
+    if marker.get("key") != key:
+        raise StoredPointError(f"{MARKER}: the marker of point {marker.get('key')!r}, not {key}")
+    sealed = marker["sha256"]
+    for name in SEALED:
+        if name not in sealed:
+            raise StoredPointError(f"{MARKER}: no SHA-256 of {name}")
+    for name, expected in sealed.items():
+        if name not in (*SEALED, "inputs.json"):  # never a path from the file: only kvsim's own names
+            raise StoredPointError(f"{MARKER}: names a file kvsim does not write ({str(name)[:60]!r})")
+        path = folder / name
+        if not path.is_file():
+            raise StoredPointError(f"{name}: missing")
+        try:
+            actual = _sha256(path)
+        except OSError as exc:
+            raise StoredPointError(f"{name}: cannot be read ({_reason(exc)})") from None
+        if actual != expected:
+            raise StoredPointError(f"{name}: changed since it was written (its SHA-256 is not the marker's)")
 
 
 def _run_data(run: SystemRun) -> dict[str, Any]:
