@@ -244,6 +244,13 @@ DAMAGE = {  # what is done to point 1's folder, and what the line then says once
     "a record column dropped": (
         lambda f: pd.read_parquet(f / "requests.parquet").drop(columns=["first_token_s"]).to_parquet(f / "requests.parquet"),
         "requests.parquet: no column 'first_token_s'"),
+    "another point's records": (
+        lambda f: shutil.copy(next(p for p in f.parent.iterdir() if p != f) / "requests.parquet", f),
+        "requests.parquet: the records of system 'a' are not the ones its run wrote (their SHA-256 is not "
+        "runs.json's)"),
+    "one record edited": (
+        lambda f: pd.read_parquet(f / "requests.parquet").assign(output_tokens=lambda d: d["output_tokens"] + 1)
+        .to_parquet(f / "requests.parquet"), "requests.parquet: the records of system 'a' are not the ones"),
     "foreign systems' records": (
         lambda f: pd.read_parquet(f / "requests.parquet").assign(system="zz").to_parquet(f / "requests.parquet"),
         "requests.parquet: rows of systems the point does not have: ['zz']"),
@@ -400,3 +407,27 @@ def test_a_damaged_stored_probe_is_named_and_recomputed(tmp_path, capsys, damage
     for answer in (first, again):
         answer.pop("kvsim_version", None)
     assert again == first
+
+
+def test_a_points_file_in_the_way_is_refused_with_a_message(tmp_path, capsys):
+    from kvsim.cli import main
+
+    source = tmp_path / "tiny.yaml"
+    source.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "points").write_text("my notes")
+    assert main(["run", str(source), "--out", str(out), "--workers", "1", "--no-progress", "--no-report"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot keep points in {out / 'points'}: it exists and is not a folder" in err
+    assert "Traceback" not in err and (out / "points").read_text() == "my notes"
+
+
+def test_folders_and_pipes_in_a_point_folder_are_cleared_when_it_is_rewritten(stored_tiny, tmp_path, capsys):
+    import os
+
+    folder_of = lambda f: ((f / "runs.json").unlink(), (f / "runs.json").mkdir(), (f / "runs.json" / "x").touch())
+    pipe = lambda f: ((f / "requests.parquet").unlink(), os.mkfifo(f / "requests.parquet"))
+    for name, change in (("folder", folder_of), ("pipe", pipe)):
+        line = _damaged_run(stored_tiny, tmp_path / name, change, capsys)
+        assert "missing; recomputing" in line

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -91,13 +92,15 @@ class PointStore:
         return f"points/{key}"
 
     def done(self, key: str) -> bool:
-        """The task's folder is complete (its marker exists)."""
-        return (self.folder(key) / MARKER).is_file()
+        """The task's folder says it is complete: its marker exists (whether it holds up is
+        :meth:`load`'s to say; a folder without one is unfinished, its writer killed)."""
+        marker = self.folder(key) / MARKER
+        return marker.exists() or marker.is_symlink()
 
     def save(self, scenario, task: SweepTask, runs: list[SystemRun], inputs: dict[str, Any] | None = None) -> Path:
         """Write a finished task's folder; the marker last."""
         folder = self.folder(task.key)
-        folder.mkdir(parents=True, exist_ok=True)
+        _make_room(folder)
         frames = []
         for run in runs:
             frame = run.records.to_frame()
@@ -154,6 +157,9 @@ class PointStore:
         runs = []
         for entry in data["runs"]:
             name = entry["system"]
+            if _records_sha256(by_system[name]) != entry["records_sha256"]:
+                raise StoredPointError(f"requests.parquet: the records of system {name!r} are not the ones its run "
+                                       f"wrote (their SHA-256 is not runs.json's)")
             run = _run_from_data(entry, self._sizing(scenario, task, name, entry), by_system[name])
             run.point_index, run.params, run.replica, run.seed = task.index, dict(task.params), task.replica, task.seed
             runs.append(run)
@@ -185,6 +191,24 @@ class PointStore:
 SEALED = ("requests.parquet", "summary.parquet", "point.json", "runs.json")
 """The files of a folder whose SHA-256 the marker holds (with ``inputs.json`` when written)."""
 MARKER_FORMAT = 1
+
+
+def _make_room(folder: Path) -> None:
+    """``folder`` as a folder kvsim can write its files into: no marker (until the new one), and
+    nothing in the way of a file it writes (a folder, a pipe or a device of that name, left by
+    hand or by another tool, is removed; a file or a link is replaced by the rename itself)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / MARKER
+    if marker.is_file() or marker.is_symlink():  # first: a folder being rewritten is unfinished
+        marker.unlink()
+    for name in (*SEALED, "inputs.json", MARKER):
+        path = folder / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() and not path.is_file() and not path.is_symlink():
+            path.unlink()
 
 
 def _sha256(path: Path) -> str:
@@ -229,9 +253,23 @@ def _check_seal(folder: Path, key: str) -> None:
 
 
 def _run_data(run: SystemRun) -> dict[str, Any]:
-    """What ``runs.json`` keeps of ``run``: everything but its records, sizing and labels."""
-    return {"system": run.system, "summary": run.summary, **{name: getattr(run, name) for name in _COUNTERS},
-            **{name: getattr(run, name) for name in TABLES}}
+    """What ``runs.json`` keeps of ``run``: everything but its records (only their digest),
+    sizing and labels."""
+    return {"system": run.system, "summary": run.summary, "records_sha256": _records_sha256(run.records),
+            **{name: getattr(run, name) for name in _COUNTERS}, **{name: getattr(run, name) for name in TABLES}}
+
+
+def _records_sha256(records: RequestRecords) -> str:
+    """SHA-256 over the records, bit for bit: the records read back must be the run's own (not
+    another point's, not edited), whatever the marker says."""
+    digest = hashlib.sha256(str(records.n).encode())
+    for name in RequestRecords.fields:
+        column = records.column(name)
+        if column.dtype.kind == "f":  # Parquet keeps a NaN as a null: any NaN's bits come back as np.nan's
+            column = np.where(np.isnan(column), np.nan, column)
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(column).tobytes())
+    return digest.hexdigest()
 
 
 def _read_json(path: Path) -> Any:
@@ -281,11 +319,12 @@ def _run_problem(entry: Any) -> str | None:
     """What is wrong with one stored run's data (None: nothing)."""
     if not isinstance(entry, dict):
         return "not an object"
-    expected = {"system", "summary", *_COUNTERS, *TABLES}
+    expected = {"system", "summary", "records_sha256", *_COUNTERS, *TABLES}
     if set(entry) != expected:
         return f"fields {sorted(set(entry) ^ expected)} missing or unknown"
-    if not isinstance(entry["system"], str) or not isinstance(entry["summary"], dict):
-        return "system or summary of the wrong type"
+    if not isinstance(entry["system"], str) or not isinstance(entry["summary"], dict) or not isinstance(
+            entry["records_sha256"], str):
+        return "system, summary or records_sha256 of the wrong type"
     for name, kind in _COUNTERS.items():
         value = entry[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
