@@ -239,6 +239,17 @@ def test_python_callers_get_the_model_checks_too():
     assert error["loc"] == ("moe", "first_dense_layers") and "num_layers 2" in error["msg"]
 
 
+def test_a_derived_quantity_that_is_not_positive_is_refused(monkeypatch):
+    # the net under the field checks: whatever the fields, a model with no weight bytes is refused
+    from kvsim.models import ModelSpec, model_catalog
+
+    monkeypatch.setattr(ModelSpec, "weight_bytes", lambda self, dtype, weight_dtypes=None: -1.0)
+    with pytest.raises(ValidationError) as info:
+        ModelSpec.model_validate({**model_catalog().raw["qwen3-8b"], "name": "q"})
+    [error] = info.value.errors()
+    assert error["loc"] == () and "-1 weight bytes" in error["msg"]
+
+
 def test_every_shipped_model_loads_with_sane_derived_quantities():
     # a guard for the catalog (it held before too): what the validator checks, checked from outside
     from kvsim.models import model_catalog

@@ -138,7 +138,7 @@ class ModelSpec(FrozenSpec):
                                                                        self.attention_flops_per_pair(decode=False)),
             }
             groups = self.group_params()
-        except (OverflowError, ArithmeticError) as exc:
+        except ArithmeticError as exc:  # an overflow: sizes far beyond any model
             return [((), f"the architecture's sizes overflow what kvsim derives from them ({exc})", None)]
         problems = [((), f"its fields give {value:g} {what}: check the architecture numbers", value)
                     for what, value in derived.items() if not (math.isfinite(value) and value > 0)]

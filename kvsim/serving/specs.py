@@ -66,7 +66,7 @@ class CacheAwareSpec(FrozenSpec):
         instance whatever is cached, so a hot prefix cannot pile work onto one instance.
     """
 
-    staleness: Seconds = 0.0  # 0: the live index (documented above)
+    staleness: Seconds = 0.0  # 0: the live index
     hbm_credit: float = Field(default=1.0, ge=0.0, le=1.0)
     dram_credit: float = Field(default=0.75, ge=0.0, le=1.0)
     nvme_credit: float = Field(default=0.25, ge=0.0, le=1.0)
