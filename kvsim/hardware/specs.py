@@ -14,7 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.spec_types import Bandwidth, Bytes, FlopRate, Fraction, FrozenSpec, Rate, Seconds, Watts
+from kvsim.spec_types import (Bandwidth, Bytes, Count, FlopRate, Fraction, FrozenSpec, PositiveBytes, PositiveInt, Rate,
+                              Seconds, Watts, field_errors)
 
 __all__ = [
     "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "HostStagingSpec",
@@ -136,12 +137,12 @@ class AcceleratorSpec(PricedSpec):
 
     name: str = ""
     vendor: str
-    memory_bytes: Bytes
+    memory_bytes: PositiveBytes
     memory_kind: str
     memory_bandwidth: Bandwidth
     flops: dict[str, FlopRate]
     scale_up_bandwidth: Bandwidth | None = None
-    scale_up_latency_s: Seconds | None = None
+    scale_up_latency_s: Seconds | None = None  # 0 s: an idealised link (what-if studies)
     host_link: str
     host_link_bandwidth: Bandwidth
     tdp_w: Watts | None = None
@@ -191,15 +192,22 @@ class NvmeSpec(FrozenSpec):
     queue depth 32 is an assumption (a common io_uring / libaio iodepth per job).
     """
 
-    count: int = Field(ge=0)
-    capacity_bytes: Bytes
+    count: Count  # 0: a node without drives
+    capacity_bytes: Bytes  # of one drive; above zero when there are drives (checked below)
     read_bandwidth: Bandwidth
     write_bandwidth: Bandwidth
     read_iops: Rate = 2.5e6
     write_iops: Rate = 2.5e5
     read_latency_s: Seconds = 80e-6
     write_latency_s: Seconds = 15e-6
-    queue_depth: int = Field(default=32, ge=1)
+    queue_depth: PositiveInt = 32
+
+    @model_validator(mode="after")
+    def _drives_hold_something(self) -> "NvmeSpec":
+        if self.count and not self.capacity_bytes > 0:
+            raise field_errors(NvmeSpec, [(("capacity_bytes",), f"{self.count} drive(s) of 0 bytes: give each drive's "
+                                           "capacity (e.g. 3.84 TB), or count: 0 for a node without drives", 0.0)])
+        return self
 
 
 class HostStagingSpec(FrozenSpec):
@@ -224,7 +232,7 @@ class HostStagingSpec(FrozenSpec):
     getting-started guide, H) and of a kernel file-system read path; UNCONFIRMED.
     """
 
-    copy_threads: int = Field(default=8, ge=0)
+    copy_threads: Count = 8
     memcpy_bandwidth: Bandwidth = 10e9
     per_io_cpu_s: Seconds = 5e-6
 
@@ -232,7 +240,7 @@ class HostStagingSpec(FrozenSpec):
 class NicSpec(FrozenSpec):
     """Scale-out network interfaces of a node (all identical)."""
 
-    count: int = Field(ge=0)
+    count: Count  # 0: no scale-out network (sizing refuses what would need one)
     bandwidth: Bandwidth
 
 
@@ -246,8 +254,8 @@ class NodeSpec(PricedSpec):
 
     name: str = ""
     accelerator: str
-    accelerators_per_node: int = Field(gt=0)
-    host_dram_bytes: Bytes
+    accelerators_per_node: PositiveInt
+    host_dram_bytes: PositiveBytes
     host_dram_bandwidth: Bandwidth
     nvme: NvmeSpec
     nics: NicSpec
@@ -284,13 +292,13 @@ class PoolNodeSpec(PricedSpec):
 
     name: str = ""
     medium: Literal["dram", "nvme"]
-    capacity_bytes: Bytes
+    capacity_bytes: PositiveBytes
     read_bandwidth: Bandwidth
     write_bandwidth: Bandwidth
     access_latency_s: Seconds
     read_iops: Rate | None = None
     write_iops: Rate | None = None
-    queue_depth: int = Field(default=32, ge=1)
+    queue_depth: PositiveInt = 32
     nics: NicSpec
     power_w: Watts | None = None
     sources: dict[str, str]

@@ -71,6 +71,9 @@ __all__ = ["EngineSpec"]
 class EngineSpec(FrozenSpec):
     """Engine-software costs around the forward pass (all seconds; see the module docstring).
 
+    Each may be 0: an engine without that cost, for a what-if (the roofline of the forward pass
+    keeps every step above zero).
+
     Attributes
     ----------
     step_fixed_s : float

@@ -15,13 +15,24 @@ formulas follow ``../shared/reference/hardware_facts.md`` (section 3 and its app
 
 from __future__ import annotations
 
+import math
+from typing import Annotated
+
 from pydantic import Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.models.attention_span import AttentionSpan
-from kvsim.spec_types import FrozenSpec
+from kvsim.spec_types import Count, FrozenSpec, field_errors
 
-__all__ = ["ModelSpec", "MlaSpec", "MoeSpec", "WEIGHT_GROUPS"]
+__all__ = ["ModelSpec", "MlaSpec", "MoeSpec", "WEIGHT_GROUPS", "MAX_DIMENSION", "Dimension"]
+
+MAX_DIMENSION = 2**31 - 1
+"""Largest architecture size accepted (layers, widths, heads, experts, vocabulary): the int32 range
+engines keep tensor shapes in. It also keeps every derived count (parameters, bytes, FLOPs) a
+finite float: the largest product of four such sizes is about 2**124."""
+
+Dimension = Annotated[int, Field(ge=1, le=MAX_DIMENSION)]
+"""A size of the architecture: at least 1, at most :data:`MAX_DIMENSION`."""
 
 WEIGHT_GROUPS = ("embedding", "attention", "feed_forward", "experts", "lm_head")
 """Parts of a checkpoint that may be stored in different number formats: the input embedding,
@@ -32,27 +43,29 @@ the routed experts, and the output projection (none when tied to the embedding).
 class MlaSpec(FrozenSpec):
     """Multi-head latent attention (DeepSeek-V2/V3) dimensions."""
 
-    q_lora_rank: int = Field(gt=0)
-    kv_lora_rank: int = Field(gt=0)
-    qk_nope_head_dim: int = Field(gt=0)
-    qk_rope_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
+    q_lora_rank: Dimension
+    kv_lora_rank: Dimension
+    qk_nope_head_dim: Dimension
+    qk_rope_head_dim: Dimension
+    v_head_dim: Dimension
 
 
 class MoeSpec(FrozenSpec):
     """Mixture-of-experts feed-forward layers."""
 
-    num_experts: int = Field(gt=0)
-    experts_per_token: int = Field(gt=0)
-    expert_intermediate_size: int = Field(gt=0)
-    shared_experts: int = Field(default=0, ge=0)
-    first_dense_layers: int = Field(default=0, ge=0)
+    num_experts: Dimension
+    experts_per_token: Dimension
+    expert_intermediate_size: Dimension
+    shared_experts: Annotated[Count, Field(le=MAX_DIMENSION)] = 0
+    first_dense_layers: Count = 0  # below the model's num_layers: ModelSpec checks it
     router_bias: bool = False
 
     @model_validator(mode="after")
     def _k_le_e(self) -> "MoeSpec":
         if self.experts_per_token > self.num_experts:
-            raise ValueError("experts_per_token cannot exceed num_experts")
+            raise field_errors(MoeSpec, [(("experts_per_token",), f"{self.experts_per_token} routed experts per "
+                                          f"token, but the layer has num_experts {self.num_experts}",
+                                          self.experts_per_token)])
         return self
 
 
@@ -61,30 +74,79 @@ class ModelSpec(FrozenSpec):
 
     name: str = ""
     hf_id: str
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
+    num_layers: Dimension
+    hidden_size: Dimension
+    num_attention_heads: Dimension
+    num_kv_heads: Dimension
+    head_dim: Dimension
+    intermediate_size: Dimension
+    vocab_size: Dimension
     tie_word_embeddings: bool = False
     qk_norm: bool = False
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
-    sliding_window: int | None = Field(default=None, gt=0)
-    sliding_window_layers: int | None = Field(default=None, ge=0)
+    sliding_window: Dimension | None = None
+    sliding_window_layers: Count | None = None  # 0: a window given, no layer uses it
     sources: dict[str, str]
 
     @model_validator(mode="after")
-    def _window_consistent(self) -> "ModelSpec":
+    def _consistent(self) -> "ModelSpec":
+        """Refuse fields that contradict each other, naming the one at fault, then check what is
+        derived from them once, so no caller (catalog, scenario override, Python) meets a model
+        with negative weights or zero KV per token later, in the middle of a run."""
+        problems = self._field_problems()
+        if not problems:
+            problems = self._derived_problems()
+        if problems:
+            raise field_errors(ModelSpec, problems)
+        return self
+
+    def _field_problems(self) -> list[tuple[tuple[str, ...], str, object]]:
+        problems: list[tuple[tuple[str, ...], str, object]] = []
+        layers = self.num_layers
         if self.sliding_window_layers is not None:
             if self.sliding_window is None:
-                raise ValueError("sliding_window_layers needs sliding_window (the window, in tokens)")
-            if self.sliding_window_layers > self.num_layers:
-                raise ValueError(f"sliding_window_layers ({self.sliding_window_layers}) cannot exceed num_layers "
-                                 f"({self.num_layers})")
-        return self
+                problems.append((("sliding_window_layers",), "needs sliding_window (the window, in tokens)",
+                                 self.sliding_window_layers))
+            elif self.sliding_window_layers > layers:
+                problems.append((("sliding_window_layers",), f"{self.sliding_window_layers} sliding layers, but the "
+                                 f"model has num_layers {layers}", self.sliding_window_layers))
+        if self.mla is None:  # MLA's latent is shared by every head: no KV head count to divide
+            heads, kv = self.num_attention_heads, self.num_kv_heads
+            if kv > heads:
+                problems.append((("num_kv_heads",), f"{kv} KV heads, more than num_attention_heads ({heads})", kv))
+            elif heads % kv:
+                problems.append((("num_kv_heads",), f"num_attention_heads ({heads}) must be a multiple of "
+                                 f"num_kv_heads ({kv}): each KV head serves a whole group of query heads", kv))
+        if self.moe is not None and self.moe.first_dense_layers >= layers:
+            dense = self.moe.first_dense_layers
+            problems.append((("moe", "first_dense_layers"), f"{dense} dense layers of a model with num_layers "
+                             f"{layers} leave {'no' if dense == layers else 'a negative number of'} MoE layers: "
+                             f"give at most {layers - 1} (or drop moe: for a dense model)", dense))
+        return problems
+
+    def _derived_problems(self) -> list[tuple[tuple[str, ...], str, object]]:
+        """What the model's fields make of it, each finite and positive (a group may be empty)."""
+        try:
+            derived = {
+                "total parameters": self.total_params,
+                "active parameters per token": self.active_params,
+                "weight bytes": self.weight_bytes("bf16"),
+                "KV bytes per token": self.kv_bytes_per_token_total("bf16"),
+                "FLOPs per token": self.linear_flops_per_token,
+                "attention FLOPs per (query, context) token pair": min(self.attention_flops_per_pair(decode=True),
+                                                                       self.attention_flops_per_pair(decode=False)),
+            }
+            groups = self.group_params()
+        except ArithmeticError as exc:  # an overflow: sizes far beyond any model
+            return [((), f"the architecture's sizes overflow what kvsim derives from them ({exc})", None)]
+        problems = [((), f"its fields give {value:g} {what}: check the architecture numbers", value)
+                    for what, value in derived.items() if not (math.isfinite(value) and value > 0)]
+        problems += [((), f"its fields give {params:g} parameters in the {group} weights: check the architecture "
+                          "numbers", params) for group, params in groups.items() if not params >= 0]
+        if not problems and self.active_params > self.total_params:
+            problems.append(((), "its fields give more active parameters per token than parameters", None))
+        return problems
 
     @property
     def sliding_layers(self) -> int:
@@ -98,17 +160,6 @@ class ModelSpec(FrozenSpec):
         if not self.sliding_layers:
             return None
         return AttentionSpan(self.sliding_window, self.sliding_layers / self.num_layers)
-
-    @model_validator(mode="after")
-    def _heads_consistent(self) -> "ModelSpec":
-        if self.mla is None:
-            if self.num_kv_heads > self.num_attention_heads:
-                raise ValueError(f"num_kv_heads ({self.num_kv_heads}) cannot exceed num_attention_heads "
-                                 f"({self.num_attention_heads})")
-            if self.num_attention_heads % self.num_kv_heads:
-                raise ValueError(f"num_attention_heads ({self.num_attention_heads}) must be a multiple of "
-                                 f"num_kv_heads ({self.num_kv_heads})")
-        return self
 
     # ---- parameter counts ------------------------------------------------------------------
     def _attention_params(self) -> int:

@@ -52,7 +52,7 @@ class CostSpec(FrozenSpec):
     """
 
     amortisation: PositiveSeconds = 4 * YEAR_S
-    pue: float = Field(default=1.3, ge=1.0)
-    energy_usd_per_kwh: float = Field(default=0.10, ge=0.0)
+    pue: float = Field(default=1.3, ge=1.0)  # facility over IT power: never below 1
+    energy_usd_per_kwh: float = Field(default=0.10, ge=0.0)  # 0: power is free (a what-if)
     opex_usd_per_node_year: float = Field(default=0.0, ge=0.0)
     remote_pool_share: Fraction = 1.0

@@ -13,11 +13,9 @@ for its answer and a think time, and send the next, so more clients is more load
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from pydantic import Field
 
-from kvsim.spec_types import FrozenSpec, Rate
+from kvsim.spec_types import FrozenSpec, PositiveInt, Rate
 
 __all__ = ["PlanSpec", "UnitRange"]
 
@@ -25,8 +23,8 @@ __all__ = ["PlanSpec", "UnitRange"]
 class UnitRange(FrozenSpec):
     """How many units of a candidate a plan may use (inclusive)."""
 
-    min: int = Field(default=1, ge=1)
-    max: int = Field(default=64, ge=1)
+    min: PositiveInt = 1
+    max: PositiveInt = 64
 
 
 class PlanSpec(FrozenSpec):
@@ -50,7 +48,7 @@ class PlanSpec(FrozenSpec):
     """
 
     targets: list[Rate] | None = Field(default=None, min_length=1)
-    target_clients: list[Annotated[int, Field(ge=1)]] | None = Field(default=None, min_length=1)
+    target_clients: list[PositiveInt] | None = Field(default=None, min_length=1)
     candidates: list[str] | None = None
     baseline: str | None = None
     units: UnitRange = Field(default_factory=UnitRange)

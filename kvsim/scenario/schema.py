@@ -17,7 +17,7 @@ from kvsim.scenario.plan_spec import PlanSpec
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec,
                                   RouterKind)
-from kvsim.spec_types import FrozenSpec, Seconds
+from kvsim.spec_types import Count, FrozenSpec, PositiveInt, PositiveSeconds, Seconds
 from kvsim.workload import WorkloadSpec
 from kvsim.yaml_io import did_you_mean
 
@@ -36,9 +36,9 @@ WeightGroup = Literal["embedding", "attention", "feed_forward", "experts", "lm_h
 class SloSpec(FrozenSpec):
     """Service-level objectives. A request counts toward goodput if it meets every threshold given."""
 
-    ttft_p99: Seconds | None = None
-    tpot_p99: Seconds | None = None
-    e2e_p99: Seconds | None = None
+    ttft_p99: PositiveSeconds | None = None  # 0 s: a latency no request could meet
+    tpot_p99: PositiveSeconds | None = None
+    e2e_p99: PositiveSeconds | None = None
 
 
 SINGLE_POOL = "main"
@@ -62,16 +62,16 @@ class SystemSpec(FrozenSpec):
     """
 
     node: str | None = None
-    nodes: int = Field(default=1, ge=1)
+    nodes: PositiveInt = 1
     instance: InstanceSpec = Field(default_factory=InstanceSpec)
-    instances: int | None = Field(default=None, ge=1)
+    instances: PositiveInt | None = None
     pools: dict[str, PoolSpec] | None = None
     router: RouterKind = "least_outstanding"
     prefill_router: RouterKind = "least_prompt_tokens"
     decode_router: RouterKind = "most_free_kv"
     cache_aware: CacheAwareSpec | None = None
     kv_handoff: HandoffSpec = Field(default_factory=HandoffSpec)
-    scale_up_domain_nodes: int = Field(default=1, ge=1)
+    scale_up_domain_nodes: PositiveInt = 1
     controller: ControllerSpec | None = None
     model: str | None = None
     dtype: Dtype | None = None
@@ -218,7 +218,7 @@ class PDStudySpec(FrozenSpec):
     kind: Literal["pd"] = "pd"
     x: str | None = None
     timeline: list[str] = Field(default_factory=list)
-    timeline_point: int = Field(default=0, ge=0)
+    timeline_point: Count = 0
 
 
 class OptionsStudySpec(FrozenSpec):
@@ -250,11 +250,11 @@ class ScenarioSpec(FrozenSpec):
 
     name: str = Field(min_length=1)
     description: str = ""
-    seed: int = Field(default=0, ge=0)
-    replications: int = Field(default=1, ge=1)
+    seed: Count = 0
+    replications: PositiveInt = 1
     """Independent runs per sweep point, each with its own seed (:func:`kvsim.rng.replica_seed`;
     replica 0 keeps ``seed``); summaries give the mean and a 95 % Student-t interval across them."""
-    duration: Seconds
+    duration: PositiveSeconds
     warmup: Seconds = 0.0
     """Seconds measured from 0 before the window opens; ``auto`` (held as ``warmup_auto``) finds
     it per run by MSER-5 instead (:mod:`kvsim.metrics.steady_state`): the run is simulated once
@@ -262,7 +262,7 @@ class ScenarioSpec(FrozenSpec):
     system becomes the warm-up, and the run is summarised again over that window (two passes)."""
     warmup_auto: bool = False
     """Set by ``warmup: auto`` (``warmup`` is then 0, the first pass's window)."""
-    drain_limit: Seconds | None = None
+    drain_limit: Seconds | None = None  # 0 s: stop at duration, counting what has not finished
     model: str
     dtype: Dtype = "bf16"
     kv_dtype: Dtype | None = None
@@ -330,9 +330,7 @@ class ScenarioSpec(FrozenSpec):
         field is wrong, and the message must point at it.
         """
         problems: list[tuple[tuple[str, ...], str]] = []
-        if not self.duration > 0:
-            problems.append((("duration",), "must be positive"))
-        elif self.warmup >= self.duration:
+        if self.warmup >= self.duration:
             problems.append((("warmup",), f"warmup ({self.warmup:g} s) must be shorter than "
                                           f"duration ({self.duration:g} s)"))
         if self.compare is not None and self.compare.baseline not in self.systems:

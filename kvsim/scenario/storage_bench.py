@@ -25,7 +25,8 @@ from kvsim.hardware import NodeSpec, PoolNodeSpec, accelerator_catalog, node_cat
 from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.scenario.schema import CatalogEntries
 from kvsim.scenario.sweep import grid_points, set_path
-from kvsim.spec_types import STRICT_UNITS, Bytes, FrozenSpec, Seconds
+from kvsim.spec_types import (STRICT_UNITS, Count, FrozenSpec, PositiveBytes, PositiveInt, PositiveSeconds, Seconds,
+                              field_errors)
 from kvsim.yaml_io import SpecError, errors_from_validation, load_yaml, read_utf8, validation_problems
 
 __all__ = ["StorageBenchSpec", "BenchPoint", "StorageBench", "load_storage_bench", "parse_storage_bench"]
@@ -36,15 +37,15 @@ class BenchClientsSpec(FrozenSpec):
     (default all)."""
 
     node: str
-    nodes: int = Field(default=1, ge=1)
-    per_node: int | None = Field(default=None, ge=1)
+    nodes: PositiveInt = 1
+    per_node: PositiveInt | None = None
 
 
 class BenchPoolSpec(FrozenSpec):
     """The pool under test: ``nodes`` pool nodes of catalog type ``pool_node``."""
 
     pool_node: str
-    nodes: int = Field(default=1, ge=1)
+    nodes: PositiveInt = 1
 
 
 class StorageBenchSpec(FrozenSpec):
@@ -68,15 +69,15 @@ class StorageBenchSpec(FrozenSpec):
 
     name: str
     description: str = ""
-    seed: int = Field(default=0, ge=0)
-    duration: Seconds
+    seed: Count = 0
+    duration: PositiveSeconds
     warmup: Seconds = 0.0
     clients: BenchClientsSpec
     pool: BenchPoolSpec
-    block_size: Bytes
-    io_size: Bytes | None = None
+    block_size: PositiveBytes
+    io_size: PositiveBytes | None = None
     read_fraction: float = Field(default=1.0, ge=0.0, le=1.0)
-    concurrency: int = Field(default=1, ge=1)
+    concurrency: PositiveInt = 1
     gpu_direct: bool = True
     host_memory_load: float = Field(default=0.0, ge=0.0, lt=1.0)
     catalog: CatalogEntries = Field(default_factory=CatalogEntries)
@@ -84,12 +85,9 @@ class StorageBenchSpec(FrozenSpec):
 
     @model_validator(mode="after")
     def _consistent(self) -> "StorageBenchSpec":
-        if not self.block_size > 0:
-            raise ValueError("block_size must be positive, e.g. '2 MiB'")
-        if self.io_size is not None and not self.io_size > 0:
-            raise ValueError("io_size must be positive, e.g. '256 KiB'")
         if not self.duration > self.warmup:
-            raise ValueError(f"duration ({self.duration:g} s) must exceed warmup ({self.warmup:g} s)")
+            raise field_errors(StorageBenchSpec, [(("warmup",), f"warmup ({self.warmup:g} s) must be shorter than "
+                                                   f"duration ({self.duration:g} s)", self.warmup)])
         return self
 
 

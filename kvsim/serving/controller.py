@@ -117,7 +117,8 @@ class RoleController:
             decode_short = value < spec.low if orient > 0 else value > spec.high
             return spec.step if prefill_short else (-spec.step if decode_short else 0)
         error = orient * (value - spec.setpoint)
-        return int(max(-spec.max_step, min(spec.max_step, round(spec.gain * error))))
+        # clamped before rounding: a large gain times a large error is infinite, which no int holds
+        return int(round(max(-spec.max_step, min(spec.max_step, spec.gain * error))))
 
     def _run(self):
         while True:

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from kvsim.spec_types import Bytes, Fraction, FrozenSpec, Seconds
+from kvsim.spec_types import (Bytes, Count, Fraction, FrozenSpec, NonNegativeFloat, PositiveFloat, PositiveInt,
+                              PositiveSeconds, Seconds, field_errors)
 
 __all__ = [
     "InstanceSpec", "RouterKind", "CacheAwareSpec", "Role", "PoolSpec", "HandoffSpec", "ROLES", "Signal", "SIGNALS",
+    "SHARE_SIGNALS",
     "StaticController", "ThresholdController", "ProportionalController", "ControllerSpec", "LoraSpec",
 ]
 
@@ -64,16 +66,16 @@ class CacheAwareSpec(FrozenSpec):
         instance whatever is cached, so a hot prefix cannot pile work onto one instance.
     """
 
-    staleness: Seconds = 0.0
+    staleness: Seconds = 0.0  # 0: the live index
     hbm_credit: float = Field(default=1.0, ge=0.0, le=1.0)
     dram_credit: float = Field(default=0.75, ge=0.0, le=1.0)
     nvme_credit: float = Field(default=0.25, ge=0.0, le=1.0)
     remote_credit: float = Field(default=0.5, ge=0.0, le=1.0)
     prefill_load_scale: float = Field(default=1.0, gt=0.0)
-    decode_weight: float = Field(default=1.0, ge=0.0)
-    cache_threshold: float = Field(default=0.3, ge=0.0, lt=1.0)
-    balance_abs_threshold: int = Field(default=64, ge=0)
-    balance_rel_threshold: float = Field(default=1.5, ge=1.0)
+    decode_weight: float = Field(default=1.0, ge=0.0)  # 0: route by the prompt work alone
+    cache_threshold: float = Field(default=0.3, ge=0.0, lt=1.0)  # at 1 no match could ever count
+    balance_abs_threshold: Count = 64
+    balance_rel_threshold: float = Field(default=1.5, ge=1.0)  # a ratio of most to least loaded
 
 Role = Literal["mixed", "prefill", "decode"]
 """What an instance does: ``mixed`` serves whole requests (colocated prefill and decode);
@@ -135,19 +137,19 @@ class InstanceSpec(FrozenSpec):
         buffers and workspaces (assumption: 1 GiB).
     """
 
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
-    dp_attention: int = Field(default=1, ge=1)
-    micro_batches: int | None = Field(default=None, ge=1)
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    ep: PositiveInt = 1
+    dp_attention: PositiveInt = 1
+    micro_batches: PositiveInt | None = None
     pp_schedule: Literal["continuous", "flush"] = "continuous"
     expert_skew: float = Field(default=0.0, ge=0.0, le=4.0)
     layout: Literal["given", "best"] = "given"
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_batched_tokens: int = Field(default=2048, ge=1)
-    block_size_tokens: int = Field(default=16, ge=1)
+    max_num_seqs: PositiveInt = 256
+    max_batched_tokens: PositiveInt = 2048
+    block_size_tokens: PositiveInt = 16
     memory_utilization: Fraction = 0.9
-    activation_reserve: Bytes | None = None
+    activation_reserve: Bytes | None = None  # 0 is a choice: every byte left after weights holds KV
     runtime_reserve: Bytes = 1.0 * 2**30
 
 
@@ -161,11 +163,11 @@ class PoolSpec(FrozenSpec):
     """
 
     node: str
-    nodes: int = Field(default=1, ge=1)
+    nodes: PositiveInt = 1
     instance: InstanceSpec = Field(default_factory=InstanceSpec)
-    instances: int | None = Field(default=None, ge=1)
+    instances: PositiveInt | None = None
     role: Role = "mixed"
-    roles: dict[Literal["prefill", "decode"], int] | None = None
+    roles: dict[Literal["prefill", "decode"], int] | None = None  # each >= 1: SystemSpec.shape_problems says why
 
     def initial_roles(self, instances: int) -> list[str]:
         """The role each of the pool's ``instances`` instances starts in."""
@@ -207,20 +209,34 @@ SIGNALS: dict[str, str] = {
 """Controller signals and what they say."""
 
 
+SHARE_SIGNALS: tuple[str, ...] = ("ttft_attainment", "tpot_attainment", "decode_kv_occupancy")
+"""Signals that are shares, in [0, 1]; ``prefill_queue`` is a count of tokens (>= 0)."""
+
+
 class StaticController(FrozenSpec):
     """A fixed P:D ratio (the pools' roles); the timeline is still sampled every ``interval``."""
 
     kind: Literal["static"] = "static"
-    interval: Seconds = 10.0
+    interval: PositiveSeconds = 10.0
 
 
 class _Adaptive(FrozenSpec):
     signal: Signal
-    interval: Seconds = 30.0
-    window: Seconds | None = None
-    min_prefill: int = Field(default=1, ge=1)
-    min_decode: int = Field(default=1, ge=1)
-    switch_time: Seconds = 30.0
+    interval: PositiveSeconds = 30.0
+    window: PositiveSeconds | None = None
+    min_prefill: PositiveInt = 1
+    min_decode: PositiveInt = 1
+    switch_time: Seconds = 30.0  # 0: an idealised instant switch (the drain is still paid)
+
+    def _levels_checked(self, *names: str) -> None:
+        """Refuse levels (``low``, ``high``, ``setpoint``) outside the signal's range: a share
+        signal never leaves [0, 1], so a band beyond it would hold or push for ever."""
+        if self.signal not in SHARE_SIGNALS:
+            return
+        wrong = [((name,), f"{self.signal} is a share, in [0, 1]: got {getattr(self, name):g}", getattr(self, name))
+                 for name in names if getattr(self, name) > 1]
+        if wrong:
+            raise field_errors(type(self), wrong)
 
 
 class ThresholdController(_Adaptive):
@@ -235,24 +251,40 @@ class ThresholdController(_Adaptive):
     yet started move to other instances of its role), then is out of service for
     ``switch_time`` (default 30 s, an assumption: an engine restart in the new role with the
     weights still in memory; no published figure) before it serves in its new role. It keeps
-    at least ``min_prefill`` and ``min_decode`` instances in service.
+    at least ``min_prefill`` and ``min_decode`` instances in service (together at most the
+    system's instances: :func:`kvsim.sim.sizing.size_system` checks it).
+
+    ``low`` and ``high`` are in the signal's unit: tokens (>= 0) for ``prefill_queue``, a share
+    in [0, 1] for the others (:data:`SHARE_SIGNALS`). ``interval`` and ``window`` are above zero;
+    ``switch_time`` may be 0 (an idealised instant restart).
     """
 
     kind: Literal["threshold"] = "threshold"
-    low: float
-    high: float
-    step: int = Field(default=1, ge=1)
+    low: NonNegativeFloat
+    high: NonNegativeFloat
+    step: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _band_in_range(self) -> "ThresholdController":
+        self._levels_checked("low", "high")  # low < high: SystemSpec.controller_problems
+        return self
 
 
 class ProportionalController(_Adaptive):
     """Move ``round(gain * error)`` instances per decision (at most ``max_step``), where error is
     how far the signal is from ``setpoint`` on the side that says prefill is short (negative:
-    decode is short). Other fields as :class:`ThresholdController`."""
+    decode is short). ``setpoint`` is in the signal's unit, as ``low`` and ``high`` are. Other
+    fields as :class:`ThresholdController`."""
 
     kind: Literal["proportional"] = "proportional"
-    setpoint: float
-    gain: float = Field(gt=0)
-    max_step: int = Field(default=2, ge=1)
+    setpoint: NonNegativeFloat
+    gain: PositiveFloat
+    max_step: PositiveInt = 2
+
+    @model_validator(mode="after")
+    def _setpoint_in_range(self) -> "ProportionalController":
+        self._levels_checked("setpoint")
+        return self
 
 
 ControllerSpec = Annotated[Union[StaticController, ThresholdController, ProportionalController],
@@ -277,5 +309,5 @@ class LoraSpec(FrozenSpec):
         ``byte_sharing`` (one physical copy read by every adapter: compute and bytes saved).
     """
 
-    max_loras: int | None = Field(default=None, ge=1)
+    max_loras: PositiveInt | None = None
     kv_sharing: Literal["none", "value_reuse", "byte_sharing"] = "none"

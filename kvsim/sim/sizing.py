@@ -152,6 +152,7 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                   for pool_name, pool in system.pool_specs().items())
     _check_domains(name, system, pools)
     _check_handoff_nics(name, system, pools)
+    _check_controller_minimums(name, system, pools)
     pool_node = None
     cache = system.kv_cache
     if cache is not None and model.sliding_layers:
@@ -196,6 +197,28 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                         f"pool {pool_node.name}"))
     return SystemSizing(name=name, spec=system, model=model, dtype=dtype, kv_dtype=kv_dtype, pools=pools,
                         pool_node=pool_node)
+
+
+def _check_controller_minimums(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:
+    """A controller keeps ``min_prefill`` prefill and ``min_decode`` decode instances in service; the
+    two must fit in the system's instances (every one of which may switch role), or the run would
+    start below a minimum it can never reach, and the controller would move nothing."""
+    control = system.controller
+    if control is None or control.kind == "static":
+        return
+    total = sum(pool.instances for pool in pools)
+    if control.min_prefill + control.min_decode <= total:
+        return
+    blamed = "min_decode" if "min_decode" in control.model_fields_set and "min_prefill" not in control.model_fields_set \
+        else "min_prefill"
+    other = "min_prefill" if blamed == "min_decode" else "min_decode"
+    room = total - getattr(control, other)
+    raise SizingError(("systems", name, "controller", blamed), (
+        f"{blamed} {getattr(control, blamed)} with {other} {getattr(control, other)} needs "
+        f"{control.min_prefill + control.min_decode} instances; the system has {total}, every one of which may "
+        f"switch role: give {blamed} at most {room}" if room >= 1 else
+        f"{blamed} {getattr(control, blamed)} with {other} {getattr(control, other)} needs "
+        f"{control.min_prefill + control.min_decode} instances; the system has {total}: lower {other}"))
 
 
 def _check_handoff_nics(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.spec_types import FrozenSpec
+from kvsim.spec_types import FrozenSpec, PositiveInt
 
 __all__ = ["AdapterSpec", "LoraTarget", "adapter_probabilities"]
 
@@ -42,12 +42,12 @@ class AdapterSpec(FrozenSpec):
         (adapter 0 the most popular).
     """
 
-    count: int = Field(gt=0)
-    rank: int = Field(default=16, gt=0)
+    count: PositiveInt
+    rank: PositiveInt = 16
     targets: tuple[LoraTarget, ...] = ("q", "k", "v", "o")
     dtype: str = "bf16"
     popularity: Literal["uniform", "zipf"] = "uniform"
-    zipf_s: float = Field(default=1.0, gt=0)
+    zipf_s: float = Field(default=1.0, gt=0)  # (an exponent of 0 is popularity: uniform)
 
     @field_validator("targets")
     @classmethod

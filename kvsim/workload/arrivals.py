@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from kvsim.rng import RandomStreams
-from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveSeconds, Rate, Seconds
+from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveInt, PositiveSeconds, Rate, Seconds
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.requests import RequestArrays
 from kvsim.workload.traces import TraceSpec
@@ -82,7 +82,7 @@ class DiurnalArrivals(FrozenSpec):
     rate: Rate
     amplitude: float = Field(ge=0.0, lt=1.0)
     period: PositiveSeconds
-    peak_at: Seconds | None = None
+    peak_at: Seconds | None = None  # 0 s: the run starts at the peak
 
     def rate_at(self, t_s: np.ndarray | float) -> np.ndarray | float:
         """The arrival rate at time ``t_s`` (seconds), requests/s."""
@@ -98,8 +98,8 @@ class ClosedLoop(FrozenSpec):
     """
 
     kind: Literal["closed_loop"] = "closed_loop"
-    clients: int = Field(gt=0)
-    think_time: Seconds = 0.0
+    clients: PositiveInt
+    think_time: Seconds = 0.0  # 0 s: the next request at once
     think_distribution: Literal["fixed", "exponential"] = "fixed"
 
     def think_times(self, rng: np.random.Generator, n: int) -> np.ndarray:

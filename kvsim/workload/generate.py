@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from kvsim.rng import RandomStreams
-from kvsim.spec_types import FrozenSpec, PositiveSeconds
+from kvsim.spec_types import FrozenSpec, PositiveInt, PositiveSeconds
 from kvsim.workload.adapters import AdapterSpec
 from kvsim.workload.arrivals import ArrivalSpec, ClosedLoop, PhasedArrivals, open_loop_arrival_times
 from kvsim.workload.lengths import LengthSpec
@@ -68,7 +68,7 @@ class WorkloadSpec(FrozenSpec):
     prefix: PrefixSpec | None = None
     input_tokens: LengthSpec | None = Field(default=None, validate_default=True)
     output_tokens: LengthSpec | None = Field(default=None, validate_default=True)
-    block_tokens: int = Field(default=16, ge=1)
+    block_tokens: PositiveInt = 16
     timeout: PositiveSeconds | None = None  # how long a client waits for a whole answer (see above)
     adapters: AdapterSpec | None = None  # LoRA adapters requests name (kvsim.workload.adapters)
 

@@ -11,7 +11,7 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field, model_validator
 
-from kvsim.spec_types import FrozenSpec, PositiveFloat
+from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveInt
 
 __all__ = ["FixedLength", "UniformLength", "LognormalLength", "EmpiricalLength", "LengthSpec"]
 
@@ -20,7 +20,7 @@ class FixedLength(FrozenSpec):
     """Every request has ``value`` tokens."""
 
     kind: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1)
+    value: PositiveInt
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return np.full(n, self.value, dtype=np.int64)
@@ -38,8 +38,8 @@ class UniformLength(FrozenSpec):
     """Integers uniform on ``[low, high]`` (both inclusive)."""
 
     kind: Literal["uniform"] = "uniform"
-    low: int = Field(ge=1)
-    high: int = Field(ge=1)
+    low: PositiveInt
+    high: PositiveInt
 
     @model_validator(mode="after")
     def _ordered(self) -> "UniformLength":
@@ -65,8 +65,8 @@ class LognormalLength(FrozenSpec):
     kind: Literal["lognormal"] = "lognormal"
     median: PositiveFloat
     sigma: PositiveFloat
-    min: int = Field(default=1, ge=1)
-    max: int = Field(ge=1)
+    min: PositiveInt = 1
+    max: PositiveInt
 
     @model_validator(mode="after")
     def _ordered(self) -> "LognormalLength":
@@ -96,15 +96,13 @@ class EmpiricalLength(FrozenSpec):
     """
 
     kind: Literal["empirical"] = "empirical"
-    values: list[int] = Field(min_length=1)
+    values: list[PositiveInt] = Field(min_length=1)
     weights: list[PositiveFloat] | None = None
     file: str | None = None
     column: str | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "EmpiricalLength":
-        if min(self.values) < 1:
-            raise ValueError("every value must be >= 1 token")
         if self.weights is not None and len(self.weights) != len(self.values):
             raise ValueError(f"weights has {len(self.weights)} entries but values has {len(self.values)}")
         return self

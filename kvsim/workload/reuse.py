@@ -20,9 +20,9 @@ from functools import lru_cache
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from kvsim.spec_types import FrozenSpec, Seconds
+from kvsim.spec_types import Count, FrozenSpec, PositiveInt, Seconds, Share
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.prefix import BlockChain, floor_blocks, source_id
 
@@ -50,8 +50,8 @@ class SharedDocuments(FrozenSpec):
     """
 
     kind: Literal["shared_documents"] = "shared_documents"
-    documents: int = Field(ge=1)
-    zipf_s: float = Field(ge=0.0)
+    documents: PositiveInt
+    zipf_s: float = Field(ge=0.0)  # 0: uniform popularity
     document_tokens: LengthSpec
     suffix_tokens: LengthSpec
 
@@ -76,7 +76,7 @@ class MultiTurn(FrozenSpec):
     kind: Literal["multi_turn"] = "multi_turn"
     turns: LengthSpec
     message_tokens: LengthSpec
-    system_prompt_tokens: int = Field(default=0, ge=0)
+    system_prompt_tokens: Count = 0
     think_time: Seconds = 0.0
     think_distribution: Literal["fixed", "exponential"] = "fixed"
 
@@ -101,14 +101,7 @@ class FixedHit(FrozenSpec):
     """
 
     kind: Literal["fixed_hit"] = "fixed_hit"
-    hit_ratio: float
-
-    @field_validator("hit_ratio")
-    @classmethod
-    def _in_unit_interval(cls, value: float) -> float:
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"must be in [0, 1] (got {value:g})")
-        return value
+    hit_ratio: Share
 
     def shared_blocks(self, tokens: int, block_tokens: int) -> int:
         """Whole shared blocks in a prompt of ``tokens`` tokens."""

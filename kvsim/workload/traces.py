@@ -48,7 +48,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from kvsim.input_files import InputFileError, open_checked
-from kvsim.spec_types import FrozenSpec, PositiveFloat, Seconds
+from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveInt, PositiveSeconds, Seconds
 from kvsim.workload.requests import RequestArrays
 from kvsim.workload.trace_csv import (
     AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, MAX_TOKENS, CsvColumnsSpec, read_csv_trace,
@@ -82,8 +82,8 @@ class TraceSpec(FrozenSpec):
     file: str = Field(min_length=1)
     time_scale: PositiveFloat = 1.0
     start: Seconds = 0.0
-    duration: Seconds | None = None
-    max_requests: int | None = Field(default=None, ge=1)
+    duration: PositiveSeconds | None = None  # 0 s would replay nothing
+    max_requests: PositiveInt | None = None
     columns: CsvColumnsSpec | None = None  # format csv only: which column holds what
 
     @model_validator(mode="after")

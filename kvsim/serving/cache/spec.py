@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
-
-from kvsim.spec_types import Bytes, FrozenSpec
+from kvsim.spec_types import FrozenSpec, PositiveBytes, PositiveInt
 
 __all__ = ["EvictionKind", "MAX_WRITE_FLOWS", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
 
@@ -55,9 +53,9 @@ class TierSpec(FrozenSpec):
     ``kvsim/serving/cache/spec.py``).
     """
 
-    capacity: Bytes | None = None
+    capacity: PositiveBytes | None = None  # a tier of 0 bytes holds nothing: omit the tier instead
     eviction: EvictionKind = "lru"
-    max_write_flows: int = Field(default=MAX_WRITE_FLOWS, ge=1)
+    max_write_flows: PositiveInt = MAX_WRITE_FLOWS
 
 
 class RemotePoolSpec(FrozenSpec):
@@ -67,9 +65,9 @@ class RemotePoolSpec(FrozenSpec):
     """
 
     pool_node: str
-    nodes: int = Field(default=1, ge=1)
+    nodes: PositiveInt = 1
     eviction: EvictionKind = "lru"
-    max_write_flows: int = Field(default=MAX_WRITE_FLOWS, ge=1)
+    max_write_flows: PositiveInt = MAX_WRITE_FLOWS
 
 
 class KVCacheSpec(FrozenSpec):
@@ -141,12 +139,5 @@ class KVCacheSpec(FrozenSpec):
     promote_on_hit: bool = True
     preemption: Literal["recompute", "swap"] = "recompute"
     prewarm: bool = False
-    io_size: Bytes | None = None
+    io_size: PositiveBytes | None = None
     peer_hbm: PeerMode = "none"
-
-    @field_validator("io_size")
-    @classmethod
-    def _positive_io_size(cls, value: float | None) -> float | None:
-        if value is not None and not value > 0:
-            raise ValueError("must be positive, e.g. '256 KiB'")
-        return value
