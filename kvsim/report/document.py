@@ -8,12 +8,14 @@ import base64
 import html
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from kvsim.atomic import write_bytes_atomic
 from kvsim.report.escape import markdown_text
 
-__all__ = ["Document", "Figure", "to_markdown", "to_html"]
+__all__ = ["Document", "Figure", "to_markdown", "to_html", "document_files", "write_files"]
 
 
 @dataclass(frozen=True)
@@ -127,3 +129,21 @@ def to_html(doc: Document) -> str:
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
+
+def document_files(doc: Document, stem: str) -> list[tuple[str, bytes]]:
+    """The files of ``doc`` as (name, bytes): its figures, ``<stem>.md`` and ``<stem>.html``."""
+    return ([(figure.name, figure.png) for figure in doc.figures()]
+            + [(f"{stem}.md", to_markdown(doc).encode()), (f"{stem}.html", to_html(doc).encode())])
+
+
+def write_files(out_dir: str | Path, files: list[tuple[str, bytes]]) -> list[Path]:
+    """Write ``files`` (name, bytes) into ``out_dir`` (created if needed), each to a temporary name
+    first and then renamed (:mod:`kvsim.atomic`), so a killed run leaves no half-written file.
+    Returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in files:
+        write_bytes_atomic(out / name, data)
+        written.append(out / name)
+    return written
