@@ -3,7 +3,8 @@
 Scenario, system, catalog (accelerator, node, model) names, descriptions and swept values reach
 ``report.md``, ``plan.md`` and the study pages as text: no HTML tag, link or extra table column
 survives from them, ordinary names read as written, and the HTML pages stay escaped. Names
-printed on the terminal show their control characters as escapes.
+printed on the terminal show their control characters as escapes, and figures draw names as
+written (a ``$...$`` in a name is not matplotlib mathtext, which refused it and ended the run).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from kvsim.report.escape import markdown_text, terminal_text
 
 SCRIPT = "<script>alert(1)</script>"
 LINK = "[x](javascript:alert(1))"
+MATH = "$\\x{$"  # not a valid mathtext expression
 NAMES = {
-    "scenario": f"run {SCRIPT} | {LINK}",
+    "scenario": f"run {SCRIPT} | {LINK} {MATH}",
     "description": "said <img src=x onerror=alert(2)> `code` *bold* _em_",
-    "system": f"s{SCRIPT}|{LINK}",
+    "system": f"s{SCRIPT}|{LINK}{MATH}",
     "accelerator": f"acc{SCRIPT}|[a](javascript:alert(3))",
     "node": f"node<b>|[n](javascript:alert(4))",
     "model": f"m{SCRIPT}|[m](javascript:alert(5))",
@@ -158,6 +160,7 @@ def test_the_run_report_escapes_every_name_from_input(tmp_path):
     rc, stdout, err = _main("run", _scenario(tmp_path, RUN), "--out", tmp_path / "out", "--workers", "1",
                             "--no-progress")
     assert rc == 0, err
+    assert "warning" not in err  # the report (its figures too) was written
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert SCRIPT not in markdown and LINK not in markdown and "<b>" not in markdown
     _check_markdown(markdown, [NAMES[k] for k in ("scenario", "description", "system", "accelerator", "node")])
@@ -185,6 +188,7 @@ def test_a_study_page_escapes_every_name_from_input(tmp_path):
     rc, stdout, err = _main("run", scenario, "--out", tmp_path / "out", "--workers", "1", "--no-progress",
                             "--no-report")
     assert rc == 0, err
+    assert (tmp_path / "out" / "gap.png").is_file()
     markdown = (tmp_path / "out" / "gap.md").read_text(encoding="utf-8")
     assert SCRIPT not in markdown and LINK not in markdown and "L|low" not in markdown
     _check_markdown(markdown, [NAMES["scenario"], LINK, f"H{SCRIPT}", "L|low"])

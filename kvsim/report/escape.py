@@ -6,15 +6,22 @@ to write where it would otherwise be read as markup or as terminal commands.
 table column -- in CommonMark/GFM viewers (GitHub, GitLab, markdown-it) and in Python-Markdown
 alike. :func:`terminal_text` shows control characters (ANSI escape sequences, bidirectional
 overrides) as ``\\x1b``-style escapes, so a name printed on a terminal cannot move its cursor,
-recolour it or reorder the text around it.
+recolour it or reorder the text around it. :func:`literal_figure_text` draws a figure's text as
+written: a ``$...$`` in a name is not parsed as matplotlib mathtext (which refused ``$\\x{$``
+and ended the run).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from collections.abc import Callable
+from typing import TypeVar
 
-__all__ = ["markdown_text", "terminal_text"]
+__all__ = ["markdown_text", "terminal_text", "literal_figure_text"]
+
+_F = TypeVar("_F", bound=Callable)
 
 # bidirectional marks, embeddings, overrides and isolates: invisible, yet they reorder what a
 # terminal or a page shows around them ("Trojan source")
@@ -66,3 +73,15 @@ def markdown_text(text: object, cell: bool = False) -> str:
         return escaped
     marker = start.group()
     return (marker[:-1] + "\\" + marker[-1]) + escaped[len(marker):]
+
+
+def literal_figure_text(draw: _F) -> _F:
+    """Decorate a function that builds (and saves) a matplotlib figure: every text in it is drawn
+    as written, never parsed as mathtext, while it runs (the caller's settings are restored)."""
+    @functools.wraps(draw)
+    def literally(*args, **kwargs):
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+    return literally  # type: ignore[return-value]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.report.escape import markdown_text as md
+from kvsim.report.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
@@ -122,6 +122,7 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     return "\n".join(lines)
 
 
+@literal_figure_text
 def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
     """PNG: the gap against ``study.x``, one panel per value of ``study.panel``, one line per option."""
     import matplotlib

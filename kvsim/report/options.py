@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.report.escape import markdown_text as md
+from kvsim.report.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
@@ -155,6 +155,7 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
     return "\n".join(lines)
 
 
+@literal_figure_text
 def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
     """PNG: TTFT speed-up, peak KV bytes and capacity against ``study.x``, one line per system."""
     import matplotlib

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.summary import slo_met
-from kvsim.report.escape import markdown_text as md
+from kvsim.report.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
@@ -156,6 +156,7 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     return "\n".join(lines)
 
 
+@literal_figure_text
 def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | None = None) -> list[Path]:
     """``pd_goodput.png`` (goodput per card against the swept load, one line per system; flagged
     points hollow) and, when the study names systems for it, ``pd_timeline.png`` (P and D

@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Document, Figure
+from kvsim.report.escape import literal_figure_text
 
 __all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
 
@@ -66,6 +67,7 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
             f"and power): " + " ".join(sentences))
 
 
+@literal_figure_text
 def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     points = [(c["system"], c["unit_cost"]["cost_per_hour_usd"], c["capacity"]["max_load"])
               for c in answer["candidates"]
@@ -104,6 +106,7 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
                                                   "(blue: no other candidate is both cheaper and larger)")
 
 
+@literal_figure_text
 def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     import matplotlib
 
