@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -72,8 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the points on a Dask LocalCluster of --workers workers (pip install 'kvsim[dask]')")
     run.add_argument("--scheduler", default=None, metavar="ADDRESS",
                      help="run the points on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786)")
-    run.add_argument("--overwrite", action="store_true",
-                     help="replace the results of another scenario in --out (they are removed first)")
+    run.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     run.add_argument("--no-progress", action="store_true",
                      help="do not show the progress bar (one line per finished point is still logged)")
     run.add_argument("--no-report", action="store_true",
@@ -86,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("scenario", type=Path, help="scenario YAML file with a plan: section")
     plan.add_argument("--out", type=Path, default=None, help="results folder (default: results/<scenario name>)")
     plan.add_argument("--workers", type=_workers, default=None, help="worker processes (default: all cores)")
+    plan.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
     _add_watchdog(plan)
     plan.set_defaults(handler=_plan)
 
@@ -95,8 +97,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("results", type=Path, help="results folder of kvsim run (summary.json) or kvsim plan "
                                                    "(plan.json)")
     report.add_argument("--out", type=Path, default=None, help="folder to write into (default: the results folder)")
-    report.add_argument("--name", default=None,
+    report.add_argument("--name", type=_file_stem, default=None,
                         help="file stem of the report files (default: report for a run, plan for a plan)")
+    report.add_argument("--overwrite", action="store_true",
+                        help="replace files of the report's names in --out that kvsim did not write there")
     report.set_defaults(handler=_report)
 
     storage = sub.add_parser("storage", parents=[common],
@@ -131,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+_OVERWRITE_HELP = ("write into --out even if it holds another scenario's results (removed first: the files its "
+                   "manifest names and its stored points) or, in a folder kvsim did not write, files of the names "
+                   "the run writes (replaced; nothing else is removed)")
 _DEBUG_HELP = ("on an internal error, print the full traceback too (it is always written to a file); "
                "also KVSIM_DEBUG=1")
 
@@ -175,6 +182,14 @@ def _watchdog_seconds(text: str) -> float:
     return value
 
 
+def _file_stem(text: str) -> str:
+    """An argparse type: a file stem that names a file of the folder itself (``report``, ``study-v2``)."""
+    if _safe_name(text) != text:
+        raise argparse.ArgumentTypeError(f"expected a file stem of letters, digits, '-', '_' and '.' (not starting "
+                                         f"or ending with '.'), got {text!r}")
+    return text
+
+
 def _integer(minimum: int, what: str):
     """An argparse type: an integer of at least ``minimum`` (``what`` names it in the message)."""
     def parse(text: str) -> int:
@@ -194,7 +209,7 @@ _seed = _integer(0, "non-negative")
 
 def _plan(args: argparse.Namespace) -> int:
     from kvsim.plan.command import run_plan
-    from kvsim.report.manifest import finish_results, foreign_results
+    from kvsim.report.manifest import PLAN_FILES, PLAN_OUTPUTS, finish_results
     from kvsim.report.plan_report import summary_paragraph
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
@@ -208,18 +223,12 @@ def _plan(args: argparse.Namespace) -> int:
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
     _print_warnings("plan", scenario)
     out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
-    try:  # fail before a long search, not after it
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        print(f"kvsim plan: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    other = foreign_results(out, scenario.name)
-    if other is not None:
-        print(f"kvsim plan: {out} holds the results of scenario {other!r}, not {scenario.name!r}: give another --out",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
+    refused = _prepare_out("plan", out, scenario.name, PLAN_OUTPUTS, args.overwrite)  # before a long search
+    if refused is not None:
+        return refused
     answer = run_plan(scenario, out, workers=args.workers)
-    written = [out / f"plan.{ext}" for ext in ("json", "md", "html")] + sorted(out.glob("plan_*.png"))
+    # the plan's own files only: a plan_*.png of the user's is not kvsim's to list (and remove later)
+    written = [out / name for name in PLAN_FILES if (out / name).is_file()]
     finish_results(out, written, scenario.name, scenario.spec.seed)
     print(summary_paragraph(answer))
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
@@ -227,7 +236,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kvsim.report.plan_report import write_plan_report
+    from kvsim.report.plan_report import plan_report_files
 
     answer_path = args.results / "plan.json"
     if not answer_path.is_file():
@@ -246,27 +255,41 @@ def _report(args: argparse.Namespace) -> int:
         print(f"kvsim report: {answer_path} has plan format {answer.get('format', 1)}, this kvsim writes and reads "
               f"format {PLAN_FORMAT}: run kvsim plan again with this version", file=sys.stderr)
         return EXIT_BAD_INPUT
-    out = args.out if args.out is not None else args.results
-    try:
-        written = write_plan_report(answer, out, args.name or "plan")
-    except OSError as exc:
-        print(f"kvsim report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print("report written: " + ", ".join(str(p) for p in written))
-    return 0
+    return _write_report(args, plan_report_files(answer, args.name or "plan"))
 
 
 def _run_report(args: argparse.Namespace) -> int:
     """``kvsim report`` on a run's results folder (summary.json, no plan.json)."""
     from kvsim.report.run_data import ReportInputError
-    from kvsim.report.run_report import write_run_report
+    from kvsim.report.run_report import run_report_files
 
-    out = args.out if args.out is not None else args.results
     try:
-        written = write_run_report(args.results, out, args.name or "report")
+        files = run_report_files(args.results, args.name or "report")
     except ReportInputError as exc:
         print(f"kvsim report: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    return _write_report(args, files)
+
+
+def _write_report(args: argparse.Namespace, files: list[tuple[str, bytes]]) -> int:
+    """Write a report's ``files`` into ``--out`` (default: the results folder), refusing to replace
+    files kvsim did not write there unless ``--overwrite``
+    (:func:`kvsim.report.manifest.report_refusal`); the results folder's manifest then lists them."""
+    from kvsim.report.document import write_files
+    from kvsim.report.manifest import record_files, report_refusal
+
+    out = args.out if args.out is not None else args.results
+    try:
+        if out.exists() and not out.is_dir():
+            print(f"kvsim report: cannot write into {out}: it exists and is not a folder", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        refusal = report_refusal(out, args.results, [name for name, _ in files], args.overwrite)
+        if refusal is not None:
+            print(f"kvsim report: {refusal}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        written = write_files(out, files)
+        if out.resolve() == args.results.resolve():
+            record_files(out, written)  # the folder's manifest still verifies
     except OSError as exc:
         print(f"kvsim report: cannot write into {out}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -317,10 +340,33 @@ def _print_warnings(command: str, scenario) -> None:
         print(f"kvsim {command}: warning: {warning}", file=sys.stderr)
 
 
+def _prepare_out(command: str, out: Path, scenario: str, outputs: Sequence[str], overwrite: bool) -> int | None:
+    """Create the results folder ``out`` and check it may take the results of ``scenario``
+    (:func:`kvsim.report.manifest.folder_refusal`); with ``overwrite``, first remove what another
+    kvsim run wrote there. None when the run may go on, else its exit status (the message printed)."""
+    from kvsim.report.manifest import clear_results, folder_refusal
+
+    if out.exists() and not out.is_dir():
+        print(f"kvsim {command}: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        refusal = folder_refusal(out, scenario, outputs, overwrite)
+        if refusal is not None:
+            print(f"kvsim {command}: {refusal}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        if overwrite:
+            clear_results(out)
+    except OSError as exc:
+        print(f"kvsim {command}: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
     from kvsim.plan import ExecutorError, run_sweep
     from kvsim.report import comparison_table, write_results
-    from kvsim.report.manifest import clear_results, finish_results, foreign_results
+    from kvsim.report.manifest import RUN_OUTPUTS, finish_results
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
 
@@ -329,21 +375,9 @@ def _run(args: argparse.Namespace) -> int:
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
     _print_warnings(args.command, scenario)
     out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
-    if out.exists() and not out.is_dir():
-        print(f"kvsim {args.command}: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:  # fail before a long simulation, not after it
-        out.mkdir(parents=True, exist_ok=True)
-        other = foreign_results(out, scenario.name)
-        if other is not None and not args.overwrite:
-            print(f"kvsim {args.command}: {out} holds the results of scenario {other!r}, not {scenario.name!r}: "
-                  f"give another --out, or --overwrite to replace them", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if args.overwrite:
-            clear_results(out)
-    except OSError as exc:
-        print(f"kvsim {args.command}: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+    refused = _prepare_out(args.command, out, scenario.name, RUN_OUTPUTS, args.overwrite)  # before a long run
+    if refused is not None:
+        return refused
     show_progress = not args.no_progress and sys.stderr.isatty()
     try:
         result = run_sweep(scenario, out, seed=args.seed, workers=args.workers, dask=args.dask,
@@ -453,8 +487,22 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+_NAME_BYTES = 100  # well under the 255-byte file names of common file systems, with room for a suffix
+
+
 def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "scenario"
+    """``name`` as one safe folder name under ``results/``: letters, digits, ``-``, ``_`` and ``.``
+    kept (``h20_vs_l20``, ``offload-gap.v2`` stay as they are), every other character (``/``,
+    ``\\``, NUL, spaces, control characters) an underscore; a leading or trailing dot too, so
+    the name is never ``.``, ``..`` or hidden; never empty; a name longer than 100 bytes (UTF-8)
+    cut and ended with a hash of the whole name, so long names that differ stay apart."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    safe = re.sub(r"^\.+|\.+$", lambda dots: "_" * len(dots.group()), safe)
+    if len(safe.encode("utf-8")) > _NAME_BYTES:
+        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        cut = safe.encode("utf-8")[:_NAME_BYTES - len(digest) - 1].decode("utf-8", "ignore")
+        safe = f"{cut}-{digest}"
+    return safe or "scenario"
 
 
 def _catalog(args: argparse.Namespace) -> int:

@@ -133,7 +133,7 @@ def test_a_bug_in_report_is_reported_as_one(tmp_path, capsys, monkeypatch):
     def broken(*args, **kwargs):
         raise AttributeError("planted")
 
-    monkeypatch.setattr(run_report, "write_run_report", broken)
+    monkeypatch.setattr(run_report, "run_report_files", broken)
     assert main(["report", str(tmp_path)]) == 3
     err = capsys.readouterr().err
     assert "kvsim report: internal error (a bug): AttributeError: planted" in err and "Traceback" not in err

@@ -8,9 +8,14 @@ import base64
 import html
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-__all__ = ["Document", "Figure", "to_markdown", "to_html"]
+from kvsim.atomic import write_bytes_atomic
+from kvsim.report.escape import markdown_text
+
+__all__ = ["Document", "Figure", "to_markdown", "to_html", "document_files", "write_files"]
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,8 @@ class Figure:
 @dataclass
 class Document:
     """Blocks in reading order: ``("h1"|"h2"|"h3", text)``, ``("p", text)``, ``("list", [items])``,
-    ``("table", (header, rows, note))``, ``("figure", Figure)``."""
+    ``("table", (header, rows, note))``, ``("figure", Figure)``. Every text is plain text, never
+    markup: each renderer escapes it for its own format."""
 
     title: str
     blocks: list[tuple[str, Any]] = field(default_factory=list)
@@ -49,30 +55,30 @@ class Document:
         return [value for kind, value in self.blocks if kind == "figure"]
 
 
-def _md_cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def to_markdown(doc: Document) -> str:
-    """Markdown, with figures referenced by file name (write them beside it)."""
-    out = [f"# {doc.title}", ""]
+    """Markdown, with figures referenced by file name (write them beside it). Every text of the
+    document is plain text, as in :func:`to_html`: it is escaped (:func:`markdown_text`), so a name
+    from the scenario shows as written, never as HTML, a link or a table column."""
+    md = markdown_text
+    out = [f"# {md(doc.title)}", ""]
     for kind, value in doc.blocks:
         if kind in ("h1", "h2", "h3"):
-            out += ["#" * int(kind[1]) + " " + value, ""]
+            out += ["#" * int(kind[1]) + " " + md(value), ""]
         elif kind == "p":
-            out += [value, ""]
+            out += [md(value), ""]
         elif kind == "list":
-            out += [f"- {item}" for item in value] + [""]
+            out += [f"- {md(item)}" for item in value] + [""]
         elif kind == "table":
             header, rows, note = value
-            out.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+            out.append("| " + " | ".join(md(h, cell=True) for h in header) + " |")
             out.append("|" + "|".join("---" for _ in header) + "|")
-            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+            out += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in rows]
             out.append("")
             if note:
-                out += [note, ""]
+                out += [md(note), ""]
         elif kind == "figure":
-            out += [f"![{value.caption}]({value.name})", "", f"*{value.caption}*", ""]
+            caption = md(value.caption)
+            out += [f"![{caption}]({quote(value.name)})", "", f"*{caption}*", ""]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -122,3 +128,22 @@ def to_html(doc: Document) -> str:
                        f"<figcaption>{esc(value.caption)}</figcaption></figure>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def document_files(doc: Document, stem: str) -> list[tuple[str, bytes]]:
+    """The files of ``doc`` as (name, bytes): its figures, ``<stem>.md`` and ``<stem>.html``."""
+    return ([(figure.name, figure.png) for figure in doc.figures()]
+            + [(f"{stem}.md", to_markdown(doc).encode()), (f"{stem}.html", to_html(doc).encode())])
+
+
+def write_files(out_dir: str | Path, files: list[tuple[str, bytes]]) -> list[Path]:
+    """Write ``files`` (name, bytes) into ``out_dir`` (created if needed), each to a temporary name
+    first and then renamed (:mod:`kvsim.atomic`), so a killed run leaves no half-written file.
+    Returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in files:
+        write_bytes_atomic(out / name, data)
+        written.append(out / name)
+    return written

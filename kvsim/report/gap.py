@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.report.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
@@ -74,9 +75,10 @@ def gap_frame(result: RunResult) -> pd.DataFrame:
 
 
 def _fmt(value: Any) -> str:
+    """A cell: a number as read, a text (an option, a link, from the scenario's names) escaped for Markdown."""
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
-    return str(value)
+    return md(value, cell=True)
 
 
 def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
@@ -95,9 +97,9 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
               f"{h} hit HBM", f"{h} hit below HBM", f"{lo} hit HBM", f"{lo} hit below HBM",
               f"{h} pool read (GB/s)", f"{lo} pool read (GB/s)", f"{h} busiest link", f"{lo} busiest link",
               f"{h} bound by", f"{lo} bound by"]
-    lines = [f"# Gap study: {result.scenario.name}", "",
-             f"gap = {study.high} {metric} / {study.low} {metric}; narrowed = share of the "
-             f"'{next(iter(study.configs))}' gap's excess over 1 that the option removes. Hit rates are "
+    lines = [f"# Gap study: {md(result.scenario.name)}", "",
+             f"gap = {md(study.high)} {md(metric)} / {md(study.low)} {md(metric)}; narrowed = share of the "
+             f"'{md(next(iter(study.configs)))}' gap's excess over 1 that the option removes. Hit rates are "
              "shares of the prompt KV needed at admission served from HBM and from the tiers below; "
              "pool read counts bytes delivered to the cards (each card loads its copy of replicated "
              "KV heads); link utilisation is the time-weighted mean over the window. Layout: each "
@@ -106,8 +108,8 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     params = list(result.runs[0].params) if result.runs else []
     for point, rows in frame.groupby("point", sort=True):
         label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
-        lines += [f"## {label}" if label else "## run", "",
-                  "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += [f"## {md(label)}" if label else "## run", "",
+                  "| " + " | ".join(md(cell, cell=True) for cell in header) + " |", "|" + "---|" * len(header)]
         for _, row in rows.iterrows():
             marked = {f"{h}_{metric}": bool(row[f"{h}_flags"]), f"{lo}_{metric}": bool(row[f"{lo}_flags"]),
                       "gap": bool(row["flagged"]), "narrowed_pct": bool(row["narrowed_flagged"])}
@@ -116,10 +118,11 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
         lines.append("")
     flags = {f for side in (h, lo) for cell in frame[f"{side}_flags"] for f in cell.split(", ") if f}
     if flags:
-        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
+        lines += [md(flag_note(flags)), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
+@literal_figure_text
 def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
     """PNG: the gap against ``study.x``, one panel per value of ``study.panel``, one line per option."""
     import matplotlib

@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from kvsim.report.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
@@ -121,19 +122,19 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
                     + ([f"p99 TPOT <= {1e3 * spec.slo.tpot_p99:g} ms"] if spec.slo.tpot_p99 is not None else [])
                     ) or "none given"  # a scenario without slo: is valid; every request then meets it
     load_name = (study.load or "load").split(".")[-1]
-    lines = [f"# Options study: {result.scenario.name}", "",
+    lines = [f"# Options study: {md(result.scenario.name)}", "",
              f"Seed {result.seed}; measured over {result.window_phrase()}. "
-             f"TTFT, hit rate and peak KV bytes at the lightest {load_name} swept; speed-up = {reference}'s "
-             f"TTFT p50 / the system's. Capacity = the most {load_name} whose requests met the SLO ({slo}); "
+             f"TTFT, hit rate and peak KV bytes at the lightest {md(load_name)} swept; speed-up = {md(reference)}'s "
+             f"TTFT p50 / the system's. Capacity = the most {md(load_name)} whose requests met the SLO ({slo}); "
              "'>=' means every swept load met it (capacity is at least that), '<' that none did. Peak KV "
              "counts physical bytes in HBM (a block read by many counts once); dedup = logical / physical "
              "HBM bytes, and cross-domain the KV bytes copied between addressing domains, where the system "
              "has them.", ""]
     header = ["system", "TTFT p50 (s)", "TTFT p99 (s)", "speed-up", "hit rate", "peak KV (GB)", "dedup",
-              "cross-domain (GB)", f"capacity ({load_name})", "goodput at capacity (req/s)"]
+              "cross-domain (GB)", f"capacity ({md(load_name, cell=True)})", "goodput at capacity (req/s)"]
     x_name = study.x_label or (study.x or "").split(".")[-1]
     for x, rows in frame.groupby("x", sort=False, dropna=False):
-        lines += [f"## {x_name} = {x}" if study.x else "## all", "",
+        lines += [f"## {md(f'{x_name} = {x}')}" if study.x else "## all", "",
                   "| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)]
         for _, r in rows.iterrows():
             capacity = "-" if r.capacity is None or r.capacity != r.capacity else f"{r.capacity_flag}{r.capacity:g}"
@@ -142,7 +143,7 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
             light = FLAG_MARK if r.light_flags else ""
             at_capacity = FLAG_MARK if r.capacity_flags else ""
             lines.append("| " + " | ".join([
-                r.system, _fmt(r.ttft_p50_s) + light, _fmt(r.ttft_p99_s) + light,
+                md(r.system, cell=True), _fmt(r.ttft_p50_s) + light, _fmt(r.ttft_p99_s) + light,
                 _fmt(r.ttft_speedup, ".2f") + ("x" if r.ttft_speedup is not None else "") + light,
                 f"{100 * r.hit_rate:.1f} %{light}", _fmt(r.kv_peak_GB) + light, _fmt(r.dedup_ratio, ".2f") + light,
                 _fmt(r.cross_domain_GB) + light, capacity + at_capacity,
@@ -150,10 +151,11 @@ def options_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> st
         lines.append("")
     flags = {f for column in ("light_flags", "capacity_flags") for cell in frame[column] for f in cell.split(", ") if f}
     if flags:
-        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
+        lines += [md(flag_note(flags)), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
+@literal_figure_text
 def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
     """PNG: TTFT speed-up, peak KV bytes and capacity against ``study.x``, one line per system."""
     import matplotlib

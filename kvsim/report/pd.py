@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.summary import slo_met
+from kvsim.report.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
@@ -113,7 +114,7 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     spec = result.scenario.spec
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT p99", spec.slo.ttft_p99), ("TPOT p99", spec.slo.tpot_p99),
                                                     ("E2E p99", spec.slo.e2e_p99)) if v is not None)
-    lines = [f"# P:D study: {result.scenario.name}", "",
+    lines = [f"# P:D study: {md(result.scenario.name)}", "",
              f"Window: arrivals in {result.window_phrase()}; seed {result.seed}; "
              f"the run drains after it. SLO: {slo}. Goodput counts requests completed in the window that met "
              "every SLO threshold. P:D is prefill:decode cards at the start. Per M$ divides by the catalog "
@@ -132,7 +133,7 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     params = list(result.runs[0].params) if result.runs else []
     for _, rows in frame.groupby("point", sort=True):
         label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
-        lines += [f"## {label}" if label else "## run", "", "| " + " | ".join(header) + " |",
+        lines += [f"## {md(label)}" if label else "## run", "", "| " + " | ".join(header) + " |",
                   "|" + "---|" * len(header)]
         for _, r in rows.iterrows():
             mark = FLAG_MARK if r.flag else ""  # every figure of a flagged row, not only its goodput
@@ -142,17 +143,20 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
                        _fmt(r.tpot_p50_s * 1e3 if r.tpot_p50_s is not None else math.nan),
                        _fmt(r.tpot_p99_s * 1e3 if r.tpot_p99_s is not None else math.nan),
                        _fmt(r.handoff_mb_per_request), _fmt(r.handoff_gbps)]
-            cells = ([r.system, r.hardware, r.p_d_cards, r.controller, goodput] + [f + mark for f in figures]
-                     + [r.busiest_link, str(r.switches), "yes" if r.slo_met else "no"]
+            # names from the scenario (systems, cards, nodes, links) escaped for Markdown
+            named = [md(text, cell=True) for text in (r.system, r.hardware, r.p_d_cards, r.controller)]
+            cells = (named + [goodput] + [f + mark for f in figures]
+                     + [md(r.busiest_link, cell=True), str(r.switches), "yes" if r.slo_met else "no"]
                      + [f"{r[c]:.0%}{mark}" for c in phase_columns])
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     flags = {f for cell in frame.flag for f in cell.split(", ") if f}
     if flags:
-        lines += ["\\" + flag_note(flags), ""]  # escaped: a literal mark, not a list item
+        lines += [md(flag_note(flags)), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
 
 
+@literal_figure_text
 def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | None = None) -> list[Path]:
     """``pd_goodput.png`` (goodput per card against the swept load, one line per system; flagged
     points hollow) and, when the study names systems for it, ``pd_timeline.png`` (P and D

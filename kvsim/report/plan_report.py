@@ -8,8 +8,9 @@ import io
 from typing import Any
 
 from kvsim.report.document import Document, Figure
+from kvsim.report.escape import literal_figure_text
 
-__all__ = ["plan_document", "summary_paragraph", "write_plan_report"]
+__all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
 
 
 def _by_clients(answer: dict[str, Any]) -> bool:
@@ -66,6 +67,7 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
             f"and power): " + " ".join(sentences))
 
 
+@literal_figure_text
 def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     points = [(c["system"], c["unit_cost"]["cost_per_hour_usd"], c["capacity"]["max_load"])
               for c in answer["candidates"]
@@ -104,6 +106,7 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
                                                   "(blue: no other candidate is both cheaper and larger)")
 
 
+@literal_figure_text
 def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     import matplotlib
 
@@ -235,24 +238,21 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     return doc
 
 
+def plan_report_files(answer: dict[str, Any], stem: str = "plan") -> list[tuple[str, bytes]]:
+    """The files of a plan's report as (name, bytes): ``<stem>.json`` (the answer), the PNG
+    figures, ``<stem>.md`` and ``<stem>.html``, not yet written."""
+    import json
+
+    from kvsim.report.document import document_files
+
+    answer_file = (f"{stem}.json", (json.dumps(answer, indent=2, allow_nan=False) + "\n").encode())
+    return [answer_file] + document_files(plan_document(answer, stem), stem)
+
+
 def write_plan_report(answer: dict[str, Any], out_dir: Any, stem: str = "plan") -> list[Any]:
     """Write ``<stem>.json``, ``<stem>.md`` (with its PNG figures) and ``<stem>.html`` into
     ``out_dir``, each to a temporary name first and then renamed, so a killed run leaves no
     half-written file. Returns the paths written."""
-    import json
-    from pathlib import Path
+    from kvsim.report.document import write_files
 
-    from kvsim.atomic import write_bytes_atomic
-    from kvsim.report.document import to_html, to_markdown
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    doc = plan_document(answer, stem)
-    files = [(f"{stem}.json", (json.dumps(answer, indent=2, allow_nan=False) + "\n").encode())]
-    files += [(figure.name, figure.png) for figure in doc.figures()]
-    files += [(f"{stem}.md", to_markdown(doc).encode()), (f"{stem}.html", to_html(doc).encode())]
-    written = []
-    for name, data in files:
-        write_bytes_atomic(out / name, data)
-        written.append(out / name)
-    return written
+    return write_files(out_dir, plan_report_files(answer, stem))

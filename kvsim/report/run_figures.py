@@ -9,6 +9,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Figure
+from kvsim.report.escape import literal_figure_text
 from kvsim.report.run_data import LoadAxis, Row, metric, saturation
 
 __all__ = ["load_series", "figure_throughput", "figure_latency", "figure_cdf", "figure_hit_rates", "figure_cost",
@@ -121,18 +122,21 @@ _MARKS = ("hollow markers: points flagged as not steady state; dotted vertical l
           "saturation point (the first load flagged unstable or missing the SLO)")
 
 
+@literal_figure_text
 def figure_throughput(all_rows: list[Row], axis: LoadAxis, stem: str) -> Figure:
     return _load_figure(all_rows, axis, [("total_tokens_per_s", "tokens processed in the window (tokens/s)", 1.0, None),
                                          ("goodput_requests_per_s", "goodput (requests/s within the SLO)", 1.0, None)],
                         f"{stem}_throughput.png", f"Throughput against load; {_MARKS}", log=False)
 
 
+@literal_figure_text
 def figure_latency(all_rows: list[Row], axis: LoadAxis, limits: dict[str, float], stem: str) -> Figure:
     return _load_figure(all_rows, axis, [("ttft_s_p99", "TTFT p99 (s)", 1.0, limits.get("ttft_p99")),
                                          ("tpot_s_p99", "TPOT p99 (ms)", 1e3, limits.get("tpot_p99"))],
                         f"{stem}_latency.png", f"Tail latency against load; dashed: the SLO; {_MARKS}", log=True)
 
 
+@literal_figure_text
 def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: tuple[float, float],
                limits: dict[str, float], stem: str,
                windows: dict[tuple[str, int], tuple[float, float]] | None = None) -> Figure | None:
@@ -225,6 +229,7 @@ def _row_label(row: Row, many_points: bool) -> str:
     return f"{row.system} @ {params}" if params else row.system
 
 
+@literal_figure_text
 def figure_hit_rates(all_rows: list[Row], tiers: list[str], stem: str) -> Figure | None:
     """Stacked bars: the share of prompt tokens served from each tier, per system and point."""
     cached = [r for r in all_rows if isinstance(r.summary.get("cache"), dict)]
@@ -242,6 +247,7 @@ def figure_hit_rates(all_rows: list[Row], tiers: list[str], stem: str) -> Figure
                   "and point; hatched: points flagged as not steady state")
 
 
+@literal_figure_text
 def figure_cost(all_rows: list[Row], stem: str) -> Figure | None:
     """Bars: USD per million output and per million prompt tokens, per system and point."""
     keys = [("cost.usd_per_million_output_tokens", "per million output tokens"),

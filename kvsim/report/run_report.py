@@ -10,12 +10,10 @@ figures; the answer names it as flagged and never quotes its numbers as a result
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
-from kvsim.report.document import Document
+from kvsim.report.document import Document, document_files, write_files
 from kvsim.report.run_data import (RunResults, Row, load_axis, load_results, metric, rows, run_windows, saturation,
                                    window_phrase)
 from kvsim.report.run_figures import figure_cdf, figure_latency, figure_throughput, slo_limits_s
@@ -23,8 +21,8 @@ from kvsim.report.run_sections import (_cell, _num, _point_label, add_sections, 
                                        replications_section, value_label)
 from kvsim.report.table import FLAG_MARK, flag_note
 
-__all__ = ["run_document", "answer_paragraph", "comparison_rows", "write_run_report", "catalog_sources",
-           "cost_assumptions"]
+__all__ = ["run_document", "answer_paragraph", "comparison_rows", "run_report_files", "write_run_report",
+           "catalog_sources", "cost_assumptions"]
 
 # (header, flat metric, scale, format) of the comparison table
 COLUMNS: list[tuple[str, str, float, str]] = [
@@ -267,6 +265,18 @@ def run_document(results_dir: str | Path | RunResults, stem: str = "report") -> 
     return doc
 
 
+def run_report_files(results_dir: str | Path | RunResults, stem: str = "report") -> list[tuple[str, bytes]]:
+    """The report files of a results folder as (name, bytes): its PNG figures, ``<stem>.md`` and
+    ``<stem>.html`` (:func:`kvsim.report.document.document_files`), not yet written.
+
+    Raises
+    ------
+    ReportInputError
+        When the folder's files are missing or of another shape.
+    """
+    return document_files(run_document(results_dir, stem), stem)
+
+
 def write_run_report(results_dir: str | Path, out_dir: str | Path | None = None, stem: str = "report") -> list[Path]:
     """Write ``<stem>.md`` (with its PNG figures) and ``<stem>.html`` for a results folder, into
     ``out_dir`` (default: the results folder), each to a temporary name first and then renamed.
@@ -279,18 +289,4 @@ def write_run_report(results_dir: str | Path, out_dir: str | Path | None = None,
     OSError
         When ``out_dir`` cannot be written.
     """
-    from kvsim.report.document import to_html, to_markdown
-
-    doc = run_document(results_dir, stem)
-    out = Path(out_dir if out_dir is not None else results_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    files = [(figure.name, figure.png) for figure in doc.figures()]
-    files += [(f"{stem}.md", to_markdown(doc).encode()), (f"{stem}.html", to_html(doc).encode())]
-    written = []
-    for name, data in files:
-        path = out / name
-        temporary = out / f".{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-        temporary.write_bytes(data)
-        os.replace(temporary, path)
-        written.append(path)
-    return written
+    return write_files(out_dir if out_dir is not None else results_dir, run_report_files(results_dir, stem))

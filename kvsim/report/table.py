@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from kvsim.report.escape import terminal_text
 from kvsim.sim.result import RunResult
 
 __all__ = ["comparison_table", "hardware_label", "COLUMNS", "ROWS", "FLAG_MARK", "flag_note"]
@@ -89,7 +90,9 @@ def _short_names(keys: list[str]) -> list[str]:
 
 def _render(rows: list[list[str]], left: int, text_tail: int = 0) -> list[str]:
     """Aligned text: the first ``left`` and the last ``text_tail`` columns left-aligned (words),
-    the others right-aligned (numbers); a rule under the header."""
+    the others right-aligned (numbers); a rule under the header. Control characters in a cell (a
+    name from the scenario) are shown escaped: printed, they must not rewrite the terminal."""
+    rows = [[terminal_text(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     words = set(range(left)) | set(range(len(widths) - text_tail, len(widths)))
     lines = []
@@ -140,8 +143,8 @@ def comparison_table(result: RunResult) -> str:
     replicas = _replica_rows(result, points, systems, swept)
     hardware = "; ".join(f"{s}" + ("" if per_point else f" = {hardware_label(first[s].sizing)}")
                          + (" (baseline)" if s == baseline and with_ratio else "") for s in systems)
-    title = (f"scenario {result.scenario.name}: seed {result.seed}, "
-             f"measured over {result.window_phrase()}\nsystems: {hardware}\n{UNITS}")
+    title = (f"scenario {terminal_text(result.scenario.name)}: seed {result.seed}, "
+             f"measured over {result.window_phrase()}\nsystems: {terminal_text(hardware)}\n{UNITS}")
     note = flag_note(seen)
     skipped = skipped_writes_note(result)
     return (title + "\n\n" + "\n".join(lines) + "\n" + (("\n" + "\n".join(replicas) + "\n") if replicas else "")
@@ -157,7 +160,7 @@ def skipped_writes_note(result: RunResult) -> str:
                  for tier, count in (cache.get("writes_skipped") or {}).items() if count]
         if parts:
             where = ", ".join(f"{k.split('.')[-1].strip()}={v}" for k, v in run.params.items())
-            lines.append(f"  {run.system}{' at ' + where if where else ''}: " + ", ".join(parts))
+            lines.append("  " + terminal_text(f"{run.system}{' at ' + where if where else ''}: ") + ", ".join(parts))
     if not lines:
         return ""
     return ("cache writes skipped (a store's write queue was full, kv_cache.<tier>.max_write_flows; "

@@ -1,0 +1,87 @@
+"""Text from input (scenario, system, pool and catalog names, swept values, descriptions) made safe
+to write where it would otherwise be read as markup or as terminal commands.
+
+:func:`markdown_text` is the one escaper for Markdown: every plain text a report writes into a
+``.md`` page goes through it, so a name shows as written and never as HTML, a link, emphasis or a
+table column -- in CommonMark/GFM viewers (GitHub, GitLab, markdown-it) and in Python-Markdown
+alike. :func:`terminal_text` shows control characters (ANSI escape sequences, bidirectional
+overrides) as ``\\x1b``-style escapes, so a name printed on a terminal cannot move its cursor,
+recolour it or reorder the text around it. :func:`literal_figure_text` draws a figure's text as
+written: a ``$...$`` in a name is not parsed as matplotlib mathtext (which refused ``$\\x{$``
+and ended the run).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from collections.abc import Callable
+from typing import TypeVar
+
+__all__ = ["markdown_text", "terminal_text", "literal_figure_text"]
+
+_F = TypeVar("_F", bound=Callable)
+
+# bidirectional marks, embeddings, overrides and isolates: invisible, yet they reorder what a
+# terminal or a page shows around them ("Trojan source")
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def terminal_text(text: object) -> str:
+    """``text`` with every control character (C0, DEL, C1; newline and tab too) and every
+    bidirectional control written as its Python escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if unicodedata.category(c) == "Cc" or c in _BIDI
+                   else c for c in str(text))
+
+
+# Characters that start markup wherever they stand. The HTML ones become entities (a backslash
+# does not stop raw HTML in Python-Markdown); the others a backslash escape, which CommonMark
+# allows before any ASCII punctuation and Python-Markdown before these.
+_ALWAYS = {"\\": "\\\\", "`": "\\`", "*": "\\*", "[": "\\[", "]": "\\]", "#": "\\#", "|": "\\|",
+           "<": "&lt;", ">": "&gt;", "&": "&amp;"}
+_ACTIVE = re.compile("[" + re.escape("".join(_ALWAYS)) + "_]")
+# at the start of a block only: a list item (``- ``, ``+ ``, ``1. ``, ``1) ``) or a thematic break (``---``)
+_BLOCK_START = re.compile(r"^(?:[-+](?=\s|$|-)|\d{1,9}[.)](?=\s|$))")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char != "_":
+        return _ALWAYS[char]
+    # an underscore between two letters or digits never opens nor closes emphasis (CommonMark's
+    # flanking rules; Python-Markdown's too): h20_vs_l20 stays as written
+    text, at = match.string, match.start()
+    inside = 0 < at < len(text) - 1 and text[at - 1].isalnum() and text[at + 1].isalnum()
+    return "_" if inside else "\\_"
+
+
+def markdown_text(text: object, cell: bool = False) -> str:
+    """``text`` as Markdown that renders as exactly that text (whitespace runs as one space);
+    ``cell``: it fills a table cell, where nothing starts a block (a lone ``-`` stays as it is).
+
+    Line breaks become spaces (a name must not end a table row or start a block), control
+    characters are shown as escapes (:func:`terminal_text`), ``< > &`` become entities,
+    ``\\ ` * [ ] # |`` and underscores outside words get a backslash, and so does a leading
+    ``-``, ``+`` or ``1.`` that would start a list. Ordinary names (``h20_vs_l20``,
+    ``offload-gap.v2``, ``tp8 pp2``) are unchanged.
+    """
+    flat = terminal_text(" ".join(str(text).split()))
+    escaped = _ACTIVE.sub(_escape, flat)
+    start = None if cell else _BLOCK_START.match(escaped)
+    if start is None:
+        return escaped
+    marker = start.group()
+    return (marker[:-1] + "\\" + marker[-1]) + escaped[len(marker):]
+
+
+def literal_figure_text(draw: _F) -> _F:
+    """Decorate a function that builds (and saves) a matplotlib figure: every text in it is drawn
+    as written, never parsed as mathtext, while it runs (the caller's settings are restored)."""
+    @functools.wraps(draw)
+    def literally(*args, **kwargs):
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return draw(*args, **kwargs)
+    return literally  # type: ignore[return-value]
