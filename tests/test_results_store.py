@@ -417,7 +417,9 @@ def test_a_points_file_in_the_way_is_refused_with_a_message(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "points").write_text("my notes")
-    assert main(["run", str(source), "--out", str(out), "--workers", "1", "--no-progress", "--no-report"]) == 2
+    argv = ["run", str(source), "--out", str(out), "--workers", "1", "--no-progress", "--no-report"]
+    assert main(argv) == 2  # not a kvsim folder: refused before anything (tests/test_output_paths.py)
+    assert main([*argv, "--overwrite"]) == 2  # told to write anyway: the store still has no room
     err = capsys.readouterr().err
     assert f"cannot keep points in {out / 'points'}: it exists and is not a folder" in err
     assert "Traceback" not in err and (out / "points").read_text() == "my notes"
