@@ -314,8 +314,8 @@ def test_calib_yaml_written_by_the_fit_reads_back(tmp_path):
     for prompt, batch in ((256, 1), (512, 8), (2048, 1)):
         p = predict_step(_step(4, prompt, batch, 64), truth)
         rows.append(f"llama2-70b,h100-80gb,{prompt},{batch},64,1,1,{p['prompt_time_s'] * 1e3},"
-                    f"{p['token_time_s'] * 1e3},0,4")
-    rows.append("llama2-70b,a100-80gb,512,1,64,1,1,100,50,0,4")  # not in the catalog: left out, noted
+                    f"{p['token_time_s'] * 1e3},{(p['prompt_time_s'] + 63 * p['token_time_s']) * 1e3},4")
+    rows.append("llama2-70b,a100-80gb,512,1,64,1,1,100,50,3250,4")  # not in the catalog: left out, noted
     steps.write_text("\n".join(rows) + "\n")
     result = calibrate([steps], "h100-sxm", ["efficiency.memory"])
     document = calibration_document(result)

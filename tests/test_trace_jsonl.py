@@ -55,7 +55,7 @@ def test_bailian_fast_equals_row_by_row(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("change", [
-    {"input_length": 40.0},  # integral float: the row reader accepts it
+    {"input_length": 40.0},  # a float: the row reader refuses it, naming the line
     {"timestamp": "100"},
     {"hash_ids": [0, 1]},
     {"turn": 0},

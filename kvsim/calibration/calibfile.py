@@ -14,6 +14,7 @@ every system of the scenario, whatever its card; a system that runs another engi
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,20 +56,25 @@ def write_calibration(path: str | Path, document: dict[str, Any]) -> Path:
 
 
 def read_calibration(path: str | Path) -> Calibration:
-    """Read the steering part of a ``calib.yaml``.
+    """Read the steering part of a ``calib.yaml``, checked as a fit's output is: the format
+    version (a whole number, not ``true``), the accelerator's name, and each fitted value a known
+    parameter's, a finite number (not a boolean or a string) within that parameter's physical
+    bounds (:data:`~kvsim.calibration.parameters.PARAMETERS`, the same bounds the fit keeps to).
 
     Raises
     ------
     SpecError
         ``file:line: field: message`` for each problem.
     """
+    path = Path(path)
     data, text = read_utf8(path, "calibration file")  # a regular UTF-8 file of sane size
     located = load_yaml(text, str(path))
     doc = located.data
     if not isinstance(doc, dict):
         raise SpecError([f"{path}:1: a calibration file is a mapping (kvsim_calibration, accelerator, fitted, ...)"])
     problems = []
-    if doc.get("kvsim_calibration") != FORMAT_VERSION:
+    version = doc.get("kvsim_calibration")
+    if isinstance(version, bool) or not isinstance(version, int) or version != FORMAT_VERSION:
         problems.append(located.problem(("kvsim_calibration",), f"expected format version {FORMAT_VERSION}, "
                                         f"got {doc.get('kvsim_calibration')!r}"))
     accelerator = doc.get("accelerator")
@@ -84,11 +90,18 @@ def read_calibration(path: str | Path) -> Calibration:
         if name not in PARAMETERS:
             problems.append(located.problem(where, f"unknown parameter; known: {', '.join(PARAMETERS)}"))
             continue
-        value = entry.get("value") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or "value" not in entry:
+            problems.append(located.problem(where, f"expected a mapping with the fitted value ({{value: ...}}), "
+                                                   f"got {str(entry)[:60]!r}"))
+            continue
+        value = entry["value"]
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            problems.append(located.problem(where + ("value",), f"expected a number, got {value!r}"))
+            problems.append(located.problem(where + ("value",), f"expected a number, got {str(value)[:60]!r}"))
             continue
         p = PARAMETERS[name]
+        if not math.isfinite(value):
+            problems.append(located.problem(where + ("value",), f"expected a finite number, got {value!r}"))
+            continue
         if not p.lower <= value <= p.upper:
             problems.append(located.problem(where + ("value",), f"{value:g} is outside the physical range "
                                             f"[{p.lower:g}, {p.upper:g}]"))

@@ -18,11 +18,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from kvsim.calibration.fit import FitProblem, FitResult, fit, leave_one_out
-from kvsim.calibration.measurements import Measurements, StepPoint, VllmRun, read_measurements
+from kvsim.calibration.checks import capped
+from kvsim.calibration.measurements import MeasurementError, Measurements, StepPoint, VllmRun, read_measurements
 from kvsim.calibration.parameters import DEFAULT_FIT, PARAMETERS, default_values, parameter
-from kvsim.calibration.runs import gpu_node, predict_run
+from kvsim.calibration.runs import catalog_model, gpu_node, predict_run
 from kvsim.calibration.steps import STEP_METRICS, predict_step, step_measured, supported
-from kvsim.hardware import accelerator_catalog
+from kvsim.hardware import accelerator_catalog, node_catalog
 
 __all__ = ["FIT_METRICS", "Unit", "Calibrated", "load_units", "calibrate", "summarise_errors"]
 
@@ -49,10 +50,19 @@ class Unit:
 
 
 def load_units(paths: Sequence[str | Path], accelerator: str) -> tuple[list[Measurements], list[Unit], list[str]]:
-    """The measurement files, the units of them on ``accelerator``, and notes on rows left out."""
+    """The measurement files, the units of them on ``accelerator``, and notes on rows left out.
+
+    Raises
+    ------
+    MeasurementError
+        A file that cannot be read, or a row on ``accelerator`` that kvsim cannot reproduce: a
+        model not in the catalog, or more cards than the one node it is reproduced on holds
+        (``file:line: column: message`` each).
+    """
     files = [read_measurements(p) for p in paths]
     units: list[Unit] = []
     notes: list[str] = []
+    problems: list[str] = []
     for k, m in enumerate(files):
         skipped: dict[str, int] = {}
         for run in m.runs:
@@ -62,20 +72,41 @@ def load_units(paths: Sequence[str | Path], accelerator: str) -> tuple[list[Meas
                 skipped[str(exc)] = skipped.get(str(exc), 0) + 1
                 continue
             if card == accelerator:
-                units.append(Unit(f"{run.run_id}", "vllm_run", run, k))
+                try:
+                    catalog_model(run.model)
+                except ValueError as exc:
+                    problems.append(f"{m.path}:{run.line}: model: {exc}")
+                    continue
+                if _fits_node(m.path, run.line, "tp", run.tp, run.gpu, problems):
+                    units.append(Unit(f"{run.run_id}", "vllm_run", run, k))
         for point in m.steps:
             why = supported(point)
             if why is None and gpu_node(point.hardware)[0] != accelerator:
                 why = f"hardware {point.hardware} is not {accelerator}"
             if why is None:
-                units.append(Unit(point.point_id, "step", point, k))
+                if _fits_node(m.path, point.lines[0], "tensor_parallel", point.tp, point.hardware, problems):
+                    units.append(Unit(point.point_id, "step", point, k))
             else:
                 skipped[why] = skipped.get(why, 0) + 1
         notes += [f"{m.path}: {n} row(s) left out: {why}" for why, n in skipped.items()]
+    if problems:
+        raise MeasurementError(capped(problems))
     ids = [u.uid for u in units]
     if len(set(ids)) != len(ids):
         raise ValueError("two measured units share an id: give each file once")
     return files, units, notes
+
+
+def _fits_node(path: str, line: int, column: str, tp: int, gpu: str, problems: list[str]) -> bool:
+    """Whether ``tp`` cards fit the one node a measurement on ``gpu`` is reproduced on; if not,
+    the problem is added."""
+    node = gpu_node(gpu)[1]
+    cards = node_catalog()[node].accelerators_per_node
+    if tp <= cards:
+        return True
+    problems.append(f"{path}:{line}: {column}: {tp} cards, but the reproduction runs on one {node} node of "
+                    f"{cards} cards")
+    return False
 
 
 def _predict_one(args: tuple) -> tuple[str, dict[str, float]]:

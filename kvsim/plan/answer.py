@@ -12,11 +12,14 @@ from kvsim._version import __version__
 from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
 from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
 
-__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT"]
+__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "nearest_miss", "miss_text"]
 
-PLAN_FORMAT = 2
+PLAN_FORMAT = 3
 """Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
-unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``."""
+unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``.
+3: an answer no candidate serves carries its ``nearest_miss`` (which candidate came closest and
+the SLO values it reached), and ``no_candidate_meets_slo`` says whether any candidate met the SLO
+at any load probed."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -114,15 +117,17 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
                 continue
             savings[name] = {key: (row[key] / base[key] - 1.0 if row[key] is not None and base[key] else None)
                              for key in ("capex_usd", "cost_per_hour_usd")}
+        miss = None
         if cheapest is not None:
             note = f"{cheapest}: {rows[cheapest]['units']} units"
         elif served:
             note = "served by " + ", ".join(served) + ", but no candidate that serves it has a price"
         else:
-            best = max(candidates, key=lambda c: c["capacity"]["max_load"] or 0.0)
-            note = (f"no candidate serves it within {plan.units.max} units; the best, {best['system']}, "
-                    f"sustains {best['capacity']['max_load'] or 0:.3g} {unit} per unit")
-        answers.append({"load": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings})
+            miss = nearest_miss(result, target)
+            note = f"no candidate serves it within {plan.units.max} units" + (
+                f"; the nearest miss: {miss_text(miss, unit)}" if miss is not None else "")
+        answers.append({"load": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings,
+                        "nearest_miss": miss})
     probes = []
     for probe, outcome in result.probes:
         detail = outcome.detail or {}
@@ -153,5 +158,78 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         "baseline": baseline,
         "candidates": candidates,
         "answers": answers,
+        "no_candidate_meets_slo": all(c.capacity.max_load is None for c in result.candidates),
         "probes": probes,
     }
+
+
+def nearest_miss(result: PlanResult, target: float) -> dict[str, Any] | None:
+    """The candidate that came closest to serving ``target`` when none does, as data.
+
+    Each candidate's closest attempt is its probe at the target with the most units (the planner
+    always probes the largest count allowed before it gives up). Closest is the attempt whose
+    worst objective is the smallest multiple of its limit (``worst_ratio``: 1.2 is 20 % over);
+    an attempt that measured no value for an objective ranks last, and ties go to the earlier
+    candidate. An attempt within every limit that still failed (flagged unstable, too short or
+    rejecting requests) ranks first: its ``reason`` says why it does not count.
+
+    Returns
+    -------
+    dict or None
+        ``system``, ``units``, ``load`` (the target), ``meets_per_unit`` (the candidate's unit
+        capacity, None if it met the SLO at no load probed), ``lowest_load_probed`` (one unit's
+        lowest load in the capacity search), ``reason`` and ``flags`` of the attempt, ``slo``
+        (per objective: ``metric``, ``statistic``, ``limit_s``, ``value_s`` -- None if not
+        measured -- and ``ratio``), and ``worst_ratio`` (None if any value is missing); None when
+        no candidate was probed at the target.
+    """
+    order = [c.system for c in result.candidates]
+    attempts = {}
+    for probe, outcome in result.probes:
+        if probe.load == target and (probe.system not in attempts or probe.units > attempts[probe.system][0].units):
+            attempts[probe.system] = (probe, outcome)
+    rows = []
+    for system in order:
+        if system not in attempts:
+            continue
+        probe, outcome = attempts[system]
+        detail = outcome.detail or {}
+        values = []
+        for o in result.objectives:
+            value = (detail.get(o.metric) or {}).get(o.statistic)
+            values.append({"metric": o.metric, "statistic": o.statistic, "limit_s": o.limit_s,
+                           "value_s": None if value is None else float(value),
+                           "ratio": None if value is None else float(value) / o.limit_s})
+        ratios = [v["ratio"] for v in values]
+        worst = None if any(r is None for r in ratios) else max(ratios, default=0.0)
+        capacity = result.candidate(system).capacity
+        one_unit = [p.load for p, _ in result.probes if p.system == system and p.units == 1]
+        rows.append({"system": system, "units": probe.units, "load": target, "meets_per_unit": capacity.max_load,
+                     "lowest_load_probed": min(one_unit) if one_unit else None, "reason": outcome.reason,
+                     "flags": list(detail.get("flags") or []), "slo": values, "worst_ratio": worst})
+    if not rows:
+        return None
+    return min(rows, key=lambda r: (r["worst_ratio"] is None, r["worst_ratio"] or 0.0, order.index(r["system"])))
+
+
+def miss_text(miss: dict[str, Any], unit: str) -> str:
+    """A nearest miss (:func:`nearest_miss`) in words: ``h20 with 2 units reached TTFT p99 81.2 ms
+    against 1 ms (81.2x the limit); one unit meets the SLO at no load probed, down to 0.0117 requests/s``."""
+    reached = ", ".join(
+        f"{v['metric'].removesuffix('_s').upper()} {v['statistic']} "
+        + (f"{_seconds(v['value_s'])} against {_seconds(v['limit_s'])} ({v['ratio']:.3g}x the limit)" if v["value_s"] is not None
+           else f"not measured (limit {_seconds(v['limit_s'])})")
+        for v in miss["slo"])
+    units = f"{miss['units']} unit" + ("" if miss["units"] == 1 else "s")
+    text = f"{miss['system']} with {units} reached {reached}" if reached else f"{miss['system']} with {units}"
+    if miss["worst_ratio"] is not None and miss["worst_ratio"] <= 1 and miss["reason"]:
+        text += f", but did not count ({miss['reason']})"
+    if miss["meets_per_unit"] is not None:
+        text += f"; one unit meets the SLO up to {miss['meets_per_unit']:.3g} {unit}"
+    elif miss["lowest_load_probed"] is not None:
+        text += f"; one unit meets the SLO at no load probed, down to {miss['lowest_load_probed']:.3g} {unit}"
+    return text
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"

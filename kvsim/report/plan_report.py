@@ -63,6 +63,12 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
         if saving and saving["capex_usd"] is not None:
             text += f", {_pct(saving['capex_usd'])} capex against {baseline}"
         sentences.append(text + ".")
+    if answer.get("no_candidate_meets_slo"):
+        return (f"No candidate serves {answer['model']} within {_slo_text(answer)}: none meets it at any load "
+                f"probed. " + " ".join(sentences))
+    if all(row["cheapest"] is None and row.get("nearest_miss") for row in answer["answers"]):
+        return (f"No candidate serves any target load of {answer['model']} within {_slo_text(answer)}. "
+                + " ".join(sentences))
     return (f"Serving {answer['model']} within {_slo_text(answer)}, cheapest by cost per hour (amortised capex "
             f"and power): " + " ".join(sentences))
 
@@ -164,6 +170,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                   f"against {answer['baseline']}?")
     doc.heading("Answer")
     doc.paragraph(summary_paragraph(answer))
+    _nearest_misses(doc, answer)
     doc.heading("Units and cost per target load")
     header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets"]]
     rows = []
@@ -236,6 +243,34 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                 "-" if p["tpot_p99_s"] is None else f"{p['tpot_p99_s']:.3g}",
                 "meets" if p["meets"] else p["reason"]] for p in answer["probes"]])
     return doc
+
+
+def _nearest_misses(doc: Document, answer: dict[str, Any]) -> None:
+    """The table of the target loads no candidate serves: who came closest, and how close."""
+    misses = [(row["load"], row["nearest_miss"]) for row in answer["answers"] if row.get("nearest_miss")]
+    if not misses:
+        return
+    _rate = _loader(answer)
+
+    def seconds(value: float) -> str:
+        return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+    def reached(v: dict[str, Any]) -> str:
+        name = f"{v['metric'].removesuffix('_s').upper()} {v['statistic']}"
+        if v["value_s"] is None:
+            return f"{name}: not measured"
+        return f"{name} {seconds(v['value_s'])} against {seconds(v['limit_s'])} ({v['ratio']:.3g}x)"
+
+    rows = [[_rate(load), m["system"], str(m["units"]), "; ".join(reached(v) for v in m["slo"]) or "-",
+             m["reason"] or "-",
+             _rate(m["meets_per_unit"]) if m["meets_per_unit"] is not None else
+             f"none (down to {_rate(m['lowest_load_probed'])})"]
+            for load, m in misses]
+    doc.heading("Nearest miss")
+    doc.table(["target", "closest candidate", "units", "SLO reached", "why it fails", "one unit meets the SLO up to"],
+              rows, f"No candidate serves these loads with up to {answer['units']['max']} units. The closest is "
+                    "the one whose attempt at the target with the most units came nearest to the SLO (the smallest "
+                    "multiple of a limit, over the objectives).")
 
 
 def plan_report_files(answer: dict[str, Any], stem: str = "plan") -> list[tuple[str, bytes]]:

@@ -13,18 +13,27 @@ Checks, each giving one :class:`~kvsim.input_files.InputFileError`
 - the first line is a header and every mapped column is in it (a missing one is named, with the
   closest header as a hint); at least one data row follows;
 - every row has as many cells as the header;
-- token counts are finite whole numbers from 1 to :data:`MAX_TOKENS` (no NaN, no empty cell, no
-  ``2.5``, no negatives);
-- arrival times are finite numbers, not negative (or, with ``arrival_unit: datetime``, readable
-  ``YYYY-MM-DD HH:MM:SS[.fffffffff]`` wall-clock stamps): rows out of order are sorted stably later,
-  a time that cannot be sorted (empty, NaN, text) is refused;
-- prefix hashes, when mapped, are lists of 64-bit integers (``"1 2 3"``, ``"1;2;3"`` or
-  ``"[1, 2, 3]"``), ``ceil(input_tokens / hash_block_tokens)`` of them.
+- token counts are whole numbers from 1 to :data:`MAX_TOKENS` written in plain decimal digits
+  (:data:`TOKEN_TEXT`; spaces or tabs around them are ignored, as around the header's names):
+  no empty cell, no ``nan`` or ``inf``, no fraction (``2.5``, nor ``12.0``), no exponent (``1e3``),
+  no sign (``+5``; ``-5`` is refused as negative), no ``0x10``, no ``1_000``, no digits other than
+  ASCII ``0-9`` (``٣``). Each of these is refused rather than read: a count written so is the sign of a
+  file that went through something else (a float column, a hex dump, a locale), and what it was
+  meant to be is a guess;
+- arrival times are finite decimal numbers (:data:`TIME_TEXT`: digits with an optional fraction
+  and exponent, ``12``, ``1.5``, ``1.7e9``; no ``0x10``, ``1_000``, ``+5``, ``inf`` or ``nan``), not
+  negative (or, with ``arrival_unit: datetime``, readable ``YYYY-MM-DD HH:MM:SS[.fffffffff]``
+  wall-clock stamps): rows out of order are sorted stably later, a time that cannot be sorted
+  (empty, NaN, text) is refused;
+- prefix hashes, when mapped, are lists of 64-bit integers in decimal digits, optionally negative
+  (``"1 2 3"``, ``"1;2;3"`` or ``"[1, 2, 3]"``; no ``0x10``, no ``+5``),
+  ``ceil(input_tokens / hash_block_tokens)`` of them.
 """
 
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -41,12 +50,27 @@ from kvsim.spec_types import FrozenSpec
 from kvsim.yaml_io import did_you_mean
 
 __all__ = ["CsvColumnsSpec", "CsvRows", "read_csv_trace", "read_token_column", "token_values", "split_rows", "BURSTGPT_COLUMNS",
-           "AZURE_2023_COLUMNS", "MAX_TOKENS"]
+           "AZURE_2023_COLUMNS", "MAX_TOKENS", "TOKEN_TEXT", "TIME_TEXT"]
 
 MAX_TOKENS = 2**31 - 1
 """Most tokens one request's prompt or output may have in a trace or length file: far beyond any
 model's context, so a larger count is a broken file; the bound also keeps token sums over
 millions of rows exact in int64."""
+
+TOKEN_TEXT = r"^[ \t]*-?[0-9]+[ \t]*$"
+"""How a token count is written in a text file: ASCII decimal digits, spaces or tabs around them
+ignored. A minus sign is read only so that a negative count is refused as out of range."""
+
+TIME_TEXT = r"^[ \t]*-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]*$"
+"""How a numeric timestamp is written: a decimal number, with an optional fraction and exponent
+(``12``, ``1.5``, ``.5``, ``1.7e9``), spaces or tabs around it ignored."""
+
+_HASH_TEXT = r"^-?[0-9]+$"
+"""One prefix-hash id: a decimal integer, optionally negative (64-bit ids are signed)."""
+
+_NUMBER_AS_WRITTEN = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:nan|inf|infinity)",
+                                re.IGNORECASE)
+"""Cells shown in a message as written, without quotes (numbers); anything else is quoted."""
 
 TIME_UNITS_S = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 """Divisor turning a numeric timestamp in each unit into seconds."""
@@ -134,10 +158,7 @@ def read_csv_trace(path: str | Path, columns: CsvColumnsSpec, exact_header: bool
         raise InputFileError(path, f"expected {','.join(wanted)}, got {_names(header, ',')}", 1, "header")
     for name in wanted:
         _need_column(path, header, name)
-    string_columns = [columns.prefix_hashes] if columns.prefix_hashes else []
-    if columns.arrival_unit == "datetime":
-        string_columns.append(columns.arrival)
-    table = _read_table(path, header, wanted, string_columns)
+    table = _read_table(path, header, wanted)
     if table.num_rows == 0:
         raise InputFileError(path, "holds no requests: no data row after the header (line 1)")
     rows = _RowLines(path)
@@ -172,7 +193,7 @@ def read_token_column(path: str | Path, column: str, what: str = "length file") 
     path = open_checked(path, what)
     header = _header(path, [column])
     _need_column(path, header, column)
-    table = _read_table(path, header, [column], [])
+    table = _read_table(path, header, [column])
     if table.num_rows == 0:
         raise InputFileError(path, "holds no token lengths: no data row after the header (line 1)")
     return token_values(table.column(column), column, _RowLines(path), 1)
@@ -190,13 +211,15 @@ def _names(header: list[str], sep: str = ", ") -> str:
     return sep.join(shown) + more if header else "none"
 
 
-def _read_table(path: Path, header: list[str], wanted: list[str], string_columns: list[str]) -> pa.Table:
-    """Columns ``wanted`` of the CSV file, read by pyarrow (multithreaded); a file pyarrow cannot
+def _read_table(path: Path, header: list[str], wanted: list[str]) -> pa.Table:
+    """Columns ``wanted`` of the CSV file, read by pyarrow (multithreaded) as text: each column's
+    cells are checked as written (:data:`TOKEN_TEXT`, :data:`TIME_TEXT`), since pyarrow's own
+    number inference would read ``0x10`` in a column of integers as 16. A file pyarrow cannot
     read is explained by the first row whose cell count differs from the header's."""
     try:
         return pacsv.read_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 24),
                               convert_options=pacsv.ConvertOptions(
-                                  include_columns=wanted, column_types={c: pa.string() for c in string_columns},
+                                  include_columns=wanted, column_types={c: pa.string() for c in wanted},
                                   # only an empty cell is missing: "nan" or "NA" is named as written
                                   null_values=[""], strings_can_be_null=False))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError) as exc:
@@ -288,32 +311,38 @@ def _shape_problem(path: Path, header: list[str]) -> InputFileError | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _numbers(column: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-    """``(float64 values, unreadable mask)``: text that is not a number is NaN and flagged."""
-    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
-        values = column.to_numpy().astype(float)  # nulls (empty cells) become NaN
-        return values, np.zeros(len(values), dtype=bool)
-    if pa.types.is_null(column.type):
-        return np.full(len(column), np.nan), np.zeros(len(column), dtype=bool)
-    text = column.cast(pa.string()).to_pandas()
-    values = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    return values, np.isnan(values) & (text.str.strip() != "").to_numpy()
+def _numbers(column: pa.ChunkedArray, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(float64 values, unreadable mask)`` of a text column: a cell not written as ``pattern``
+    allows (empty, too) is NaN and flagged."""
+    text = column.cast(pa.string()) if not pa.types.is_string(column.type) else column
+    readable = pc.fill_null(pc.match_substring_regex(text, pattern), False)
+    kept = pc.if_else(readable, pc.utf8_trim(text, " \t"), pa.scalar(None, pa.string()))
+    values = pc.cast(kept, pa.float64()).to_numpy(zero_copy_only=False)  # not readable: None -> NaN
+    return values, ~readable.to_numpy(zero_copy_only=False)
+
+
+def _as_written(raw: object) -> str:
+    """A cell for a message: an empty one said so, a number as written, anything else quoted."""
+    if raw is None or str(raw).strip(" \t") == "":
+        return "an empty cell"
+    text = str(raw).strip(" \t")
+    return text if len(text) <= 40 and _NUMBER_AS_WRITTEN.fullmatch(text) else quote(raw)
 
 
 def token_values(column: pa.ChunkedArray, name: str, rows, minimum: int = 1) -> np.ndarray:
-    """Token counts of a column as int64, or ``rows.problem(row, name, message)`` raised for the
-    first that is not a whole number from ``minimum`` to :data:`MAX_TOKENS`."""
-    values, unreadable = _numbers(column)
+    """Token counts of a text column as int64, or ``rows.problem(row, name, message)`` raised for
+    the first that is not written as :data:`TOKEN_TEXT` or not from ``minimum`` to :data:`MAX_TOKENS`."""
+    values, unreadable = _numbers(column, TOKEN_TEXT)
     with np.errstate(invalid="ignore"):
-        bad = (unreadable | ~np.isfinite(values) | (values < minimum) | (values > MAX_TOKENS)
-               | (values != np.floor(values)))
+        bad = unreadable | (values < minimum) | (values > MAX_TOKENS)
     if bad.any():
         row = int(np.argmax(bad))
         raw = column[row].as_py()
-        if unreadable[row] or not np.isfinite(values[row]) or values[row] != np.floor(values[row]):
-            what = "an empty cell" if raw is None or str(raw).strip() == "" else quote(raw)
-            raise rows.problem(row, name, f"expected a whole number of tokens, got {what}")
-        shown = str(raw).strip() if len(str(raw)) <= 40 else quote(raw)  # a number as written
+        if unreadable[row]:
+            what = _as_written(raw)
+            hint = "" if what == "an empty cell" else " (plain decimal digits, e.g. 512: no fraction, exponent, sign, hex or separators)"
+            raise rows.problem(row, name, f"expected a whole number of tokens, got {what}{hint}")
+        shown = _as_written(raw)  # a number as written
         if values[row] > MAX_TOKENS:
             raise rows.problem(row, name, f"must be <= {MAX_TOKENS:,}, got {shown}")
         raise rows.problem(row, name, f"must be >= {minimum}, got {shown}")
@@ -343,18 +372,21 @@ def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _
                                           "(a time that cannot be read cannot be sorted)")
         ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
         return (ns - ns.min()) / 1e9  # exact integer difference, then one rounding
-    values, unreadable = _numbers(column)
-    bad = unreadable | ~np.isfinite(values)
+    values, unreadable = _numbers(column, TIME_TEXT)
+    bad = unreadable | ~np.isfinite(values)  # 1e999 reads as inf
     if bad.any():
         row = int(np.argmax(bad))
-        raw = column[row].as_py()
-        what = "an empty cell" if raw is None or str(raw).strip() == "" else quote(raw)
+        what = _as_written(column[row].as_py())
+        not_a_number = what == "an empty cell" or what.lower().lstrip("+-") in ("nan", "inf", "infinity")
+        if unreadable[row] and not not_a_number:
+            raise rows.problem(row, name, f"expected a decimal number ({columns.arrival_unit}) such as 12, 1.5 or "
+                                          f"1.7e9, got {what} (a time that cannot be read cannot be sorted)")
         raise rows.problem(row, name, f"expected a finite number ({columns.arrival_unit}), got {what} "
                                       "(a time that is not a number cannot be sorted)")
     negative = values < 0
     if negative.any():
         row = int(np.argmax(negative))
-        raise rows.problem(row, name, f"must not be negative, got {quote(column[row].as_py())}")
+        raise rows.problem(row, name, f"must not be negative, got {_as_written(column[row].as_py())}")
     return values / TIME_UNITS_S[columns.arrival_unit]
 
 
@@ -364,16 +396,17 @@ def _hashes(column: pa.ChunkedArray, inputs: np.ndarray, columns: CsvColumnsSpec
     text = pc.utf8_trim_whitespace(pc.replace_substring_regex(column, r"^\s*\[|\]\s*$", ""))
     text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)  # no ids: counted below
     parts = pc.split_pattern_regex(text, r"[\s,;]+")
+    # decimal ids only: pyarrow's cast alone would read "0x10" as 16
+    readable = pc.all(pc.match_substring_regex(pc.list_flatten(parts), _HASH_TEXT)).as_py() is not False
     try:
+        if not readable:
+            raise pa.ArrowInvalid("not decimal")
         ids = parts.cast(pa.list_(pa.int64()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         for row, cell in enumerate(parts.to_pylist()):
-            try:
-                if all(-(2**63) <= int(item) < 2**63 for item in cell or []):
-                    continue
-            except ValueError:
-                pass
-            raise rows.problem(row, name, "expected 64-bit integers separated by spaces or ';', "
+            if all(re.fullmatch(_HASH_TEXT, item) and -(2**63) <= int(item) < 2**63 for item in cell or []):
+                continue
+            raise rows.problem(row, name, "expected 64-bit integers in decimal digits separated by spaces or ';', "
                                           f"got {quote(column[row].as_py())}") from None
         raise InputFileError(path, "cannot read the prefix hashes", field=name) from None
     ids = ids.combine_chunks()

@@ -2,10 +2,15 @@
 
 The fast path reads the whole file with pyarrow's JSON reader against an explicit schema and checks
 every column with numpy. It answers only for a file that is entirely well-formed; on anything
-else (a type pyarrow cannot convert, a missing field, a value out of range, an integral float
-such as ``600.0`` that the row reader accepts) it returns None and the caller's row-by-row reader
+else (a type pyarrow cannot convert, a missing field, a value out of range) it returns None and
+the caller's row-by-row reader
 (:mod:`kvsim.workload.traces`), the reference, reads the file and names the first bad line and
 field. Both give the same requests for a well-formed file (tested on the Mooncake traces).
+
+Counts (token lengths, ``chat_id``, ``turn``, ...) must be JSON integers: ``true`` is not 1, and
+``40.0`` or ``4e1`` is refused, not read as 40 -- a count written as a float is the sign of a file
+that went through a float column, as a CSV trace's ``12.0`` is
+(:data:`~kvsim.workload.trace_csv.TOKEN_TEXT`). Timestamps are any finite JSON number.
 
 :func:`json_rows` is that row reader's way through a JSONL file: one JSON object per non-blank
 line, a line that is not valid JSON or not an object refused with its line number.
@@ -126,15 +131,15 @@ def read_jsonl_tokens(path: Path, field: str) -> np.ndarray:
     InputFileError
         ``"<file>:<line>: <field>: <problem>"``, or a file with no rows.
     """
-    options = pajson.ParseOptions(explicit_schema=pa.schema([(field, pa.float64())]),
+    # int64: pyarrow refuses 40.0, true and "40" there, and the row reader names them
+    options = pajson.ParseOptions(explicit_schema=pa.schema([(field, pa.int64())]),
                                   unexpected_field_behavior="ignore")
     try:
         column = pajson.read_json(path, parse_options=options).column(field)
         values = column.to_numpy() if column.null_count == 0 else None
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         values = None
-    if values is not None and len(values) and np.isfinite(values).all() and (values >= 1).all() and (
-            values <= MAX_TOKENS).all() and (values == np.floor(values)).all():
+    if values is not None and len(values) and (values >= 1).all() and (values <= MAX_TOKENS).all():
         return values.astype(np.int64)
     tokens = []
     for line_no, row in json_rows(path):
@@ -159,18 +164,21 @@ def row_value(row: dict, field: str) -> Any:
 
 
 def show(value: Any) -> str:
-    """A JSON value for a message (an integer too long to print is described)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+    """A JSON value for a message, as JSON writes it (``true``, ``null``; an integer too long to
+    print is described)."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, int) and value.bit_length() > 64:
         return f"a {value.bit_length()}-bit integer"
     return quote(value)
 
 
 def row_int(row: dict, field: str, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``row[field]`` as a count: a JSON integer (not ``true``, not ``40.0``) within the bounds."""
     value = row_value(row, field)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise RowError(field, f"expected a whole number, got {show(value)}")
+        hint = " (a JSON integer such as 512, without a fraction or exponent)" if isinstance(value, float) else ""
+        raise RowError(field, f"expected a whole number, got {show(value)}{hint}")
     if minimum is not None and value < minimum:
         raise RowError(field, f"must be >= {minimum}, got {show(value)}")
     if maximum is not None and value > maximum:
