@@ -242,7 +242,7 @@ def test_kvsim_run_whose_workers_die_exits_2_without_a_summary(scenario, tmp_pat
     assert "kvsim run: worker processes failed 3 times in a row" in err
     assert re.search(r"point run\(s\) have no results: (point 0 \[rate=1/s\], )?point 1 \[rate=2/s\], "
                      r"point 2 \[rate=4/s\]\.", err), err  # point 0 finished, unless its worker was stopped every time
-    assert err.count("on fresh worker processes") == 2  # the retries were said as they happened
+    assert err.count("on fresh worker processes") >= 2  # the retries were said as they happened
     assert "Traceback" not in err
     assert not (tmp_path / "out" / "summary.json").exists()
 
