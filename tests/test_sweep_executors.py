@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 import sys
+import tempfile
 
 import pandas as pd
 import pytest
@@ -257,7 +258,7 @@ def test_a_broken_pipe_that_is_not_standard_output_is_a_failure(tmp_path, monkey
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(kvsim.plan, "run_sweep", broken)
-    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the error report goes
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the error report goes
     source = tmp_path / "s.yaml"
     source.write_text(SCENARIO, encoding="utf-8")
     with open(tmp_path / "stdout.txt", "w", encoding="utf-8") as stdout:  # a real file, as a shell gives
@@ -267,6 +268,7 @@ def test_a_broken_pipe_that_is_not_standard_output_is_a_failure(tmp_path, monkey
     err = capsys.readouterr().err
     assert code == 3, err
     assert "kvsim run: internal error (a bug): BrokenPipeError: [Errno 32] Broken pipe" in err
+    assert len(list(tmp_path.glob("kvsim-error-*.txt"))) == 1
 
 
 def test_a_sweep_that_lost_a_result_is_an_error_not_a_summary(scenario, tmp_path, monkeypatch):
