@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 import kvsim
-from kvsim.crash import EXIT_INTERNAL, report_uncaught
+from kvsim.crash import EXIT_INTERNAL, readers_may_leave, report_uncaught
 from kvsim.units import format_quantity
 from kvsim.yaml_io import SpecError
 
@@ -30,21 +30,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except SpecError as exc:
-        print(f"kvsim {args.command}: invalid input\n" + "\n".join(f"  {p}" for p in exc.problems),
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("kvsim: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        # the reader of our output went away (e.g. `kvsim run ... | head`): not an error of ours
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except Exception as exc:  # noqa: BLE001 - a bug, a stuck run or a full disk: reported, never dumped
-        return report_uncaught(exc, args, argv)
+    # the reader of our output going away (`kvsim run ... | head`) is not an error of ours: the
+    # command goes on and a run still writes its results; any BrokenPipeError that reaches here
+    # came from elsewhere (a dead worker's pipe) and is a failure like any other
+    with readers_may_leave():
+        try:
+            return args.handler(args)
+        except SpecError as exc:
+            print(f"kvsim {args.command}: invalid input\n" + "\n".join(f"  {p}" for p in exc.problems),
+                  file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except KeyboardInterrupt:
+            print("kvsim: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:  # noqa: BLE001 - a bug, a stuck run or a full disk: reported, never dumped
+            return report_uncaught(exc, args, argv)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -5,11 +5,17 @@ command is kvsim's fault, and the user needs four things to report it, not a pag
 what went wrong in one line, the scenario and seed, the exact command that reproduces it, and
 where the full traceback was written (a file in the temporary folder; ``--debug`` or
 ``KVSIM_DEBUG=1`` also prints it). Both exit with :data:`EXIT_INTERNAL`.
+
+A reader of kvsim's output that goes away (``kvsim run ... | head``) is neither:
+:func:`readers_may_leave` drops what is written to that stream from then on and the command goes
+on (a run still writes its results), so a ``BrokenPipeError`` that reaches the command line came
+from somewhere else (a worker's pipe) and is reported like any other failure.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import os
 import platform
@@ -20,10 +26,10 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Iterator, Sequence, TextIO
 
 __all__ = ["EXIT_INTERNAL", "Reproduction", "report_internal_error", "report_uncaught", "debug_requested",
-           "note_where"]
+           "note_where", "readers_may_leave"]
 
 EXIT_INTERNAL = 3
 """Exit status of an internal error (a bug in kvsim) and of a run stopped by the watchdog."""
@@ -56,6 +62,72 @@ class Reproduction:
 def debug_requested(flag: bool = False) -> bool:
     """``--debug`` given, or ``KVSIM_DEBUG`` set to anything but empty or ``0``."""
     return flag or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+class _LeavableStream:
+    """A text stream whose reader may go away: writing on then is dropped, not raised.
+
+    The first ``BrokenPipeError`` from the stream points its file descriptor at ``os.devnull``
+    (so the interpreter's own flush at exit finds a stream to write to) and swallows the text;
+    everything else is the stream's own.
+    """
+
+    def __init__(self, stream: TextIO):
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        self.reader_gone = True
+        try:
+            fd = self._stream.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+            return
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def readers_may_leave() -> Iterator[None]:
+    """Within: standard output and error whose reader went away (a closed pipe) swallow what is
+    written to them instead of raising ``BrokenPipeError``; both are flushed on the way out."""
+    saved = sys.stdout, sys.stderr
+    guarded = [None if s is None else _LeavableStream(s) for s in saved]
+    sys.stdout, sys.stderr = guarded
+    try:
+        yield
+    finally:
+        for stream in guarded:
+            if stream is not None:
+                stream.flush()
+        if sys.stdout is guarded[0]:
+            sys.stdout = saved[0]
+        if sys.stderr is guarded[1]:
+            sys.stderr = saved[1]
 
 
 def note_where(exc: BaseException, where: str) -> BaseException:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
+import sys
+import tempfile
 
 import pandas as pd
 import pytest
@@ -153,3 +156,132 @@ def test_kvsim_sweep_on_the_command_line(tmp_path, reference):
     assert [p["systems"]["l20"]["requests_completed"] for p in summary["points"]] == \
            [reference.run("l20", i).summary["requests_completed"] for i in range(3)]
     assert len(list((tmp_path / "out" / "points").iterdir())) == 3
+
+
+# --------------------------------------------------------------------------- workers that fail (issue 22)
+
+
+class _ForkserverDiesOnce:
+    """A multiprocessing context whose first worker cannot be started, as when the forkserver was
+    killed just before (``connect`` is refused); everything else is the real context's."""
+
+    def __init__(self, real):
+        self.real = real
+        self.refused = 0
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def Process(self, *args, **kwargs):  # noqa: N802 - the context's own name
+        process = self.real.Process(*args, **kwargs)
+        if not self.refused:
+            self.refused += 1
+
+            def refused():
+                raise ConnectionRefusedError(111, "Connection refused")
+
+            process.start = refused
+        return process
+
+
+def test_a_worker_that_cannot_be_started_is_retried_on_a_fresh_pool(scenario, reference, tmp_path, monkeypatch,
+                                                                     capsys):
+    """Starting a worker fails once (its forkserver had died): the sweep starts a fresh pool, says
+    so, and ends with every point, as an undisturbed run."""
+    context = _ForkserverDiesOnce(executor_module._context())
+    monkeypatch.setattr(executor_module, "_context", lambda: context)
+    result = run_sweep(scenario, tmp_path, workers=2)
+    assert context.refused == 1
+    notes = [line for line in capsys.readouterr().err.splitlines() if "fresh worker processes" in line]
+    assert len(notes) == 1 and "could not be started (ConnectionRefusedError" in notes[0], notes
+    assert "running the 3 unfinished point run(s) on fresh worker processes (attempt 2 of 3)" in notes[0]
+    _same(result, reference)
+
+
+def _workers_killed_at(monkeypatch, tmp_path, points: set[int]):
+    """Every attempt at a point in ``points`` SIGKILLs its worker (as the OOM killer would). Uses
+    fork so the patched worker function reaches the child."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs the fork start method")
+    import signal
+
+    real = executor_module._run_in_worker
+
+    def killed(task, seed):
+        if task.index in points:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(task, seed)
+
+    killed.__module__, killed.__qualname__ = executor_module.__name__, "_run_in_worker"
+    monkeypatch.setattr(executor_module, "_run_in_worker", killed)
+    monkeypatch.setattr(executor_module, "_context", lambda: multiprocessing.get_context("fork"))
+    monkeypatch.setattr(executor_module, "RETRY_PAUSE_S", 0.0, raising=False)
+
+
+def test_workers_killed_every_time_stop_the_sweep_naming_the_points_and_the_signal(scenario, tmp_path,
+                                                                                   monkeypatch):
+    _workers_killed_at(monkeypatch, tmp_path, {0, 1, 2})
+    with pytest.raises(executor_module.ExecutorError) as error:
+        run_sweep(scenario, tmp_path, workers=2, log=False)
+    message = str(error.value)
+    assert "killed by signal 9 (SIGKILL)" in message
+    assert "failed 3 times in a row" in message
+    assert "3 point run(s) have no results: point 0 [rate=1/s], point 1 [rate=2/s], point 2 [rate=4/s]." in message
+    assert "re-run the same command to resume" in message
+
+
+def test_kvsim_run_whose_workers_die_exits_2_without_a_summary(scenario, tmp_path, monkeypatch, capsys):
+    from kvsim.cli import main
+
+    _workers_killed_at(monkeypatch, tmp_path, {1, 2})
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIO, encoding="utf-8")
+    code = main(["run", str(source), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "killed by signal 9 (SIGKILL)" in err
+    assert "kvsim run: worker processes failed 3 times in a row" in err
+    assert re.search(r"point run\(s\) have no results: (point 0 \[rate=1/s\], )?point 1 \[rate=2/s\], "
+                     r"point 2 \[rate=4/s\]\.", err), err  # point 0 finished, unless its worker was stopped every time
+    assert err.count("on fresh worker processes") >= 2  # the retries were said as they happened
+    assert "Traceback" not in err
+    assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_a_broken_pipe_that_is_not_standard_output_is_a_failure(tmp_path, monkeypatch, capsys):
+    """A BrokenPipeError from the sweep (a dead worker's pipe), not from printing: kvsim once
+    exited 0 on it with no results and no word."""
+    import kvsim.plan
+    from kvsim.cli import main
+
+    def broken(*args, **kwargs):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(kvsim.plan, "run_sweep", broken)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the error report goes
+    source = tmp_path / "s.yaml"
+    source.write_text(SCENARIO, encoding="utf-8")
+    with open(tmp_path / "stdout.txt", "w", encoding="utf-8") as stdout:  # a real file, as a shell gives
+        monkeypatch.setattr(sys, "stdout", stdout)
+        code = main(["run", str(source), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress"])
+        monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert "kvsim run: internal error (a bug): BrokenPipeError: [Errno 32] Broken pipe" in err
+    assert len(list(tmp_path.glob("kvsim-error-*.txt"))) == 1
+
+
+def test_a_sweep_that_lost_a_result_is_an_error_not_a_summary(scenario, tmp_path, monkeypatch):
+    """Should an executor ever return without every task's result, the sweep says which are
+    missing instead of summarising the others (or failing on a missing key)."""
+    from kvsim.plan import sweep as sweep_module
+
+    def loses_the_last(scenario, tasks, on_done, **kwargs):
+        for task in tasks[:-1]:
+            on_done(task, executor_module.run_task(scenario, task, kwargs.get("seed")))
+
+    monkeypatch.setattr(sweep_module, "execute", loses_the_last)
+    with pytest.raises(RuntimeError) as error:
+        run_sweep(scenario, tmp_path, workers=1, log=False)
+    assert type(error.value).__name__ == "IncompleteSweepError"
+    assert str(error.value).endswith("1 of 3 point run(s) without results and no error to say why: point 2 [rate=4/s]")

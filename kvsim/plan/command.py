@@ -22,7 +22,7 @@ from typing import Any
 
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
-from kvsim.plan.executor import _context, default_workers
+from kvsim.plan.executor import default_workers, worker_pool
 from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
 from kvsim.crash import note_where
@@ -60,8 +60,9 @@ class _StoredMap:
 
     def __enter__(self) -> "_StoredMap":
         if self.workers > 1:
-            # forkserver (the sweep's context): the planner's threads must not be forked
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=_context())
+            # forkserver (the sweep's context): the planner's threads must not be forked; the
+            # workers exit when this process dies
+            self._pool = worker_pool(self.workers)
         return self
 
     def __exit__(self, *exc: Any) -> None:

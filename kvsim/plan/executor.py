@@ -5,18 +5,31 @@ replica, seed), so results do not depend on which one ran them. Results come bac
 process, which stores them (:mod:`kvsim.plan.store`) as each finishes; a Dask worker therefore
 needs kvsim installed (same version) but no access to the results folder.
 
-Retries: a local worker process that dies (killed, out of memory) breaks its pool; the tasks
-not yet finished are sent to a fresh pool (up to :data:`MAX_ATTEMPTS` breaks in a row). On Dask the
-scheduler reschedules a lost worker's task (``retries``). A task that *raises* (bad input found
-while running, or a bug) is not retried: the error comes back to this process as the exception
-the worker raised, its traceback the worker's, noting the task (:func:`kvsim.crash.note_where`),
-so the command line reports it as it reports one raised here.
+Retries: a local worker process that dies (killed, out of memory), or one that cannot be started
+(its forkserver was killed), breaks its pool; the tasks not yet finished are sent to a fresh pool
+(up to :data:`MAX_ATTEMPTS` breaks in a row, then :class:`ExecutorError` names the tasks left
+without results and how the workers died). On Dask the scheduler reschedules a lost worker's task
+(``retries``). A task that *raises* (bad input found while running, or a bug) is not retried: the
+error comes back to this process as the exception the worker raised, its traceback the worker's,
+noting the task (:func:`kvsim.crash.note_where`), so the command line reports it as it reports one
+raised here.
+
+No orphans: local workers exit as soon as the process that started them dies, even by SIGKILL
+(:func:`_tie_to`), so nothing keeps computing, or holds the parent's standard error open (a CI
+job reading it would wait), after the ``kvsim`` process is gone. The forkserver and
+multiprocessing's resource tracker then exit on their own: each ends when the last process
+holding its pipe has (the workers hold both).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import select
+import signal
+import sys
+import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence
@@ -26,13 +39,25 @@ from kvsim.plan.tasks import SweepTask, run_task
 from kvsim.sim.result import SystemRun
 from kvsim.sim.run import RunProgress
 
-__all__ = ["ExecutorError", "execute", "default_workers", "in_process", "MAX_ATTEMPTS"]
+__all__ = ["ExecutorError", "execute", "default_workers", "in_process", "worker_pool", "MAX_ATTEMPTS"]
 
 MAX_ATTEMPTS = 3
-"""Worker deaths in a row (no task finishing in between) before a local sweep gives up; the
-retries a Dask task gets are one fewer."""
+"""Broken pools in a row (a worker died, or could not be started), no task finishing in between,
+before a local sweep gives up; the retries a Dask task gets are one fewer."""
+
+RETRY_PAUSE_S = 0.2
+"""Wall seconds to wait before a fresh pool, times the breaks so far: a forkserver killed with its
+workers has then been reaped, so the fresh pool starts a new one instead of calling the dead one."""
+
+REAP_TIMEOUT_S = 10.0
+"""Wall seconds to wait for a broken pool to reap its workers (their exit statuses name the signal
+that killed one); a worker stuck in the kernel must not hang the sweep."""
+
+SHOWN_TASKS = 20
+"""Tasks named, at most, in the message of a sweep that gave up (then "and N more")."""
 
 Done = Callable[[SweepTask, list[SystemRun]], None]
+Note = Callable[[str], None]
 
 
 class ExecutorError(RuntimeError):
@@ -48,7 +73,8 @@ def default_workers() -> int:
 
 
 def execute(scenario, tasks: Sequence[SweepTask], on_done: Done, *, seed: int | None = None, workers: int = 1,
-            dask: bool = False, scheduler: str | None = None, inline_bar: bool = False) -> None:
+            dask: bool = False, scheduler: str | None = None, inline_bar: bool = False,
+            note: Note | None = None) -> None:
     """Run ``tasks`` and call ``on_done(task, runs)`` in this process as each finishes.
 
     Parameters
@@ -63,6 +89,15 @@ def execute(scenario, tasks: Sequence[SweepTask], on_done: Done, *, seed: int | 
     inline_bar : bool
         When the tasks run in this process, a tqdm bar over simulated seconds (it moves within a
         long point, which a bar over points cannot).
+    note : callable, optional
+        Called with one line when local workers died and their tasks are retried.
+
+    Raises
+    ------
+    ExecutorError
+        Dask missing or unreachable, or local workers died :data:`MAX_ATTEMPTS` times in a row; the
+        message names the tasks left without results. Tasks finished before are passed to
+        ``on_done`` all the same.
     """
     if not tasks:
         return
@@ -88,7 +123,7 @@ def execute(scenario, tasks: Sequence[SweepTask], on_done: Done, *, seed: int | 
             if tracker.bar is not None:
                 tracker.bar.close()
     else:
-        _execute_processes(scenario, tasks, on_done, seed, workers)
+        _execute_processes(scenario, tasks, on_done, seed, workers, note)
 
 
 def _where(task: SweepTask) -> str:
@@ -103,6 +138,93 @@ def in_process(workers: int, tasks: int) -> bool:
 # --------------------------------------------------------------------------- local processes
 
 _WORKER_SCENARIO = None
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2) option (linux/prctl.h): the signal this process gets when its parent thread exits."""
+
+LIVENESS_POLL_S = 0.5
+"""Wall seconds between checks that the main process lives, where a pidfd cannot be waited on."""
+
+EXIT_ORPHANED = 75
+"""Exit status of a worker whose main process died (nobody is left to read it)."""
+
+
+def worker_pool(workers: int, initializer: Callable | None = None, initargs: tuple = ()) -> ProcessPoolExecutor:
+    """A pool of ``workers`` local processes (:func:`_context`) that exit when this process dies.
+
+    ``initializer(*initargs)`` runs in each worker after it is tied to this process.
+    """
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_start_worker,
+                               initargs=(os.getpid(), initializer, initargs))
+
+
+def _start_worker(main_pid: int, initializer: Callable | None, initargs: tuple) -> None:
+    _tie_to(main_pid)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def _tie_to(main_pid: int) -> None:
+    """Make this worker process exit when process ``main_pid`` (the one running the sweep) does.
+
+    A thread waits for ``main_pid`` to end (on a pidfd where Linux has one, which wakes when the
+    process exits; polling ``os.kill(pid, 0)`` elsewhere) and then ends this process at once:
+    its task's result has nobody left to take it. A worker started by the forkserver also asks
+    the kernel (``PR_SET_PDEATHSIG``) for SIGKILL when the forkserver dies: its pool is broken
+    then (the exit statuses come through the forkserver), and the task is re-run elsewhere.
+    ``PR_SET_PDEATHSIG`` is not used when the parent is ``main_pid`` itself (spawn, fork): it fires
+    when the parent *thread* ends, and a pool may start workers from a thread that ends before
+    the pool does (``kvsim plan`` submits from one thread per candidate); the forkserver forks
+    from its main thread, which lives as long as it does.
+    """
+    parent = os.getppid()
+    if parent != main_pid and _kill_me_with_parent() and os.getppid() != parent:
+        os._exit(EXIT_ORPHANED)  # the forkserver died before the kernel was asked
+    if os.name != "posix":
+        return  # os.kill(pid, 0) would terminate the process on Windows
+    try:
+        handle = os.pidfd_open(main_pid)
+    except ProcessLookupError:
+        os._exit(EXIT_ORPHANED)
+    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
+        handle = None
+    threading.Thread(target=_exit_when_gone, args=(main_pid, handle), name="kvsim-main-watch", daemon=True).start()
+
+
+def _kill_me_with_parent() -> bool:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux); whether it was set."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _exit_when_gone(main_pid: int, handle: int | None) -> None:
+    if handle is not None:
+        poller = select.poll()
+        poller.register(handle, select.POLLIN)
+        while not poller.poll():  # readable once the process has exited
+            pass
+    else:
+        while _alive(main_pid):
+            time.sleep(LIVENESS_POLL_S)
+    os._exit(EXIT_ORPHANED)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's: our main process's pid was reused
+        return False
+    return True
 
 
 def _init_worker(scenario) -> None:
@@ -125,28 +247,42 @@ def _context():
     return multiprocessing.get_context("spawn")
 
 
-def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int) -> None:
+START_ERRORS = (OSError, EOFError)
+"""What starting a worker raises when its forkserver died (a refused connection, a broken pipe, the
+end of file before the new worker's pid)."""
+
+
+def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int, note: Note | None = None) -> None:
     pending = list(tasks)
     breaks = 0  # pools broken in a row with no task finishing in between
-    context = _context()
+    why = ""
     while pending:
         if breaks >= MAX_ATTEMPTS:
-            raise ExecutorError(f"worker processes died {breaks} times in a row (out of memory? killed?) while "
-                                f"running {', '.join(t.label() for t in pending[:3])}"
-                                f"{' ...' if len(pending) > 3 else ''}; finished points are kept, re-run to resume")
-        pool = ProcessPoolExecutor(max_workers=min(workers, len(pending)), mp_context=context,
-                                   initializer=_init_worker, initargs=(scenario,))
-        broken = False
+            raise ExecutorError(_gave_up(breaks, why, pending))
+        if breaks:
+            if note is not None:
+                note(f"kvsim: {why}; running the {len(pending)} unfinished point run(s) on fresh worker processes "
+                     f"(attempt {breaks + 1} of {MAX_ATTEMPTS})")
+            time.sleep(RETRY_PAUSE_S * breaks)
+        pool = worker_pool(min(workers, len(pending)), _init_worker, (scenario,))
+        why, died = "", False
         try:
-            futures = {pool.submit(_run_in_worker, task, seed): task for task in pending}
-            while futures and not broken:
+            futures = {}
+            try:
+                for task in pending:
+                    futures[pool.submit(_run_in_worker, task, seed)] = task
+            except BrokenProcessPool:  # a worker died while the tasks were being sent
+                why, died = "a worker process died", True
+            except START_ERRORS as exc:
+                why = f"a worker process could not be started ({type(exc).__name__}: {exc})"
+            while futures and not why:
                 finished, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for future in finished:
                     task = futures.pop(future)
                     try:
                         runs = future.result()
                     except BrokenProcessPool:
-                        broken = True
+                        why, died = "a worker process died", True
                         continue
                     except Exception as exc:
                         note_where(exc, _where(task))
@@ -155,9 +291,59 @@ def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int) -> No
                     pending.remove(task)
                     breaks = 0
         finally:
-            pool.shutdown(wait=not broken, cancel_futures=True)
-        if broken:
+            if why:
+                why += _abandon(pool, died)
+            else:
+                pool.shutdown(wait=True, cancel_futures=True)
+        if why:
             breaks += 1
+
+
+def _abandon(pool: ProcessPoolExecutor, died: bool) -> str:
+    """Shut down a pool that broke (``died``: a worker died) or could not start all its workers (its
+    healthy workers are stopped, or their tasks would run twice); how its workers ended, when
+    that says something: ``: killed by signal 9 (SIGKILL)``."""
+    # the pool's own workers and the thread that reaps them (private, hence getattr): a broken
+    # pool has no public way to say how its workers ended
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if not died:
+        for process in processes:
+            if process.exitcode is None:
+                process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+    if manager is not None:
+        manager.join(timeout=REAP_TIMEOUT_S)
+    return _how_they_died(processes) if died else ""
+
+
+def _how_they_died(processes) -> str:
+    """``: killed by signal 9 (SIGKILL)``: how the workers of a broken pool ended, those the pool
+    itself stopped with SIGTERM left out when others say more; empty when none is known."""
+    codes = [code for code in (p.exitcode for p in processes) if code not in (None, 0)]
+    shown = [c for c in codes if c != -signal.SIGTERM] or codes
+    if not shown:
+        return ""
+    texts = []
+    for code in dict.fromkeys(shown):  # each once, in order
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = "unknown signal"
+            texts.append(f"killed by signal {-code} ({name})")
+        else:
+            # 255 is also what a worker reports whose forkserver died: its status went with it
+            texts.append(f"exit status {code}" + (" (or its forkserver died)" if code == 255 else ""))
+    return f": {', '.join(texts)}"
+
+
+def _gave_up(breaks: int, why: str, pending: Sequence[SweepTask]) -> str:
+    shown = ", ".join(t.label() for t in pending[:SHOWN_TASKS])
+    more = f" and {len(pending) - SHOWN_TASKS} more" if len(pending) > SHOWN_TASKS else ""
+    return (f"worker processes failed {breaks} times in a row with no point finishing in between (out of memory? "
+            f"killed?); the last time {why}. {len(pending)} point run(s) have no results: {shown}{more}. "
+            f"The finished points are kept: re-run the same command to resume")
 
 
 # --------------------------------------------------------------------------- Dask

@@ -86,6 +86,10 @@ class SweepProgress:
         if self.bar is not None:
             self.bar.update(1)
 
+    def note(self, line: str) -> None:
+        """Any other line about the sweep (a retry after workers died), through the bar."""
+        self._write(line)
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()

@@ -24,7 +24,14 @@ from kvsim.scenario.load import Scenario
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.run import check_scenario
 
-__all__ = ["run_sweep", "SweepStats"]
+__all__ = ["run_sweep", "SweepStats", "IncompleteSweepError"]
+
+SHOWN_MISSING = 20
+"""Missing tasks named, at most, in :class:`IncompleteSweepError`'s message."""
+
+
+class IncompleteSweepError(RuntimeError):
+    """The executor returned, yet some tasks have no result (a bug: it raises when it gives up)."""
 
 
 class SweepStats:
@@ -55,6 +62,13 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         A tqdm bar over tasks (for a terminal); one line per finished task on standard error.
     stats : SweepStats, optional
         Filled with the keys of the tasks run and reused.
+
+    Raises
+    ------
+    kvsim.plan.ExecutorError
+        Worker processes died too often (or Dask is missing); names the tasks left without results.
+    IncompleteSweepError
+        A task has no result although its executor said nothing (a bug).
 
     Notes
     -----
@@ -111,10 +125,17 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
 
     try:
         execute(scenario, todo, on_done, seed=seed, workers=workers, dask=dask, scheduler=scheduler,
-                inline_bar=bar and inline)
+                inline_bar=bar and inline, note=None if progress is None else progress.note)
     finally:
         if progress is not None:
             progress.close()
+    # never a result without every task: a summary missing points would read as a finished sweep
+    missing = [t for t in tasks if t.key not in finished]
+    if missing:
+        shown = ", ".join(t.label() for t in missing[:SHOWN_MISSING])
+        more = f" and {len(missing) - SHOWN_MISSING} more" if len(missing) > SHOWN_MISSING else ""
+        raise IncompleteSweepError(f"the sweep ended with {len(missing)} of {len(tasks)} point run(s) without "
+                                   f"results and no error to say why: {shown}{more}")
     runs: list[SystemRun] = []
     stored: dict[int, list[str]] = {}
     for task in tasks:
