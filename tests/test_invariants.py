@@ -355,6 +355,7 @@ def _switch_time_halved(monkeypatch):
     (_handoff_counted_twice, "handoff bytes in the window"),
     (_controller_overshoots, "its step is 1"),
     (_switch_time_halved, "switch_time 0.4 s"),
+    (_in_system_leak, "the engine's number in system"),  # Little's law holds on these runs too
 ])
 def test_a_planted_disaggregation_fault_is_reported(fault, expected, monkeypatch):
     import kvsim
