@@ -80,9 +80,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
                         fuzz[kind] = fuzz.get(kind, 0) + count
     if scenarios:
         failed = sorted(s["case"] for s in scenarios if s["violations"])
+        swept = sum(1 for s in scenarios if s.get("workers"))
         terminalreporter.write_line(
-            f"invariants: {len(scenarios)} random scenarios checked, {sum(s['violations'] for s in scenarios)} "
-            f"violations" + (f" (cases {failed[:20]})" if failed else "")
+            f"invariants: {len(scenarios)} random scenarios checked ({swept} also swept with workers=1 and 2), "
+            f"{sum(s['violations'] for s in scenarios)} violations" + (f" (cases {failed[:20]})" if failed else "")
             + f", {sum(s['seconds'] for s in scenarios):.1f} s")
         for key, label in (("features", "scenarios drawn with"), ("effects", "scenarios in which it happened")):
             counts: dict[str, int] = {}

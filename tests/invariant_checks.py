@@ -12,12 +12,16 @@ without changing what it does:
   stores: a load is the only reader there), with its simulated time, and each block put into one
   (the index's watchers), in the order they happen;
 - each swap out and in (``Swapper``), with its bytes, and each preemption
-  (``BatchScheduler._preempt``) with the number of batches its instance had formed.
+  (``BatchScheduler._preempt``) with the number of batches its instance had formed;
+- which live system each summarised run came from (``collect``): with ``warmup: auto`` the
+  measured pass, with ``layout: best`` the winning layout's full run (its pilots and the other
+  finalists are built and watched too, but not summarised).
 
-:func:`violations` then checks the result against what must hold in every run; each problem is
-one line naming the system and the invariant. The tolerances are stated where they are used:
-exact (integer) counts and orders; ``RTOL`` for sums of floats that two code paths add in
-different orders.
+:func:`violations` then checks the result against what must hold in every run (the
+disaggregation checks, handoff bytes and controllers, are in :mod:`invariant_checks_pd`); each
+problem is one line naming the system and the invariant. The tolerances are stated where they
+are used: exact (integer) counts and orders; ``RTOL`` for sums of floats that two code paths
+add in different orders.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from kvsim.serving.scheduler import BatchScheduler
 from kvsim.sim import frontend as frontend_module
 from kvsim.sim import run as run_module
 from kvsim.workload import open_loop_requests
+
+from invariant_checks_pd import controller_problems, handoff_problems
 
 __all__ = ["Observed", "observed_run", "violations", "effects", "RTOL"]
 
@@ -65,6 +71,7 @@ class SystemWatch:
 class Observed:
     result: kvsim.RunResult
     watches: dict[str, SystemWatch]  # system name -> the watch of the run that was summarised
+    built: int = 0  # systems built (pilots and finalists of a layout search, both passes of warmup: auto)
 
 
 def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None) -> Observed:
@@ -140,7 +147,16 @@ def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None)
         watch.preemptions[key] = watch.preemptions.get(key, 0) + 1
         return real_preempt(self, seq)
 
+    real_collect = run_module.collect
+    summarised: dict[int, SystemWatch] = {}  # id(SystemRun) -> the watch of the system it summarises
+
+    def collect(system, *args, **kwargs):
+        run = real_collect(system, *args, **kwargs)
+        summarised[id(run)] = next(w for w in watches if w.system is system)
+        return run
+
     with monkeypatch.context() as patch:
+        patch.setattr(run_module, "collect", collect)
         patch.setattr(BatchScheduler, "_preempt", preempt)
         patch.setattr(Swapper, "swap_out", swapped(Swapper.swap_out, "out"))
         patch.setattr(Swapper, "swap_in", swapped(Swapper.swap_in, "in"))
@@ -148,8 +164,7 @@ def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None)
         patch.setattr(frontend_module.FrontEnd, "_leave", leave)
         patch.setattr(BlockStore, "lookup", lookup)
         result = kvsim.run(scenario, seed=seed)
-    last = {watch.system.name: watch for watch in watches}  # with warmup: auto, the measured pass
-    return Observed(result, last)
+    return Observed(result, {run.system: summarised[id(run)] for run in result.runs}, len(watches))
 
 
 def _ordered(problems: list[str], name: str, early: np.ndarray, late: np.ndarray, what: str,
@@ -435,15 +450,20 @@ def violations(observed: Observed, scenario: kvsim.Scenario, timeout_s: float | 
         _records(problems, name, run, spec, timeout_s)
         _summary(problems, name, run, spec)
         _tokens(problems, name, run, watch.system)
-        _littles_law(problems, name, run)
+        _littles_law(problems, name, run)  # colocated, disaggregated, with a controller: every run
         _kv(problems, name, run, watch, drained)
+        if watch.system.handoff is not None:
+            handoff_problems(problems, name, run, watch.system, spec, RTOL)
+        if watch.system.controller is not None:
+            controller_problems(problems, name, run, spec, len(watch.system.instances), RTOL)
     return problems
 
 
 def effects(observed: Observed) -> set[str]:
     """What actually happened in the run (not only what the scenario asked for): preemptions,
     swaps, aborts, undrained requests, reads from each lower tier, P->D handoffs, role switches,
-    peer-HBM hits, requests still queued when arrivals stopped."""
+    hits in a peer's HBM and in another domain's, layout searches, requests still queued when
+    arrivals stopped."""
     seen = set()
     for run in observed.result.runs:
         r = run.records
@@ -457,7 +477,9 @@ def effects(observed: Observed) -> set[str]:
             "handoff": (col("handoff_bytes") > 0).any(),
             "role_switch": bool(run.switches),
             "hit_hbm": (col("hit_tokens_hbm") > 0).any(),
-            "hit_peer": (col("hit_tokens_peer_hbm") + col("hit_tokens_other_domain") > 0).any(),
+            "hit_peer": (col("hit_tokens_peer_hbm") > 0).any(),
+            "hit_other_domain": (col("hit_tokens_other_domain") > 0).any(),
+            "layout_searched": "layout_search" in run.summary,
             "swapped": watch.system.transfers.bytes_by_purpose.get("swap", 0.0) > 0,
         }
         seen.update(k for k, v in checks.items() if v)

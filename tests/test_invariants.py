@@ -23,22 +23,35 @@ case number) and run through ``kvsim.run`` with its live systems watched
 - Little's law on the sample path, exact up to float rounding: the engine's time-average number
   in system over the window equals the records' request-seconds in it, equals lambda W plus the
   edge terms; over the whole drained run L = lambda W;
+- in a disaggregated run, each handoff that landed moved exactly its prompt's KV as the decode
+  instance's cards hold it, worked out from the model's figures
+  (:func:`invariant_checks_pd.handed_kv_bytes`); one cut short by its client moved no more; the links carried what the
+  records say; a P:D controller keeps every instance serving in one role or switching, moves no
+  more than its step, never below a role's minimum, and each switch drains, then waits out its
+  ``switch_time``;
+- Little's law in every run: colocated, disaggregated, with a controller;
 - the same seed gives bit-identical records; another seed different ones (when the workload
-  draws anything at random).
+  draws anything at random);
+- a sweep of the case over two or three seeds gives the same records and the same summary
+  (``summary.json``) run in this process (``workers=1``) and on two worker processes
+  (``workers=2``), as ``kvsim run --workers 1`` and ``--workers 2`` do.
 
 The default suite checks :data:`DEFAULT_CASES` scenarios (reruns for determinism on every
-:data:`RERUN_EVERY`-th); ``pytest -m invariants tests/test_invariants.py`` checks
-:data:`LARGE_CASES` more, every one rerun. The session ends with a line giving the scenarios
-checked and the violations found (tests/conftest.py).
+:data:`RERUN_EVERY`-th, sweeps with workers on every :data:`WORKERS_EVERY`-th);
+``pytest -m invariants tests/test_invariants.py`` checks :data:`LARGE_CASES` more, every one
+rerun, every :data:`WORKERS_EVERY_LARGE`-th swept with workers. The session ends with a line
+giving the scenarios checked and the violations found (tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import time
 
 import numpy as np
 import pytest
+import yaml
 
 from invariant_checks import effects, observed_run, violations
 from random_scenarios import random_case as _random_case
@@ -50,6 +63,11 @@ LARGE_CASES = range(60, 1260)
 RERUN_EVERY = 4
 """In the default suite, every 4th case is also rerun with its seed and with another (three runs
 instead of one); under the ``invariants`` marker every case is."""
+WORKERS_EVERY = 10
+WORKERS_EVERY_LARGE = 6
+"""Every 10th case of the default suite (every 6th under the marker) is also swept over seeds
+with one worker and with two (:func:`_workers_problems`): about a second each once the
+process pool's forkserver is up (the first takes a few more)."""
 
 KNOWN: dict[int, str] = {}
 """case -> reason: cases that break an invariant for a known, reported reason (xfail, strict)."""
@@ -59,7 +77,27 @@ def _params(cases, marks=()):
                          id=f"case{c}") for c in cases]
 
 
-def _check(case_number: int, monkeypatch, record_property, rerun: bool) -> None:
+def _workers_problems(case, tmp_path) -> list[str]:
+    """Case ``case`` swept over two or three seeds, run with ``workers=1`` (in this process) and
+    ``workers=2`` (worker processes) into two folders: the same records and summaries."""
+    from kvsim.plan import run_sweep
+    import kvsim
+
+    raw = yaml.safe_load(case.text)
+    raw["sweep"] = {"seed": [raw["seed"] + k for k in range(2 + case.case % 2)]}
+    scenario = kvsim.parse_scenario(yaml.safe_dump(raw, sort_keys=False), f"case{case.case}.yaml")
+    results = {w: run_sweep(scenario, tmp_path / f"workers{w}", workers=w, log=False) for w in (1, 2)}
+    one, two = results[1], results[2]
+    problems = []
+    if one.records_digest() != two.records_digest():
+        problems.append("workers=1 and workers=2 gave different records")
+    summaries = [json.dumps(r.summary_dict(), sort_keys=True, allow_nan=False) for r in (one, two)]
+    if summaries[0] != summaries[1]:
+        problems.append("workers=1 and workers=2 gave different summaries")
+    return problems
+
+
+def _check(case_number: int, monkeypatch, record_property, rerun: bool, tmp_path=None) -> None:
     started = time.perf_counter()
     case = random_case(case_number)
     scenario = case.scenario()
@@ -74,21 +112,25 @@ def _check(case_number: int, monkeypatch, record_property, rerun: bool) -> None:
         problems += [f"seed + 1: {p}" for p in violations(other, scenario, case.timeout_s)]
         if case.randomized and sum(r.records.n for r in other.result.runs) and other.result.records_digest() == digest:
             problems.append("another seed gave the same records")
+    if tmp_path is not None:
+        problems += _workers_problems(case, tmp_path)
     # tallied over the session by conftest.py (pytest_terminal_summary), with or without xdist
     record_property("invariant_scenario", {
         "case": case_number, "violations": len(problems), "seconds": time.perf_counter() - started,
-        "features": list(case.features), "effects": sorted(effects(observed))})
+        "features": list(case.features), "effects": sorted(effects(observed)), "workers": tmp_path is not None})
     assert not problems, f"case {case_number}:\n" + "\n".join(problems) + "\n--- scenario ---\n" + case.text
 
 
 @pytest.mark.parametrize("case_number", _params(DEFAULT_CASES))
-def test_invariants_hold_on_random_scenarios(case_number, monkeypatch, record_property):
-    _check(case_number, monkeypatch, record_property, rerun=case_number % RERUN_EVERY == 0)
+def test_invariants_hold_on_random_scenarios(case_number, monkeypatch, record_property, tmp_path):
+    _check(case_number, monkeypatch, record_property, rerun=case_number % RERUN_EVERY == 0,
+           tmp_path=tmp_path if case_number % WORKERS_EVERY == 0 else None)
 
 
 @pytest.mark.parametrize("case_number", _params(LARGE_CASES, [pytest.mark.invariants]))
-def test_invariants_hold_on_many_random_scenarios(case_number, monkeypatch, record_property):
-    _check(case_number, monkeypatch, record_property, rerun=True)
+def test_invariants_hold_on_many_random_scenarios(case_number, monkeypatch, record_property, tmp_path):
+    _check(case_number, monkeypatch, record_property, rerun=True,
+           tmp_path=tmp_path if case_number % WORKERS_EVERY_LARGE == 0 else None)
 
 
 def test_the_generator_is_deterministic_and_varied():
@@ -99,8 +141,31 @@ def test_the_generator_is_deterministic_and_varied():
     for case in DEFAULT_CASES:
         seen.update(random_case(case).features)
     must = {"poisson", "gamma", "closed_loop", "no_cache", "cache_hbm", "cache_dram", "cache_nvme", "cache_remote",
-            "pd_pools", "pd_roles", "prefix_multi_turn", "prefix_shared_documents", "timeout", "tight_kv"}
+            "pd_pools", "pd_roles", "prefix_multi_turn", "prefix_shared_documents", "timeout", "tight_kv",
+            "layout_pp", "layout_ep", "layout_multi_node", "layout_best", "pd_layouts_differ", "scale_up_domain",
+            "peer_copy_in", "peer_read_in_place", "domain_store_shared", "several_domains", "controller_static",
+            "controller_threshold", "controller_proportional"}
     assert must <= seen, f"not drawn in the default cases: {sorted(must - seen)}"
+
+
+EVERY_FEATURE = {"layout_pp", "layout_ep", "layout_dp_attention", "layout_multi_node", "layout_best",
+                 "multi_node_instance", "pd_layouts_differ", "scale_up_domain", "peer_copy_in", "peer_read_in_place",
+                 "domain_store_shared", "domain_store_multi_node", "several_domains", "controller_static",
+                 "controller_threshold", "controller_proportional", "signal_prefill_queue", "signal_ttft_attainment",
+                 "signal_tpot_attainment", "signal_decode_kv_occupancy", "lora", "prewarm", "preempt_swap",
+                 "warmup_auto", "diurnal", "prefix_fixed_hit", "cache_dram_nvme", "cache_dram_remote"}
+
+
+@pytest.mark.invariants
+def test_the_large_cases_draw_every_kind():
+    """The marker's cases draw every kind of system at least ten times: each layout, each
+    controller kind on each signal, domain stores shared across nodes, several domains."""
+    counts: dict[str, int] = {}
+    for case in LARGE_CASES:
+        for feature in random_case(case).features:
+            counts[feature] = counts.get(feature, 0) + 1
+    rare = {f: counts.get(f, 0) for f in EVERY_FEATURE if counts.get(f, 0) < 10}
+    assert not rare, f"drawn fewer than 10 times in the marker's cases: {rare}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,6 +282,129 @@ def test_a_planted_fault_is_reported(fault, expected, monkeypatch):
         fault(patch)
         problems = violations(observed_run(scenario, patch), scenario, None)
     assert any(expected in p for p in problems), problems
+
+
+FAULTY_PD = """
+name: faulty-pd
+seed: 3
+duration: 4 s
+warmup: 1 s
+model: moe-small
+catalog:
+  models:
+    moe-small: {base: qwen3-235b-a22b, num_layers: 8}
+slo: {ttft_p99: 1 s, tpot_p99: 100 ms}
+workload:
+  arrival: {kind: poisson, rate: 12/s}
+  input_tokens: {kind: uniform, low: 100, high: 3000}
+  output_tokens: {kind: uniform, low: 2, high: 40}
+systems:
+  pools:
+    pools:
+      p: {node: h20-8x, instances: 2, role: prefill, instance: {tp: 2}}
+      d: {node: h100-8x, instances: 1, role: decode, instance: {tp: 8}}
+  split:
+    pools:
+      dt: {node: h20-8x, roles: {prefill: 3, decode: 1}, instance: {tp: 2}}
+    controller: {kind: threshold, signal: prefill_queue, low: 20000, high: 40000, interval: 0.5 s,
+                 switch_time: 0.4 s}
+    kv_handoff: {mode: whole}
+"""
+"""Prompts of an 8-layer Qwen3-235B-A22B (4 KV heads) handed from TP-2 prefill instances to a
+TP-8 decode instance, whose cards replicate each KV head twice; and one pool of four instances whose
+controller, seeing a short prefill queue, turns prefill instances into decode ones."""
+
+
+def _handoff_one_token_short(monkeypatch):
+    from kvsim.sim import build
+
+    real = build._held_kv_bytes_per_card
+    monkeypatch.setattr(build, "_held_kv_bytes_per_card", lambda pool, tokens: real(pool, tokens - 1))
+
+
+def _handoff_counted_twice(monkeypatch):
+    from kvsim.network.transfers import Transfers
+
+    real = Transfers._count
+    monkeypatch.setattr(Transfers, "_count", lambda self, purpose, nbytes: real(
+        self, purpose, nbytes * (2 if purpose == "handoff" else 1)))
+
+
+def _controller_overshoots(monkeypatch):
+    from kvsim.serving.controller import RoleController
+
+    real = RoleController._delta
+    monkeypatch.setattr(RoleController, "_delta", lambda self, value: 2 * real(self, value))
+
+
+def _switch_time_halved(monkeypatch):
+    from kvsim.serving.controller import RoleController
+
+    real = RoleController.__init__
+
+    def init(self, env, spec, *args, **kwargs):
+        if spec.kind != "static":
+            spec = spec.model_copy(update={"switch_time": spec.switch_time / 2})
+        real(self, env, spec, *args, **kwargs)
+
+    monkeypatch.setattr(RoleController, "__init__", init)
+
+
+@pytest.mark.parametrize("fault, expected", [
+    (_handoff_one_token_short, "handoffs moved other than their prompts' KV"),
+    (_handoff_counted_twice, "handoff bytes in the window"),
+    (_controller_overshoots, "its step is 1"),
+    (_switch_time_halved, "switch_time 0.4 s"),
+    (_in_system_leak, "the engine's number in system"),  # Little's law holds on these runs too
+])
+def test_a_planted_disaggregation_fault_is_reported(fault, expected, monkeypatch):
+    import kvsim
+
+    scenario = kvsim.parse_scenario(FAULTY_PD)
+    clean = observed_run(scenario, monkeypatch)
+    assert violations(clean, scenario, None) == []
+    assert {"handoff", "role_switch"} <= effects(clean)
+    with monkeypatch.context() as patch:
+        fault(patch)
+        problems = violations(observed_run(scenario, patch), scenario, None)
+    assert any(expected in p for p in problems), problems
+
+
+def test_handed_kv_bytes_from_the_model_figures():
+    """The expected handoff bytes, by hand: K and V per layer and KV head, replicated heads
+    counted on every card that holds one, MLA's latent whole on every card, sliding layers
+    keeping their window."""
+    from kvsim.models import model_catalog
+    from kvsim.models.parallel import Layout
+
+    from invariant_checks_pd import handed_kv_bytes
+
+    models = model_catalog()
+    one = np.array([1000])
+    qwen = models["qwen3-235b-a22b"]  # 94 layers, 4 KV heads of 128
+    assert handed_kv_bytes(qwen, Layout(tp=2), "bf16", one)[0] == 2 * 94 * 4 * 128 * 2 * 1000
+    assert handed_kv_bytes(qwen, Layout(tp=8), "bf16", one)[0] == 2 * 94 * 8 * 128 * 2 * 1000  # 2 copies a head
+    assert handed_kv_bytes(qwen, Layout(tp=8, ep=8, dp_attention=4), "bf16", one)[0] == 2 * 94 * 4 * 128 * 2 * 1000
+    assert handed_kv_bytes(qwen, Layout(tp=2, pp=4), "fp8", one)[0] == 2 * 94 * 4 * 128 * 1 * 1000
+    deepseek = models["deepseek-r1"]  # MLA: 61 layers of a 512 + 64 latent
+    assert handed_kv_bytes(deepseek, Layout(tp=8, ep=8, dp_attention=8), "bf16", one)[0] == 61 * 576 * 2 * 1000
+    assert handed_kv_bytes(deepseek, Layout(tp=8, ep=8), "bf16", one)[0] == 8 * 61 * 576 * 2 * 1000
+    oss = models["gpt-oss-120b"]  # 36 layers, 18 of them windowed to 128 tokens; 8 KV heads of 64
+    assert handed_kv_bytes(oss, Layout(tp=4), "bf16", one)[0] == 2 * 8 * 64 * 2 * (18 * 1000 + 18 * 128)
+
+
+def test_a_difference_between_workers_is_reported(tmp_path, monkeypatch):
+    """A change made in this process only (workers=1 runs here, workers=2 in fresh processes)."""
+    from random_scenarios import Case
+
+    case = Case(1, FAULTY)
+    assert _workers_problems(case, tmp_path / "clean") == []
+    with monkeypatch.context() as patch:
+        _completions_miscounted(patch)
+        assert _workers_problems(case, tmp_path / "summary") == ["workers=1 and workers=2 gave different summaries"]
+    with monkeypatch.context() as patch:
+        _early_first_token(patch)
+        assert "workers=1 and workers=2 gave different records" in _workers_problems(case, tmp_path / "records")
 
 
 # ---------------------------------------------------------------------------------------------
