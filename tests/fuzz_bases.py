@@ -160,6 +160,89 @@ sweep:
   workload.arrival.rate: [2/s, 6/s]
 """
 
+CONTROLLERS = """\
+name: controllers
+seed: 12
+duration: 20 s
+warmup: 2 s
+model: qwen3-1.7b
+workload:
+  arrival: {kind: poisson, rate: 6/s}
+  input_tokens: {kind: uniform, low: 200, high: 1200}
+  output_tokens: {kind: fixed, value: 32}
+slo: {ttft_p99: 1 s, tpot_p99: 50 ms}
+systems:
+  prop:
+    pools:
+      p: {node: h20-8x, instance: {tp: 1}, instances: 6, roles: {prefill: 3, decode: 3}}
+    controller: {kind: proportional, signal: ttft_attainment, setpoint: 0.9, gain: 4, max_step: 2,
+                 interval: 2 s, window: 4 s, min_prefill: 1, min_decode: 2, switch_time: 1 s}
+  band:
+    pools:
+      p: {node: h20-8x, instance: {tp: 1}, instances: 4, roles: {prefill: 2, decode: 2}}
+    controller: {kind: threshold, signal: decode_kv_occupancy, low: 0.2, high: 0.8, step: 1, interval: 3 s}
+  fixed:
+    pools:
+      pre: {node: h20-8x, instance: {tp: 2}, instances: 1, role: prefill}
+      dec: {node: h20-8x, instance: {tp: 1}, instances: 2, role: decode}
+    controller: {kind: static, interval: 5 s}
+"""
+
+MODEL_OVERRIDES = """\
+name: model-overrides
+seed: 13
+duration: 10 s
+warmup: 1 s
+model: moe-small
+workload:
+  arrival: {kind: poisson, rate: 3/s}
+  input_tokens: {kind: fixed, value: 256}
+  output_tokens: {kind: fixed, value: 16}
+catalog:
+  models:
+    moe-small:
+      base: qwen3-235b-a22b
+      num_layers: 8
+      moe: {num_experts: 32, experts_per_token: 4, expert_intermediate_size: 768, first_dense_layers: 1,
+            shared_experts: 1}
+    slim-dense: {base: qwen3-8b, num_layers: 12, num_kv_heads: 4, hidden_size: 2048}
+systems:
+  moe:
+    node: h20-8x
+    instances: 1
+    instance: {tp: 2, ep: 2}
+  dense: {node: l20-8x, model: slim-dense, instances: 2, instance: {tp: 1}}
+"""
+
+DOMAINS = """\
+name: domains-small
+seed: 14
+duration: 10 s
+warmup: 1 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 4/s}
+  output_tokens: {kind: fixed, value: 16}
+  prefix:
+    kind: shared_documents
+    documents: 8
+    zipf_s: 1.0
+    document_tokens: {kind: fixed, value: 768}
+    suffix_tokens: {kind: fixed, value: 256}
+systems:
+  shared:
+    node: h20-8x
+    nodes: 2
+    scale_up_domain_nodes: 2
+    instance: {tp: 2}
+    kv_cache: {peer_hbm: read_in_place, dram: {capacity: 64 GiB}}
+  layered:
+    node: h20-8x
+    nodes: 2
+    instance: {tp: 4, pp: 2}
+    kv_cache: {}
+"""
+
 
 def crafted() -> list[Base]:
     return [
@@ -171,6 +254,9 @@ def crafted() -> list[Base]:
                                   "outputs.txt": b" ".join(b"%d" % (3 + i) for i in range(40)) + b"\n"}),
         Base("catalog", CATALOG),
         Base("pd", PD),
+        Base("controllers", CONTROLLERS),
+        Base("model_overrides", MODEL_OVERRIDES),
+        Base("domains", DOMAINS),
     ]
 
 
