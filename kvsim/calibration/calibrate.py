@@ -10,7 +10,6 @@ number reported (datasheet, fitted, leave-one-out) is a full-length simulation.
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -24,6 +23,7 @@ from kvsim.calibration.parameters import DEFAULT_FIT, PARAMETERS, default_values
 from kvsim.calibration.runs import catalog_model, gpu_node, predict_run
 from kvsim.calibration.steps import STEP_METRICS, predict_step, step_measured, supported
 from kvsim.hardware import accelerator_catalog, node_catalog
+from kvsim.plan.executor import worker_pool
 
 __all__ = ["FIT_METRICS", "Unit", "Calibrated", "load_units", "calibrate", "summarise_errors"]
 
@@ -122,7 +122,8 @@ class _Predictor:
     def __init__(self, units: Sequence[Unit], time_scale: float, workers: int):
         self.units = {u.uid: u for u in units}
         self.time_scale = time_scale
-        self.pool = ProcessPoolExecutor(workers) if workers > 1 else None
+        # workers that exit with this process, even when it is killed (kvsim.plan.executor)
+        self.pool = worker_pool(workers) if workers > 1 else None
 
     def __call__(self, values: Mapping[str, float] | None, ids: Sequence[str]) -> dict[str, dict[str, float]]:
         jobs = [(self.units[i], dict(values or {}), self.time_scale) for i in ids]
