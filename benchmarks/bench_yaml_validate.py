@@ -16,7 +16,8 @@ size when validation is linear; about 4 would be quadratic). Shapes:
 - ``bad_list``: an N-item list under an unknown key;
 - ``catalog``: N model entries in the scenario's catalog, each ``{base: qwen3-8b}`` (accepted);
 - ``sweep``: a sweep over N catalog entries' ``base`` (one point setting N fields; accepted);
-- ``bad_sweep``: the same sweep naming N unknown models (N problems at its one point).
+- ``bad_sweep``: the same sweep naming N unknown models (N problems at its one point);
+- ``systems``: N systems of one node each (accepted; ``validate`` prints each one).
 
 A file over the YAML size or value limits (``KVSIM_YAML_MAX_BYTES``, ``KVSIM_YAML_MAX_NODES``;
 :mod:`kvsim.yaml_parse`) is refused before it is parsed in full; raise them in the environment
@@ -68,6 +69,9 @@ def scenario(shape: str, n: int) -> str:
         entries = "".join(f"    m{i}: {{base: qwen3-8b}}\n" for i in range(n))
         keys = "".join(f"  catalog.models.m{i}.base: [qwen3-8b]\n" for i in range(n))
         return BASE + "catalog:\n  models:\n" + entries + "sweep:\n" + keys
+    if shape == "systems":
+        systems = "".join(f"  s{i}: {{node: h20-8x, nodes: 1, instance: {{tp: 1}}}}\n" for i in range(n))
+        return BASE.split("systems:")[0] + "systems:\n" + systems
     if shape == "bad_sweep":
         entries = "".join(f"    m{i}: {{base: qwen3-8b}}\n" for i in range(n))
         keys = "".join(f"  catalog.models.m{i}.base: [nope-{i}]\n" for i in range(n))
@@ -86,7 +90,7 @@ def validate_s(path: Path) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="50000,100000,200000", help="keys or items, comma-separated")
-    parser.add_argument("--shapes", default="keys,nested_keys,list,bad_list,catalog,sweep,bad_sweep")
+    parser.add_argument("--shapes", default="keys,nested_keys,list,bad_list,catalog,sweep,bad_sweep,systems")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as folder:

@@ -171,8 +171,8 @@ def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[A
         try:
             loader = loader_type(text)  # the pure-Python reader checks the characters here
             return _Builder(loader, source, base, nodes).document()
-        except yaml.YAMLError as exc:  # the parser's: a syntax error
-            if number + 1 < len(_LOADERS):
+        except (yaml.YAMLError, UnicodeEncodeError) as exc:  # a syntax error; libyaml: a lone surrogate
+            if number + 1 < len(_LOADERS):  # (an undecodable byte of a --set argument)
                 continue  # libyaml's words differ: read it again with the parser syntax_error knows
             line, reason = syntax_error(exc, text)
             raise YamlRefused([f"{source.at(line)}: {source.invalid}: {reason}"]) from None

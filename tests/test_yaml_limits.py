@@ -298,3 +298,10 @@ def test_without_libyaml_the_same_data_and_messages(monkeypatch, text):
             return exc.problems
 
     assert read((yaml_parse.KvsimLoader,)) == read(usual)
+
+
+def test_an_undecodable_byte_in_a_set_value_is_one_message(scenario_file):
+    # a byte that is not UTF-8 reaches sys.argv as a lone surrogate, which libyaml cannot take
+    problem = _one_problem(*_validate(scenario_file, "--set", "name=\udcff"))
+    assert problem == ("--set name=\udcff: the value is not valid YAML: contains a character YAML does not allow "
+                       "(#xdcff); remove it or quote it")
