@@ -14,7 +14,7 @@ and storage-benchmark files (:func:`kvsim.yaml_io.load_yaml`) and ``--set`` valu
 
 The data is built from the parser's event stream in one pass, without recursion (a
 100,000-deep ``[[[...`` is refused at its 65th bracket) and in time linear in the text. Events
-come from libyaml when PyYAML has it (``yaml.CSafeLoader``: ~20 times faster than the
+come from libyaml when PyYAML has it (``yaml.CSafeLoader``: 5-10 times faster than the
 pure-Python scanner, which is most of the cost of a large file); a syntax error is then read
 again by the pure-Python parser, whose messages :func:`kvsim.yaml_syntax.syntax_error` knows.
 """
