@@ -202,9 +202,9 @@ def test_a_long_sweep_does_not_copy_itself_into_every_point(monkeypatch):
     copied = []
     real = load.set_path
 
-    def recording(data, dotted, value):
+    def recording(data, dotted, value, **options):
         copied.append(len(data.get("sweep") or {}))
-        return real(data, dotted, value)
+        return real(data, dotted, value, **options)
 
     monkeypatch.setattr(load, "set_path", recording)
     seeds = ", ".join(str(k) for k in range(1, 101))

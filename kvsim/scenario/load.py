@@ -9,6 +9,7 @@ scenario names (length, trace and calibration files, opened and checked row by r
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import re
 from dataclasses import dataclass, field
@@ -240,6 +241,7 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
                 f"{study.metric!r} is not a metric of the summary{did_you_mean(study.metric, GAP_METRICS)}; "
                 f"one of: {', '.join(GAP_METRICS)}"))])
     point_problems = PointProblems(len(grid), located.problem)
+    sweep_keys, catalog_keys = _SweepKeys(located.data.get("sweep", {})), None
     for index, params in enumerate(grid):
         if not params:
             points.append(ScenarioPoint(index, {}, spec))
@@ -252,16 +254,17 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
             except SpecError as exc:
                 # a swept catalog value the catalog refuses (nics.count: -1): the point cannot run on
                 # the unswept catalog instead, so it is reported, naming the sweep key
-                keys = [k for k in raw.get("sweep", {}) if any(p.startswith("catalog.") for p in zipped_paths(str(k)))]
+                if catalog_keys is None:
+                    catalog_keys = _SweepKeys([k for k in raw.get("sweep", {})
+                                               if any(p.startswith("catalog.") for p in zipped_paths(str(k)))])
                 for problem in exc.problems:
                     problem = _without_where(problem, located.filename)
-                    key = _sweep_key(keys, problem.split(":", 1)[0], keys[0] if keys else "")
-                    point_problems.add(("sweep", key), problem, params)
+                    point_problems.add(("sweep", catalog_keys.of(problem.split(":", 1)[0])), problem, params)
                 continue
             except (ValidationError, ValueError):
                 point_catalogs = None  # _point_spec reports the problem, naming the sweep key
         point_spec = _point_spec(raw, params, located, point_catalogs or catalogs, context, point_problems,
-                                 base_dir)
+                                 sweep_keys, base_dir)
         if point_spec is not None:
             points.append(ScenarioPoint(index, params, point_spec, point_catalogs))
     if point_problems:
@@ -291,10 +294,26 @@ def _catalogs(spec: ScenarioSpec, located: Located) -> Catalogs:
     )
 
 
-def _sweep_key(keys: Sequence[Any], field_path: str, default: Any) -> Any:
-    """The first of ``keys`` (sweep keys, one field or several joined by commas) that sets
-    ``field_path`` or a field it lies under; ``default`` if none does."""
-    return next((k for k in keys if any(field_path.startswith(p) for p in zipped_paths(str(k)))), default)
+class _SweepKeys:
+    """Finds the sweep key that sets a field: the first of ``keys`` (sweep keys, one field or
+    several joined by commas) one of whose fields the field path starts with, or the first key.
+
+    Indexed once, so a sweep of many keys with a problem at each costs time linear in their
+    number (a scan of every key per problem was quadratic).
+    """
+
+    def __init__(self, keys: Sequence[Any]):
+        self.keys = list(keys)
+        self._first: dict[str, int] = {}
+        for index, key in enumerate(self.keys):
+            for path in zipped_paths(str(key)):
+                self._first.setdefault(path, index)
+
+    def of(self, field_path: str) -> Any:
+        """The key setting ``field_path`` (``""`` if the sweep has no keys)."""
+        found = [index for end in range(len(field_path) + 1)
+                 if (index := self._first.get(field_path[:end])) is not None]
+        return self.keys[min(found)] if found else (self.keys[0] if self.keys else "")
 
 
 def _without_where(problem: str, filename: str) -> str:
@@ -305,9 +324,9 @@ def _without_where(problem: str, filename: str) -> str:
 
 def _point_catalog_spec(raw: dict[str, Any], params: dict[str, Any], context) -> ScenarioSpec:
     """The spec of a point whose sweep sets ``catalog.*`` fields (raises if it does not validate)."""
-    point_raw = {**raw, "sweep": {}}  # copied per point without the sweep lists (else quadratic)
+    point_raw = copy.deepcopy({**raw, "sweep": {}})  # copied once per point, without the sweep lists
     for dotted, value in params.items():
-        point_raw = set_path(point_raw, dotted, value)
+        set_path(point_raw, dotted, value, in_place=True)  # a copy per field would be quadratic in the fields
     return ScenarioSpec.model_validate(point_raw, context=context)
 
 
@@ -338,23 +357,21 @@ def _sweep_name_problems(raw: dict[str, Any], located: Located) -> list[str]:
     return problems
 
 
-def _point_spec(raw, params, located: Located, catalogs: Catalogs, context,
-                problems: PointProblems, base_dir: FsPath | None = None) -> ScenarioSpec | None:
+def _point_spec(raw, params, located: Located, catalogs: Catalogs, context, problems: PointProblems,
+                sweep_keys: _SweepKeys, base_dir: FsPath | None = None) -> ScenarioSpec | None:
     """The spec of one sweep point, or None after recording its problems in ``problems`` (the
     same problem at many points is then reported once, naming them)."""
-    point_raw = {**raw, "sweep": {}}  # copied per point without the sweep lists (else quadratic)
+    point_raw = copy.deepcopy({**raw, "sweep": {}})  # copied once per point, without the sweep lists
     for dotted, value in params.items():
         try:
-            point_raw = set_path(point_raw, dotted, value)
+            set_path(point_raw, dotted, value, in_place=True)  # a copy per field would be quadratic in the fields
         except ValueError as exc:
             key = next((k for k in raw.get("sweep", {}) if dotted in zipped_paths(k)), dotted)
             raise SpecError([located.problem(("sweep", key), str(exc))]) from None
 
     def sweep_problem(path: Path, message: str) -> str:
         dotted = dotted_path(path)
-        keys = list(located.data.get("sweep", {}))
-        key = _sweep_key(keys, dotted, keys[0] if keys else "")
-        problems.add(("sweep", key), f"{dotted}: {message}", params)
+        problems.add(("sweep", sweep_keys.of(dotted)), f"{dotted}: {message}", params)
         return message
 
     point_raw, file_problems = swept_length_files(point_raw, params, base_dir)  # a swept length file is read

@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-import yaml
-
 from kvsim.scenario.sweep import set_path, split_path, zipped_paths
-from kvsim.yaml_io import Located, SpecError, dotted_path, load_value
+from kvsim.yaml_io import MAX_YAML_DEPTH, Located, SpecError, dotted_path, load_value
 
 __all__ = ["Override", "parse_override", "apply_overrides", "OverriddenLocated"]
 
@@ -35,28 +33,39 @@ class Override:
 def parse_override(text: str) -> Override:
     """Read one ``PATH=VALUE`` argument.
 
+    The value is read by the file reader, within the same limits (:mod:`kvsim.yaml_parse`: size,
+    values, nesting counted from the top of the scenario, duplicate keys, plain tags).
+
     Raises
     ------
     SpecError
-        Naming the argument, if it has no ``=``, an empty or malformed path, or a value that is
-        not YAML.
+        One line naming the argument (cut to :data:`SHOWN_CHARS`), if it has no ``=``, an empty
+        or malformed path, or a value that is not YAML or over a limit.
     """
+    name = f"--set {shown(text)}"
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise SpecError([f"--set {text}: expected FIELD=VALUE, e.g. --set workload.arrival.rate=20/s"])
+        raise SpecError([f"{name}: expected FIELD=VALUE, e.g. --set workload.arrival.rate=20/s"])
     try:
         path = tuple(split_path(key))
     except ValueError as exc:
-        raise SpecError([f"--set {text}: {exc}"]) from None
-    try:
-        parsed = load_value(value) if value.strip() else None
-    except yaml.YAMLError as exc:
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError([f"--set {text}: the value is not valid YAML: {reason}"]) from None
+        raise SpecError([f"{name}: {exc}"]) from None
+    if len(path) > MAX_YAML_DEPTH:
+        raise SpecError([f"{name}: the field path is nested more than {MAX_YAML_DEPTH} levels deep"])
+    parsed = load_value(value, name, path) if value.strip() else None
     if parsed is None:
-        raise SpecError([f"--set {text}: give a value after '=' (null is not a value)"])
+        raise SpecError([f"{name}: give a value after '=' (null is not a value)"])
     return Override(path, parsed, text)
+
+
+SHOWN_CHARS = 80
+"""Longest ``--set`` argument quoted whole in a message (a hostile one may be megabytes)."""
+
+
+def shown(text: str) -> str:
+    """``text`` as a message quotes it: cut to :data:`SHOWN_CHARS` characters."""
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
 
 
 @dataclass
@@ -71,10 +80,10 @@ class OverriddenLocated(Located):
         path = tuple(path)
         matches = [o for o in self.overrides if _within(path, o.path) or _within(o.path, path) and path]
         if not matches:  # a file field, perhaps in conflict with an overridden one: say both
-            given = ", ".join(f"--set {o.text}" for o in self.overrides)
+            given = ", ".join(f"--set {shown(o.text)}" for o in self.overrides)
             return super().problem(path, f"{message} (with {given})")
         chosen = max(matches, key=lambda o: len(o.path))
-        return f"--set {chosen.text}: {dotted_path(path) or chosen.dotted}: {message}"
+        return f"--set {shown(chosen.text)}: {dotted_path(path) or chosen.dotted}: {message}"
 
 
 def _within(path: tuple, prefix: tuple) -> bool:
@@ -101,13 +110,13 @@ def apply_overrides(located: Located, texts: Sequence[str]) -> Located:
         hit = next((p for p in swept if _within(o.path, tuple(split_path(p)))
                     or _within(tuple(split_path(p)), o.path)), None)
         if hit is not None and o.path[0] != "sweep":
-            problems.append(f"--set {o.text}: {hit} is swept (sweep: {hit}), so every point sets it: "
+            problems.append(f"--set {shown(o.text)}: {hit} is swept (sweep: {hit}), so every point sets it: "
                             f"change the sweep's values instead")
             continue
         try:
             data = set_path(data, o.dotted, o.value)
         except ValueError as exc:
-            problems.append(f"--set {o.text}: {exc}")
+            problems.append(f"--set {shown(o.text)}: {exc}")
     if problems:
         raise SpecError(problems)
     return OverriddenLocated(data, located.filename, located.lines, overrides)

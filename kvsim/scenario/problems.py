@@ -19,9 +19,20 @@ SHOWN = 3
 """Most sweep points named in one message (the rest are counted)."""
 
 
+LABEL_CHARS = 200
+"""Longest point label before it is cut (a point may set thousands of fields)."""
+
+
 def point_label(params: dict[str, Any]) -> str:
-    """``rate=5/s, tp=2``: a sweep point as written in the file."""
-    return ", ".join(f"{k}={v}" for k, v in params.items())
+    """``rate=5/s, tp=2``: a sweep point as written in the file (cut after :data:`LABEL_CHARS`)."""
+    parts: list[str] = []
+    length = 0
+    for k, v in params.items():
+        if length > LABEL_CHARS:
+            return ", ".join(parts) + f", ... ({len(params) - len(parts):,} more)"
+        parts.append(f"{k}={v}")
+        length += len(parts[-1]) + 2
+    return ", ".join(parts)
 
 
 class PointProblems:
@@ -38,15 +49,16 @@ class PointProblems:
     def __init__(self, n_points: int, problem: Callable[[Path, str], str]):
         self.n_points = n_points
         self.problem = problem
-        self._points: dict[tuple[Path, str], list[str | None]] = {}
+        self._points: dict[tuple[Path, str], dict[str | None, None]] = {}  # labels in the order added
+        self._last: tuple[Any, str | None] = (None, None)  # the last params and their label
 
     def add(self, path: Path, message: str, params: dict[str, Any] | None = None) -> None:
         """Record ``message`` about field ``path`` at the sweep point with ``params`` (None or
         empty: the scenario has no sweep, or the problem does not depend on the point)."""
-        labels = self._points.setdefault((tuple(path), message), [])
-        label = point_label(params) if params else None
-        if label not in labels:
-            labels.append(label)
+        labels = self._points.setdefault((tuple(path), message), {})
+        if self._last[0] is not params:  # a point's problems come together: label it once
+            self._last = (params, point_label(params) if params else None)
+        labels[self._last[1]] = None
 
     def __bool__(self) -> bool:
         return bool(self._points)

@@ -26,9 +26,10 @@ def split_path(dotted: str) -> list[str | int]:
     return parts
 
 
-def set_path(data: dict[str, Any], dotted: str, value: Any) -> dict[str, Any]:
-    """A deep copy of ``data`` with the field at ``dotted`` set to ``value`` (creating mappings)."""
-    out = copy.deepcopy(data)
+def set_path(data: dict[str, Any], dotted: str, value: Any, in_place: bool = False) -> dict[str, Any]:
+    """A deep copy of ``data`` (or ``data``, ``in_place``) with the field at ``dotted`` set to ``value``
+    (creating mappings)."""
+    out = data if in_place else copy.deepcopy(data)
     node: Any = out
     parts = split_path(dotted)
     for depth, part in enumerate(parts[:-1]):

@@ -1,0 +1,479 @@
+"""Reading YAML text into plain data within limits, remembering the line of every field.
+
+One reader, with one set of limits, for every YAML kvsim reads: scenario, catalog, calibration
+and storage-benchmark files (:func:`kvsim.yaml_io.load_yaml`) and ``--set`` values
+(:mod:`kvsim.scenario.overrides`):
+
+- at most :func:`max_bytes` bytes of text (default :data:`MAX_BYTES`, raised with the
+  environment variable ``KVSIM_YAML_MAX_BYTES``), checked before parsing starts;
+- at most :func:`max_nodes` keys, values and list items, each alias (``*name``) counted as the
+  values it stands for (default :data:`MAX_NODES`, ``KVSIM_YAML_MAX_NODES``), counted while
+  parsing, which stops at the first one over;
+- at most :data:`MAX_DEPTH` levels of nesting, checked while parsing;
+- only plain YAML tags, no duplicate keys, keys that are plain values.
+
+The data is built from the parser's event stream in one pass, without recursion (a
+100,000-deep ``[[[...`` is refused at its 65th bracket) and in time linear in the text. Events
+come from libyaml when PyYAML has it (``yaml.CSafeLoader``: 5-10 times faster than the
+pure-Python scanner, which is most of the cost of a large file); a syntax error is then read
+again by the pure-Python parser, whose messages :func:`kvsim.yaml_syntax.syntax_error` knows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from yaml.events import (
+    AliasEvent, MappingEndEvent, MappingStartEvent, ScalarEvent, SequenceEndEvent, SequenceStartEvent, StreamEndEvent,
+)
+from yaml.nodes import ScalarNode
+
+from kvsim.yaml_syntax import syntax_error
+
+__all__ = ["KvsimLoader", "YamlRefused", "Source", "parse_yaml", "max_bytes", "max_nodes", "MAX_BYTES",
+           "MAX_NODES", "MAX_DEPTH", "BYTES_VARIABLE", "NODES_VARIABLE"]
+
+MAX_BYTES = 4 * 2**20
+"""Default largest YAML text read, bytes (4 MiB; the shipped scenarios and catalogs are at most
+24 KB: a long list of lengths belongs in a length file, a trace in a trace file)."""
+MAX_NODES = 1_000_000
+"""Default most keys, values and list items a YAML text may hold with its aliases expanded (a
+scenario holds a few hundred; a 751-byte alias bomb expands to 10^9)."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists read (a scenario nests about 8 deep)."""
+MAX_PROBLEMS = 20
+"""Most problems reported from one text (reading stops there)."""
+BYTES_VARIABLE = "KVSIM_YAML_MAX_BYTES"
+NODES_VARIABLE = "KVSIM_YAML_MAX_NODES"
+LIMITS_DOC = "README.md, Scenario files"
+"""Where the limits are described (named in their messages)."""
+
+
+class KvsimLoader(yaml.SafeLoader):
+    """The safe loader with YAML 1.2 (core schema) booleans: only ``true`` and ``false`` (in
+    lower, Title or UPPER case) are booleans; YAML 1.1's ``yes/no/on/off`` stay text.
+
+    A string field then gets the text as written (a system named ``off``, ``name: no``); a
+    boolean field still accepts ``yes/no/on/off`` because pydantic reads those strings as the
+    boolean they spell, so older files keep working.
+    """
+
+
+KvsimLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+KvsimLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                  list("tTfF"))
+
+_LOADERS: tuple[type, ...] = (KvsimLoader,)
+if yaml.__with_libyaml__:
+    class _KvsimCLoader(yaml.CSafeLoader):
+        """:class:`KvsimLoader`'s resolver on libyaml's parser."""
+
+        yaml_implicit_resolvers = KvsimLoader.yaml_implicit_resolvers
+
+    _LOADERS = (_KvsimCLoader, KvsimLoader)
+
+
+class YamlRefused(Exception):
+    """YAML text that is not read: one message per problem, each naming the source (and line)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a YAML text came from, as messages name it.
+
+    Parameters
+    ----------
+    name : str
+        A file name, or ``--set ARG`` for a command-line value.
+    lines : bool
+        Whether messages give line numbers (a one-line ``--set`` value has none worth naming).
+    invalid : str
+        What a syntax error is called ("not valid YAML", "the value is not valid YAML").
+    """
+
+    name: str
+    lines: bool = True
+    invalid: str = "not valid YAML"
+
+    def at(self, line: int | None) -> str:
+        return f"{self.name}:{line}" if self.lines and line is not None else self.name
+
+
+def _limit(variable: str, default: int, what: str) -> int:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise YamlRefused([f"{variable}={text!r}: give the most {what} kvsim reads from a YAML text as a whole "
+                           f"number (the default is {default})"])
+    return value
+
+
+def max_bytes() -> int:
+    """Largest YAML text read, bytes: ``KVSIM_YAML_MAX_BYTES`` if set, else :data:`MAX_BYTES`."""
+    return _limit(BYTES_VARIABLE, MAX_BYTES, "bytes")
+
+
+def max_nodes() -> int:
+    """Most keys, values and list items read (aliases expanded): ``KVSIM_YAML_MAX_NODES`` if set,
+    else :data:`MAX_NODES`."""
+    return _limit(NODES_VARIABLE, MAX_NODES, "keys, values and list items")
+
+
+def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """The data of one YAML document and the 1-based line of each field path in it.
+
+    Parameters
+    ----------
+    text : str
+    source : Source
+        Names the text in messages.
+    base : tuple
+        The field path the text's value goes to (a ``--set`` value's field): it counts towards
+        :data:`MAX_DEPTH` and prefixes the paths in messages; the returned lines do not hold it.
+
+    Returns
+    -------
+    data, lines
+        ``data`` is ``{}`` for a text without a document.
+
+    Raises
+    ------
+    YamlRefused
+        Over a limit, a syntax error (with its line), a duplicate key or anchor, a tag that is not
+        plain YAML, a key that is not a plain value, a value YAML cannot read.
+    """
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    limit = max_bytes()
+    if size > limit:
+        raise YamlRefused([f"{source.name}: {size:,} bytes is more than kvsim reads as YAML ({limit:,} bytes; a "
+                           f"scenario is a few KB, long lists belong in a length or trace file): is this the right "
+                           f"file? To read it anyway, set the environment variable {BYTES_VARIABLE}={size} or more "
+                           f"(see {LIMITS_DOC})"])
+    nodes = max_nodes()
+    for number, loader_type in enumerate(_LOADERS):
+        loader = None
+        try:
+            loader = loader_type(text)  # the pure-Python reader checks the characters here
+            return _Builder(loader, source, base, nodes).document()
+        except (yaml.YAMLError, UnicodeEncodeError) as exc:  # a syntax error; libyaml: a lone surrogate
+            if number + 1 < len(_LOADERS):  # (an undecodable byte of a --set argument)
+                continue  # libyaml's words differ: read it again with the parser syntax_error knows
+            line, reason = syntax_error(exc, text)
+            raise YamlRefused([f"{source.at(line)}: {source.invalid}: {reason}"]) from None
+        finally:
+            if loader is not None:
+                loader.dispose()
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map",
+                                                                  "seq", "timestamp"))
+_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map"))
+_MERGE, _VALUE = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"
+_RESOLVED_FIRST = frozenset(KvsimLoader.yaml_implicit_resolvers)
+"""First characters of the plain values an implicit tag may match (int, null, bool, ...; the
+others are strings: the resolver would look up this character and find nothing)."""
+assert None not in _RESOLVED_FIRST  # a resolver for every first character would make the test wrong
+_NO_KEY = object()
+"""A mapping's next event starts a key."""
+_MERGE_KEY = object()
+"""The key ``<<`` (merge the mapping or mappings given as its value)."""
+
+
+class _Open:
+    """A list or mapping being read."""
+
+    __slots__ = ("data", "path", "mapping", "line", "anchor", "first", "height", "key", "key_text", "skip",
+                 "seen", "merges", "order")
+
+    def __init__(self, data: Any, path: tuple[Any, ...] | None, line: int, anchor: str | None, first: int,
+                 order: int):
+        self.data, self.path, self.line, self.anchor, self.first, self.order = data, path, line, anchor, first, order
+        self.mapping = isinstance(data, dict)
+        self.height = 0  # levels below this one (aliases expanded)
+        self.key: Any = _NO_KEY  # a mapping's key whose value is read next
+        self.key_text = ""  # that key as written (field paths hold it)
+        self.skip = False  # that value is read but dropped (its key is refused)
+        self.seen: dict[str, int] = {}  # a mapping's keys as written: their lines
+        self.merges: list[Any] = []  # values of merge keys (<<: *base)
+
+
+@dataclass
+class _Anchor:
+    value: Any
+    line: int
+    size: int = 0  # keys, values and items it stands for
+    height: int = 0
+    text: str | None = None  # a scalar's text (an aliased key's name)
+    path: tuple[Any, ...] | None = None
+    order: tuple[int, int] = (0, 0)  # its lines' slice of _Builder.order
+    done: bool = False
+
+
+class _Builder:
+    """Builds the data of one document from a loader's events (see :func:`parse_yaml`)."""
+
+    def __init__(self, loader: Any, source: Source, base: tuple[Any, ...], max_nodes: int):
+        self.loader, self.source, self.base, self.max_nodes = loader, source, base, max_nodes
+        self.max_depth = MAX_DEPTH - len(base)
+        self.lines: dict[tuple[Any, ...], int] = {}
+        self.order: list[tuple[tuple[Any, ...], int]] = []  # lines recorded inside anchored values
+        self.anchoring = 0  # anchored lists and mappings open
+        self.anchors: dict[str, _Anchor] = {}
+        self.problems: list[str] = []
+        self.total = 0  # keys, values and items read, aliases expanded
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def _dotted(self, path: tuple[Any, ...] | None) -> str:
+        out = ""
+        for part in self.base + (path or ()):
+            out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        return out or "the document"
+
+    def _problem(self, line: int, message: str, path: tuple[Any, ...] | None = None, named: bool = True) -> None:
+        where = f"{self._dotted(path)}: " if named else ""
+        self.problems.append(f"{self.source.at(line)}: {where}{message}")
+        if len(self.problems) >= MAX_PROBLEMS:
+            raise YamlRefused(self.problems)
+
+    def _stop(self, line: int, message: str) -> None:
+        self.problems.append(f"{self.source.at(line)}: {message}")
+        raise YamlRefused(self.problems)
+
+    def _over(self, depth: int, line: int) -> None:
+        """Stop: over the value or the nesting limit (the caller has counted the node)."""
+        if self.total > self.max_nodes:
+            self._stop(line, f"more than {self.max_nodes:,} keys, values and list items once aliases (*name) are "
+                             f"expanded (a scenario holds a few hundred): is this the right file? To read it anyway, "
+                             f"set the environment variable {NODES_VARIABLE}={2 * self.max_nodes} or more "
+                             f"(see {LIMITS_DOC})")
+        if depth > self.max_depth:
+            self._stop(line, f"nested more than {MAX_DEPTH} levels deep (a scenario nests about 8)")
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def document(self) -> tuple[Any, dict[tuple[Any, ...], int]]:
+        loader = self.loader
+        loader.get_event()  # stream start
+        if loader.check_event(StreamEndEvent):
+            self.lines[()] = 1
+            return {}, self.lines
+        loader.get_event()  # document start
+        data = self._node()
+        loader.get_event()  # document end
+        if not loader.check_event(StreamEndEvent):
+            extra = loader.get_event()
+            self._stop(extra.start_mark.line + 1, f"{self.source.invalid}: expected a single document in the stream, "
+                                                  f"but found another document (remove the '---' or '...' line)")
+        if self.problems:
+            raise YamlRefused(self.problems)
+        return data, self.lines
+
+    def _node(self) -> Any:
+        """Read events to the end of the node that starts next; return its value."""
+        get = self.loader.get_event
+        lines, stack = self.lines, []
+        parent: _Open | None = None  # stack[-1]
+        event = get()
+        path: tuple[Any, ...] | None = ()  # of the node the event starts (None: no lines kept)
+        lines[()] = event.start_mark.line + 1
+        while True:
+            kind = type(event)
+            line = event.start_mark.line + 1
+            text: str | None = None
+            if parent is not None and path is not None and not parent.mapping and kind is not SequenceEndEvent:
+                lines[path] = line  # a list item's line
+                if self.anchoring:
+                    self.order.append((path, line))
+            if kind is ScalarEvent:
+                self.total += 1
+                if self.total > self.max_nodes or len(stack) > self.max_depth:
+                    self._over(len(stack), line)
+                text = event.value
+                if event.tag is not None:
+                    value = self._scalar(event.tag, text, event, line, path, parent)
+                elif not event.implicit[0]:
+                    value = text  # quoted: a string
+                elif text.isascii() and text.isdigit() and (text[0] != "0" or len(text) == 1):
+                    value = int(text)  # the resolver's and construct_yaml_int's answer, in a tenth of the time
+                elif text and text[0] not in _RESOLVED_FIRST:
+                    value = text  # no implicit tag starts with this character: a string
+                else:
+                    value = self._scalar(self.loader.resolve(ScalarNode, text, event.implicit), text, event, line,
+                                         path, parent)
+                if event.anchor is not None:
+                    self._anchor(event.anchor, _Anchor(value, line, 1, 0, text, path, done=True))
+                height = 0
+            elif kind is SequenceStartEvent or kind is MappingStartEvent:
+                self.total += 1
+                if self.total > self.max_nodes or len(stack) > self.max_depth:
+                    self._over(len(stack), line)
+                mapping = kind is MappingStartEvent
+                self._check_collection_tag(event, mapping, line, path)
+                if event.anchor is not None:
+                    self._anchor(event.anchor, _Anchor(None, line, path=path))
+                    self.anchoring += 1
+                parent = _Open({} if mapping else [], path, line, event.anchor, self.total, len(self.order))
+                stack.append(parent)
+                path = self._child_path(parent)
+                event = get()
+                continue
+            elif kind is SequenceEndEvent or kind is MappingEndEvent:
+                done = stack.pop()
+                value = done.data
+                if done.merges:
+                    value = self._merged(done)
+                height = done.height
+                if done.anchor is not None:
+                    anchor = self.anchors[done.anchor]
+                    anchor.value, anchor.size, anchor.height = value, self.total - done.first + 1, height
+                    anchor.order, anchor.done = (done.order, len(self.order)), True
+                    self.anchoring -= 1
+                path, line = done.path, done.line
+            elif kind is AliasEvent:
+                anchor = self.anchors.get(event.anchor)
+                if anchor is None:
+                    self._stop(line, f"{self.source.invalid}: '*{event.anchor}' refers to an anchor "
+                                     f"'&{event.anchor}' that is not defined before it")
+                if not anchor.done:
+                    self._stop(line, f"{self._dotted(path)}: '*{event.anchor}' stands for the list or mapping it is "
+                                     f"inside (&{event.anchor}, line {anchor.line}), which would never end")
+                self.total += anchor.size
+                if self.total > self.max_nodes or len(stack) + anchor.height > self.max_depth:
+                    self._over(len(stack) + anchor.height, line)
+                value, height, text = anchor.value, anchor.height, anchor.text
+                if path is not None and anchor.path is not None and anchor.order[1] > anchor.order[0]:
+                    self._copy_lines(anchor, path)
+            else:  # pragma: no cover - the parser gives nothing else inside a document
+                raise AssertionError(event)
+            if not stack:
+                return value
+            parent = stack[-1]
+            if height >= parent.height:
+                parent.height = height + 1
+            if not parent.mapping:
+                parent.data.append(value)
+                path = None if parent.path is None else parent.path + (len(parent.data),)
+            else:
+                if parent.key is _NO_KEY:
+                    self._key(parent, value, text, line)
+                else:
+                    if not parent.skip:
+                        if parent.key is _MERGE_KEY:
+                            parent.merges.append((value, line))
+                        else:
+                            parent.data[parent.key] = value
+                    parent.key, parent.skip = _NO_KEY, False
+                path = self._child_path(parent)
+            event = get()
+
+    def _check_collection_tag(self, event: Any, mapping: bool, line: int, path: tuple[Any, ...] | None) -> None:
+        natural = _MAP if mapping else _SEQ
+        tag = event.tag if event.tag not in (None, "!") else natural
+        if tag != natural:
+            what = "a mapping" if mapping else "a list"
+            if tag in _PLAIN_TAGS:
+                self._problem(line, f"a value YAML cannot read: the tag {tag!r} cannot be {what}", path)
+            else:
+                self._problem(line, f"the tag {tag!r} is not plain YAML; kvsim reads only plain values, lists and "
+                                    f"mappings", path)
+
+    def _child_path(self, parent: _Open) -> tuple[Any, ...] | None:
+        """The path of the node read next inside ``parent`` (None: no lines are kept for it)."""
+        if parent.path is None:
+            return None
+        if parent.mapping:
+            if parent.key is _NO_KEY or parent.skip:
+                return None  # a key (its line is recorded as its value's), or a refused key's value
+            return parent.path + (parent.key_text,)
+        return parent.path + (len(parent.data),)
+
+    def _scalar(self, tag: str, text: str, event: Any, line: int, path: tuple[Any, ...] | None,
+                parent: _Open | None) -> Any:
+        """A scalar's value from its tag (resolved), or None after recording a problem."""
+        if tag == _STR or tag == "!":
+            return text
+        key = parent is not None and parent.mapping and parent.key is _NO_KEY
+        if key and tag in (_MERGE, _VALUE):
+            return _MERGE_KEY if tag == _MERGE else text
+        if tag not in _PLAIN_TAGS:
+            self._problem(line, f"the tag {tag!r} is not plain YAML; kvsim reads only plain values, lists and "
+                                f"mappings", path)
+            return None
+        node = ScalarNode(tag, text, event.start_mark, event.end_mark, style=event.style)
+        try:
+            return self.loader.yaml_constructors[tag](self.loader, node)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError) as exc:  # KeyError: !!bool maybe
+            reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]
+            self._problem(line, f"a value YAML cannot read: {reason}", named=False)
+            return None
+
+    def _key(self, parent: _Open, value: Any, text: str | None, line: int) -> None:
+        """A key of ``parent`` was read: check it, record its line; its value is read next."""
+        if text is None:  # a list or mapping (or an alias of one)
+            self._problem(line, "a key must be a plain name, not a list or mapping", parent.path)
+            parent.key, parent.skip = None, True
+            return
+        if text in parent.seen:
+            first = f" (first given on line {parent.seen[text]})" if self.source.lines else ""
+            self._problem(line, f"duplicate key{first}", (parent.path or ()) + (text,))
+            parent.key, parent.skip = None, True
+            return
+        parent.seen[text] = line
+        parent.key = value
+        parent.key_text = text if value is not _MERGE_KEY else "<<"
+        if parent.path is not None:
+            path = parent.path + (parent.key_text,)
+            self.lines[path] = line
+            if self.anchoring:
+                self.order.append((path, line))
+
+    def _anchor(self, name: str, anchor: _Anchor) -> None:
+        first = self.anchors.get(name)
+        if first is not None:
+            self._stop(anchor.line, f"{self.source.invalid}: the anchor '&{name}' is defined twice (first on line "
+                                    f"{first.line}); give the second another name")
+        self.anchors[name] = anchor
+
+    def _copy_lines(self, anchor: _Anchor, path: tuple[Any, ...]) -> None:
+        """Record the lines of an anchored value under the path of an alias of it (a problem
+        inside names the line that wrote it)."""
+        cut = len(anchor.path)  # type: ignore[arg-type]
+        start, end = anchor.order
+        copied = [(path + sub[cut:], line) for sub, line in self.order[start:end]]
+        for sub, line in copied:
+            self.lines[sub] = line
+        if self.anchoring:
+            self.order.extend(copied)
+
+    def _merged(self, done: _Open) -> dict[Any, Any]:
+        """A mapping with merge keys (``<<: *base`` or ``<<: [*a, *b]``) resolved as YAML says:
+        its own keys win, then the merged mappings in their order."""
+        merged: dict[Any, Any] = {}
+        for value, line in done.merges:
+            for part in value if isinstance(value, list) else [value]:
+                if not isinstance(part, dict):
+                    self._problem(line, "a value YAML cannot read: '<<' merges a mapping or a list of mappings",
+                                  done.path)
+                    continue
+                for key, item in part.items():
+                    merged.setdefault(key, item)
+        merged.update(done.data)
+        return merged
