@@ -220,7 +220,8 @@ def _write_traceback(text: str, repro: Reproduction) -> Path | None:
     try:
         handle, name = tempfile.mkstemp(prefix=f"kvsim-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
                                         suffix=".txt")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
+        # an argument may hold bytes that are not UTF-8 (a lone surrogate from the shell): kept escaped
+        with os.fdopen(handle, "w", encoding="utf-8", errors="backslashreplace") as out:
             out.write(f"kvsim {__version__}, Python {platform.python_version()} on {platform.platform()}\n"
                       f"command: {repro.command_line()}\n"
                       f"scenario: {repro.source}  seed: {repro.seed}\n\n{text}")

@@ -202,3 +202,17 @@ def test_a_bug_in_a_sweep_worker_process_is_reported_with_its_point(tmp_path):
     text = trace.read_text(encoding="utf-8")
     assert "in _submit" in text  # the worker's own traceback, not only the parent's
     trace.unlink()
+
+
+def test_an_argument_that_is_not_utf8_still_gets_its_report(tmp_path, capfd, monkeypatch):
+    """A shell passes bytes that are not UTF-8 as lone surrogates: the traceback file keeps them
+    escaped (writing it used to fail with UnicodeEncodeError: exit 1 and a raw traceback)."""
+    path = tmp_path / "bug.yaml"
+    path.write_text(SCENARIO, encoding="utf-8")
+    _break_submit(monkeypatch)
+    # capfd: the process's own standard error, which escapes such characters (capsys's would refuse them)
+    assert main(["run", str(path), "--out", str(tmp_path / "out\udcff"), "--workers", "1", "--no-progress"]) == 3
+    err = capfd.readouterr().err
+    assert "internal error (a bug): ZeroDivisionError" in err and "Traceback" not in err
+    trace = Path(_report(err)["full traceback"].split(" (")[0])
+    assert "out\\udcff" in trace.read_text(encoding="utf-8")

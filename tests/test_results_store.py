@@ -152,7 +152,8 @@ def test_a_crafted_pickle_in_a_results_folder_is_never_run(tmp_path, capsys):
 
 def test_the_package_never_loads_code_or_objects():
     """No pickle, marshal, shelve, eval, exec or dynamic import anywhere in kvsim (an AST scan,
-    so a comment or a docstring naming them does not count), and YAML only with a safe loader."""
+    so a comment or a docstring naming them does not count), and YAML read only by kvsim's own
+    reader (kvsim/yaml_parse.py: a safe loader with limits on size, values and nesting)."""
     import ast
 
     import yaml
@@ -185,10 +186,10 @@ def test_the_package_never_loads_code_or_objects():
                 found.append(f"{where}{node.lineno} calls {func.id}")
             if isinstance(func, ast.Attribute) and func.attr in banned_methods:
                 found.append(f"{where}{node.lineno} calls .{func.attr}")
-            if isinstance(func, ast.Attribute) and func.attr == "load" and getattr(func.value, "id", None) == "yaml":
-                loader = {k.arg: k.value for k in node.keywords}.get("Loader")
-                if not (isinstance(loader, ast.Name) and loader.id == "KvsimLoader"):
-                    found.append(f"{where}{node.lineno} yaml.load without KvsimLoader")
+            reads_yaml = isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "yaml" and \
+                func.attr in ("load", "safe_load", "load_all", "safe_load_all", "parse", "compose")
+            if reads_yaml and not where.startswith(("kvsim/yaml_io.py", "kvsim/yaml_parse.py", "kvsim/yaml_syntax.py")):
+                found.append(f"{where}{node.lineno} yaml.{func.attr} outside kvsim's one YAML reader")
             if any(k.arg == "allow_pickle" for k in node.keywords):
                 found.append(f"{where}{node.lineno} passes allow_pickle")
     assert found == []
@@ -433,3 +434,28 @@ def test_folders_and_pipes_in_a_point_folder_are_cleared_when_it_is_rewritten(st
     for name, change in (("folder", folder_of), ("pipe", pipe)):
         line = _damaged_run(stored_tiny, tmp_path / name, change, capsys)
         assert "missing; recomputing" in line
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("[" * 100_000 + "]" * 100_000, "nested more than"),
+    ("a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi")),
+     "values"),
+])
+def test_kvsim_report_reads_a_folders_scenario_with_the_scenario_limits(stored_tiny, tmp_path, capsys, text,
+                                                                         expected):
+    """``kvsim report DIR`` reads DIR/scenario.yaml with kvsim's own YAML reader: a deeply nested
+    or alias-bomb file there is refused in one line (it went through yaml.safe_load: RecursionError
+    or a billion values)."""
+    from kvsim.cli import main
+
+    scenario, original, keys, fresh = stored_tiny
+    out = tmp_path / "out"
+    from kvsim.report import write_results
+
+    write_results(fresh, out)
+    (out / "scenario.yaml").write_text(text, encoding="utf-8")
+    assert main(["report", str(out), "--out", str(tmp_path / "report")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim report: cannot read {out / 'scenario.yaml'}: ") and expected in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1

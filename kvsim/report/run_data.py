@@ -89,12 +89,14 @@ def load_results(folder: str | Path) -> RunResults:
     scenario: dict[str, Any] = {}
     resolved = folder / "scenario.yaml"
     if resolved.is_file():
-        import yaml
+        from kvsim.yaml_io import SpecError, load_yaml
 
-        try:
-            scenario = yaml.safe_load(resolved.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        try:  # the scenario files' reader: its limits on size, values and nesting hold here too
+            scenario = load_yaml(resolved.read_text(encoding="utf-8"), str(resolved)).data or {}
+        except (OSError, UnicodeDecodeError) as exc:
             raise ReportInputError(f"cannot read {resolved}: {' '.join(str(exc).split())}") from None
+        except SpecError as exc:
+            raise ReportInputError(f"cannot read {resolved}: {'; '.join(exc.problems[:3])}") from None
         if not isinstance(scenario, dict):
             raise ReportInputError(f"{resolved} is not a scenario (a mapping)")
     return RunResults(folder, summary, scenario)
