@@ -188,6 +188,17 @@ def test_run_refuses_a_zero_interval_before_it_starts(tmp_path, capsys):
     assert not (tmp_path / "out" / "summary.json").exists()
 
 
+def test_a_controller_deciding_more_often_than_any_run_needs_is_refused(tmp_path, capsys):
+    """1 us over 10 s is 10^7 decisions: the run would take about an hour of CPU (no stall for the
+    watchdog to see), so it is refused at the interval's line, with what it would cost."""
+    text = edit("interval: 5 s", "interval: 1 us", PD)
+    validate_refused(tmp_path, capsys, text, "systems.pd.controller.interval", "interval: 1 us", "1e+07 decisions",
+                     "at most 1e+06")
+    # 10 ms over 10 s (1,000 decisions) is fine
+    path = write(tmp_path, "ok.yaml", edit("interval: 5 s", "interval: 10 ms", PD))
+    assert cli(capsys, "validate", path)[0] == 0
+
+
 def test_a_huge_gain_moves_at_most_max_step_instead_of_overflowing(tmp_path, capsys):
     # gain x error was rounded before it was clamped: infinity has no int (exit 3)
     text = edit("setpoint: 0.5", "setpoint: 0", edit("gain: 8", "gain: 1e308", edit(

@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the schema imports this module
 
 __all__ = [
     "MAX_REQUESTS", "MAX_CARDS", "MAX_POOL_NODES", "MAX_CLIENTS", "MAX_CLIENT_SECONDS", "MAX_DOCUMENTS",
-    "MAX_DURATION_S", "MAX_SWEEP_POINTS", "MAX_RUNS", "REQUESTS_PER_CPU_S", "expected_requests",
+    "MAX_DURATION_S", "MAX_SWEEP_POINTS", "MAX_RUNS", "MAX_DECISIONS", "REQUESTS_PER_CPU_S", "expected_requests",
     "size_problems", "sweep_size_problems",
 ]
 
@@ -42,6 +42,12 @@ MAX_SWEEP_POINTS = 10_000
 """Most points of a sweep grid (counted before it is expanded, so a huge grid is refused at once)."""
 MAX_RUNS = 100_000
 """Most system runs of a scenario: points x replications x systems."""
+MAX_DECISIONS = 1_000_000
+"""Most P:D controller decisions in one run (duration / ``controller.interval``; the shipped
+studies take a few hundred: 10 s intervals over tens of minutes)."""
+S_PER_DECISION = 3e-4
+"""One controller decision: read the signals of every instance, log a row (measured ~0.3 ms with
+8 instances)."""
 
 REQUESTS_PER_CPU_S = 6000.0
 """Rough simulated requests per CPU-second of one process (docs/speed.md: 5,102-7,240 for
@@ -167,6 +173,13 @@ def _system_problems(spec: "ScenarioSpec", name: str, system: Any, catalogs: Any
             f"~{_bytes(BYTES_PER_INSTANCE)} and ~{S_PER_INSTANCE * 1e3:g} ms each, ~{_bytes(total * BYTES_PER_INSTANCE)} "
             f"and ~{_span(total * S_PER_INSTANCE)} before the first request; kvsim simulates at most {MAX_CARDS:,} "
             f"cards per system")))
+    control = system.controller
+    if control is not None and spec.duration / control.interval > MAX_DECISIONS:
+        decisions = spec.duration / control.interval
+        problems.append((path + ("controller", "interval"), (
+            f"a decision every {control.interval:.3g} s for {spec.duration:g} s is {decisions:.3g} decisions "
+            f"(~{_span(decisions * S_PER_DECISION)} of CPU); a run may take at most {MAX_DECISIONS:.0e}: a "
+            f"controller that acts more often than its instances can drain and switch reads only noise")))
     remote = system.kv_cache.remote if system.kv_cache is not None else None
     if remote is not None and remote.nodes > MAX_POOL_NODES:
         problems.append((path + ("kv_cache", "remote", "nodes"), (
