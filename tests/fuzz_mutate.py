@@ -314,6 +314,13 @@ def side_file_edit(draw, name: str, data: bytes) -> tuple[bytes | None, str]:
     return draw(st.binary(max_size=50)) + data, f"{name}: junk prefix"
 
 
+SET_TEXTS = ["[" * 5000 + "]" * 5000, "{a: " * 3000 + "1" + "}" * 3000, "{tp: 2, tp: 4}", "&a [*a]", "[&a [1], *a, *a]",
+             "!!python/object/apply:os.system [echo pwned]", "!!binary aGVsbG8=", "{? [1, 2]: 3}", "[" * 70,
+             "x" * 200_000, "0x10", "1e999", "1_000", "{a: &x 1, b: *x, a: 2}", "'unterminated", "\ud800",
+             "- a\n- b", "{<<: {tp: 2}, tp: 4}", "[" + ", ".join(["1"] * 20_000) + "]", "!!set {a, b}"]
+"""``--set`` values aimed at the YAML reader itself: nesting past its limit, repeated keys and
+anchors, tags, complex keys, huge texts and lists, surrogates."""
+
 SET_PATHS = ["duration", "warmup", "seed", "workload.arrival.rate", "systems", "model", "sweep", "study",
              "catalog.nodes.x.base", "workload.input_tokens.value", "replications", "a.b.c", "systems.0",
              "", "=", "workload..rate", "name"]
@@ -350,8 +357,11 @@ def cases(draw, bases: list[Base]) -> Case:
         for _ in range(n_edits):
             paths = [_dotted(p) for p in _paths(tree)] + SET_PATHS
             value = _nasty(draw)
-            text = value if isinstance(value, str) and draw(st.booleans()) else yaml.safe_dump(
-                value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
+            if draw(st.integers(0, 2)) == 0:
+                text = draw(st.sampled_from(SET_TEXTS))
+            else:
+                text = value if isinstance(value, str) and draw(st.booleans()) else yaml.safe_dump(
+                    value, default_flow_style=True, width=10**6).strip().removesuffix("...").strip()
             case.sets.append(f"{draw(st.sampled_from(paths))}={text}")
     if draw(st.integers(0, 9)) == 0:  # the Python API: load, check, change a field, run
         case.api = True
