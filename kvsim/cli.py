@@ -230,7 +230,8 @@ def _plan(args: argparse.Namespace) -> int:
     # the plan's own files only: a plan_*.png of the user's is not kvsim's to list (and remove later)
     written = [out / name for name in PLAN_FILES if (out / name).is_file()]
     finish_results(out, written, scenario.name, scenario.spec.seed)
-    print(summary_paragraph(answer))
+    for line in summary_paragraph(answer).splitlines():
+        _say(line)
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
     return 0
 
@@ -307,9 +308,9 @@ def _validate(args: argparse.Namespace) -> int:
     sizings = check_scenario(scenario)
     _print_warnings("validate", scenario)
     spec = scenario.spec
-    print(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
-          f"{len(scenario.points)} sweep point(s), {spec.duration:g} s simulated "
-          f"({'warm-up found per run by MSER-5, two passes each' if spec.warmup_auto else f'{spec.warmup:g} s warm-up'})")
+    _say(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
+         f"{len(scenario.points)} sweep point(s), {spec.duration:g} s simulated "
+         f"({'warm-up found per run by MSER-5, two passes each' if spec.warmup_auto else f'{spec.warmup:g} s warm-up'})")
     first = scenario.points[0].spec
     for name in first.systems:
         s = sizings.get((0, name))
@@ -318,26 +319,34 @@ def _validate(args: argparse.Namespace) -> int:
             sizing = tried[0][1]
             pool = sizing.pools[0]
             pilot = min(first.duration, PILOT_DURATION_S)
-            print(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
-                  f"layout: best, chosen when it runs: pilots of {pilot:g} s of {len(tried)} layout(s), "
-                  f"then the best {min(FINALISTS, len(tried))} at full length")
-            print(f"    layouts tried: {', '.join(layout.label() for layout, _ in tried)}")
+            _say(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
+                 f"layout: best, chosen when it runs: pilots of {pilot:g} s of {len(tried)} layout(s), "
+                 f"then the best {min(FINALISTS, len(tried))} at full length")
+            _say(f"    layouts tried: {', '.join(layout.label() for layout, _ in tried)}")
             continue
         if len(s.pools) == 1 and not s.disaggregated:
-            print(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")
+            _say(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")
             continue
-        print(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
+        _say(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
         for pool in s.pools:
-            print(f"    pool {pool.name}: {pool.describe()}")
+            _say(f"    pool {pool.name}: {pool.describe()}")
     from kvsim.plan.run_cost import run_cost
 
     print(run_cost(scenario).describe())
     return 0
 
 
+def _say(text: str, file=None) -> None:
+    """Print a line that holds text from input, its control characters (an ANSI escape in a
+    name could rewrite the terminal) shown escaped."""
+    from kvsim.report.escape import terminal_text
+
+    print(terminal_text(text), file=file)
+
+
 def _print_warnings(command: str, scenario) -> None:
     for warning in scenario.warnings:
-        print(f"kvsim {command}: warning: {warning}", file=sys.stderr)
+        _say(f"kvsim {command}: warning: {warning}", file=sys.stderr)
 
 
 def _prepare_out(command: str, out: Path, scenario: str, outputs: Sequence[str], overwrite: bool) -> int | None:
@@ -390,8 +399,8 @@ def _run(args: argparse.Namespace) -> int:
         note = one.summary.get("rejected_note")
         if note:
             where = " ".join(f"{k.split('.')[-1]}={v}" for k, v in one.params.items())
-            print(f"kvsim {args.command}: warning: system {one.system!r}{' at ' + where if where else ''}: {note}",
-                  file=sys.stderr)
+            _say(f"kvsim {args.command}: warning: system {one.system!r}{' at ' + where if where else ''}: {note}",
+                 file=sys.stderr)
     try:
         written = write_results(result, out, source_text=args.scenario.read_text(encoding="utf-8"))
     except OSError as exc:

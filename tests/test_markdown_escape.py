@@ -214,3 +214,20 @@ def test_names_printed_on_the_terminal_show_their_control_characters(tmp_path):
     width = lines[rule].index(" ")
     assert lines[rule + 1][:width + 2] == "s\\x1b]0;title\\x07\\x1b[1A".ljust(width + 2)
     assert terminal_text("tp4 pp2, 1/s") == "tp4 pp2, 1/s"
+
+
+def test_validate_and_the_progress_lines_show_control_characters_escaped(tmp_path):
+    """What ``kvsim validate`` prints of a system, and the progress line naming a swept text value:
+    an ESC or a bidi override from the file is shown as its escape, never sent to the terminal."""
+    evil = "s\x1b[2J\u202e"
+    text = RUN.format(**{**{k: json.dumps(v) for k, v in NAMES.items()}, "system": json.dumps(evil)})
+    text = text.replace("sweep:\n  systems.plain_b.node: [l20-8x, {node}]\n".format(node=json.dumps(NAMES["node"])),
+                        "sweep:\n  description: [\"a\\e[31m\", b]\n")
+    path = tmp_path / "s.yaml"
+    path.write_text(text, encoding="utf-8")
+    rc, stdout, err = _main("validate", path)
+    assert rc == 0, err
+    assert "\x1b" not in stdout and "\u202e" not in stdout and "s\\x1b[2J\\u202e:" in stdout
+    rc, stdout, err = _main("run", path, "--out", tmp_path / "out", "--workers", "1", "--no-progress", "--no-report")
+    assert rc == 0, err
+    assert "\x1b" not in err and "point 0 [description=a\\x1b[31m] done" in err

@@ -27,6 +27,7 @@ from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
 from kvsim.crash import note_where
 from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
+from kvsim.report.escape import terminal_text
 
 from kvsim.scenario.load import Scenario
 
@@ -193,7 +194,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         verdict = "meets the SLO" if outcome.meets else f"fails: {outcome.reason}"
         cost = outcome.detail.get("wall_s")
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
-        emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {probe.system} x{probe.units} at "
+        emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "
              f"{probe.load:.4g} {load_unit(scenario)} {verdict}{took}")
 
     with _StoredMap(scenario, out / "probes", workers) as stored:

@@ -41,7 +41,9 @@ class SweepTask:
 
     def label(self) -> str:
         """``point 3 [rate=20/s] replica 1`` (the replica only when there are several)."""
-        shown = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in self.params.items())
+        from kvsim.report.escape import terminal_text  # a swept text may hold control characters
+
+        shown = terminal_text(", ".join(f"{k.split('.')[-1]}={v}" for k, v in self.params.items()))
         text = f"point {self.index}" + (f" [{shown}]" if shown else "")
         return text + (f" replica {self.replica}" if self.replica else "")
 
