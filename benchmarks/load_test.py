@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -45,6 +46,14 @@ GIB = 2**30
 
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _revision() -> str:
+    """``kvsim 0.1.0, commit abc1234`` (the commit when run from a git checkout)."""
+    from kvsim import __version__
+
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return f"kvsim {__version__}" + (f", commit {done.stdout.strip()}" if done.returncode == 0 else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         "results_bytes": _folder_bytes(out) if out.is_dir() else 0, "exit": done.returncode,
         "checks": checks, "stderr_tail": done.stderr.splitlines()[-8:],
     }
+    measured["revision"] = _revision()
     lines = [f"# Load test: {CARDS:,} cards, {requests_rows or 0:,} requests through `kvsim run`", "",
+             f"Measured at {measured['revision']} on {os.cpu_count()} cores "
+             f"(`benchmarks/load_test.py`; wall time depends on what else runs).", "",
              f"`{measured['command']}`", "",
              "| measure | value |", "|---|---|",
              f"| requests simulated (in the window) | {requests_rows or 0:,} ({arrived or 0:,}) |",
