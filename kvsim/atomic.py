@@ -4,12 +4,18 @@ leaves only a ``.NAME.PID.RANDOM.tmp`` behind."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["write_atomic", "write_text_atomic", "write_bytes_atomic"]
+__all__ = ["write_atomic", "write_text_atomic", "write_bytes_atomic", "sha256_of", "TEMPORARY"]
+
+
+TEMPORARY = re.compile(r"\..+\.\d+\.[0-9a-f]{12}\.tmp")
+"""The name of a temporary file :func:`write_atomic` writes (``.NAME.PID.RANDOM.tmp``)."""
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -31,3 +37,13 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
     write_atomic(path, lambda p: p.write_bytes(data))
+
+
+def sha256_of(path: Path) -> str:
+    """SHA-256 of the file ``path``, hex (read in 1 MiB chunks): what a manifest or a marker
+    records of each file kvsim wrote, to tell later whether it is still that file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -36,9 +36,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with readers_may_leave():
         try:
             return args.handler(args)
-        except SpecError as exc:
-            print(f"kvsim {args.command}: invalid input\n" + "\n".join(f"  {p}" for p in exc.problems),
-                  file=sys.stderr)
+        except SpecError as exc:  # a problem may quote a field path or name from the file: shown escaped
+            _say(f"kvsim {args.command}: invalid input", file=sys.stderr)
+            for problem in exc.problems:
+                _say(f"  {problem}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:
             print("kvsim: interrupted", file=sys.stderr)
@@ -226,12 +227,17 @@ def _plan(args: argparse.Namespace) -> int:
     refused = _prepare_out("plan", out, scenario.name, PLAN_OUTPUTS, args.overwrite)  # before a long search
     if refused is not None:
         return refused
-    answer = run_plan(scenario, out, workers=args.workers)
+    from kvsim.plan import ExecutorError
+
+    try:
+        answer = run_plan(scenario, out, workers=args.workers)
+    except ExecutorError as exc:
+        print(f"kvsim plan: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     # the plan's own files only: a plan_*.png of the user's is not kvsim's to list (and remove later)
     written = [out / name for name in PLAN_FILES if (out / name).is_file()]
     finish_results(out, written, scenario.name, scenario.spec.seed)
-    for line in summary_paragraph(answer).splitlines():
-        _say(line)
+    _say(summary_paragraph(answer))
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
     return 0
 
@@ -242,10 +248,12 @@ def _report(args: argparse.Namespace) -> int:
     answer_path = args.results / "plan.json"
     if not answer_path.is_file():
         return _run_report(args)
+    from kvsim.input_files import InputFileError, read_json
+
     try:
-        answer = json.loads(answer_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        print(f"kvsim report: cannot read {answer_path}: {exc}", file=sys.stderr)
+        answer = read_json(answer_path, "plan answer")
+    except InputFileError as exc:
+        print(f"kvsim report: cannot read {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if not isinstance(answer, dict) or answer.get("kind") != "plan":
         print(f"kvsim report: {answer_path} is not the answer of a plan (no \"kind\": \"plan\")", file=sys.stderr)
@@ -337,11 +345,11 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _say(text: str, file=None) -> None:
-    """Print a line that holds text from input, its control characters (an ANSI escape in a
-    name could rewrite the terminal) shown escaped."""
+    """Print text that holds text from input, its control characters but line ends (an ANSI
+    escape in a name could rewrite the terminal) shown escaped."""
     from kvsim.report.escape import terminal_text
 
-    print(terminal_text(text), file=file)
+    print("\n".join(terminal_text(line) for line in text.split("\n")), file=file)
 
 
 def _print_warnings(command: str, scenario) -> None:

@@ -18,16 +18,22 @@ scenario file's own ``file:line: field:`` in front (:mod:`kvsim.scenario.files`)
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InputFileError", "MAX_INPUT_FILE_BYTES", "open_checked", "check_utf8", "quote"]
+__all__ = ["InputFileError", "MAX_INPUT_FILE_BYTES", "MAX_JSON_BYTES", "open_checked", "check_utf8", "quote",
+           "read_json", "read_bytes_checked"]
 
 MAX_INPUT_FILE_BYTES = 4 * 2**30
 """Largest trace or length file read, bytes (4 GiB): about 100 million CSV rows, more than any
 public LLM serving trace; a larger file is far more likely a wrong path than a trace."""
+
+MAX_JSON_BYTES = 256 * 2**20
+"""Largest JSON file kvsim reads back from a results folder, bytes (its own are a few MB at most:
+a sweep's ``summary.json``, a stored point's ``runs.json`` with a million controller decisions)."""
 
 _CHUNK_BYTES = 1 << 24
 """Bytes decoded at a time by the UTF-8 check (memory stays bounded on multi-GB files)."""
@@ -137,3 +143,85 @@ def check_utf8(path: str | os.PathLike[str]) -> None:
                 offset += len(chunk)
     except OSError as exc:
         raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_bytes_checked(path: str | os.PathLike[str], what: str = "file", max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``max_bytes`` bytes.
+
+    Whatever ``path`` is (a folder, a pipe, a device such as ``/dev/zero``, a link to one), this
+    returns or raises at once: the file is opened without blocking, checked on its open handle
+    (no race with a swap between a check and the read), and read no further than the limit.
+
+    Raises
+    ------
+    InputFileError
+        Naming the file and why it cannot be read.
+    """
+    name = os.fspath(path)
+    if "\0" in name:
+        raise InputFileError(quote(name, 200), f"a {what} path cannot hold a NUL byte (\\0)")
+    try:
+        handle = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputFileError(name, "missing") from None
+    except IsADirectoryError:
+        raise InputFileError(name, f"is a folder, not a {what}") from None
+    except OSError as exc:
+        raise InputFileError(name, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(handle)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputFileError(name, f"is a folder, not a {what}")
+        if not stat.S_ISREG(info.st_mode):
+            raise InputFileError(name, f"is not a regular file (a pipe, socket or device), so not a {what}")
+        if info.st_size > max_bytes:
+            raise InputFileError(name, f"{info.st_size:,} bytes is more than a {what} may hold ({max_bytes:,} bytes)")
+        chunks, total = [], 0
+        while total <= max_bytes:
+            chunk = os.read(handle, min(_CHUNK_BYTES, max_bytes + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > max_bytes:  # it grew while being read
+            raise InputFileError(name, f"more than a {what} may hold ({max_bytes:,} bytes)")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise InputFileError(name, f"cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(handle)
+
+
+def read_json(path: str | os.PathLike[str], what: str = "JSON file", max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The data of the JSON file ``path``, read as :func:`read_bytes_checked` reads (a regular file
+    within ``max_bytes``), as UTF-8, with no key repeated in an object and nesting that Python
+    can hold (a file nested 100,000 deep is refused, not a crash).
+
+    Raises
+    ------
+    InputFileError
+        Naming the file and the problem (with its line for a syntax error).
+    """
+    data = read_bytes_checked(path, what, max_bytes)
+    name = os.fspath(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputFileError(name, f"not UTF-8 text (byte offset {exc.start:,})") from None
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:
+        raise InputFileError(name, f"not JSON: {exc.msg}", line=exc.lineno) from None
+    except ValueError as exc:  # a repeated key, a number too long for Python
+        raise InputFileError(name, f"not JSON kvsim writes: {exc}") from None
+    except RecursionError:
+        raise InputFileError(name, "not JSON kvsim writes: nested too deeply") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(f"the key {quote(key)} repeats in one object")
+        seen.add(key)
+    return dict(pairs)

@@ -9,6 +9,7 @@ table, summary and record.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
 import subprocess
@@ -215,14 +216,14 @@ def _set(data, *path_and_value):
 
 DAMAGE = {  # what is done to point 1's folder, and what the line then says once the marker is sealed again
     "truncated": (lambda f: (f / "runs.json").write_bytes((f / "runs.json").read_bytes()[:200]),
-                  "runs.json: not JSON kvsim wrote"),
-    "empty": (lambda f: (f / "runs.json").write_bytes(b""), "runs.json: not JSON kvsim wrote"),
+                  "runs.json: not JSON: "),
+    "empty": (lambda f: (f / "runs.json").write_bytes(b""), "runs.json: not JSON: Expecting value (line 1)"),
     "binary": (lambda f: (f / "runs.json").write_bytes(b"\x80\x04\x95" + bytes(range(256))),
-               "runs.json: not JSON kvsim wrote"),
+               "runs.json: not UTF-8 text"),
     "deeply nested": (lambda f: (f / "runs.json").write_text("[" * 200_000 + "]" * 200_000),
-                      "runs.json: not JSON kvsim wrote"),
+                      "runs.json: not JSON kvsim writes: nested too deeply"),
     "a repeated key": (lambda f: (f / "runs.json").write_text('{"format": 1, "format": 1}'),
-                       "a key repeats in one object"),
+                       "runs.json: not JSON kvsim writes: the key 'format' repeats in one object"),
     "another format": (lambda f: _break_runs_json(f, lambda d: _set(d, "format", RUNS_FORMAT + 1)),
                        f"runs.json: format {RUNS_FORMAT + 1}, this kvsim reads format {RUNS_FORMAT}"),
     "another version": (lambda f: _break_runs_json(f, lambda d: _set(d, "kvsim_version", "0.0.1")),
@@ -252,6 +253,12 @@ DAMAGE = {  # what is done to point 1's folder, and what the line then says once
     "one record edited": (
         lambda f: pd.read_parquet(f / "requests.parquet").assign(output_tokens=lambda d: d["output_tokens"] + 1)
         .to_parquet(f / "requests.parquet"), "requests.parquet: the records of system 'a' are not the ones"),
+    "a latency as text": (lambda f: _break_runs_json(f, lambda d: _set(d, "runs", 0, "summary", "ttft_s", "abc")),
+                          "runs.json: run 0: summary: ttft_s is not mean, p50, p90 and p99 in seconds"),
+    "flags as a number": (lambda f: _break_runs_json(f, lambda d: _set(d, "runs", 1, "summary", "flags", 7)),
+                          "runs.json: run 1: summary: flags is not a list of flags"),
+    "a metric dropped": (lambda f: _break_runs_json(f, lambda d: d["runs"][0]["summary"].pop("requests_per_s")),
+                         "runs.json: run 0: summary: no requests_per_s"),
     "foreign systems' records": (
         lambda f: pd.read_parquet(f / "requests.parquet").assign(system="zz").to_parquet(f / "requests.parquet"),
         "requests.parquet: rows of systems the point does not have: ['zz']"),
@@ -266,6 +273,10 @@ UNSEALED = {  # damage the marker's digests catch, or the marker itself
     "one byte flipped": (lambda f: _flip(f / "runs.json", 40), "runs.json: changed since it was written"),
     "the summary edited": (lambda f: (f / "summary.parquet").write_bytes(b"x"), "summary.parquet: changed since"),
     "another marker": (lambda f: _reseal(f, key="elsewhere"), f"{MARKER}: the marker of point 'elsewhere'"),
+    "a pipe for a marker": (lambda f: ((f / MARKER).unlink(), os.mkfifo(f / MARKER)),
+                            f"{MARKER}: is not a regular file (a pipe, socket or device)"),
+    "/dev/zero for a marker": (lambda f: ((f / MARKER).unlink(), (f / MARKER).symlink_to("/dev/zero")),
+                               f"{MARKER}: is not a regular file (a pipe, socket or device)"),
     "an old marker": (lambda f: (f / MARKER).write_text('{"key": "k", "finished": 1}'),
                       f"{MARKER}: not a marker this kvsim writes"),
     "a marker naming other files": (lambda f: _reseal(f, extra="/dev/zero"),
@@ -380,12 +391,16 @@ plan: {targets: [3/s], units: {max: 3}, rel_tol: 0.3}
 """
 
 PROBE_DAMAGE = {
-    "not json": (lambda d: "{", "not JSON kvsim wrote"),
+    "not json": (lambda d: "{", "not JSON: Expecting property name"),
     "another format": (lambda d: json.dumps({**d, "format": 7}), "format 7, this kvsim reads format 1"),
     "another probe's file": (lambda d: json.dumps({**d, "key": "x" * 20}), "key is 'xxxxxxxxxxxxxxxxxxxx'"),
     "another load": (lambda d: json.dumps({**d, "load": d["load"] * 2}), "load is "),
     "meets as text": (lambda d: json.dumps({**d, "meets": "yes"}), "meets, reason or detail of the wrong type"),
     "a list": (lambda d: "[]", "not an object"),
+    "flags as a number": (lambda d: json.dumps({**d, "detail": {**d["detail"], "flags": 5}}),
+                          "detail: flags is not a list of flags"),
+    "a latency as text": (lambda d: json.dumps({**d, "detail": {**d["detail"], "ttft_s": "fast"}}),
+                          "detail: ttft_s is not a set of latency statistics"),
 }
 
 
@@ -422,7 +437,7 @@ def test_a_points_file_in_the_way_is_refused_with_a_message(tmp_path, capsys):
     assert main(argv) == 2  # not a kvsim folder: refused before anything (tests/test_output_paths.py)
     assert main([*argv, "--overwrite"]) == 2  # told to write anyway: the store still has no room
     err = capsys.readouterr().err
-    assert f"cannot keep points in {out / 'points'}: it exists and is not a folder" in err
+    assert f"cannot keep points in {out / 'points'}: it is not a folder" in err
     assert "Traceback" not in err and (out / "points").read_text() == "my notes"
 
 
@@ -459,3 +474,123 @@ def test_kvsim_report_reads_a_folders_scenario_with_the_scenario_limits(stored_t
     err = capsys.readouterr().err
     assert err.startswith(f"kvsim report: cannot read {out / 'scenario.yaml'}: ") and expected in err
     assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+
+def _run_cli(*argv) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from kvsim.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main([str(a) for a in argv])
+    return code, err.getvalue()
+
+
+@pytest.mark.parametrize("name", ["summary.json", "plan.json", "manifest.json"])
+@pytest.mark.parametrize("content", ["nested", "pipe", "zero"])
+def test_a_results_folder_file_that_is_no_file_or_too_deep_is_refused_at_once(stored_tiny, tmp_path, name, content):
+    """``kvsim report DIR`` and ``kvsim run --out DIR`` read a folder's JSON files as data from
+    anywhere: a FIFO waited for ever, /dev/zero filled memory, deep nesting was exit 3."""
+    from kvsim.report import write_results
+
+    scenario, original, keys, fresh = stored_tiny
+    out = tmp_path / "out"
+    write_results(fresh, out)
+    path = out / name
+    path.unlink(missing_ok=True)
+    if content == "nested":
+        path.write_text("[" * 200_000 + "]" * 200_000)
+    elif content == "pipe":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    source = tmp_path / "tiny.yaml"
+    source.write_text(TINY, encoding="utf-8")
+    if name == "manifest.json":  # an unreadable manifest is no manifest: the folder is the user's, and refused
+        code, err = _run_cli("run", source, "--out", out, "--workers", "1", "--no-progress", "--no-report")
+        assert code == 2 and "is not a kvsim results folder" in err, err
+        return
+    if name == "plan.json" and content != "nested":
+        code, err = _run_cli("report", out, "--out", tmp_path / "r")  # not a file: the run's report is rendered
+        assert code == 0, err
+        return
+    code, err = _run_cli("report", out, "--out", tmp_path / "r")
+    assert code == 2 and f"kvsim report: cannot read {path}: " in err and len(err.splitlines()) == 1, err
+    assert ("nested too deeply" if content == "nested" else "is not a regular file") in err
+
+
+def test_a_huge_scenario_file_in_a_results_folder_is_refused_before_it_is_read(stored_tiny, tmp_path):
+    from kvsim.report import write_results
+
+    out = tmp_path / "out"
+    write_results(stored_tiny[3], out)
+    with open(out / "scenario.yaml", "wb") as handle:  # sparse: 3 GB that take no disk
+        handle.truncate(3 * 2**30)
+    code, err = _run_cli("report", out, "--out", tmp_path / "r")
+    assert code == 2 and "scenario.yaml" in err and "bytes is more than" in err, err
+
+
+def test_temporaries_are_cleared_only_inside_the_store(stored_tiny, tmp_path):
+    """A point folder that is a link to elsewhere: the files there are not kvsim's to delete."""
+    scenario, original, keys, fresh = stored_tiny
+    out = tmp_path / "out"
+    shutil.copytree(original, out)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    precious = elsewhere / ".notes.123.0123456789ab.tmp"
+    precious.write_text("mine")
+    (out / "points" / ("d" * 20)).symlink_to(elsewhere, target_is_directory=True)
+    left = out / "points" / keys[0] / ".runs.json.99.0123456789ab.tmp"
+    left.write_text("half")
+    odd = out / "points" / keys[0] / ".notes.tmp"  # not a name kvsim gives its temporaries
+    odd.write_text("mine too")
+    run_sweep(scenario, out, workers=1, log=False)
+    assert precious.read_text() == "mine" and odd.read_text() == "mine too" and not left.exists()
+
+
+def test_a_linked_probe_store_is_refused(tmp_path):
+    source = tmp_path / "plan.yaml"
+    source.write_text(PLAN, encoding="utf-8")
+    out = tmp_path / "out"
+    assert _run_cli("plan", source, "--out", out, "--workers", "1")[0] == 0  # a folder of kvsim's, with its manifest
+    shutil.rmtree(out / "probes")
+    (tmp_path / "elsewhere").mkdir()
+    (out / "probes").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    code, err = _run_cli("plan", source, "--out", out, "--workers", "1")
+    assert code == 2 and f"cannot keep probes in {out / 'probes'}: it is a link" in err, err
+    assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_a_manifest_naming_a_users_file_does_not_get_it_removed(tmp_path):
+    source = tmp_path / "tiny.yaml"
+    source.write_text(TINY, encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["run", source, "--out", out, "--workers", "1", "--no-progress", "--no-report"]
+    assert _run_cli(*argv)[0] == 0
+    (out / "notes.txt").write_text("my notes")
+    (out / "summary.csv").write_text("my own edit")  # a kvsim file changed since: kept too
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"].append({"name": "notes.txt", "bytes": 8, "sha256": "0" * 64})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert _run_cli(*argv, "--set", "workload.output_tokens.value=9")[0] == 0
+    assert (out / "notes.txt").read_text() == "my notes"
+    # a file the manifest names that the new run does not write is removed only if it is still kvsim's
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {e["name"] for e in manifest["files"]} >= {"summary.csv", "summary.json"}
+
+
+def test_a_stored_probe_reason_reaches_the_terminal_escaped(tmp_path):
+    from kvsim.plan.command import run_plan
+
+    scenario = kvsim.parse_scenario(PLAN, "plan.yaml")
+    run_plan(scenario, tmp_path, workers=1, log=lambda line: None)
+    probes = sorted((tmp_path / "probes").glob("*.json"))
+    data = json.loads(probes[0].read_text())
+    data.update(meets=False, reason="\x1b[2Jgone")
+    probes[0].write_text(json.dumps(data))
+    lines: list[str] = []
+    run_plan(scenario, tmp_path, workers=1, log=lines.append)
+    assert any("\\x1b[2Jgone" in line for line in lines) and not any("\x1b" in line for line in lines)

@@ -88,7 +88,7 @@ def test_a_folder_without_its_marker_runs_again_and_temporaries_are_cleared(tmp_
     before = _markers(tmp_path)
     victim = sorted(before)[1]
     (tmp_path / "points" / victim / MARKER).unlink()  # killed while writing this point
-    leftover = tmp_path / "points" / victim / ".requests.parquet.123.abc.tmp"
+    leftover = tmp_path / "points" / victim / ".requests.parquet.123.0123456789ab.tmp"
     leftover.write_bytes(b"half a file")
     stats = SweepStats()
     result = run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)

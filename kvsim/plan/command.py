@@ -17,16 +17,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
-from kvsim.plan.executor import default_workers, worker_pool
+from kvsim.plan.executor import ExecutorError, default_workers, worker_pool
 from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
 from kvsim.crash import note_where
+from kvsim.plan.store import json_default, store_root_problem
 from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
+from kvsim.input_files import InputFileError, read_json
 from kvsim.report.escape import terminal_text
 
 from kvsim.scenario.load import Scenario
@@ -60,6 +63,9 @@ class _StoredMap:
         self._files: dict[Path, str] = {}
 
     def __enter__(self) -> "_StoredMap":
+        problem = store_root_problem(self.folder, "probes")
+        if problem is not None:
+            raise ExecutorError(problem)
         if self.workers > 1:
             # forkserver (the sweep's context): the planner's threads must not be forked; the
             # workers exit when this process dies
@@ -96,6 +102,10 @@ class _StoredMap:
         for k in todo:
             try:
                 outcome = next(results)
+            except BrokenProcessPool:  # killed (out of memory?): not a bug, and nothing finished is lost
+                raise ExecutorError(f"a worker process died (out of memory? killed?) while running probes of "
+                                    f"{probes[k].system}; finished probes are kept in {self.folder}: run the same "
+                                    f"command again to resume") from None
             except Exception as exc:  # a bug in a probe: say which (the worker's traceback comes with it)
                 probe = probes[k]
                 note_where(exc, f"probe {probe.system} x{probe.units} at {probe.load:.6g} {load_unit(self.scenario)}")
@@ -111,7 +121,7 @@ class _StoredMap:
         record = {"format": PROBE_FORMAT, "key": key, "system": probe.system, "units": probe.units,
                   "load": outcome.load, "unit": load_unit(self.scenario), "meets": outcome.meets,
                   "reason": outcome.reason, "detail": outcome.detail}
-        text = json.dumps(record, indent=1, allow_nan=False, default=_plain) + "\n"
+        text = json.dumps(record, indent=1, allow_nan=False, default=json_default) + "\n"
         write_atomic(self.folder / f"{key}.json", lambda path: path.write_text(text, encoding="utf-8"))
 
 
@@ -119,11 +129,9 @@ class _StoredMap:
         """A stored probe's outcome, checked against the format and ``probe`` (a results folder is
         data from anywhere: a file that is not what this kvsim wrote for ``probe`` is refused)."""
         try:
-            if path.stat().st_size > _MAX_PROBE_BYTES:
-                raise _StoredProbeError(f"larger than {_MAX_PROBE_BYTES // 2**20} MiB")
-            stored = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise _StoredProbeError(f"not JSON kvsim wrote ({' '.join(str(exc).split())[:160]})") from None
+            stored = read_json(path, "probe", _MAX_PROBE_BYTES)
+        except InputFileError as exc:
+            raise _StoredProbeError(exc.problem + (f" (line {exc.line})" if exc.line else "")) from None
         if not isinstance(stored, dict):
             raise _StoredProbeError("not an object")
         if stored.get("format") != PROBE_FORMAT:
@@ -137,6 +145,9 @@ class _StoredMap:
             raise _StoredProbeError(f"load is {load!r}, the probe's is {probe.load!r}")
         if not isinstance(meets, bool) or not isinstance(reason, str) or not isinstance(detail, dict):
             raise _StoredProbeError("meets, reason or detail of the wrong type")
+        problem = _detail_problem(detail)
+        if problem is not None:
+            raise _StoredProbeError(f"detail: {problem}")
         return ProbeOutcome(load, meets, reason, detail)
 
 
@@ -149,14 +160,29 @@ PROBE_FORMAT = 1
 _MAX_PROBE_BYTES = 16 * 2**20
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _detail_problem(detail: dict[str, Any]) -> str | None:
+    """What is wrong with a stored probe's ``detail`` (:func:`kvsim.plan.planner.probe`'s keys),
+    or None: the answer and its report read every one of them."""
+    for key in ("ttft_s", "tpot_s", "e2e_s"):
+        stats = detail.get(key)
+        if stats is not None and not (isinstance(stats, dict) and all(
+                isinstance(k, str) and (v is None or _number(v)) for k, v in stats.items())):
+            return f"{key} is not a set of latency statistics"
+    flags = detail.get("flags")
+    if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
+        return "flags is not a list of flags"
+    for key in ("requests_per_s", "output_tokens_per_s", "requests_unfinished", "duration_s", "replicas", "wall_s"):
+        if detail.get(key) is not None and not _number(detail[key]):
+            return f"{key} is not a number"
+    return None
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not JSON-able")
 
 
 def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None,
@@ -191,7 +217,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
     def on_probe(probe: Probe, outcome: ProbeOutcome) -> None:
         nonlocal count
         count += 1
-        verdict = "meets the SLO" if outcome.meets else f"fails: {outcome.reason}"
+        verdict = "meets the SLO" if outcome.meets else f"fails: {terminal_text(outcome.reason)}"
         cost = outcome.detail.get("wall_s")
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "

@@ -32,6 +32,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -41,17 +43,20 @@ import numpy as np
 import pandas as pd
 
 from kvsim._version import __version__
-from kvsim.atomic import write_atomic
+from kvsim.atomic import TEMPORARY, sha256_of, write_atomic
+from kvsim.input_files import InputFileError, read_json
 from kvsim.metrics.records import RequestRecords
+from kvsim.metrics.summary import LATENCY_KEYS
 from kvsim.plan.tasks import SweepTask
 from kvsim.scenario.load import Scenario
 from kvsim.sim.layout_search import searches_layout, with_layout, candidates
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 
-__all__ = ["PointStore", "StoredPointError", "MARKER", "RUNS_FORMAT", "seal"]
+__all__ = ["PointStore", "StoredPointError", "MARKER", "RUNS_FORMAT", "seal", "store_root_problem", "json_default"]
 
 MARKER = "done.json"
+_KEY = re.compile(r"[0-9a-f]{8,64}")  # a task key (kvsim.plan.tasks.KEY_CHARS hex digits)
 RUNS_FORMAT = 1
 """Version of ``runs.json``'s layout. 1: ``{"format", "kvsim_version", "key", "runs": [...]}``,
 each run its ``system``, ``summary``, counters and :data:`TABLES`."""
@@ -60,10 +65,6 @@ TABLES = ("timeseries", "links", "storage", "decisions", "switches")
 """The per-run tables kept in ``runs.json``: lists of rows (objects of scalars)."""
 
 _COUNTERS = {"in_system_mean": float, "iterations": int, "busy_s": float, "wall_s": float}
-_MAX_JSON_BYTES = 256 * 2**20
-"""A ``runs.json`` larger than this is not one kvsim wrote (its tables are a few hundred rows)."""
-
-
 class StoredPointError(Exception):
     """A stored point cannot be read back; the message says which file and why."""
 
@@ -72,7 +73,17 @@ def _write_text(path: Path, text: str) -> None:
     write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
-def _plain(value: Any) -> Any:
+def store_root_problem(root: Path, what: str) -> str | None:
+    """Why kvsim cannot keep its ``what`` (points, probes) in the folder ``root``, or None: it
+    exists and is not a folder, or it is a link (which could lead outside the results folder)."""
+    if root.is_symlink() or (root.exists() and not root.is_dir()):
+        kind = "a link" if root.is_symlink() else "not a folder"
+        return (f"cannot keep {what} in {root}: it is {kind} (kvsim keeps each finished one there, in a folder of "
+                f"its own): move it away, or give another --out")
+    return None
+
+
+def json_default(value: Any) -> Any:
     """numpy scalars as Python numbers (``json`` knows float64 but not int64 or bool_)."""
     if isinstance(value, np.generic):
         return value.item()
@@ -119,7 +130,7 @@ class PointStore:
         stored = {"format": RUNS_FORMAT, "kvsim_version": __version__, "key": task.key,
                   "runs": [_run_data(r) for r in runs]}
         # NaN and infinities stay numbers (Python's JSON tokens): a sampled table may hold them
-        _write_text(folder / "runs.json", json.dumps(stored, default=_plain, separators=(",", ":")) + "\n")
+        _write_text(folder / "runs.json", json.dumps(stored, default=json_default, separators=(",", ":")) + "\n")
         seal(folder, task.key)
         return folder
 
@@ -184,8 +195,18 @@ class PointStore:
 
     def stale_temporaries(self) -> list[Path]:
         """Temporary files left by a process killed while writing (safe to delete: the marker
-        of their folder is missing or was written after them from complete files)."""
-        return sorted(self.root.glob("*/.*.tmp")) if self.root.is_dir() else []
+        of their folder is missing or was written after them from complete files): regular
+        files named as :func:`kvsim.atomic.write_atomic` names them, in point folders that are
+        folders, not links (a link could lead anywhere outside the results folder)."""
+        found: list[Path] = []
+        if self.root.is_symlink() or not self.root.is_dir():
+            return found
+        for folder in os.scandir(self.root):
+            if not _KEY.fullmatch(folder.name) or not folder.is_dir(follow_symlinks=False):
+                continue
+            found += [Path(entry.path) for entry in os.scandir(folder.path)
+                      if TEMPORARY.fullmatch(entry.name) and entry.is_file(follow_symlinks=False)]
+        return sorted(found)
 
 
 SEALED = ("requests.parquet", "summary.parquet", "point.json", "runs.json")
@@ -211,19 +232,11 @@ def _make_room(folder: Path) -> None:
             path.unlink()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def seal(folder: Path, key: str) -> None:
     """Write ``folder``'s marker: ``key`` and the SHA-256 of its files, the last file written."""
     names = [n for n in (*SEALED, "inputs.json") if (folder / n).is_file()]
     marker = {"format": MARKER_FORMAT, "key": key, "finished": time.time(),
-              "sha256": {name: _sha256(folder / name) for name in names}}
+              "sha256": {name: sha256_of(folder / name) for name in names}}
     _write_text(folder / MARKER, json.dumps(marker, indent=1) + "\n")
 
 
@@ -245,7 +258,7 @@ def _check_seal(folder: Path, key: str) -> None:
         if not path.is_file():
             raise StoredPointError(f"{name}: missing")
         try:
-            actual = _sha256(path)
+            actual = sha256_of(path)
         except OSError as exc:
             raise StoredPointError(f"{name}: cannot be read ({_reason(exc)})") from None
         if actual != expected:
@@ -273,24 +286,12 @@ def _records_sha256(records: RequestRecords) -> str:
 
 
 def _read_json(path: Path) -> Any:
+    """The data of one of a point's JSON files (a regular file within a size limit, parsed
+    without a crash: :func:`kvsim.input_files.read_json`), or :class:`StoredPointError`."""
     try:
-        if path.stat().st_size > _MAX_JSON_BYTES:
-            raise StoredPointError(f"{path.name}: larger than {_MAX_JSON_BYTES // 2**20} MiB")
-        text = path.read_text(encoding="utf-8")
-        return json.loads(text, object_pairs_hook=_unique_keys)
-    except StoredPointError:
-        raise
-    except FileNotFoundError:
-        raise StoredPointError(f"{path.name}: missing") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise StoredPointError(f"{path.name}: not JSON kvsim wrote ({_reason(exc)})") from None
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        raise ValueError("a key repeats in one object")
-    return result
+        return read_json(path, "file kvsim writes")
+    except InputFileError as exc:
+        raise StoredPointError(f"{path.name}: {exc.problem}" + (f" (line {exc.line})" if exc.line else "")) from None
 
 
 def _reason(exc: BaseException) -> str:
@@ -325,6 +326,9 @@ def _run_problem(entry: Any) -> str | None:
     if not isinstance(entry["system"], str) or not isinstance(entry["summary"], dict) or not isinstance(
             entry["records_sha256"], str):
         return "system, summary or records_sha256 of the wrong type"
+    problem = summary_problem(entry["summary"])
+    if problem is not None:
+        return f"summary: {problem}"
     for name, kind in _COUNTERS.items():
         value = entry[name]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
@@ -336,6 +340,58 @@ def _run_problem(entry: Any) -> str | None:
         if not isinstance(rows, list) or not all(isinstance(row, dict) and all(
                 value is None or isinstance(value, (str, int, float)) for value in row.values()) for row in rows):
             return f"{name} is not a list of rows of scalars"
+    return None
+
+
+_SUMMARY_NUMBERS = ("goodput_requests_per_s", "gpu_busy_fraction", "input_tokens_per_s", "kv_bytes_peak",
+                    "kv_utilization_mean", "kv_utilization_peak", "output_tokens_per_s", "requests_per_s",
+                    "total_tokens_per_s")
+_SUMMARY_COUNTS = ("preemptions", "requests_aborted", "requests_arrived", "requests_completed", "requests_rejected",
+                   "requests_undrained", "requests_unfinished")
+_SUMMARY_BLOCKS = ("cost", "gpu_time_share", "routing", "slo_met", "steady_state", "window")
+_SUMMARY_OPTIONAL = {"cache": dict, "layout_search": dict, "lora": dict, "pd": dict, "rejected_note": str}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def summary_problem(summary: dict[str, Any]) -> str | None:
+    """What is wrong with a stored system summary, or None: the keys every summary has
+    (:mod:`kvsim.metrics.summary`, :func:`kvsim.sim.collect.collect`) with their types, the
+    optional blocks as objects, nothing else. A summary sealed again over an edit still reaches
+    the tables, reports and studies only in the shape they read."""
+    expected = {*_SUMMARY_NUMBERS, *_SUMMARY_COUNTS, *_SUMMARY_BLOCKS, *LATENCY_KEYS, "flags", "bound"}
+    missing = sorted(expected - set(summary))
+    unknown = sorted(set(summary) - expected - set(_SUMMARY_OPTIONAL))
+    if missing or unknown:
+        return f"{'no ' + ', '.join(missing[:3]) if missing else 'unknown ' + ', '.join(map(repr, unknown[:3]))}"
+    for key in _SUMMARY_NUMBERS:
+        if not _number(summary[key]):
+            return f"{key} is not a number"
+    for key in _SUMMARY_COUNTS:
+        if not isinstance(summary[key], int) or isinstance(summary[key], bool) or summary[key] < 0:
+            return f"{key} is not a count"
+    for key in LATENCY_KEYS:
+        stats = summary[key]
+        if not isinstance(stats, dict) or set(stats) != {"mean", "p50", "p90", "p99"} or not all(
+                v is None or _number(v) for v in stats.values()):
+            return f"{key} is not mean, p50, p90 and p99 in seconds"
+    if not isinstance(summary["flags"], list) or not all(isinstance(f, str) for f in summary["flags"]):
+        return "flags is not a list of flags"
+    if not isinstance(summary["bound"], str):
+        return "bound is not a text"
+    for key in _SUMMARY_BLOCKS:
+        if not isinstance(summary[key], dict):
+            return f"{key} is not an object"
+    window = summary["window"]
+    if not (_number(window.get("start_s")) and _number(window.get("end_s")) and isinstance(window.get("warmup"), str)):
+        return "window is not its start_s, end_s and warmup"
+    if not all(isinstance(v, bool) for v in summary["slo_met"].values()):
+        return "slo_met is not a verdict per objective"
+    for key, kind in _SUMMARY_OPTIONAL.items():
+        if key in summary and not isinstance(summary[key], kind):
+            return f"{key} is not {'an object' if kind is dict else 'a text'}"
     return None
 
 

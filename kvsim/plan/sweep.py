@@ -18,7 +18,7 @@ from pathlib import Path
 from kvsim.plan.run_cost import point_requests
 from kvsim.plan.executor import ExecutorError, default_workers, execute, in_process
 from kvsim.plan.progress import SweepProgress
-from kvsim.plan.store import PointStore
+from kvsim.plan.store import PointStore, store_root_problem
 from kvsim.plan.tasks import SweepTask, code_fingerprint, sweep_tasks, task_inputs
 from kvsim.scenario.load import Scenario
 from kvsim.sim.result import RunResult, SystemRun
@@ -80,9 +80,9 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
     check_scenario(scenario)
     stats = stats if stats is not None else SweepStats()
     store = PointStore(out)
-    if store.root.is_symlink() or (store.root.exists() and not store.root.is_dir()):
-        raise ExecutorError(f"cannot keep points in {store.root}: it exists and is not a folder (kvsim keeps "
-                            f"each finished point there): move it away, or give another --out")
+    problem = store_root_problem(store.root, "points")
+    if problem is not None:
+        raise ExecutorError(problem)
     store.root.mkdir(parents=True, exist_ok=True)
     for leftover in store.stale_temporaries():
         leftover.unlink(missing_ok=True)

@@ -16,7 +16,6 @@ overwrite, and then only those files are replaced -- kvsim never removes a file 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -25,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from kvsim._version import __version__
-from kvsim.atomic import write_text_atomic
+from kvsim.atomic import sha256_of, write_text_atomic
+from kvsim.input_files import InputFileError, read_json
 
 __all__ = ["MANIFEST", "RUN_OUTPUTS", "PLAN_FILES", "PLAN_OUTPUTS", "read_manifest", "foreign_results",
            "folder_refusal", "report_refusal", "replaced_files", "clear_results", "finish_results", "record_files", "verify_manifest"]
@@ -52,6 +52,9 @@ PLAN_FILES = ("plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_pr
 PLAN_OUTPUTS = PLAN_FILES + (MANIFEST, "probes")
 """Every name ``kvsim plan`` may write into its results folder."""
 
+_OWN_NAMES = frozenset(RUN_OUTPUTS + PLAN_OUTPUTS) - {MANIFEST, *STORES}
+"""The file names a new run may remove when an earlier run's manifest lists them."""
+
 _KEY = re.compile(r"[0-9a-f]{8,64}")
 _SHOWN = 5  # names quoted in a refusal; the rest counted
 
@@ -63,9 +66,9 @@ def _plain_name(name: Any) -> bool:
 
 
 def _load(out: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # a regular file, within a size, parsed without a crash: a folder is data from anywhere
+        data = read_json(out / MANIFEST, "manifest")
+    except InputFileError:
         return None
     if not (isinstance(data, dict) and "kvsim_version" in data and isinstance(data.get("scenario"), str)
             and isinstance(data.get("files"), list)):
@@ -83,10 +86,19 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     return {**data, "files": [e for e in data["files"] if isinstance(e, dict) and _plain_name(e.get("name"))]}
 
 
-def _remove_file(path: Path) -> None:
-    """Remove ``path`` if it is a file (or a link, not what it points to); a folder is left alone."""
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
+def _remove_written(out: Path, entry: dict[str, Any]) -> None:
+    """Remove the file of a manifest ``entry`` if it is still the one kvsim wrote: a name kvsim
+    writes, a regular file, with the size and SHA-256 the entry records. A manifest is data that
+    may have been edited: an entry naming a user's file (or one changed since) removes nothing."""
+    name = entry.get("name")
+    path = out / str(name)
+    if name not in _OWN_NAMES or path.is_symlink() or not path.is_file():
+        return
+    try:
+        if path.stat().st_size == entry.get("bytes") and sha256_of(path) == entry.get("sha256"):
+            path.unlink(missing_ok=True)
+    except OSError:
+        return
 
 
 def _is_store(path: Path) -> bool:
@@ -165,7 +177,7 @@ def clear_results(out: Path) -> None:
     folder named like a store that is not one."""
     manifest = read_manifest(out)
     for entry in (manifest or {}).get("files", []):
-        _remove_file(out / entry["name"])
+        _remove_written(out, entry)
     for name in STORES:
         if _is_store(out / name):
             shutil.rmtree(out / name, ignore_errors=True)
@@ -173,22 +185,15 @@ def clear_results(out: Path) -> None:
         (out / MANIFEST).unlink(missing_ok=True)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def finish_results(out: Path, written: Iterable[Path], scenario: str, seed: int | None) -> Path:
     """Remove the earlier run's outputs (those its manifest names) this run did not write again,
     then write the manifest of ``written`` (last, so its presence means the results are complete)."""
     names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
     previous = read_manifest(out) or {}
-    for name in sorted({entry["name"] for entry in previous.get("files", [])} - set(names)):
-        _remove_file(out / name)
-    files = [{"name": name, "bytes": (out / name).stat().st_size, "sha256": _sha256(out / name)} for name in names]
+    for entry in previous.get("files", []):
+        if entry["name"] not in names:
+            _remove_written(out, entry)
+    files = [{"name": name, "bytes": (out / name).stat().st_size, "sha256": sha256_of(out / name)} for name in names]
     manifest = {"kvsim_version": __version__, "scenario": scenario, "seed": seed, "files": files}
     write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return out / MANIFEST
@@ -204,7 +209,7 @@ def record_files(out: Path, written: Iterable[Path]) -> bool:
     names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
     entries = {e["name"]: e for e in manifest["files"]}
     for name in names:
-        entries[name] = {"name": name, "bytes": (out / name).stat().st_size, "sha256": _sha256(out / name)}
+        entries[name] = {"name": name, "bytes": (out / name).stat().st_size, "sha256": sha256_of(out / name)}
     manifest["files"] = [entries[name] for name in sorted(entries)]
     write_text_atomic(out / MANIFEST, json.dumps(manifest, indent=1) + "\n")
     return True
@@ -226,6 +231,6 @@ def verify_manifest(out: Path) -> list[str]:
         path = out / name
         if not path.is_file():
             problems.append(f"{name} is missing")
-        elif path.stat().st_size != entry.get("bytes") or _sha256(path) != entry.get("sha256"):
+        elif path.stat().st_size != entry.get("bytes") or sha256_of(path) != entry.get("sha256"):
             problems.append(f"{name} differs from what the run wrote")
     return problems

@@ -7,11 +7,12 @@ count), each system's rows along it, and its saturation point.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kvsim.input_files import InputFileError, read_json
 
 __all__ = ["ReportInputError", "RunResults", "load_results", "LoadAxis", "load_axis", "Row", "rows",
            "saturation", "metric", "finite", "run_windows", "window_phrase"]
@@ -65,13 +66,13 @@ def load_results(folder: str | Path) -> RunResults:
     if not folder.is_dir():
         raise ReportInputError(f"{folder} is not a folder")
     path = folder / "summary.json"
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         raise ReportInputError(f"{folder} holds no plan.json nor summary.json: give the results folder of "
                                f"kvsim plan or kvsim run")
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportInputError(f"cannot read {path}: {exc}") from None
+        summary = read_json(path, "run summary")
+    except InputFileError as exc:
+        raise ReportInputError(f"cannot read {exc}") from None
     if not isinstance(summary, dict) or summary.get("format") != 2:
         raise ReportInputError(f"{path} is not a run summary of format 2 (docs/results.md); "
                                f"re-run the scenario with this kvsim to write one")
@@ -89,12 +90,10 @@ def load_results(folder: str | Path) -> RunResults:
     scenario: dict[str, Any] = {}
     resolved = folder / "scenario.yaml"
     if resolved.is_file():
-        from kvsim.yaml_io import SpecError, load_yaml
+        from kvsim.yaml_io import SpecError, load_yaml, read_utf8
 
         try:  # the scenario files' reader: its limits on size, values and nesting hold here too
-            scenario = load_yaml(resolved.read_text(encoding="utf-8"), str(resolved)).data or {}
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ReportInputError(f"cannot read {resolved}: {' '.join(str(exc).split())}") from None
+            scenario = load_yaml(read_utf8(resolved, "scenario file")[1], str(resolved)).data or {}
         except SpecError as exc:
             raise ReportInputError(f"cannot read {resolved}: {'; '.join(exc.problems[:3])}") from None
         if not isinstance(scenario, dict):
