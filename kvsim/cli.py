@@ -347,7 +347,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _say(text: str, file=None) -> None:
     """Print text that holds text from input, its control characters but line ends (an ANSI
     escape in a name could rewrite the terminal) shown escaped."""
-    from kvsim.report.escape import terminal_text
+    from kvsim.escape import terminal_text
 
     print("\n".join(terminal_text(line) for line in text.split("\n")), file=file)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kvsim.cli import main
-from kvsim.report.escape import markdown_text, terminal_text
+from kvsim.escape import markdown_text, terminal_text
 
 SCRIPT = "<script>alert(1)</script>"
 LINK = "[x](javascript:alert(1))"

@@ -30,7 +30,7 @@ from kvsim.crash import note_where
 from kvsim.plan.store import json_default, store_root_problem
 from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
 from kvsim.input_files import InputFileError, read_json
-from kvsim.report.escape import terminal_text
+from kvsim.escape import terminal_text
 
 from kvsim.scenario.load import Scenario
 

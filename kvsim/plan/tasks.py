@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from kvsim._version import __version__
+from kvsim.escape import terminal_text
 from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.sim.result import SystemRun
 from kvsim.sim.run import RunProgress, point_seed, run_point
@@ -41,8 +42,7 @@ class SweepTask:
 
     def label(self) -> str:
         """``point 3 [rate=20/s] replica 1`` (the replica only when there are several)."""
-        from kvsim.report.escape import terminal_text  # a swept text may hold control characters
-
+        # a swept text may hold control characters: shown escaped in every line that names the task
         shown = terminal_text(", ".join(f"{k.split('.')[-1]}={v}" for k, v in self.params.items()))
         text = f"point {self.index}" + (f" [{shown}]" if shown else "")
         return text + (f" replica {self.replica}" if self.replica else "")

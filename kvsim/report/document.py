@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from kvsim.atomic import write_bytes_atomic
-from kvsim.report.escape import markdown_text
+from kvsim.escape import markdown_text
 
 __all__ = ["Document", "Figure", "to_markdown", "to_html", "document_files", "write_files"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvsim.metrics.summary import slo_met
-from kvsim.report.escape import literal_figure_text, markdown_text as md
+from kvsim.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 

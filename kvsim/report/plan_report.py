@@ -8,7 +8,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Document, Figure
-from kvsim.report.escape import literal_figure_text
+from kvsim.escape import literal_figure_text
 
 __all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
 

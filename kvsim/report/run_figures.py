@@ -9,7 +9,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Figure
-from kvsim.report.escape import literal_figure_text
+from kvsim.escape import literal_figure_text
 from kvsim.report.run_data import LoadAxis, Row, metric, saturation
 
 __all__ = ["load_series", "figure_throughput", "figure_latency", "figure_cdf", "figure_hit_rates", "figure_cost",

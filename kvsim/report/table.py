@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from kvsim.report.escape import terminal_text
+from kvsim.escape import terminal_text
 from kvsim.sim.result import RunResult
 
 __all__ = ["comparison_table", "hardware_label", "COLUMNS", "ROWS", "FLAG_MARK", "flag_note"]
