@@ -10,7 +10,9 @@ and storage-benchmark files (:func:`kvsim.yaml_io.load_yaml`) and ``--set`` valu
   values it stands for (default :data:`MAX_NODES`, ``KVSIM_YAML_MAX_NODES``), counted while
   parsing, which stops at the first one over;
 - at most :data:`MAX_DEPTH` levels of nesting, checked while parsing;
-- only plain YAML tags, no duplicate keys, keys that are plain values.
+- only plain YAML tags, no duplicate keys, keys that are plain values;
+- whole numbers within a float's range (:data:`LARGEST_WHOLE`), as floats are: a larger one is
+  refused as out of range, before Python converts its digits (over 4,300 of them it refuses to).
 
 The data is built from the parser's event stream in one pass, without recursion (a
 100,000-deep ``[[[...`` is refused at its 65th bracket) and in time linear in the text. Events
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +52,15 @@ MAX_PROBLEMS = 20
 """Most problems reported from one text (reading stops there)."""
 BYTES_VARIABLE = "KVSIM_YAML_MAX_BYTES"
 NODES_VARIABLE = "KVSIM_YAML_MAX_NODES"
+LARGEST_WHOLE = sys.float_info.max
+"""Largest magnitude of a whole number read (about 1.8e308: a float's range, so that every
+number read can be a float, as the model's arithmetic makes it; a larger one is out of range
+as a float that reads as infinity is)."""
+_FAST_DIGITS = 308
+"""Longest digit string converted by the fast path (10**308 - 1 is within :data:`LARGEST_WHOLE`)."""
+_MOST_DIGITS = 4300
+"""Longest significant digit string of a whole number converted (Python's default limit for a
+decimal one; a longer one of any base is beyond :data:`LARGEST_WHOLE`)."""
 LIMITS_DOC = "README.md, Scenario files"
 """Where the limits are described (named in their messages)."""
 
@@ -184,7 +196,7 @@ def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[A
 
 _PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map",
                                                                   "seq", "timestamp"))
-_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map"))
+_STR, _SEQ, _MAP, _INT = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map", "int"))
 _MERGE, _VALUE = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"
 _RESOLVED_FIRST = frozenset(KvsimLoader.yaml_implicit_resolvers)
 """First characters of the plain values an implicit tag may match (int, null, bool, ...; the
@@ -194,6 +206,21 @@ _NO_KEY = object()
 """A mapping's next event starts a key."""
 _MERGE_KEY = object()
 """The key ``<<`` (merge the mapping or mappings given as its value)."""
+
+
+def _significant_digits(text: str) -> int:
+    """Digits of a whole number as YAML writes it, without its sign, base prefix, ``_``
+    separators and leading zeros (``:`` separators of a base-60 one counted: each part has at
+    most two digits after the first, so a long text is a large number still)."""
+    body = text.replace("_", "").lstrip("+-")
+    if body[:2].lower() in ("0x", "0b", "0o"):
+        body = body[2:]
+    return len(body.lstrip("0"))
+
+
+def _short(text: str) -> str:
+    """``text``, or its start and length when it is long (a message quotes it)."""
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
 
 
 class _Open:
@@ -311,7 +338,8 @@ class _Builder:
                     value = self._scalar(event.tag, text, event, line, path, parent)
                 elif not event.implicit[0]:
                     value = text  # quoted: a string
-                elif text.isascii() and text.isdigit() and (text[0] != "0" or len(text) == 1):
+                elif (text.isascii() and text.isdigit() and (text[0] != "0" or len(text) == 1)
+                      and len(text) <= _FAST_DIGITS):
                     value = int(text)  # the resolver's and construct_yaml_int's answer, in a tenth of the time
                 elif text and text[0] not in _RESOLVED_FIRST:
                     value = text  # no implicit tag starts with this character: a string
@@ -417,13 +445,31 @@ class _Builder:
             self._problem(line, f"the tag {tag!r} is not plain YAML; kvsim reads only plain values, lists and "
                                 f"mappings", path)
             return None
+        if tag == _INT and _significant_digits(text) > _MOST_DIGITS:
+            return self._out_of_range(text, line, path, parent)
         node = ScalarNode(tag, text, event.start_mark, event.end_mark, style=event.style)
         try:
-            return self.loader.yaml_constructors[tag](self.loader, node)
-        except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError) as exc:  # KeyError: !!bool maybe
+            value = self.loader.yaml_constructors[tag](self.loader, node)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
             reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]
-            self._problem(line, f"a value YAML cannot read: {reason}", named=False)
-            return None
+            return self._unreadable(line, path, parent, f"a value YAML cannot read: {reason}")
+        except (KeyError, IndexError, AttributeError):  # !!bool maybe; !!int or !!float without digits; !!timestamp 1
+            return self._unreadable(line, path, parent, f"a value YAML cannot read: {_short(repr(text))} is not a value of the "
+                                                        f"tag !!{tag.rsplit(':', 1)[1]}")
+        if tag == _INT and abs(value) > LARGEST_WHOLE:
+            return self._out_of_range(text, line, path, parent)
+        return value
+
+    def _out_of_range(self, text: str, line: int, path: tuple[Any, ...] | None, parent: _Open | None) -> None:
+        """Record a whole number beyond :data:`LARGEST_WHOLE`."""
+        return self._unreadable(line, path, parent, f"the whole number {_short(text)} is out of range: kvsim reads numbers "
+                                                    f"up to about 1.8e308 (a float's range)")
+
+    def _unreadable(self, line: int, path: tuple[Any, ...] | None, parent: _Open | None, message: str) -> None:
+        """Record a scalar that is not read, naming its field (a key's: its mapping's)."""
+        if path is None and parent is not None:
+            path = parent.path
+        self._problem(line, message, path, named=path is not None)
 
     def _key(self, parent: _Open, value: Any, text: str | None, line: int) -> None:
         """A key of ``parent`` was read: check it, record its line; its value is read next."""
