@@ -35,9 +35,10 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
+from kvsim.yaml_lines import LineMap
 from kvsim.yaml_syntax import syntax_error
 
-__all__ = ["KvsimLoader", "YamlRefused", "Source", "parse_yaml", "max_bytes", "max_nodes", "MAX_BYTES",
+__all__ = ["KvsimLoader", "YamlRefused", "Source", "LineMap", "parse_yaml", "max_bytes", "max_nodes", "MAX_BYTES",
            "MAX_NODES", "MAX_DEPTH", "BYTES_VARIABLE", "NODES_VARIABLE"]
 
 MAX_BYTES = 4 * 2**20
@@ -147,7 +148,7 @@ def max_nodes() -> int:
     return _limit(NODES_VARIABLE, MAX_NODES, "keys, values and list items")
 
 
-def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[Any, dict[tuple[Any, ...], int]]:
+def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[Any, LineMap]:
     """The data of one YAML document and the 1-based line of each field path in it.
 
     Parameters
@@ -162,7 +163,7 @@ def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[A
     Returns
     -------
     data, lines
-        ``data`` is ``{}`` for a text without a document.
+        ``data`` is ``{}`` for a text without a document; ``lines`` a :class:`LineMap`.
 
     Raises
     ------
@@ -227,11 +228,10 @@ class _Open:
     """A list or mapping being read."""
 
     __slots__ = ("data", "path", "mapping", "line", "anchor", "first", "height", "key", "key_text", "skip",
-                 "seen", "merges", "order")
+                 "seen", "merges")
 
-    def __init__(self, data: Any, path: tuple[Any, ...] | None, line: int, anchor: str | None, first: int,
-                 order: int):
-        self.data, self.path, self.line, self.anchor, self.first, self.order = data, path, line, anchor, first, order
+    def __init__(self, data: Any, path: tuple[Any, ...] | None, line: int, anchor: str | None, first: int):
+        self.data, self.path, self.line, self.anchor, self.first = data, path, line, anchor, first
         self.mapping = isinstance(data, dict)
         self.height = 0  # levels below this one (aliases expanded)
         self.key: Any = _NO_KEY  # a mapping's key whose value is read next
@@ -249,7 +249,6 @@ class _Anchor:
     height: int = 0
     text: str | None = None  # a scalar's text (an aliased key's name)
     path: tuple[Any, ...] | None = None
-    order: tuple[int, int] = (0, 0)  # its lines' slice of _Builder.order
     done: bool = False
 
 
@@ -259,9 +258,7 @@ class _Builder:
     def __init__(self, loader: Any, source: Source, base: tuple[Any, ...], max_nodes: int):
         self.loader, self.source, self.base, self.max_nodes = loader, source, base, max_nodes
         self.max_depth = MAX_DEPTH - len(base)
-        self.lines: dict[tuple[Any, ...], int] = {}
-        self.order: list[tuple[tuple[Any, ...], int]] = []  # lines recorded inside anchored values
-        self.anchoring = 0  # anchored lists and mappings open
+        self.lines = LineMap()
         self.anchors: dict[str, _Anchor] = {}
         self.problems: list[str] = []
         self.total = 0  # keys, values and items read, aliases expanded
@@ -296,7 +293,7 @@ class _Builder:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def document(self) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    def document(self) -> tuple[Any, LineMap]:
         loader = self.loader
         loader.get_event()  # stream start
         if loader.check_event(StreamEndEvent):
@@ -327,8 +324,6 @@ class _Builder:
             text: str | None = None
             if parent is not None and path is not None and not parent.mapping and kind is not SequenceEndEvent:
                 lines[path] = line  # a list item's line
-                if self.anchoring:
-                    self.order.append((path, line))
             if kind is ScalarEvent:
                 self.total += 1
                 if self.total > self.max_nodes or len(stack) > self.max_depth:
@@ -357,8 +352,7 @@ class _Builder:
                 self._check_collection_tag(event, mapping, line, path)
                 if event.anchor is not None:
                     self._anchor(event.anchor, _Anchor(None, line, path=path))
-                    self.anchoring += 1
-                parent = _Open({} if mapping else [], path, line, event.anchor, self.total, len(self.order))
+                parent = _Open({} if mapping else [], path, line, event.anchor, self.total)
                 stack.append(parent)
                 path = self._child_path(parent)
                 event = get()
@@ -372,8 +366,7 @@ class _Builder:
                 if done.anchor is not None:
                     anchor = self.anchors[done.anchor]
                     anchor.value, anchor.size, anchor.height = value, self.total - done.first + 1, height
-                    anchor.order, anchor.done = (done.order, len(self.order)), True
-                    self.anchoring -= 1
+                    anchor.done = True
                 path, line = done.path, done.line
             elif kind is AliasEvent:
                 anchor = self.anchors.get(event.anchor)
@@ -387,8 +380,8 @@ class _Builder:
                 if self.total > self.max_nodes or len(stack) + anchor.height > self.max_depth:
                     self._over(len(stack) + anchor.height, line)
                 value, height, text = anchor.value, anchor.height, anchor.text
-                if path is not None and anchor.path is not None and anchor.order[1] > anchor.order[0]:
-                    self._copy_lines(anchor, path)
+                if path is not None and anchor.path is not None and anchor.height > 0:
+                    lines.alias(path, anchor.path)  # a problem inside names the line that wrote it
             else:  # pragma: no cover - the parser gives nothing else inside a document
                 raise AssertionError(event)
             if not stack:
@@ -486,10 +479,7 @@ class _Builder:
         parent.key = value
         parent.key_text = text if value is not _MERGE_KEY else "<<"
         if parent.path is not None:
-            path = parent.path + (parent.key_text,)
-            self.lines[path] = line
-            if self.anchoring:
-                self.order.append((path, line))
+            self.lines[parent.path + (parent.key_text,)] = line
 
     def _anchor(self, name: str, anchor: _Anchor) -> None:
         first = self.anchors.get(name)
@@ -497,17 +487,6 @@ class _Builder:
             self._stop(anchor.line, f"{self.source.invalid}: the anchor '&{name}' is defined twice (first on line "
                                     f"{first.line}); give the second another name")
         self.anchors[name] = anchor
-
-    def _copy_lines(self, anchor: _Anchor, path: tuple[Any, ...]) -> None:
-        """Record the lines of an anchored value under the path of an alias of it (a problem
-        inside names the line that wrote it)."""
-        cut = len(anchor.path)  # type: ignore[arg-type]
-        start, end = anchor.order
-        copied = [(path + sub[cut:], line) for sub, line in self.order[start:end]]
-        for sub, line in copied:
-            self.lines[sub] = line
-        if self.anchoring:
-            self.order.extend(copied)
 
     def _merged(self, done: _Open) -> dict[Any, Any]:
         """A mapping with merge keys (``<<: *base`` or ``<<: [*a, *b]``) resolved as YAML says:
