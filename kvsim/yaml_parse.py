@@ -10,7 +10,9 @@ and storage-benchmark files (:func:`kvsim.yaml_io.load_yaml`) and ``--set`` valu
   values it stands for (default :data:`MAX_NODES`, ``KVSIM_YAML_MAX_NODES``), counted while
   parsing, which stops at the first one over;
 - at most :data:`MAX_DEPTH` levels of nesting, checked while parsing;
-- only plain YAML tags, no duplicate keys, keys that are plain values.
+- only plain YAML tags, no duplicate keys, keys that are plain values;
+- whole numbers within a float's range (:data:`LARGEST_WHOLE`), as floats are: a larger one is
+  refused as out of range, before Python converts its digits (over 4,300 of them it refuses to).
 
 The data is built from the parser's event stream in one pass, without recursion (a
 100,000-deep ``[[[...`` is refused at its 65th bracket) and in time linear in the text. Events
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +35,10 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
+from kvsim.yaml_lines import LineMap
 from kvsim.yaml_syntax import syntax_error
 
-__all__ = ["KvsimLoader", "YamlRefused", "Source", "parse_yaml", "max_bytes", "max_nodes", "MAX_BYTES",
+__all__ = ["KvsimLoader", "YamlRefused", "Source", "LineMap", "parse_yaml", "max_bytes", "max_nodes", "MAX_BYTES",
            "MAX_NODES", "MAX_DEPTH", "BYTES_VARIABLE", "NODES_VARIABLE"]
 
 MAX_BYTES = 4 * 2**20
@@ -49,6 +53,15 @@ MAX_PROBLEMS = 20
 """Most problems reported from one text (reading stops there)."""
 BYTES_VARIABLE = "KVSIM_YAML_MAX_BYTES"
 NODES_VARIABLE = "KVSIM_YAML_MAX_NODES"
+LARGEST_WHOLE = sys.float_info.max
+"""Largest magnitude of a whole number read (about 1.8e308: a float's range, so that every
+number read can be a float, as the model's arithmetic makes it; a larger one is out of range
+as a float that reads as infinity is)."""
+_FAST_DIGITS = 308
+"""Longest digit string converted by the fast path (10**308 - 1 is within :data:`LARGEST_WHOLE`)."""
+_MOST_DIGITS = 4300
+"""Longest significant digit string of a whole number converted (Python's default limit for a
+decimal one; a longer one of any base is beyond :data:`LARGEST_WHOLE`)."""
 LIMITS_DOC = "README.md, Scenario files"
 """Where the limits are described (named in their messages)."""
 
@@ -135,7 +148,7 @@ def max_nodes() -> int:
     return _limit(NODES_VARIABLE, MAX_NODES, "keys, values and list items")
 
 
-def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[Any, dict[tuple[Any, ...], int]]:
+def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[Any, LineMap]:
     """The data of one YAML document and the 1-based line of each field path in it.
 
     Parameters
@@ -150,7 +163,7 @@ def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[A
     Returns
     -------
     data, lines
-        ``data`` is ``{}`` for a text without a document.
+        ``data`` is ``{}`` for a text without a document; ``lines`` a :class:`LineMap`.
 
     Raises
     ------
@@ -184,7 +197,7 @@ def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[A
 
 _PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null", "map",
                                                                   "seq", "timestamp"))
-_STR, _SEQ, _MAP = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map"))
+_STR, _SEQ, _MAP, _INT = (f"tag:yaml.org,2002:{name}" for name in ("str", "seq", "map", "int"))
 _MERGE, _VALUE = "tag:yaml.org,2002:merge", "tag:yaml.org,2002:value"
 _RESOLVED_FIRST = frozenset(KvsimLoader.yaml_implicit_resolvers)
 """First characters of the plain values an implicit tag may match (int, null, bool, ...; the
@@ -196,15 +209,29 @@ _MERGE_KEY = object()
 """The key ``<<`` (merge the mapping or mappings given as its value)."""
 
 
+def _significant_digits(text: str) -> int:
+    """Digits of a whole number as YAML writes it, without its sign, base prefix, ``_``
+    separators and leading zeros (``:`` separators of a base-60 one counted: each part has at
+    most two digits after the first, so a long text is a large number still)."""
+    body = text.replace("_", "").lstrip("+-")
+    if body[:2].lower() in ("0x", "0b", "0o"):
+        body = body[2:]
+    return len(body.lstrip("0"))
+
+
+def _short(text: str) -> str:
+    """``text``, or its start and length when it is long (a message quotes it)."""
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
+
+
 class _Open:
     """A list or mapping being read."""
 
     __slots__ = ("data", "path", "mapping", "line", "anchor", "first", "height", "key", "key_text", "skip",
-                 "seen", "merges", "order")
+                 "seen", "merges")
 
-    def __init__(self, data: Any, path: tuple[Any, ...] | None, line: int, anchor: str | None, first: int,
-                 order: int):
-        self.data, self.path, self.line, self.anchor, self.first, self.order = data, path, line, anchor, first, order
+    def __init__(self, data: Any, path: tuple[Any, ...] | None, line: int, anchor: str | None, first: int):
+        self.data, self.path, self.line, self.anchor, self.first = data, path, line, anchor, first
         self.mapping = isinstance(data, dict)
         self.height = 0  # levels below this one (aliases expanded)
         self.key: Any = _NO_KEY  # a mapping's key whose value is read next
@@ -222,7 +249,6 @@ class _Anchor:
     height: int = 0
     text: str | None = None  # a scalar's text (an aliased key's name)
     path: tuple[Any, ...] | None = None
-    order: tuple[int, int] = (0, 0)  # its lines' slice of _Builder.order
     done: bool = False
 
 
@@ -232,9 +258,7 @@ class _Builder:
     def __init__(self, loader: Any, source: Source, base: tuple[Any, ...], max_nodes: int):
         self.loader, self.source, self.base, self.max_nodes = loader, source, base, max_nodes
         self.max_depth = MAX_DEPTH - len(base)
-        self.lines: dict[tuple[Any, ...], int] = {}
-        self.order: list[tuple[tuple[Any, ...], int]] = []  # lines recorded inside anchored values
-        self.anchoring = 0  # anchored lists and mappings open
+        self.lines = LineMap()
         self.anchors: dict[str, _Anchor] = {}
         self.problems: list[str] = []
         self.total = 0  # keys, values and items read, aliases expanded
@@ -269,7 +293,7 @@ class _Builder:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def document(self) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    def document(self) -> tuple[Any, LineMap]:
         loader = self.loader
         loader.get_event()  # stream start
         if loader.check_event(StreamEndEvent):
@@ -300,8 +324,6 @@ class _Builder:
             text: str | None = None
             if parent is not None and path is not None and not parent.mapping and kind is not SequenceEndEvent:
                 lines[path] = line  # a list item's line
-                if self.anchoring:
-                    self.order.append((path, line))
             if kind is ScalarEvent:
                 self.total += 1
                 if self.total > self.max_nodes or len(stack) > self.max_depth:
@@ -311,7 +333,8 @@ class _Builder:
                     value = self._scalar(event.tag, text, event, line, path, parent)
                 elif not event.implicit[0]:
                     value = text  # quoted: a string
-                elif text.isascii() and text.isdigit() and (text[0] != "0" or len(text) == 1):
+                elif (text.isascii() and text.isdigit() and (text[0] != "0" or len(text) == 1)
+                      and len(text) <= _FAST_DIGITS):
                     value = int(text)  # the resolver's and construct_yaml_int's answer, in a tenth of the time
                 elif text and text[0] not in _RESOLVED_FIRST:
                     value = text  # no implicit tag starts with this character: a string
@@ -329,8 +352,7 @@ class _Builder:
                 self._check_collection_tag(event, mapping, line, path)
                 if event.anchor is not None:
                     self._anchor(event.anchor, _Anchor(None, line, path=path))
-                    self.anchoring += 1
-                parent = _Open({} if mapping else [], path, line, event.anchor, self.total, len(self.order))
+                parent = _Open({} if mapping else [], path, line, event.anchor, self.total)
                 stack.append(parent)
                 path = self._child_path(parent)
                 event = get()
@@ -344,8 +366,7 @@ class _Builder:
                 if done.anchor is not None:
                     anchor = self.anchors[done.anchor]
                     anchor.value, anchor.size, anchor.height = value, self.total - done.first + 1, height
-                    anchor.order, anchor.done = (done.order, len(self.order)), True
-                    self.anchoring -= 1
+                    anchor.done = True
                 path, line = done.path, done.line
             elif kind is AliasEvent:
                 anchor = self.anchors.get(event.anchor)
@@ -359,8 +380,8 @@ class _Builder:
                 if self.total > self.max_nodes or len(stack) + anchor.height > self.max_depth:
                     self._over(len(stack) + anchor.height, line)
                 value, height, text = anchor.value, anchor.height, anchor.text
-                if path is not None and anchor.path is not None and anchor.order[1] > anchor.order[0]:
-                    self._copy_lines(anchor, path)
+                if path is not None and anchor.path is not None and anchor.height > 0:
+                    lines.alias(path, anchor.path)  # a problem inside names the line that wrote it
             else:  # pragma: no cover - the parser gives nothing else inside a document
                 raise AssertionError(event)
             if not stack:
@@ -417,13 +438,31 @@ class _Builder:
             self._problem(line, f"the tag {tag!r} is not plain YAML; kvsim reads only plain values, lists and "
                                 f"mappings", path)
             return None
+        if tag == _INT and _significant_digits(text) > _MOST_DIGITS:
+            return self._out_of_range(text, line, path, parent)
         node = ScalarNode(tag, text, event.start_mark, event.end_mark, style=event.style)
         try:
-            return self.loader.yaml_constructors[tag](self.loader, node)
-        except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError) as exc:  # KeyError: !!bool maybe
+            value = self.loader.yaml_constructors[tag](self.loader, node)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
             reason = str(getattr(exc, "problem", None) or exc).splitlines()[0]
-            self._problem(line, f"a value YAML cannot read: {reason}", named=False)
-            return None
+            return self._unreadable(line, path, parent, f"a value YAML cannot read: {reason}")
+        except (KeyError, IndexError, AttributeError):  # !!bool maybe; !!int or !!float without digits; !!timestamp 1
+            return self._unreadable(line, path, parent, f"a value YAML cannot read: {_short(repr(text))} is not a value of the "
+                                                        f"tag !!{tag.rsplit(':', 1)[1]}")
+        if tag == _INT and abs(value) > LARGEST_WHOLE:
+            return self._out_of_range(text, line, path, parent)
+        return value
+
+    def _out_of_range(self, text: str, line: int, path: tuple[Any, ...] | None, parent: _Open | None) -> None:
+        """Record a whole number beyond :data:`LARGEST_WHOLE`."""
+        return self._unreadable(line, path, parent, f"the whole number {_short(text)} is out of range: kvsim reads numbers "
+                                                    f"up to about 1.8e308 (a float's range)")
+
+    def _unreadable(self, line: int, path: tuple[Any, ...] | None, parent: _Open | None, message: str) -> None:
+        """Record a scalar that is not read, naming its field (a key's: its mapping's)."""
+        if path is None and parent is not None:
+            path = parent.path
+        self._problem(line, message, path, named=path is not None)
 
     def _key(self, parent: _Open, value: Any, text: str | None, line: int) -> None:
         """A key of ``parent`` was read: check it, record its line; its value is read next."""
@@ -440,10 +479,7 @@ class _Builder:
         parent.key = value
         parent.key_text = text if value is not _MERGE_KEY else "<<"
         if parent.path is not None:
-            path = parent.path + (parent.key_text,)
-            self.lines[path] = line
-            if self.anchoring:
-                self.order.append((path, line))
+            self.lines[parent.path + (parent.key_text,)] = line
 
     def _anchor(self, name: str, anchor: _Anchor) -> None:
         first = self.anchors.get(name)
@@ -451,17 +487,6 @@ class _Builder:
             self._stop(anchor.line, f"{self.source.invalid}: the anchor '&{name}' is defined twice (first on line "
                                     f"{first.line}); give the second another name")
         self.anchors[name] = anchor
-
-    def _copy_lines(self, anchor: _Anchor, path: tuple[Any, ...]) -> None:
-        """Record the lines of an anchored value under the path of an alias of it (a problem
-        inside names the line that wrote it)."""
-        cut = len(anchor.path)  # type: ignore[arg-type]
-        start, end = anchor.order
-        copied = [(path + sub[cut:], line) for sub, line in self.order[start:end]]
-        for sub, line in copied:
-            self.lines[sub] = line
-        if self.anchoring:
-            self.order.extend(copied)
 
     def _merged(self, done: _Open) -> dict[Any, Any]:
         """A mapping with merge keys (``<<: *base`` or ``<<: [*a, *b]``) resolved as YAML says:

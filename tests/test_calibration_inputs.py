@@ -250,3 +250,79 @@ def test_the_shipped_calibration_file_still_reads_back(tmp_path, capsys):
     assert set(calibration.values) == {"efficiency.memory", "efficiency.kv_memory", "engine.kernel_s", "engine.api_s"}
     (tmp_path / "s.yaml").write_text(SCENARIO.replace("calib.yaml", str(DOCS / "calib_h100_vllm.yaml")))
     assert main(["validate", str(tmp_path / "s.yaml")]) == 0, capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ limits of the CSV reader
+
+BIG_CELL = "x" * 200_000  # over Python's CSV field limit of 131,072 characters
+
+
+def test_a_cell_over_the_csv_limit_is_refused_with_its_line(tmp_path, capsys):
+    # csv.Error: field larger than field limit (131072) was an internal error (exit 3)
+    path = _runs_file(tmp_path / "runs.csv", {}, {"notes": BIG_CELL}, {})
+    assert _refused(capsys, tmp_path, path) == [
+        f"{path}:3: row: cannot read as CSV: field larger than field limit (131072)"]
+    path = _steps_file(tmp_path / "steps.csv", {}, {}, {"model": BIG_CELL})
+    assert _refused(capsys, tmp_path, path) == [
+        f"{path}:4: row: cannot read as CSV: field larger than field limit (131072)"]
+
+
+def test_a_cell_over_the_limit_keeps_the_problems_before_it(tmp_path, capsys):
+    path = _runs_file(tmp_path / "runs.csv", {"tpot_mean_s": "0"}, {"notes": BIG_CELL})
+    problems = _refused(capsys, tmp_path, path)
+    assert [p.split(": ")[0] for p in problems] == [f"{path}:2", f"{path}:3"]
+    assert problems[1] == f"{path}:3: row: cannot read as CSV: field larger than field limit (131072)"
+
+
+def test_a_header_over_the_csv_limit_is_refused_on_line_1(tmp_path, capsys):
+    path = tmp_path / "steps.csv"
+    path.write_text(STEP_HEADER + "," + BIG_CELL + "\n", encoding="utf-8")
+    assert _refused(capsys, tmp_path, path) == [
+        f"{path}:1: header: cannot read as CSV: field larger than field limit (131072)"]
+
+
+def test_the_kv_capacity_check_refuses_such_a_cell_with_its_line(tmp_path):
+    from kvsim.calibration.measurements import MeasurementError
+    from kvsim.calibration.memory_check import kv_capacity_rows
+
+    path = _runs_file(tmp_path / "runs.csv", {"notes": BIG_CELL})
+    with pytest.raises(MeasurementError) as caught:  # it read the file with csv first: csv.Error
+        kv_capacity_rows(path)
+    assert caught.value.problems == [f"{path}:2: row: cannot read as CSV: field larger than field limit (131072)"]
+
+
+@pytest.mark.parametrize("change, column, words", [
+    # 5,000 digits: Python's int() refuses over 4,300 (a message with no file, line or column)
+    ({"max_num_seqs": "1" * 5000}, "max_num_seqs", "must be at most 65,536 (vLLM's defaults are 256 to 1,024), got "
+                                                   "'1111111111111111111111111111111111111111...'"),
+    ({"max_num_seqs": "1" * 5000 + ".0"}, "max_num_seqs", "must be at most 65,536"),
+    ({"tp": "0" * 5000 + "2"}, None, None),  # leading zeros: still 2
+    ({"tp": "-" + "1" * 5000}, "tp", "must be >= 1, got '-111111111111111111111111111111111111111...'"),
+    ({"num_requests": "9" * 19}, "num_requests", "must be at most 10,000,000 (each is simulated)"),
+])
+def test_a_count_of_thousands_of_digits_is_out_of_range_with_file_line_and_column(tmp_path, capsys, change, column,
+                                                                                  words):
+    from kvsim.calibration.measurements import read_measurements
+
+    path = _runs_file(tmp_path / "runs.csv", {}, change)
+    if column is None:
+        assert read_measurements(path).runs[1].tp == 2
+        return
+    problems = _refused(capsys, tmp_path, path)
+    assert problems[0].startswith(f"{path}:3: {column}: {words}"), problems
+
+
+def test_a_step_table_count_of_thousands_of_digits_is_out_of_range(tmp_path, capsys):
+    path = _steps_file(tmp_path / "steps.csv", {}, {"batch_size": "1" * 5000})
+    problems = _refused(capsys, tmp_path, path)
+    assert problems[0].startswith(f"{path}:3: batch_size: must be at most 65,536"), problems
+
+
+def test_a_line_separator_inside_a_cell_does_not_cut_its_row(tmp_path):
+    # str.splitlines ended lines at U+2028, U+0085 and the like inside a notes cell: the row was
+    # cut in two and the lines after it named one line too far
+    from kvsim.calibration.measurements import read_measurements
+
+    path = _runs_file(tmp_path / "runs.csv", {"notes": "one\u2028two\x85three\x0cfour"}, {}, {})
+    runs = read_measurements(path).runs
+    assert [run.line for run in runs] == [2, 3, 4]

@@ -140,3 +140,66 @@ def test_jsonl_counts_are_json_integers(tmp_path, capsys, value, words):
     text = json.dumps({"n": 5}) + "\n" + json.dumps({"n": value}) + "\n"
     problem = _refused(tmp_path, capsys, JSONL_LENGTHS, {"l.jsonl": text}, "workload.input_tokens.file", 6)
     assert problem.startswith(f"{tmp_path / 'l.jsonl'}:2: n: {words}"), problem
+
+
+# --- numbers of thousands of digits, cells over the CSV reader's limit --------------------------
+
+DIGITS = "1" * 5000  # over Python's 4,300-digit limit for int()
+
+
+def test_a_prefix_hash_of_thousands_of_digits_is_refused_with_its_line(tmp_path, capsys):
+    # int() raised ValueError: "cannot read trace: 'Exceeds the limit (4300 digits) ...'" with no line or column
+    csv = f't,prompt,gen,blocks\n0,8,5,"1 2"\n1,8,5,"1 {DIGITS}"\n'
+    problem = _refused(tmp_path, capsys, HASHED, {"t.csv": csv})
+    assert problem == (f"{tmp_path / 't.csv'}:3: blocks: expected 64-bit integers in decimal digits separated by "
+                       f"spaces or ';', got '1 {'1' * 52}...'")
+
+
+@pytest.mark.parametrize("ids, read", [
+    ("-9223372036854775808 9223372036854775807", [-2**63, 2**63 - 1]),
+    ("0" * 5000 + "1 -0002", [1, -2]),  # leading zeros
+    ("9223372036854775808 1", None),
+    ("-9223372036854775809 1", None),
+])
+def test_prefix_hashes_are_read_to_the_64_bit_bounds(tmp_path, capsys, ids, read):
+    from kvsim.workload import CsvColumnsSpec, load_csv
+
+    csv = f't,prompt,gen,blocks\n0,8,5,"1 2"\n1,8,5,"{ids}"\n'
+    if read is None:
+        problem = _refused(tmp_path, capsys, HASHED, {"t.csv": csv})
+        assert problem.startswith(f"{tmp_path / 't.csv'}:3: blocks: expected 64-bit integers in decimal digits")
+        return
+    rc, out, err = _validate(tmp_path, capsys, HASHED, {"t.csv": csv})
+    assert rc == 0, err
+    trace = load_csv(tmp_path / "t.csv", CsvColumnsSpec(arrival="t", input_tokens="prompt", output_tokens="gen",
+                                                        prefix_hashes="blocks", hash_block_tokens=4))
+    assert trace.hash_ids[1].tolist() == read
+
+
+@pytest.mark.parametrize("where", ["prompt", "gen", "t"])
+def test_a_count_or_time_of_thousands_of_digits_is_out_of_range_with_its_line(tmp_path, capsys, where):
+    cells = {"t": "1500", "prompt": "10", "gen": "5", where: DIGITS}
+    problem = _refused(tmp_path, capsys, CSV, {"t.csv": f"t,prompt,gen\n0,10,5\n{cells['t']},{cells['prompt']},"
+                                                        f"{cells['gen']}\n"})
+    shown = f"'{'1' * 54}...'"
+    words = f"expected a finite number (ms), got {shown}" if where == "t" else f"must be <= 2,147,483,647, got {shown}"
+    assert problem.startswith(f"{tmp_path / 't.csv'}:3: {where}: {words}"), problem
+    problem = _refused(tmp_path, capsys, LENGTHS, {"l.txt": f"100\n200 {DIGITS}\n"}, "workload.input_tokens.file", 6)
+    assert problem == f"{tmp_path / 'l.txt'}:2: value: number 3: must be <= 2,147,483,647, got {shown}"
+
+
+def test_a_cell_over_the_csv_limit_in_a_row_pyarrow_cannot_read_names_its_line(tmp_path, capsys):
+    # an unclosed quote runs to the end of the file: Python's reader stops at its field limit;
+    # the line named was one past the row (and past the end of the file)
+    csv = 't,prompt,gen\n0,10,5\n"1,10,' + "x" * 200_000 + "\n"
+    problem = _refused(tmp_path, capsys, CSV, {"t.csv": csv})
+    assert problem == f"{tmp_path / 't.csv'}:3: row: cannot read as CSV: field larger than field limit (131072)"
+
+
+def test_a_header_over_the_csv_limit_is_refused_on_line_1(tmp_path, capsys):
+    problem = _refused(tmp_path, capsys, CSV, {"t.csv": "t,prompt,gen" + "x" * 200_000 + "\n0,10,5\n"})
+    assert problem == f"{tmp_path / 't.csv'}:1: header: cannot read as CSV: field larger than field limit (131072)"
+    lengths = LENGTHS.replace("file: l.txt}", "file: l.csv, column: n}")
+    problem = _refused(tmp_path, capsys, lengths, {"l.csv": "n," + "x" * 200_000 + "\n5,1\n"},
+                       "workload.input_tokens.file", 6)
+    assert problem == f"{tmp_path / 'l.csv'}:1: header: cannot read as CSV: field larger than field limit (131072)"

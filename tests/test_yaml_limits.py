@@ -285,6 +285,7 @@ def test_many_problems_at_one_sweep_point_label_it_once(monkeypatch):
     "a: [\n",
     "a: *nowhere\n",
     "values: [" + ", ".join(["1"] * 200) + "]\n",
+    f"a: {'1' * 308}\nb: {'1' * 309}\nc: {'1' * 5000}\nd: -{'1' * 5000}\ne: 0x{'f' * 300}\n",
 ])
 def test_without_libyaml_the_same_data_and_messages(monkeypatch, text):
     monkeypatch.setenv("KVSIM_YAML_MAX_NODES", "150")
@@ -305,3 +306,150 @@ def test_an_undecodable_byte_in_a_set_value_is_one_message(scenario_file):
     problem = _one_problem(*_validate(scenario_file, "--set", "name=\udcff"))
     assert problem == ("--set name=\udcff: the value is not valid YAML: contains a character YAML does not allow "
                        "(#xdcff); remove it or quote it")
+
+
+# --- whole numbers beyond a float's range: out of range, as an infinite float is ---------------
+
+_HUGE = {
+    "5000 digits": "1" * 5000,  # over Python's 4,300-digit limit: int() raised ValueError (exit 3)
+    "negative": "-" + "1" * 5000,
+    "with separators": "1_" + "1" * 5000,
+    "tagged": "!!int " + "1" * 5000,
+    "400 digits": "1" * 400,  # past a float: 'int too large to convert to float' (exit 3) at nodes
+    "hexadecimal": "0x" + "f" * 4000,
+    "base 60": "1" + ":0" * 2500,
+}
+
+
+def _shown(value: str) -> str:
+    text = value.removeprefix("!!int ")
+    return text if len(text) <= 40 else f"{text[:24]}... ({len(text):,} characters)"
+
+
+@pytest.mark.parametrize("field", ["seed", "systems.a.nodes", "replications"])
+@pytest.mark.parametrize("name", list(_HUGE))
+def test_a_whole_number_beyond_a_float_is_out_of_range_in_a_set_value(scenario_file, field, name):
+    value = _HUGE[name]
+    problem = _one_problem(*_validate(scenario_file, "--set", f"{field}={value}"))
+    assert problem.startswith(f"--set {field}={value[:20]}")
+    assert problem.endswith(f"...: {field}: the whole number {_shown(value)} is out of range: kvsim reads numbers "
+                            f"up to about 1.8e308 (a float's range)")
+
+
+@pytest.mark.parametrize("name", list(_HUGE))
+def test_a_whole_number_beyond_a_float_is_out_of_range_in_a_file(tmp_path, name):
+    path = tmp_path / "huge.yaml"
+    value = _HUGE[name]
+    path.write_text(SCENARIO.replace("nodes: 1", f"nodes: {value}") + f"seed: {value}\n", encoding="utf-8")
+    status, problems, err = _validate(path)
+    assert status == 2 and "Traceback" not in err, err
+    tail = f"the whole number {_shown(value)} is out of range: kvsim reads numbers up to about 1.8e308 (a float's range)"
+    assert problems == [f"{path}:11: systems.a.nodes: {tail}", f"{path}:13: seed: {tail}"]
+
+
+def test_a_key_beyond_a_float_names_its_mapping(tmp_path):
+    path = tmp_path / "key.yaml"
+    path.write_text(SCENARIO + "extra:\n  " + "1" * 500 + ": 1\n", encoding="utf-8")
+    problem = _one_problem(*_validate(path))
+    assert problem == (f"{path}:14: extra: the whole number 111111111111111111111111... (500 characters) is out of "
+                       f"range: kvsim reads numbers up to about 1.8e308 (a float's range)")
+
+
+def test_the_largest_whole_numbers_are_read():
+    largest = int(yaml_parse.LARGEST_WHOLE)
+    text = f"a: {10**308 - 1}\nb: {largest}\nc: -{largest}\nd: 0x{largest:x}\ne: {'0' * 5000}1\n"
+    data, _ = yaml_parse.parse_yaml(text, yaml_parse.Source("f.yaml"))
+    assert data == {"a": 10**308 - 1, "b": largest, "c": -largest, "d": largest, "e": 1}  # e: octal, 5,000 zeros
+    with pytest.raises(yaml_parse.YamlRefused, match="the whole number 179769313486231570814527... "):
+        yaml_parse.parse_yaml(f"a: {largest + 1}\n", yaml_parse.Source("f.yaml"))
+
+
+@pytest.mark.parametrize("value", ["1" + "0" * 5000 + ".0", "-1" + "0" * 5000 + ".0", "1.0e+99999", "1e99999"])
+@pytest.mark.parametrize("field", ["seed", "systems.a.nodes", "workload.input_tokens.value"])
+def test_a_float_of_thousands_of_digits_is_one_message(scenario_file, tmp_path, field, value):
+    # an infinite float is refused by the field (checked with the fix for the whole numbers above)
+    problem = _one_problem(*_validate(scenario_file, "--set", f"{field}={value}"))
+    assert problem.startswith(f"--set {field}={value[:20]}") and f": {field}: " in problem
+    assert len(problem) < 300
+    path = tmp_path / "float.yaml"
+    path.write_text(SCENARIO + f"seed: {value}\n", encoding="utf-8")
+    problem = _one_problem(*_validate(path))
+    assert problem.startswith(f"{path}:13: seed: ") and len(problem) < 300
+
+
+@pytest.mark.parametrize("value, tag", [("!!int", "int"), ("!!int ''", "int"), ("!!int +", "int"), ("!!float", "float"),
+                                        ("!!float ''", "float"), ("!!timestamp", "timestamp"),
+                                        ("!!timestamp 99999-01-01", "timestamp"), ("!!bool maybe", "bool")])
+def test_a_tagged_value_its_tag_cannot_read_is_one_message(scenario_file, tmp_path, value, tag):
+    # !!int or !!float with no digits raised IndexError, !!timestamp of no date AttributeError (exit 3)
+    text = value.split(" ", 1)[1] if " " in value else ""
+    tail = f"seed: a value YAML cannot read: {text.strip(chr(39))!r} is not a value of the tag !!{tag}"
+    problem = _one_problem(*_validate(scenario_file, "--set", f"seed={value}"))
+    assert problem == f"--set seed={value}: {tail}"
+    path = tmp_path / "tagged.yaml"
+    path.write_text(SCENARIO + f"seed: {value}\n", encoding="utf-8")
+    assert _one_problem(*_validate(path)) == f"{path}:13: {tail}"
+
+
+# --- aliases: their lines recorded once, not once per expansion --------------------------------
+
+
+def _deep_aliases(width: int = 17_500, levels: int = 55) -> str:
+    """A list of ``width`` numbers, then ``levels`` anchors each holding an alias of the one
+    before: about 53 KB, nested 57 deep, 980,000 values with the aliases expanded (within the
+    1,000,000 limit)."""
+    lines = [f"a0: &a0 [{', '.join(['1'] * width)}]"]
+    lines += [f"a{i}: &a{i} [*a{i - 1}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_an_alias_records_its_lines_once():
+    # every alias copied its anchor's lines under its own path: 981,597 entries with path tuples up
+    # to 57 long, 500 MB of resident memory for a 53 KB file (measured with a kvsim validate
+    # subprocess; 135 MB after, as for a one-line file)
+    data, lines = yaml_parse.parse_yaml(_deep_aliases(), yaml_parse.Source("deep.yaml"))
+    assert len(data) == 56
+    assert len(lines) == 1 + 56 + 17_500 + 55  # the document, the keys, the numbers, each alias's list item
+    assert len(lines.aliases) == 55
+
+
+ALIASED = """\
+a: &a
+  p: 1
+  q:
+    - r
+    - s: 2
+b: &b
+  one: *a
+  two: [*a, 3]
+c: &c [*b, *b, {d: *a}]
+d:
+  e: *c
+  f: [*c]
+m:
+  <<: *a
+  p: 4
+"""
+
+
+@pytest.mark.parametrize("path, line", [
+    (("b", "one"), 7), (("b", "one", "q", 1, "s"), 5), (("b", "two", 0, "p"), 2), (("b", "two", 1), 8),
+    (("c", 1, "two", 0, "q", 0), 4), (("c", 2, "d", "q"), 3), (("d", "e", 0, "one", "q", 1, "s"), 5),
+    (("d", "f", 0, 2, "d", "p"), 2), (("d", "f", 0, 2, "d", "nothing", "here"), 9), (("d", "e", 5), 11),
+    (("m", "<<", "q", 1), 5), (("m", "q"), 13), (("m", "p"), 15), (("nowhere",), 1),
+])
+def test_a_field_inside_an_alias_names_the_line_that_wrote_it(path, line):
+    from kvsim.yaml_io import load_yaml
+
+    located = load_yaml(ALIASED, "f.yaml")
+    assert located.line_of(path) == line
+
+
+def test_a_problem_inside_an_aliased_value_names_the_anchors_line(tmp_path):
+    path = tmp_path / "aliased.yaml"
+    text = SCENARIO.replace("  a:\n    node: h20-8x\n    nodes: 1\n    instance: {tp: 1}\n",
+                            "  a: &a\n    node: h20-8x\n    nodes: 1\n    instance: {tp: 0}\n  b: *a\n")
+    path.write_text(text, encoding="utf-8")
+    status, problems, err = _validate(path)
+    assert status == 2, err
+    assert f"{path}:12: systems.b.instance.tp: " in err and f"{path}:12: systems.a.instance.tp: " in err

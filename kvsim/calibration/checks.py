@@ -84,6 +84,10 @@ COUNT_TEXT = r"^[ \t]*-?[0-9]+(?:\.0*)?[ \t]*$"
 negative count is refused as out of range)."""
 
 
+_COUNT_DIGITS = 18
+"""Digits of the largest count converted (beyond every bound here; a longer one is out of range)."""
+
+
 def capped(problems: list[str], limit: int = MAX_PROBLEMS) -> list[str]:
     """At most ``limit`` problems, then one line counting the rest."""
     if len(problems) <= limit:
@@ -140,7 +144,12 @@ class RowCells:
             self.bad(column, f"expected a number: a whole number in decimal digits such as 128 (or 128.0), "
                              f"got {_shown(text)}")
             return None
-        value = int(text.split(".")[0])
+        whole = text.strip(" \t").split(".")[0]
+        digits = whole.lstrip("-").lstrip("0") or "0"  # Python's digit limit counts leading zeros
+        # more digits than any bound is beyond it: not converted (Python refuses over 4,300)
+        value = int(digits) if len(digits) <= _COUNT_DIGITS else 10**_COUNT_DIGITS
+        if whole[0] == "-":
+            value = -value
         if value < low:
             self.bad(column, f"must be >= {low}, got {_shown(text)}")
             return None

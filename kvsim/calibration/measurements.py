@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from kvsim.calibration.checks import (
     LATENCY_S, MAX_BATCHED_TOKENS, MAX_CARDS, MAX_PROMPTS, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SEQS, MAX_TOKENS,
@@ -154,8 +156,13 @@ def read_measurements(path: str | Path) -> Measurements:
     path = Path(path)
     data, text = read_utf8(path, "measurement file", MeasurementError)
     digest = hashlib.sha256(data).hexdigest()
-    reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
+    # newline="": lines end only at \n or \r, as in the file (str.splitlines also ends them at
+    # U+2028 and other separators a cell may hold, which would cut a row and shift every line)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as exc:
+        raise MeasurementError([f"{path}:1: header: cannot read as CSV: {exc}"]) from None
     if all(c in header for c in STEP_COLUMNS):
         return Measurements(str(path), digest, "step_table", steps=_read_steps(reader, path))
     if "dataset_or_synthetic" in header or "ttft_mean_s" in header:
@@ -172,11 +179,24 @@ def _line(reader: csv.DictReader) -> int:
     return reader.line_num
 
 
+def _rows(reader: csv.DictReader, path: Path, problems: list[str]) -> Iterator[dict[str, str | None]]:
+    """The reader's rows, until one Python's CSV reader cannot read (a cell over its limit of
+    131,072 characters, as :mod:`kvsim.workload.trace_csv` refuses one): that is a problem with
+    the row's first line, and reading stops."""
+    start = reader.line_num + 1
+    try:
+        for row in reader:
+            yield row
+            start = reader.line_num + 1
+    except csv.Error as exc:
+        problems.append(f"{path}:{start}: row: cannot read as CSV: {exc}")
+
+
 def _read_runs(reader: csv.DictReader, path: Path) -> tuple[VllmRun, ...]:
     runs: list[VllmRun] = []
     problems: list[str] = []
     seen: set[str] = set()
-    for row in reader:
+    for row in _rows(reader, path, problems):
         run = _run(RowCells(row, path, _line(reader), problems), seen)
         if run is not None:
             runs.append(run)
@@ -352,7 +372,7 @@ def _stages_agree(cells: RowCells, stages: list[tuple[float, float]], stated: in
 def _read_steps(reader: csv.DictReader, path: Path) -> tuple[StepPoint, ...]:
     groups: dict[tuple, list[tuple[int, float, float]]] = {}
     problems: list[str] = []
-    for row in reader:
+    for row in _rows(reader, path, problems):
         cells = RowCells(row, path, _line(reader), problems)
         model, hardware = cells.text("model"), cells.text("hardware")
         tp = cells.count("tensor_parallel", high=MAX_CARDS, why="a calibration point is reproduced on one node")

@@ -22,13 +22,14 @@ def kv_capacity_rows(path: str | Path) -> list[dict]:
     """One row per run of a vLLM runs table that reports ``gpu_kv_blocks``: model, TP, token
     budget, vLLM's blocks, kvsim's blocks and the relative error."""
     path = Path(path)
+    runs = read_measurements(path).runs  # first: it checks every cell (gpu_kv_blocks too) with its line
     reported = {}
     with path.open(encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
             if row.get("gpu_kv_blocks"):
                 reported[row["exp_id"]] = float(row["gpu_kv_blocks"])
     rows = []
-    for run in read_measurements(path).runs:
+    for run in runs:
         if run.run_id not in reported:
             continue
         (sizing,) = check_scenario(run_scenario(run)).values()

@@ -65,8 +65,10 @@ TIME_TEXT = r"^[ \t]*-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[ \t]
 """How a numeric timestamp is written: a decimal number, with an optional fraction and exponent
 (``12``, ``1.5``, ``.5``, ``1.7e9``), spaces or tabs around it ignored."""
 
-_HASH_TEXT = r"^-?[0-9]+$"
-"""One prefix-hash id: a decimal integer, optionally negative (64-bit ids are signed)."""
+_HASH_TEXT = r"^-?0*[0-9]{1,19}$"
+"""One prefix-hash id: a decimal integer, optionally negative (64-bit ids are signed), of at
+most 19 digits after leading zeros (2**63 has 19; a longer one is refused before Python
+converts it, which it refuses to do past 4,300 digits)."""
 
 _NUMBER_AS_WRITTEN = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:nan|inf|infinity)",
                                 re.IGNORECASE)
@@ -293,16 +295,18 @@ def _shape_problem(path: Path, header: list[str]) -> InputFileError | None:
     cannot read) as an error; None if all agree."""
     with open(path, encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle)
+        start = 1  # the first line of the row read next (where a cell over the limit starts)
         try:
             next(reader, None)
+            start = reader.line_num + 1
             for cells in reader:
-                if not any(cell.strip() for cell in cells) or len(cells) == len(header):
-                    continue
-                column = header[len(cells)] if len(cells) < len(header) else "row"
-                return InputFileError(path, f"expected {len(header)} columns, got {len(cells)}", reader.line_num,
-                                      column)
+                if any(cell.strip() for cell in cells) and len(cells) != len(header):
+                    column = header[len(cells)] if len(cells) < len(header) else "row"
+                    return InputFileError(path, f"expected {len(header)} columns, got {len(cells)}", reader.line_num,
+                                          column)
+                start = reader.line_num + 1
         except csv.Error as exc:
-            return InputFileError(path, f"cannot read as CSV: {exc}", reader.line_num + 1, "row")
+            return InputFileError(path, f"cannot read as CSV: {exc}", start, "row")
     return None
 
 
@@ -390,6 +394,14 @@ def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _
     return values / TIME_UNITS_S[columns.arrival_unit]
 
 
+def _is_hash_id(item: str) -> bool:
+    """``item`` is written as :data:`_HASH_TEXT` and fits in 64 signed bits."""
+    if re.fullmatch(_HASH_TEXT, item) is None:
+        return False
+    magnitude = int(item.lstrip("-").lstrip("0") or "0")  # Python's digit limit counts leading zeros
+    return magnitude < 2**63 or (item[0] == "-" and magnitude == 2**63)
+
+
 def _hashes(column: pa.ChunkedArray, inputs: np.ndarray, columns: CsvColumnsSpec, path: Path, rows: _RowLines,
             keep: np.ndarray | None) -> list[np.ndarray]:
     name, block = columns.prefix_hashes, columns.hash_block_tokens
@@ -404,7 +416,7 @@ def _hashes(column: pa.ChunkedArray, inputs: np.ndarray, columns: CsvColumnsSpec
         ids = parts.cast(pa.list_(pa.int64()))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         for row, cell in enumerate(parts.to_pylist()):
-            if all(re.fullmatch(_HASH_TEXT, item) and -(2**63) <= int(item) < 2**63 for item in cell or []):
+            if all(_is_hash_id(item) for item in cell or []):
                 continue
             raise rows.problem(row, name, "expected 64-bit integers in decimal digits separated by spaces or ';', "
                                           f"got {quote(column[row].as_py())}") from None
