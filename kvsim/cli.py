@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except SpecError as exc:  # a problem may quote a field path or name from the file: shown escaped
             _say(f"kvsim {args.command}: invalid input", file=sys.stderr)
             for problem in exc.problems:
-                _say(f"  {problem}", file=sys.stderr)
+                _say(f"  {_cut(problem)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:
             print("kvsim: interrupted", file=sys.stderr)
@@ -342,6 +342,16 @@ def _validate(args: argparse.Namespace) -> int:
 
     print(run_cost(scenario).describe())
     return 0
+
+
+MAX_PROBLEM_CHARS = 600
+"""Longest problem line shown (a field path or value from input may be thousands of characters;
+the start of it says what and where)."""
+
+
+def _cut(problem: str) -> str:
+    return problem if len(problem) <= MAX_PROBLEM_CHARS else (
+        f"{problem[:MAX_PROBLEM_CHARS - 40]} ... ({len(problem):,} characters in all)")
 
 
 def _say(text: str, file=None) -> None:

@@ -453,3 +453,18 @@ def test_a_problem_inside_an_aliased_value_names_the_anchors_line(tmp_path):
     status, problems, err = _validate(path)
     assert status == 2, err
     assert f"{path}:12: systems.b.instance.tp: " in err and f"{path}:12: systems.a.instance.tp: " in err
+
+
+@pytest.mark.parametrize("argument", ["systems.s.²=1", "systems.s." + "1" * 5000 + "=1"])
+def test_a_set_path_part_that_is_no_plain_index_is_a_key(scenario_file, argument):
+    """``²`` is a digit to ``str.isdigit`` and 5,000 digits exceed ``int()``: both were read as a
+    list index (exit 2 in Python's words); they are keys, refused as unknown fields."""
+    problem = _one_problem(*_validate(str(scenario_file), "--set", argument))
+    assert "invalid literal" not in problem and "Exceeds the limit" not in problem and len(problem) <= 600
+    assert "unknown field" in problem or problem.endswith("characters in all)")  # the long one is cut
+
+
+def test_a_problem_line_is_cut_to_a_readable_length(scenario_file):
+    status, problems, err = _validate(str(scenario_file), "--set", 'seed="' + "1" * 5000 + '"')
+    assert status == 2 and len(problems) == 1
+    assert len(problems[0]) <= 600 and problems[0].endswith("characters in all)") and "seed" in problems[0]

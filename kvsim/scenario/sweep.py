@@ -22,7 +22,9 @@ def split_path(dotted: str) -> list[str | int]:
     for part in dotted.split("."):
         if part == "":
             raise ValueError(f"empty component in field path {dotted!r}")
-        parts.append(int(part) if part.isdigit() else part)
+        # an index is ASCII digits of a sane length ("²" is a digit to str.isdigit, and 5,000 digits
+        # exceed int()'s limit): anything else is a key like any other
+        parts.append(int(part) if part.isascii() and part.isdigit() and len(part) <= 18 else part)
     return parts
 
 
