@@ -20,12 +20,13 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
 __all__ = ["InputFileError", "MAX_INPUT_FILE_BYTES", "MAX_JSON_BYTES", "open_checked", "check_utf8", "quote",
-           "read_json", "read_bytes_checked"]
+           "read_json", "read_bytes_checked", "cell_text"]
 
 MAX_INPUT_FILE_BYTES = 4 * 2**30
 """Largest trace or length file read, bytes (4 GiB): about 100 million CSV rows, more than any
@@ -66,6 +67,19 @@ def quote(value: Any, limit: int = 60) -> str:
     megabyte of text, and control characters must not reach the terminal raw)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 5] + "...'" if isinstance(value, str) else text[:limit] + "..."
+
+
+_NUMBER_AS_WRITTEN = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:nan|inf|infinity)",
+                                re.IGNORECASE)
+
+
+def cell_text(raw: object) -> str:
+    """A cell of a file for a message: ``an empty cell``, a number as written (up to 40
+    characters), anything else quoted (:func:`quote`)."""
+    if raw is None or str(raw).strip(" \t") == "":
+        return "an empty cell"
+    text = str(raw).strip(" \t")
+    return text if len(text) <= 40 and _NUMBER_AS_WRITTEN.fullmatch(text) else quote(raw)
 
 
 def open_checked(path: str | os.PathLike[str], what: str = "trace file", text: bool = True,

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Mapping
 
+from kvsim.input_files import cell_text
 from kvsim.workload.trace_csv import MAX_TOKENS, TIME_TEXT
 
 __all__ = ["LATENCY_S", "ITERATION_S", "STAGE_S", "MAX_RATE_PER_S", "MAX_REQUESTS", "MAX_CARDS", "MAX_SEQS",
@@ -95,13 +96,6 @@ def capped(problems: list[str], limit: int = MAX_PROBLEMS) -> list[str]:
     return problems[:limit] + [f"... and {len(problems) - limit} more problem(s)"]
 
 
-def _shown(text: str) -> str:
-    """A cell for a message: a number as written, anything else quoted (cut to 40 characters)."""
-    if len(text) <= 40 and re.fullmatch(r"[-+0-9.eE]+|[-+]?(?:nan|inf|infinity)", text, re.IGNORECASE):
-        return text
-    return repr(text if len(text) <= 40 else text[:40] + "...")
-
-
 class RowCells:
     """The cells of one row of a measurement file, read with their checks; every problem found is
     appended to ``problems`` as ``"<file>:<line>: <column>: <message>"``."""
@@ -142,7 +136,7 @@ class RowCells:
             return None
         if re.fullmatch(COUNT_TEXT, text) is None:
             self.bad(column, f"expected a number: a whole number in decimal digits such as 128 (or 128.0), "
-                             f"got {_shown(text)}")
+                             f"got {cell_text(text)}")
             return None
         whole = text.strip(" \t").split(".")[0]
         digits = whole.lstrip("-").lstrip("0") or "0"  # Python's digit limit counts leading zeros
@@ -151,10 +145,10 @@ class RowCells:
         if whole[0] == "-":
             value = -value
         if value < low:
-            self.bad(column, f"must be >= {low}, got {_shown(text)}")
+            self.bad(column, f"must be >= {low}, got {cell_text(text)}")
             return None
         if high is not None and value > high:
-            self.bad(column, f"must be at most {high:,}" + (f" ({why})" if why else "") + f", got {_shown(text)}")
+            self.bad(column, f"must be at most {high:,}" + (f" ({why})" if why else "") + f", got {cell_text(text)}")
             return None
         return value
 
@@ -171,17 +165,17 @@ class RowCells:
                 self.bad(column, "required, got an empty cell")
             return None
         if text.lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            self.bad(column, f"expected a finite number, got {_shown(text)}")
+            self.bad(column, f"expected a finite number, got {cell_text(text)}")
             return None
         if re.fullmatch(TIME_TEXT, text) is None:
-            self.bad(column, f"expected {expected}: a decimal number such as 0.021 or 2.1e-2, got {_shown(text)}")
+            self.bad(column, f"expected {expected}: a decimal number such as 0.021 or 2.1e-2, got {cell_text(text)}")
             return None
         raw = float(text)
         value = raw / per_s
         if not math.isfinite(value):
-            self.bad(column, f"expected a finite number, got {_shown(text)}")
+            self.bad(column, f"expected a finite number, got {cell_text(text)}")
             return None
-        shown = f"{value:g} {unit}".strip() if per_s != 1.0 else _shown(text)
+        shown = f"{value:g} {unit}".strip() if per_s != 1.0 else cell_text(text)
         reason = f" ({why})" if why else ""
         if value < low or (low_open and value == low):
             bound = f"> {low:g}" if low_open else f">= {low:g}"

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from pydantic import Field, model_validator
 
-from kvsim.input_files import InputFileError, open_checked, quote
+from kvsim.input_files import InputFileError, cell_text, open_checked, quote
 from kvsim.spec_types import FrozenSpec
 from kvsim.yaml_io import did_you_mean
 
@@ -70,9 +70,6 @@ _HASH_TEXT = r"^-?0*[0-9]{1,19}$"
 most 19 digits after leading zeros (2**63 has 19; a longer one is refused before Python
 converts it, which it refuses to do past 4,300 digits)."""
 
-_NUMBER_AS_WRITTEN = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:nan|inf|infinity)",
-                                re.IGNORECASE)
-"""Cells shown in a message as written, without quotes (numbers); anything else is quoted."""
 
 TIME_UNITS_S = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 """Divisor turning a numeric timestamp in each unit into seconds."""
@@ -325,14 +322,6 @@ def _numbers(column: pa.ChunkedArray, pattern: str) -> tuple[np.ndarray, np.ndar
     return values, ~readable.to_numpy(zero_copy_only=False)
 
 
-def _as_written(raw: object) -> str:
-    """A cell for a message: an empty one said so, a number as written, anything else quoted."""
-    if raw is None or str(raw).strip(" \t") == "":
-        return "an empty cell"
-    text = str(raw).strip(" \t")
-    return text if len(text) <= 40 and _NUMBER_AS_WRITTEN.fullmatch(text) else quote(raw)
-
-
 def token_values(column: pa.ChunkedArray, name: str, rows, minimum: int = 1) -> np.ndarray:
     """Token counts of a text column as int64, or ``rows.problem(row, name, message)`` raised for
     the first that is not written as :data:`TOKEN_TEXT` or not from ``minimum`` to :data:`MAX_TOKENS`."""
@@ -343,10 +332,10 @@ def token_values(column: pa.ChunkedArray, name: str, rows, minimum: int = 1) -> 
         row = int(np.argmax(bad))
         raw = column[row].as_py()
         if unreadable[row]:
-            what = _as_written(raw)
+            what = cell_text(raw)
             hint = "" if what == "an empty cell" else " (plain decimal digits, e.g. 512: no fraction, exponent, sign, hex or separators)"
             raise rows.problem(row, name, f"expected a whole number of tokens, got {what}{hint}")
-        shown = _as_written(raw)  # a number as written
+        shown = cell_text(raw)  # a number as written
         if values[row] > MAX_TOKENS:
             raise rows.problem(row, name, f"must be <= {MAX_TOKENS:,}, got {shown}")
         raise rows.problem(row, name, f"must be >= {minimum}, got {shown}")
@@ -380,7 +369,7 @@ def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _
     bad = unreadable | ~np.isfinite(values)  # 1e999 reads as inf
     if bad.any():
         row = int(np.argmax(bad))
-        what = _as_written(column[row].as_py())
+        what = cell_text(column[row].as_py())
         not_a_number = what == "an empty cell" or what.lower().lstrip("+-") in ("nan", "inf", "infinity")
         if unreadable[row] and not not_a_number:
             raise rows.problem(row, name, f"expected a decimal number ({columns.arrival_unit}) such as 12, 1.5 or "
@@ -390,7 +379,7 @@ def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _
     negative = values < 0
     if negative.any():
         row = int(np.argmax(negative))
-        raise rows.problem(row, name, f"must not be negative, got {_as_written(column[row].as_py())}")
+        raise rows.problem(row, name, f"must not be negative, got {cell_text(column[row].as_py())}")
     return values / TIME_UNITS_S[columns.arrival_unit]
 
 
