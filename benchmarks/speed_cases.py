@@ -11,7 +11,11 @@ Every case is a scenario file of ``benchmarks/`` with a few fields changed:
   instances (Poisson);
 - ``million``: the 1,024-card rung run until about a million requests have arrived;
 - ``offload-nocache`` / ``offload-dram_nvme``: the two systems of ``offload_tiers.yaml``, each alone;
-- ``mooncake``: ``mooncake_16xh20.yaml`` (the scenario of ``bench_mooncake.py``).
+- ``mooncake``: ``mooncake_16xh20.yaml`` (the scenario of ``bench_mooncake.py``);
+- ``domains``: ``scenarios/domains_128.yaml`` at its middle load (8/s), its three systems (one
+  128-card domain, two of 64, sixteen 8-card servers): per-block KV work across domains;
+- ``pd``: ``bench_pd.py``'s disaggregated system alone (5 prefill and 3 decode H20 instances, a
+  layer-by-layer handoff per request) at 20/s for 300 s.
 
 ``scale`` shortens (or lengthens) the simulated durations of all but the probe and ``million``.
 """
@@ -24,6 +28,7 @@ from typing import Any
 import kvsim
 
 HERE = Path(__file__).resolve().parent
+SCENARIOS = HERE.parent / "scenarios"
 
 LADDER_CARDS = (8, 64, 256, 1024)
 """Rungs of the cluster-size ladder (cards; one instance per card)."""
@@ -45,6 +50,8 @@ GROUPS = {
     "ladder": [f"ladder-{c}" for c in LADDER_CARDS],
     "offload": ["offload-nocache", "offload-dram_nvme"],
     "mooncake": ["mooncake"],
+    "domains": ["domains"],
+    "pd": ["pd"],
     "million": ["million"],
 }
 """Case groups ``speed.py --only`` selects, in the order they run; ``million`` runs only when asked."""
@@ -101,6 +108,16 @@ def scenario_for(case: str, params: dict[str, Any]) -> kvsim.Scenario:
         return probe_scenario()
     if case == "mooncake":
         return _scaled(kvsim.load_scenario(HERE / "mooncake_16xh20.yaml"), scale)
+    if case == "domains":
+        domains = kvsim.load_scenario(SCENARIOS / "domains_128.yaml").with_changes(
+            {"sweep": {}, "study": None, "workload.arrival.rate": "8/s"})
+        return _scaled(domains, scale)
+    if case == "pd":
+        from bench_pd import SCENARIO as PD
+
+        pd = kvsim.parse_scenario(PD.format(rate="20/s", duration="300 s"), str(HERE / "bench-pd.yaml"))
+        return _scaled(pd.with_changes({"systems": {"pd": pd.raw["systems"]["pd"]}, "compare": {"baseline": "pd"}}),
+                       scale)
     if case.startswith("offload-"):
         return _scaled(_alone(kvsim.load_scenario(HERE / "offload_tiers.yaml"), case.split("-", 1)[1]), scale)
     capacity = float(params["capacity_per_s"])

@@ -123,6 +123,16 @@ def test_ladder_cases_set_cards_and_load():
     assert probe.workload.arrival.clients == 2 * 256 * 8  # every instance full: twice max_num_seqs each
 
 
+def test_the_domains_and_pd_cases_are_one_point_of_their_scenarios():
+    domains = speed_cases.scenario_for("domains", {"scale": 0.5})
+    assert len(domains.points) == 1 and list(domains.spec.systems) == ["domain_128", "domains_2x64", "servers_16x8"]
+    assert domains.spec.workload.arrival.rate == 8.0 and domains.spec.duration == pytest.approx(120.0)
+    assert domains.spec.study is None
+    pd = speed_cases.scenario_for("pd", {"scale": 1.0}).spec
+    assert list(pd.systems) == ["pd"] and pd.systems["pd"].disaggregated
+    assert pd.workload.arrival.rate == 20.0 and pd.duration == 300.0
+
+
 def test_probe_capacity_per_instance_three_figures():
     measured = {"instances": 8, "results": [{"requests_per_s": 28.38888}]}
     assert speed_cases.probe_capacity(measured) == 3.55
