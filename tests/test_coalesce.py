@@ -27,6 +27,13 @@ ACC = accelerator_catalog()
 MODELS = model_catalog()
 
 
+@pytest.fixture(autouse=True)
+def _python_backend(monkeypatch):
+    """The pure-Python engine: some tests here patch its decode runs and step model (the compiled
+    backend is held equal to it in tests/test_backends.py)."""
+    monkeypatch.setenv("KVSIM_BACKEND", "python")
+
+
 def _same_summary(a, b, path="summary"):
     """Every number of two summaries equal (NaN equal to NaN)."""
     if isinstance(a, dict):

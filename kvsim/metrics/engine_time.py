@@ -4,10 +4,14 @@ Engine time is kept per instance (:class:`EngineTime`), so an instance that appl
 at once (a coalesced decode run, :mod:`kvsim.serving.decode_run`) adds them in the same order as
 one that applies them one by one, and the totals do not depend on how events interleave across
 instances; :class:`SystemCounters` sums them in instance order when asked.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): the ``cython`` declarations type the
+fields and locals when compiled and do nothing in the pure-Python reference.
 """
 
 from __future__ import annotations
 
+import cython
 import numpy as np
 
 from kvsim.metrics.levels import WindowCounter
@@ -15,6 +19,7 @@ from kvsim.metrics.levels import WindowCounter
 __all__ = ["EngineTime", "SystemCounters"]
 
 
+@cython.cclass
 class EngineTime:
     """One instance's engine time: in all, inside the window, and split by what it was spent on
     (the roofline's binding side, TP all-reduce, kernel launches, the host's per-step work).
@@ -23,7 +28,11 @@ class EngineTime:
     order as one that applies them one by one (the sums are the same bit for bit).
     """
 
-    __slots__ = ("busy_s", "busy_in_window_s", "by_cause_s", "window_start_s", "window_end_s")
+    busy_s = cython.declare(cython.double, visibility="public")
+    busy_in_window_s = cython.declare(cython.double, visibility="public")
+    by_cause_s = cython.declare(dict, visibility="public")
+    window_start_s = cython.declare(cython.double, visibility="public")
+    window_end_s = cython.declare(cython.double, visibility="public")
 
     def __init__(self, window_start_s: float, window_end_s: float):
         self.window_start_s = window_start_s
@@ -32,6 +41,8 @@ class EngineTime:
         self.busy_in_window_s = 0.0      # engine time of iterations ending inside the window
         self.by_cause_s = {"compute": 0.0, "memory": 0.0, "tp_comm": 0.0, "kernels": 0.0, "overhead": 0.0}
 
+    @cython.locals(end_s=cython.double, duration_s=cython.double, compute_s=cython.double, memory_s=cython.double,
+                   comm_s=cython.double, kernels_s=cython.double, overhead_s=cython.double)
     def add(self, end_s: float, duration_s: float, compute_s: float, memory_s: float, comm_s: float,
             kernels_s: float, overhead_s: float) -> None:
         """An iteration of ``duration_s`` ended at ``end_s`` (``memory_s``: the longer of the local
@@ -45,6 +56,10 @@ class EngineTime:
             causes["kernels"] += kernels_s
             causes["overhead"] += overhead_s
 
+    @cython.locals(comm_s=cython.double, kernels_s=cython.double, overhead_s=cython.double, ws=cython.double,
+                   we=cython.double, busy=cython.double, in_window=cython.double, compute=cython.double,
+                   memory=cython.double, comm=cython.double, kernels=cython.double, overhead=cython.double,
+                   t=cython.double, d=cython.double, c=cython.double, m=cython.double)
     def add_each(self, ends_s: list[float], durations_s: list[float], compute_s: list[float], memory_s: list[float],
                  comm_s: float, kernels_s: float, overhead_s: float) -> None:
         """:meth:`add` for each iteration in order (same collective, launch and host times), to

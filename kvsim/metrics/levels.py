@@ -1,15 +1,21 @@
-"""Time-weighted levels and windowed counters, updated once per event (never per token)."""
+"""Time-weighted levels and windowed counters, updated once per event (never per token).
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): the ``cython`` declarations type the
+fields and locals when compiled and do nothing in the pure-Python reference.
+"""
 
 from __future__ import annotations
 
 from functools import reduce
 from operator import add, mul, sub
 
+import cython
 import numpy as np
 
 __all__ = ["TimeWeightedLevel", "WindowCounter"]
 
 
+@cython.cclass
 class TimeWeightedLevel:
     """Integral of a piecewise-constant signal over the window ``[window_start_s, window_end_s]``.
 
@@ -22,6 +28,13 @@ class TimeWeightedLevel:
     initial : float
         Value at time 0.
     """
+
+    window_start_s = cython.declare(cython.double, visibility="public")
+    window_end_s = cython.declare(cython.double, visibility="public")
+    value = cython.declare(cython.double, visibility="public")
+    _t = cython.declare(cython.double, visibility="public")
+    _area = cython.declare(cython.double, visibility="public")
+    _peak = cython.declare(cython.double, visibility="public")
 
     def __init__(self, window_start_s: float = 0.0, window_end_s: float = float("inf"), initial: float = 0.0):
         self.window_start_s = window_start_s
@@ -36,6 +49,7 @@ class TimeWeightedLevel:
         end = min(t, self.window_end_s)
         return self.value * (end - start) if end > start else 0.0
 
+    @cython.locals(t=cython.double, value=cython.double, start=cython.double, end=cython.double)
     def set(self, t: float, value: float) -> None:
         """The signal becomes ``value`` at time ``t`` (seconds, non-decreasing)."""
         # _area_until(t), written out: every engine iteration sets a level twice
@@ -54,16 +68,23 @@ class TimeWeightedLevel:
         ``then[k]``: the same as ``set(t, first[k]); set(t, then[k])`` for each ``k`` in order, to
         the bit, in one call (a coalesced run of engine steps, each ending and allocating the next)."""
         ws, we = self.window_start_s, self.window_end_s
-        if len(times_s) >= 12 and self._t > ws and times_s[-1] <= we:
+        if not cython.compiled and len(times_s) >= 12 and self._t > ws and times_s[-1] <= we:
             # all inside the window (most runs; a short one is quicker in the loop below): every
             # value held counts, every product is added in order (a left fold, not sum(), whose
-            # float sum may compensate)
+            # float sum may compensate). Compiled, the loop below is quicker: the same additions.
             helds = [self.value] + then[:-1]
             spans = map(sub, times_s, [self._t] + times_s[:-1])
             self._area = reduce(add, map(mul, helds, spans), self._area)
             self._peak = max(self._peak, self.value, max(first), max(then))
             self.value, self._t = then[-1], times_s[-1]
             return
+        self._set_each(times_s, first, then)
+
+    @cython.locals(ws=cython.double, we=cython.double, area=cython.double, peak=cython.double,
+                   held=cython.double, last=cython.double, t=cython.double, a=cython.double, b=cython.double,
+                   start=cython.double, end=cython.double)
+    def _set_each(self, times_s: list[float], first: list[float], then: list[float]) -> None:
+        ws, we = self.window_start_s, self.window_end_s
         area, peak, held, last = self._area, self._peak, self.value, self._t
         for t, a, b in zip(times_s, first, then):
             start = last if last > ws else ws
@@ -119,8 +140,14 @@ class TimeWeightedLevel:
         return (self._area + self._area_until(end)) / span if span > 0 else float("nan")
 
 
+@cython.cclass
 class WindowCounter:
     """Counts events (e.g. tokens) that happen inside ``[window_start_s, window_end_s]``."""
+
+    window_start_s = cython.declare(cython.double, visibility="public")
+    window_end_s = cython.declare(cython.double, visibility="public")
+    total = cython.declare(object, visibility="public")  # Python ints: a count never overflows
+    in_window = cython.declare(object, visibility="public")
 
     def __init__(self, window_start_s: float = 0.0, window_end_s: float = float("inf")):
         self.window_start_s = window_start_s
@@ -128,6 +155,7 @@ class WindowCounter:
         self.total = 0
         self.in_window = 0
 
+    @cython.locals(t=cython.double)
     def add(self, t: float, amount: int) -> None:
         self.total += amount
         if self.window_start_s <= t <= self.window_end_s:

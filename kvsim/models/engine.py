@@ -63,6 +63,10 @@ Defaults, and where they come from:
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import field_validator
+
 from kvsim.spec_types import FrozenSpec, Seconds
 
 __all__ = ["EngineSpec"]
@@ -96,6 +100,10 @@ class EngineSpec(FrozenSpec):
         Advance a run of decode iterations whose batch does not change in one simulation event
         (a simulator setting, not an engine's: results are the same either way; ``false`` runs
         the step-by-step reference, one event per iteration).
+    backend : str
+        ``auto`` (the default: the compiled kernels where they were built, else the pure-Python
+        reference), ``python`` or ``compiled`` (see :mod:`kvsim.backend`). A simulator setting:
+        both give the same results to the bit.
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -107,6 +115,18 @@ class EngineSpec(FrozenSpec):
     async_scheduling: bool = True
     kernel_s: Seconds = 3.64e-6
     coalesce: bool = True
+    backend: Literal["auto", "python", "compiled"] = "auto"
+
+    @field_validator("backend")
+    @classmethod
+    def _backend_here(cls, value: str) -> str:
+        if value == "compiled":
+            from kvsim.backend import compiled_problem
+
+            problem = compiled_problem()
+            if problem is not None:
+                raise ValueError(f"the compiled backend cannot run here: {problem} (use auto or python)")
+        return value
 
     def step_overhead_s(self, sequences: int, tokens: int) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""

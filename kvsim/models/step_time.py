@@ -28,12 +28,16 @@ kernels): ``compute_half_tokens`` is the token count at which the achieved rate 
 reads achieve different fractions of the bandwidth, so each has its own efficiency. The
 all-reduce picks recursive doubling or a ring by message size (:mod:`kvsim.models.collectives`).
 The kernel-launch and host costs are the engine's (:class:`kvsim.models.engine.EngineSpec`).
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): the ``cython`` declarations type the
+locals when compiled and do nothing in the pure-Python reference.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+import cython
 import numpy as np
 
 from kvsim.dtypes import DTYPE_BYTES
@@ -278,6 +282,10 @@ class RooflineStepTime:
             self._decode_cache[seqs] = terms
         return terms
 
+    @cython.locals(fixed_flops=cython.double, attn=cython.double, rate=cython.double, weights_s=cython.double,
+                   kv_bytes=cython.double, kv_Bps=cython.double, comm_s=cython.double, kernels_s=cython.double,
+                   overhead_s=cython.double, context=cython.double, step_seqs=cython.double, c=cython.double,
+                   m=cython.double, k=cython.Py_ssize_t, n=cython.Py_ssize_t)
     def decode_steps(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """Consecutive decode-only iterations of ``seqs`` sequences with no KV read in place: the
         first attends to ``context_tokens`` context tokens in all, each later one to ``seqs``
@@ -289,14 +297,17 @@ class RooflineStepTime:
         """
         fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = self._decode_terms(seqs)
         total, compute, memory = [], [], []
+        # token counts below 2**53 are exact as floats, so context * x is the same product either way
         context = context_tokens
-        for _ in range(steps):
+        step_seqs = seqs
+        n = steps
+        for k in range(n):
             c = (fixed_flops + attn * context) / rate
             m = weights_s + context * kv_bytes / kv_Bps
             compute.append(c)
             memory.append(m)
             total.append((c if c >= m else m) + comm_s + kernels_s + overhead_s)
-            context += seqs
+            context += step_seqs
         return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
 
     def decode_steps_array(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:

@@ -23,6 +23,9 @@ operations in the same order), except when an outside event falls at exactly the
 ends: the step-by-step loop orders such ties by event id, a run counts the step as ended. The
 step-by-step engine stays as the reference (``engine.coalesce: false``); the tests hold the two
 equal on every shipped scenario and on random ones.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): the ``cython`` declarations type the
+locals when compiled and do nothing in the pure-Python reference.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
+import cython
 import numpy as np
 
 from kvsim.models.step_time import BatchShape, DecodeSteps
@@ -196,6 +200,8 @@ class DecodeRun:
         """When the run's last step ends, seconds."""
         return float(self.ends_s[self.last])
 
+    @cython.locals(done=cython.Py_ssize_t, block=cython.Py_ssize_t, kv=cython.Py_ssize_t,
+                   generated=cython.Py_ssize_t, blocks=cython.Py_ssize_t, own=cython.Py_ssize_t, need=cython.Py_ssize_t)
     def settle(self, now: float) -> None:
         """Apply every step before the last that has ended by ``now`` (and allocate the next): what
         the instance shows (tokens, pages, first tokens). Their accounts wait for :meth:`account`."""
@@ -283,6 +289,8 @@ def _refuse(later_s: list[float], seqs: int, context_tokens: int) -> None:
     raise RuntimeError(f"step-time model returned decode steps of {seqs} sequences that add up to no finite time")
 
 
+@cython.locals(block=cython.Py_ssize_t, steps=cython.Py_ssize_t, free=cython.Py_ssize_t, first=cython.Py_ssize_t,
+               i=cython.Py_ssize_t, total=cython.Py_ssize_t)
 def _new_pages(firsts: list[int], block: int, steps: int, free: int) -> list[int]:
     """Pages allocated by steps 2..i, for i = 0..m: sequence k needs one at step ``firsts[k]`` and
     every ``block`` steps after; ``m <= steps`` is the last step before they outgrow ``free``."""

@@ -15,9 +15,10 @@ from typing import Callable
 
 import simpy
 
+from kvsim.backend import Kernels
+from kvsim.backend import kernels as backend_kernels
 from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.engine_time import SystemCounters
-from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
@@ -133,6 +134,9 @@ class Instance:
     coalesce : bool
         Advance runs of unchanging decode iterations in one event (:mod:`kvsim.serving.decode_run`);
         False steps one iteration per event (the reference).
+    kernels : Kernels, optional
+        The backend's kernel modules its decode runs and levels come from (:mod:`kvsim.backend`;
+        default: the pure-Python reference).
 
     Notes
     -----
@@ -171,6 +175,7 @@ class Instance:
         async_scheduling: bool = False,
         adapters: AdapterSlots | None = None,
         coalesce: bool = False,
+        kernels: Kernels | None = None,
     ):
         self.env = env
         self.index = index
@@ -186,7 +191,9 @@ class Instance:
         self.output_s = output_s
         self.async_scheduling = async_scheduling
         self._in_flight = False  # an iteration is running
-        self.kv_utilization = TimeWeightedLevel(window_start_s, window_end_s)
+        self.kernels = kernels if kernels is not None else backend_kernels("python")
+        self._plan_run = self.kernels.decode_run.DecodeRun.plan
+        self.kv_utilization = self.kernels.levels.TimeWeightedLevel(window_start_s, window_end_s)
         self.engine_time = counters.engine_time()
         self.coalesce = coalesce
         self._decode_run: DecodeRun | None = None  # the coalesced run in progress, if any
@@ -408,7 +415,7 @@ class Instance:
             if not duration_s > 0 or math.isinf(duration_s):
                 raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
             self._in_flight = True
-            run = DecodeRun.plan(self, batch, duration_s, parts, env.now, adapter_s) \
+            run = self._plan_run(self, batch, duration_s, parts, env.now, adapter_s) \
                 if coalesce and not batch.prefills else None
             if run is not None:
                 yield from self._coalesced(run)

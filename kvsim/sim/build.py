@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import simpy
 
+from kvsim.backend import Kernels, resolve
+from kvsim.backend import kernels as backend_kernels
 from kvsim.kv import BlockPool
 from kvsim.metrics.domain_summary import DomainLevels
 from kvsim.metrics.levels import TimeWeightedLevel
@@ -30,7 +32,6 @@ from kvsim.serving.cache.access import addressing_domain
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
-from kvsim.metrics.engine_time import SystemCounters
 from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.router import make_router
@@ -86,14 +87,15 @@ class System:
     """
 
     def __init__(self, env: simpy.Environment, name: str, sizing: SystemSizing, window_start_s: float,
-                 window_end_s: float, records: RequestRecords):
+                 window_end_s: float, records: RequestRecords, kernels: Kernels | None = None):
         self.env = env
         self.name = name
         self.sizing = sizing
         self.window = (window_start_s, window_end_s)
         self.records = records
-        self.counters = SystemCounters(window_start_s, window_end_s)
-        self.in_system = TimeWeightedLevel(window_start_s, window_end_s)
+        self.kernels = kernels if kernels is not None else backend_kernels("python")  # the engine backend's
+        self.counters = self.kernels.engine_time.SystemCounters(window_start_s, window_end_s)
+        self.in_system = self.kernels.levels.TimeWeightedLevel(window_start_s, window_end_s)
         self.cache: SystemCache | None = None
         self.instances: list[Instance] = []
         self.board = LoadBoard()  # the instances by role, and the least loaded of each
@@ -161,7 +163,7 @@ class System:
         """Sample tier occupancy over time (bytes held per tier) while the run lasts."""
         if self.cache is None:
             return
-        self.tier_occupancy = {tier: TimeWeightedLevel(*self.window) for tier in TIERS}
+        self.tier_occupancy = {tier: self.kernels.levels.TimeWeightedLevel(*self.window) for tier in TIERS}
         self.domain_levels = DomainLevels(*self.window, self._domains())
         self.env.process(self._sample_tiers(every_s, until_s))
 
@@ -249,7 +251,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         The prompts' hash block size (the cache's block).
     """
     warmup, duration = spec.warmup, spec.duration
-    system = System(env, sizing.name, sizing, warmup, duration, records)
+    system = System(env, sizing.name, sizing, warmup, duration, records,
+                    backend_kernels(resolve(spec.system_engine(sizing.name).backend)))
     system.block_tokens = block_tokens
     system_spec = sizing.spec
     pool_nodes = []
@@ -307,13 +310,13 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         cache_hook = system.hooks.get((index, cache_role))
         hook = system.hooks.get((index, place.role))
         instance = Instance(
-            env, index, place.role, pool.step_model(), pages, inst_spec.max_batched_tokens, inst_spec.max_num_seqs,
+            env, index, place.role, pool.step_model(system.kernels), pages, inst_spec.max_batched_tokens, inst_spec.max_num_seqs,
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
             gpus=list(place.gpus), output_s=pool.engine.output_s, span=span,
             async_scheduling=pool.engine.async_scheduling, adapters=_adapter_slots(spec, system_spec, pool),
-            coalesce=pool.engine.coalesce)
+            coalesce=pool.engine.coalesce, kernels=system.kernels)
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:

@@ -32,6 +32,7 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
                         counters.input_tokens.in_window, kv_mean, slo, instances=len(instances),
                         clients=arrival.clients if spec.workload.closed_loop else None)
     summary["window"] = {"start_s": warmup, "end_s": duration, "warmup": "fixed"}  # "mser5" with warmup: auto
+    summary["engine_backend"] = system.kernels.name  # python or compiled: the same results either way
     span = duration - warmup
     # an iteration that straddles the window start counts whole: clamp the fraction to 1
     busy = min(1.0, counters.busy_in_window_s / (len(instances) * span))

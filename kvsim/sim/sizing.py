@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvsim.backend import Kernels
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
 from kvsim.models.layout_step import LayoutStepTime
@@ -89,12 +90,13 @@ class PoolSizing:
     def kv_tokens_per_instance(self) -> int:
         return self.kv_blocks_per_instance * self.spec.instance.block_size_tokens
 
-    def step_model(self) -> RooflineStepTime | LayoutStepTime:
+    def step_model(self, kernels: Kernels | None = None) -> RooflineStepTime | LayoutStepTime:
         """The instance's step-time model: the plain roofline for tensor parallelism inside one
         node, the layout model (pipeline, experts, data-parallel attention, links) otherwise."""
         if self.links is None:
-            return RooflineStepTime(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
-                                    self.weight_dtypes)
+            roofline = kernels.step_time.RooflineStepTime if kernels is not None else RooflineStepTime
+            return roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
+                            self.weight_dtypes)
         inst = self.spec.instance
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
                               inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine,

@@ -1,0 +1,13 @@
+"""The kernel modules of the per-event path that ``setup.py`` compiles (see :mod:`kvsim.backend`).
+
+A plain tuple of module names, read by ``setup.py`` as a literal (the build does not import
+kvsim). A kernel may import another kernel; its compiled copy then imports the other's compiled
+copy. Order: a kernel after the kernels it imports.
+"""
+
+KERNELS = (
+    "kvsim.models.step_time",
+    "kvsim.metrics.levels",
+    "kvsim.metrics.engine_time",
+    "kvsim.serving.decode_run",
+)

@@ -1,0 +1,246 @@
+"""The compiled backend equals the pure-Python reference, bit for bit (issue 23, items 2 and 3).
+
+Both backends run the same sources (Cython's pure-Python mode, compiled without floating-point
+contraction), so every record, summary number and time series must be equal: on the kernels
+alone (step times, decode runs' closed forms, levels, engine time), on every shipped scenario
+(shortened), on random scenarios of the invariant generator (24 here, 240 more under ``-m
+backends``), and on runs cut short by every kind of outside event. Then: the choice of backend,
+its errors, and a run where the compiled kernels cannot be loaded.
+
+The compiled backend must have been built (``pip install -e .`` builds it where a C compiler
+is found); set ``KVSIM_NO_COMPILE=1`` for a pure-Python install, and these tests skip.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import kvsim
+from kvsim import backend
+from kvsim.hardware import accelerator_catalog
+from kvsim.models import model_catalog
+from kvsim import SpecError
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from random_scenarios import random_case  # noqa: E402
+from test_coalesce import CUT, SHIPPED, SLOW, _same_summary, _shortened  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+ACC = accelerator_catalog()
+MODELS = model_catalog()
+PURE_INSTALL = bool(os.environ.get("KVSIM_NO_COMPILE"))
+
+needs_compiled = pytest.mark.skipif(PURE_INSTALL, reason="KVSIM_NO_COMPILE: a pure-Python install")
+
+
+def test_the_compiled_backend_was_built():
+    """An install with a C compiler builds the compiled kernels; a build that silently fell back
+    would leave every other test here skipped."""
+    if PURE_INSTALL:
+        assert backend.resolve("auto") == "python"
+        return
+    assert backend.compiled_problem() is None
+    assert backend.resolve("auto") == "compiled"
+    for module in backend.kernels("compiled")[1:]:
+        assert module.__file__.endswith(".so"), module.__file__  # an extension, not a copied .py
+
+
+def test_the_kernel_list_is_the_backends_modules():
+    """setup.py compiles KERNELS; kvsim.backend imports them by name: the two lists agree."""
+    assert [m.rsplit(".", 1)[1] for m in backend.KERNELS] == list(backend.Kernels._fields[1:])
+    assert [m.__name__ for m in backend.kernels("python")[1:]] == list(backend.KERNELS)
+    if not PURE_INSTALL:
+        assert [m.__name__ for m in backend.kernels("compiled")[1:]] == [backend.compiled_name(m)
+                                                                         for m in backend.KERNELS]
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels alone
+
+PY, CY = (backend.kernels("python"), None if PURE_INSTALL else backend.kernels("compiled"))
+
+
+@needs_compiled
+@pytest.mark.parametrize("model, acc, tp, dtype", [
+    ("qwen3-8b", "h20", 1, "bf16"), ("qwen3-8b", "l20", 2, "bf16"), ("qwen3-235b-a22b", "h20", 8, "fp8"),
+    ("deepseek-r1", "h20", 8, "fp8"), ("llama-2-70b", "a100-sxm", 8, "bf16"),
+])
+def test_step_times_are_equal_to_the_bit(model, acc, tp, dtype):
+    py = PY.step_time.RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
+    cy = CY.step_time.RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
+    rng = np.random.default_rng(tp)
+    for _ in range(300):
+        shape = PY.step_time.BatchShape(
+            prefill_tokens=int(rng.integers(0, 9000)), prefill_pairs=float(rng.integers(0, 10**8)) / 2,
+            prefill_context_tokens=int(rng.integers(0, 10**5)), decode_seqs=int(rng.integers(0, 300)),
+            decode_context_tokens=int(rng.integers(0, 10**7)), sampled_seqs=int(rng.integers(1, 300)),
+            prefill_seqs=int(rng.integers(0, 8)))
+        assert tuple(cy.breakdown(shape)) == tuple(py.breakdown(shape))
+        assert cy.iteration_time_s(shape) == py.iteration_time_s(shape)
+    for seqs, context, steps in ((1, 17, 5), (7, 6300, 200), (256, 256 * 150, 40)):
+        for name in ("decode_steps", "decode_steps_array"):
+            a, b = getattr(py, name)(seqs, context, steps), getattr(cy, name)(seqs, context, steps)
+            for x, y in zip(a, b):
+                assert np.array_equal(np.asarray(x), np.asarray(y))
+
+
+times = st.lists(st.floats(0, 50, allow_nan=False), min_size=1, max_size=40).map(sorted)
+
+
+@needs_compiled
+@settings(max_examples=150, deadline=None)
+@given(times=times, start=st.floats(0, 20), span=st.floats(0, 40), seed=st.integers(0, 2**32 - 1))
+def test_levels_and_engine_time_are_equal_to_the_bit(times, start, span, seed):
+    rng = np.random.default_rng(seed)
+    first, then = rng.random(len(times)).tolist(), rng.random(len(times)).tolist()
+    durations = (rng.random(len(times)) * 0.05).tolist()
+    compute, memory = (rng.random(len(times)) * 0.03).tolist(), (rng.random(len(times)) * 0.03).tolist()
+    out = []
+    for k in (PY, CY):
+        level = k.levels.TimeWeightedLevel(start, start + span, 0.25)
+        level.set(times[0] / 2, 0.5)
+        level.set_at_each(times, first, then)
+        arr = k.levels.TimeWeightedLevel(start, start + span, 0.25)
+        arr.set_at_each_array(np.array(times), np.array(first), np.array(then))
+        counter = k.levels.WindowCounter(start, start + span)
+        counter.add_at_each(times, 3)
+        counter.add_at_each_array(np.array(times), 2)
+        engine = k.engine_time.EngineTime(start, start + span)
+        engine.add_each(times, durations, compute, memory, 1e-4, 2e-4, 3e-4)
+        engine.add_each_array(np.array(times), np.array(durations), np.array(compute), np.array(memory),
+                              1e-4, 2e-4, 3e-4)
+        engine.add(times[-1], 0.01, 0.004, 0.006, 1e-4, 2e-4, 3e-4)
+        out.append((level.mean(), level.peak(), arr.mean(), arr.peak(), counter.total, counter.in_window,
+                    engine.busy_s, engine.busy_in_window_s, dict(engine.by_cause_s)))
+    _same_summary(list(out[0]), list(out[1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# whole runs
+
+def _both(scenario):
+    """(python, compiled) results of ``scenario``."""
+    return (kvsim.run(scenario.with_changes({"engine.backend": "python"})),
+            kvsim.run(scenario.with_changes({"engine.backend": "compiled"})))
+
+
+def _assert_equal(reference, compiled):
+    assert compiled.records_digest() == reference.records_digest()
+    for ref, run in zip(reference.runs, compiled.runs):
+        assert (ref.summary["engine_backend"], run.summary["engine_backend"]) == ("python", "compiled")
+        assert run.iterations == ref.iterations
+        assert run.busy_s == ref.busy_s
+        assert run.in_system_mean == ref.in_system_mean or (math.isnan(ref.in_system_mean)
+                                                            and math.isnan(run.in_system_mean))
+        _same_summary({**ref.summary, "engine_backend": None}, {**run.summary, "engine_backend": None})
+        assert run.timeseries == ref.timeseries
+    for frame in ("links_frame", "storage_frame", "decisions_frame", "switches_frame"):
+        a, b = getattr(reference, frame)(), getattr(compiled, frame)()
+        assert a.equals(b), frame
+
+
+@needs_compiled
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_scenarios_give_the_same_results_compiled(name):
+    _assert_equal(*_both(_shortened(REPO / "scenarios" / name, **SLOW.get(name, {}))))
+
+
+def _random(case: int):
+    return random_case(case).scenario()
+
+
+@needs_compiled
+@pytest.mark.parametrize("case", range(24))
+def test_random_scenarios_give_the_same_results_compiled(case):
+    _assert_equal(*_both(_random(case)))
+
+
+@needs_compiled
+@pytest.mark.backends
+@pytest.mark.parametrize("case", range(24, 264))
+def test_more_random_scenarios_give_the_same_results_compiled(case):
+    _assert_equal(*_both(_random(case)))
+
+
+@needs_compiled
+@pytest.mark.parametrize("rate", [3, 12])
+def test_runs_cut_by_every_kind_of_event_are_the_same_compiled(tmp_path, rate):
+    path = tmp_path / "cut.yaml"
+    path.write_text(CUT.format(rate=rate))
+    _assert_equal(*_both(kvsim.load_scenario(path)))
+
+
+# ---------------------------------------------------------------------------------------------
+# choosing a backend
+
+def test_kvsim_backend_overrides_auto(monkeypatch):
+    monkeypatch.setenv("KVSIM_BACKEND", "python")
+    assert backend.resolve("auto") == "python"
+    monkeypatch.setenv("KVSIM_BACKEND", "fortran")
+    with pytest.raises(ValueError, match="KVSIM_BACKEND must be python or compiled, not 'fortran'"):
+        backend.resolve("auto")
+
+
+def test_an_unknown_backend_is_named_with_its_line(tmp_path):
+    path = tmp_path / "s.yaml"
+    text = (REPO / "scenarios" / "h20_vs_l20.yaml").read_text()
+    path.write_text(text + "\nengine: {backend: fast}\n")
+    with pytest.raises(SpecError) as error:
+        kvsim.load_scenario(path)
+    assert re.search(r"s\.yaml:\d+: engine\.backend: .*'fast'", str(error.value)), str(error.value)
+
+
+@pytest.fixture
+def compiled_missing(monkeypatch):
+    """The compiled kernels cannot be imported (as on a machine without a C compiler)."""
+    import kvsim._compiled
+
+    for module in backend.KERNELS:
+        name = backend.compiled_name(module)
+        monkeypatch.setitem(sys.modules, name, None)  # import raises ImportError
+        monkeypatch.delattr(kvsim._compiled, name.rsplit(".", 1)[1], raising=False)
+    monkeypatch.delenv("KVSIM_BACKEND", raising=False)
+    backend.compiled_problem.cache_clear()
+    backend.kernels.cache_clear()
+    yield
+    backend.compiled_problem.cache_clear()
+    backend.kernels.cache_clear()
+
+
+def test_without_the_compiled_kernels_runs_use_the_reference(compiled_missing, tmp_path):
+    assert backend.resolve("auto") == "python"
+    scenario = _shortened(REPO / "scenarios" / "h20_vs_l20.yaml", duration="6 s")
+    result = kvsim.run(scenario)
+    assert {run.summary["engine_backend"] for run in result.runs} == {"python"}
+    path = tmp_path / "s.yaml"
+    path.write_text((REPO / "scenarios" / "h20_vs_l20.yaml").read_text() + "\nengine: {backend: compiled}\n")
+    with pytest.raises(SpecError) as error:
+        kvsim.load_scenario(path)
+    message = str(error.value)
+    assert re.search(r"s\.yaml:\d+: engine\.backend: .*the compiled backend cannot run here: not built", message), message
+    with pytest.raises(backend.BackendError, match="not built"):
+        backend.resolve("compiled")
+
+
+def test_a_stale_build_is_not_used(monkeypatch):
+    """Compiled kernels built from other sources than the installed ones would drift: refused."""
+    if PURE_INSTALL:
+        pytest.skip("a pure-Python install has no build to go stale")
+    backend.compiled_problem.cache_clear()
+    monkeypatch.setattr(backend, "_source_digest", lambda module: "0" * 64)
+    try:
+        problem = backend.compiled_problem()
+        assert problem is not None and "was built from another version of" in problem and "pip install -e ." in problem
+    finally:
+        monkeypatch.undo()
+        backend.compiled_problem.cache_clear()
+    assert backend.compiled_problem() is None
