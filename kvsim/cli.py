@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
+    refused = _backend_refused(args.command)
+    if refused is not None:
+        return refused
     # the reader of our output going away (`kvsim run ... | head`) is not an error of ours: the
     # command goes on and a run still writes its results; any BrokenPipeError that reaches here
     # came from elsewhere (a dead worker's pipe) and is a failure like any other
@@ -365,6 +368,28 @@ def _say(text: str, file=None) -> None:
 def _print_warnings(command: str, scenario) -> None:
     for warning in scenario.warnings:
         _say(f"kvsim {command}: warning: {warning}", file=sys.stderr)
+    from kvsim.backend import ENV, compiled_problem
+
+    if not os.environ.get(ENV) and any(scenario.spec.system_engine(name).backend == "auto"
+                                       for name in scenario.spec.systems):
+        problem = compiled_problem()
+        if problem is not None:
+            _say(f"kvsim {command}: note: the compiled backend cannot run here ({problem}): the pure-Python "
+                 f"engine runs instead (the same results, slower; docs/speed.md)", file=sys.stderr)
+
+
+def _backend_refused(command: str) -> int | None:
+    """Exit status for a ``KVSIM_BACKEND`` that cannot be honoured (None if it can, or is unset)."""
+    from kvsim.backend import ENV, BackendError, resolve
+
+    if not os.environ.get(ENV, "").strip():
+        return None
+    try:
+        resolve("auto")
+    except (ValueError, BackendError) as exc:
+        _say(f"kvsim {command}: {ENV}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return None
 
 
 def _prepare_out(command: str, out: Path, scenario: str, outputs: Sequence[str], overwrite: bool) -> int | None:
