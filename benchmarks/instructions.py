@@ -46,7 +46,10 @@ def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, cei
     with decode runs' per-step work removed, see ``run_ceiling.py``)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD,
                str(root), str(HERE), case, repr(scale), repr(capacity_per_s), "ceiling" if ceiling else "-"]
-    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "0"})
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if ceiling:
+        env["KVSIM_BACKEND"] = "python"  # run_ceiling patches the pure-Python engine's decode runs
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     found = re.search(r"Collected : (\d+)", done.stderr)
     if done.returncode != 0 or found is None:
         own = [line for line in done.stderr.strip().splitlines() if not re.match(r"==\d+==", line)]  # not valgrind's

@@ -268,7 +268,8 @@ def test_the_run_ceiling_removes_per_step_work_only(monkeypatch):
     from kvsim.models.step_time import RooflineStepTime
 
     scenario = kvsim.load_scenario(REPO / "scenarios" / "h20_vs_l20.yaml").with_changes(
-        {"duration": "20 s", "warmup": "5 s", "sweep": {}})
+        {"duration": "20 s", "warmup": "5 s", "sweep": {},
+         "engine.backend": "python"})  # the ceiling patches the pure-Python engine
     real = kvsim.run(scenario)
     step = RooflineStepTime(model_catalog()["qwen3-8b"], accelerator_catalog()["h20"], 1, "bf16", "bf16")
     first = step.decode_steps(7, 7 * 900, 1)
