@@ -104,6 +104,40 @@ class KVIndex:
         self.add(block, store)
         return evicted
 
+    def insert_run(self, store: BlockStore, blocks: Sequence[Block], read: bool = False,
+                   touch: bool = True):
+        """:meth:`BlockStore.insert_run` (see there) mirrored in the index: the same changes, and
+        the same watcher calls in the same order, as :meth:`insert` block by block (each block's
+        eviction, then the block).
+
+        Returns
+        -------
+        kvsim.kv.runs.RunInsert
+            What the store returned; ``done < len(blocks)`` if it refused ``blocks[done]``.
+        """
+        result = store.insert_run(blocks, read, touch)
+        done, new_at, evicted = result
+        if not new_at and not evicted:
+            return result
+        where_of = self._where
+        if evicted or self._watchers:
+            # replay in order: an eviction at position p comes before the insertion at p
+            j, n_evicted = 0, len(evicted)
+            for pos in new_at:
+                while j < n_evicted and evicted[j][0] <= pos:
+                    self.discard(evicted[j][1], store)
+                    j += 1
+                self.add(blocks[pos], store)
+            return result
+        for pos in new_at:  # add() without watchers (a hot path: every block every tier stores)
+            block = blocks[pos]
+            where = where_of.get(block)
+            if where is None:
+                where_of[block] = {store: None}
+            else:
+                where[store] = None
+        return result
+
     def remove(self, store: BlockStore, block: Block) -> None:
         """Remove ``block`` from ``store`` (errors as :meth:`BlockStore.remove`) and the index."""
         store.remove(block)
@@ -133,11 +167,19 @@ class KVIndex:
             prefix cache cannot use block k without blocks 0..k-1.
         """
         where_of = self._where
+        if usable is None:
+            for i, block in enumerate(hashes):
+                if not where_of.get(block):
+                    return i
+            return len(hashes)
         for i, block in enumerate(hashes):
             where = where_of.get(block)
             if not where:
                 return i
-            if usable is not None and not any(usable(store) for store in where):
+            for store in where:  # any(usable(...)): the same calls, without a generator per block
+                if usable(store):
+                    break
+            else:
                 return i
         return len(hashes)
 
@@ -175,8 +217,18 @@ class KVIndex:
         if n > len(hashes):
             raise ValueError(f"n={n} exceeds the {len(hashes)} blocks given")
         best: list[BlockStore] = []
+        where_of = self._where
         for block in hashes[:n]:
-            where = self._where.get(block, ())
+            where = where_of.get(block, ())
+            if len(where) == 1:  # the common case, without a list and min() (the same calls)
+                for only in where:
+                    if usable is None or usable(only):
+                        rank(only)
+                        best.append(only)
+                        break
+                else:
+                    raise KeyError(block)
+                continue
             candidates = [s for s in where if usable is None or usable(s)]
             if not candidates:
                 raise KeyError(block)

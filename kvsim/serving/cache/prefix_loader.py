@@ -78,7 +78,19 @@ class PrefixLoader:
         held = []
         pending: dict[int, simpy.Event] = {}
         to_load = []  # (block, source store, the id it has there)
-        for k in range(n):
+        if local:
+            # the leading run already in this HBM: hit and read as one run
+            run = hashes[:local]
+            run = run.tolist() if hasattr(run, "tolist") else list(run)
+            hbm.read_run(run)
+            held.extend(run)
+            inflight = cache.inflight
+            if inflight:
+                for block in run:
+                    event = inflight.get(block)
+                    if event is not None:
+                        pending[id(event)] = event
+        for k in range(local, n):
             block = hashes[k]
             if sources[k] is not hbm:
                 to_load.append((block, sources[k], block))
@@ -106,8 +118,7 @@ class PrefixLoader:
             first_pages = cache.pool.blocks_for(cache.scheduler.next_step_tokens(seq, n * g.block_tokens))
         pages = len(to_load) * g.pages_per_block + first_pages
         if pages and not cache.pool.take(pages):
-            for block in held:
-                hbm.drop_reader(block)
+            hbm.drop_reader_each(held)
             for source_id in local_sources:
                 hbm.unpin(source_id)
             return None
