@@ -53,7 +53,12 @@ def state(s: BlockStore) -> tuple:
         order = list(policy._small.items()), list(policy._main.items()), list(policy._ghost)
     counters = (s.hits, s.misses, s.insertions, s.evictions, s.removals, s.rejections)
     holds = (list(s._pins.items()), list(s._readers.items()), list(s._held.items()), s._reader_refs)
-    heap = (s._heap_on, s._clock, list(s._stamps.items()), list(s._unheld))
+    # the LRU heap's valid entries (current stamp, block unheld): what the victim search takes;
+    # a run may leave fewer stale ones (see RunOps._stamp), which it skips
+    valid = sorted(e for e in set(s._unheld) if s._stamps.get(e[1]) == e[0] and e[1] not in s._held)
+    if s._heap_on:  # every unheld stored block has its entry
+        assert [b for _, b in valid] == sorted((b for b in s._stamps if b not in s._held), key=s._stamps.get)
+    heap = (s._heap_on, s._clock, list(s._stamps.items()), valid)
     return order, counters, holds, heap
 
 

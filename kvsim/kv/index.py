@@ -120,7 +120,7 @@ class KVIndex:
         if not new_at and not evicted:
             return result
         where_of = self._where
-        if evicted or self._watchers:
+        if self._watchers:
             # replay in order: an eviction at position p comes before the insertion at p
             j, n_evicted = 0, len(evicted)
             for pos in new_at:
@@ -129,7 +129,26 @@ class KVIndex:
                     j += 1
                 self.add(blocks[pos], store)
             return result
-        for pos in new_at:  # add() without watchers (a hot path: every block every tier stores)
+        # add() and discard() without watchers (a hot path: every block every tier stores), in
+        # the same order
+        if not evicted:
+            for block in (blocks if len(new_at) == len(blocks) else [blocks[pos] for pos in new_at]):
+                where = where_of.get(block)
+                if where is None:
+                    where_of[block] = {store: None}
+                else:
+                    where[store] = None
+            return result
+        j, n_evicted = 0, len(evicted)
+        for pos in new_at:
+            while j < n_evicted and evicted[j][0] <= pos:
+                gone = evicted[j][1]
+                where = where_of.get(gone)
+                if where is not None and store in where:
+                    del where[store]
+                    if not where:
+                        del where_of[gone]
+                j += 1
             block = blocks[pos]
             where = where_of.get(block)
             if where is None:

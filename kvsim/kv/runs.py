@@ -5,7 +5,7 @@ read and release them one call at a time (issue 23, item 1): the per-block calls
 in them, were most of a cached run's time. :class:`RunOps` gives :class:`~kvsim.kv.store.BlockStore`
 one call per run for each such loop. Each is defined as the per-block operations applied to the
 blocks *in order* -- the same counters, the same eviction victims, the same refusal at the same
-block, the same LRU stamps and heap entries -- and tests (``tests/test_kv_runs.py``) hold every
+block, the same LRU stamps and valid heap entries -- and tests (``tests/test_kv_runs.py``) hold every
 one of them equal to that per-block sequence on random access sequences. They only do it with
 fewer calls: the state and the per-block API stay as they were.
 
@@ -66,6 +66,8 @@ class RunOps:
         RunInsert
             ``(done, new_at, evicted)``: see :class:`RunInsert`.
         """
+        if read and not touch and self._lru_policy:
+            return self._file_run_lru(blocks)
         members, policy = self._members, self._policy
         capacity = self.capacity_blocks
         readers, held = self._readers, self._held
@@ -75,7 +77,12 @@ class RunOps:
         done = 0
         for block in blocks:
             if block in members:
-                if touch:
+                if not touch:
+                    pass
+                elif read and self._heap_on:
+                    policy_touch(block)
+                    self._stamp(block)
+                else:
                     policy_touch(block)
                     if self._heap_on:
                         self._use(block)
@@ -88,7 +95,11 @@ class RunOps:
                     self._evict(victim)
                     evicted.append((done, victim))
                 policy_insert(block)
-                if self._heap_on:
+                if not self._heap_on:
+                    pass
+                elif read:
+                    self._stamp(block)
+                else:
                     self._use(block)
                 new_at.append(done)
             if read:
@@ -99,6 +110,53 @@ class RunOps:
         if read:
             self._reader_refs += done
         return RunInsert(done, new_at, evicted)
+
+    def _file_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
+        """:meth:`insert_run` with ``read`` and not ``touch`` under LRU (a prompt filed where it
+        was computed, the hottest call of a cached run), the steps written out: a new block goes
+        to the end of the policy's order (what ``LRUPolicy.insert`` does for a block known not to
+        be resident) with the newest stamp and no heap entry (see :meth:`_stamp`), and has one
+        reader and nothing else holding it."""
+        members = self._members  # the LRU policy's order, least recent first
+        readers, held = self._readers, self._held
+        free = self.capacity_blocks - len(members)  # (an eviction then an insertion keeps it)
+        new_at: list[int] = []
+        evicted: list[tuple[int, Block]] = []
+        done = 0
+        for block in blocks:
+            if block in members:
+                readers[block] = readers.get(block, 0) + 1
+                held[block] = held.get(block, 0) + 1
+                done += 1
+                continue
+            if free > 0:
+                free -= 1
+            else:
+                victim = self._victim() if members else None  # (may switch the heap on)
+                if victim is None:
+                    self.rejections += 1
+                    break
+                self._evict(victim)
+                evicted.append((done, victim))
+            members[block] = None
+            if self._heap_on:
+                self._clock += 1
+                self._stamps[block] = self._clock
+            readers[block] = 1  # (a block not stored has no readers or pins)
+            held[block] = 1
+            new_at.append(done)
+            done += 1
+        self.insertions += len(new_at)
+        self._reader_refs += done
+        return RunInsert(done, new_at, evicted)
+
+    def _stamp(self, block: Block) -> None:
+        """:meth:`_use` for a block about to be read: the newest stamp, but no heap entry, since
+        the block is held from now until :meth:`_release` pushes its entry (the heap then holds
+        the same entries that are valid -- current stamp, block unheld -- and so gives the same
+        victims; only stale entries, which the victim search skips, are fewer)."""
+        self._clock += 1
+        self._stamps[block] = self._clock
 
     def read_run(self, blocks: Sequence[Block]) -> int:
         """For each of ``blocks`` in order: :meth:`lookup` it, and if it is stored take a reader
@@ -114,7 +172,7 @@ class RunOps:
             hits += 1
             touch(block)
             if self._heap_on:
-                self._use(block)
+                self._stamp(block)
             readers[block] = readers.get(block, 0) + 1
             held[block] = held.get(block, 0) + 1
         self.hits += hits
