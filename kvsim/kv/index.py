@@ -11,7 +11,7 @@ changed only through :meth:`KVIndex.insert` and :meth:`KVIndex.remove`, which ap
 the store and mirror it, evictions included. Pins, readers and lookups do not change membership
 and go to the store directly.
 
-Determinism: a block's locations are kept in the order the stores acquired it (a dict, not a
+Determinism: a block's locations are kept in the order the stores acquired it (a tuple, not a
 set), and ties in rank go to the earliest.
 
 Watchers (:meth:`KVIndex.watch`) hear of every change of membership, one call per block and
@@ -33,8 +33,12 @@ class KVIndex:
     """Map block id -> the stores holding it, in the order they acquired it."""
 
     def __init__(self) -> None:
-        # Inner dicts are ordered sets keyed by store (stores hash by identity).
-        self._where: dict[Block, dict[BlockStore, None]] = {}
+        # block -> the tuple of stores holding it, in the order they acquired it. The tuples are
+        # shared: every block held by the same stores in the same order maps to one interned
+        # tuple (``_sets``), so filing a block is one dict entry and no new object -- a prompt's
+        # run of blocks filed in one store shares one ``(store,)`` (stores hash by identity).
+        self._where: dict[Block, tuple[BlockStore, ...]] = {}
+        self._sets: dict[tuple[BlockStore, ...], tuple[BlockStore, ...]] = {}
         self._watchers: list[Callable[[Block, BlockStore, bool], None]] = []
 
     def __len__(self) -> int:
@@ -50,33 +54,48 @@ class KVIndex:
         """Call ``watcher(block, store, added)`` on every change of membership from now on."""
         self._watchers.append(watcher)
 
+    def _interned(self, stores: tuple[BlockStore, ...]) -> tuple[BlockStore, ...]:
+        return self._sets.setdefault(stores, stores)
+
+    def _plus(self, where: tuple[BlockStore, ...] | None, store: BlockStore) -> tuple[BlockStore, ...] | None:
+        """The location tuple of a block at ``where`` once ``store`` holds it too; None if it did."""
+        if where is None:
+            return self._interned((store,))
+        if store in where:
+            return None
+        return self._interned(where + (store,))
+
     def add(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` holds ``block`` (idempotent)."""
-        where = self._where.get(block)
+        where = self._plus(self._where.get(block), store)
         if where is None:
-            self._where[block] = {store: None}
-        elif store in where:
             return
-        else:
-            where[store] = None
+        self._where[block] = where
         for watcher in self._watchers:
             watcher(block, store, True)
 
+    def _drop(self, block: Block, store: BlockStore) -> bool:
+        """Forget that ``store`` holds ``block``; False if it was not recorded."""
+        where_of = self._where
+        where = where_of.get(block)
+        if where is None or store not in where:
+            return False
+        if len(where) == 1:
+            del where_of[block]
+        else:
+            where_of[block] = self._interned(tuple(s for s in where if s is not store))
+        return True
+
     def discard(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` no longer holds ``block`` (no error if it was not recorded)."""
-        where = self._where.get(block)
-        if where is None or store not in where:
+        if not self._drop(block, store):
             return
-        del where[store]
-        if not where:
-            del self._where[block]
         for watcher in self._watchers:
             watcher(block, store, False)
 
     def locations(self, block: Block) -> tuple[BlockStore, ...]:
         """Stores holding ``block``, in the order they acquired it; ``()`` if none."""
-        where = self._where.get(block)
-        return tuple(where) if where else ()
+        return self._where.get(block, ())
 
     # -- store changes mirrored in the index ----------------------------------------------------
 
@@ -94,13 +113,6 @@ class KVIndex:
             return None
         for gone in evicted:
             self.discard(gone, store)
-        if not self._watchers:  # add() without the call (a hot path: every block every tier stores)
-            where = self._where.get(block)
-            if where is None:
-                self._where[block] = {store: None}
-            else:
-                where[store] = None
-            return evicted
         self.add(block, store)
         return evicted
 
@@ -119,7 +131,6 @@ class KVIndex:
         done, new_at, evicted = result
         if not new_at and not evicted:
             return result
-        where_of = self._where
         if self._watchers:
             # replay in order: an eviction at position p comes before the insertion at p
             j, n_evicted = 0, len(evicted)
@@ -129,32 +140,38 @@ class KVIndex:
                     j += 1
                 self.add(blocks[pos], store)
             return result
-        # add() and discard() without watchers (a hot path: every block every tier stores), in
-        # the same order
+        # add() and discard() written out, in the same order (a hot path: every block of every
+        # run a store files): a block held nowhere else -- most of them -- takes the run's one
+        # shared ``(store,)``
+        where_of, only = self._where, self._interned((store,))
+        get, plus, drop = where_of.get, self._plus, self._drop
         if not evicted:
             for block in (blocks if len(new_at) == len(blocks) else [blocks[pos] for pos in new_at]):
-                where = where_of.get(block)
+                where = get(block)
                 if where is None:
-                    where_of[block] = {store: None}
+                    where_of[block] = only
                 else:
-                    where[store] = None
+                    where = plus(where, store)
+                    if where is not None:
+                        where_of[block] = where
             return result
         j, n_evicted = 0, len(evicted)
         for pos in new_at:
             while j < n_evicted and evicted[j][0] <= pos:
                 gone = evicted[j][1]
-                where = where_of.get(gone)
-                if where is not None and store in where:
-                    del where[store]
-                    if not where:
-                        del where_of[gone]
+                if get(gone) is only:
+                    del where_of[gone]
+                else:
+                    drop(gone, store)
                 j += 1
             block = blocks[pos]
-            where = where_of.get(block)
+            where = get(block)
             if where is None:
-                where_of[block] = {store: None}
+                where_of[block] = only
             else:
-                where[store] = None
+                where = plus(where, store)
+                if where is not None:
+                    where_of[block] = where
         return result
 
     def remove(self, store: BlockStore, block: Block) -> None:
