@@ -120,32 +120,42 @@ class RunOps:
         members = self._members  # the LRU policy's order, least recent first
         readers, held = self._readers, self._held
         free = self.capacity_blocks - len(members)  # (an eviction then an insertion keeps it)
+        # the stamps and clock as locals while the heap is on (only an eviction can switch it on)
+        heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
         new_at: list[int] = []
         evicted: list[tuple[int, Block]] = []
         done = 0
-        for block in blocks:
-            if block in members:
-                readers[block] = readers.get(block, 0) + 1
-                held[block] = held.get(block, 0) + 1
-                done += 1
-                continue
-            if free > 0:
-                free -= 1
+        try:
+            for done, block in enumerate(blocks):
+                if block in members:
+                    readers[block] = readers.get(block, 0) + 1
+                    held[block] = held.get(block, 0) + 1
+                    continue
+                if free > 0:
+                    free -= 1
+                else:
+                    if heap_on:
+                        self._clock = clock
+                    victim = self._victim() if members else None  # (may switch the heap on)
+                    if victim is None:
+                        self.rejections += 1
+                        break
+                    self._evict(victim)
+                    evicted.append((done, victim))
+                    if not heap_on and self._heap_on:
+                        heap_on, stamps, clock = True, self._stamps, self._clock
+                members[block] = None
+                if heap_on:
+                    clock += 1
+                    stamps[block] = clock
+                readers[block] = 1  # (a block not stored has no readers or pins)
+                held[block] = 1
+                new_at.append(done)
             else:
-                victim = self._victim() if members else None  # (may switch the heap on)
-                if victim is None:
-                    self.rejections += 1
-                    break
-                self._evict(victim)
-                evicted.append((done, victim))
-            members[block] = None
-            if self._heap_on:
-                self._clock += 1
-                self._stamps[block] = self._clock
-            readers[block] = 1  # (a block not stored has no readers or pins)
-            held[block] = 1
-            new_at.append(done)
-            done += 1
+                done = len(blocks)
+        finally:
+            if heap_on:
+                self._clock = clock
         self.insertions += len(new_at)
         self._reader_refs += done
         return RunInsert(done, new_at, evicted)

@@ -372,7 +372,10 @@ class BlockStore(RunOps):
         """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
         ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
         held, readers = self._held, counts is self._readers
-        heap_on = self._heap_on  # (releasing never switches the heap on)
+        # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
+        # victim is chosen in between, and a rebuild keeps exactly the valid entries)
+        heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
+        push = heapq.heappush
         dropped = 0
         try:
             for block in blocks:
@@ -388,12 +391,15 @@ class BlockStore(RunOps):
                 if count == 1:
                     del held[block]
                     if heap_on:
-                        self._push(self._stamps[block], block)  # evictable again, at its place in the order
+                        push(heap, (stamps[block], block))  # evictable again, at its place in the order
                 else:
                     held[block] = count - 1
         finally:
             if readers:
                 self._reader_refs -= dropped
+            if heap_on and len(heap) > 4 * len(stamps) + 1024:
+                self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                heapq.heapify(self._unheld)
 
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
