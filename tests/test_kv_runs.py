@@ -31,6 +31,7 @@ release_st = st.tuples(st.sampled_from(["release", "unpin_some"]), st.integers(0
 op_st = st.one_of(
     insert_st, insert_st, insert_st, release_st, release_st,
     st.tuples(st.just("read_run"), blocks_st),
+    st.tuples(st.just("lookup_pin_run"), blocks_st),
     st.tuples(st.just("add_reader_each"), blocks_st),
     st.tuples(st.just("drop_reader_each"), blocks_st),
     st.tuples(st.just("pin_each"), blocks_st),
@@ -100,6 +101,11 @@ def per_block(s: BlockStore, op: tuple):
                 s.add_reader(block)
                 hits += 1
         return hits
+    if name == "lookup_pin_run":
+        for block in op[1]:
+            s.lookup(block)
+            s.pin(block)
+        return None
     single = {"add_reader_each": s.add_reader, "drop_reader_each": s.drop_reader,
               "pin_each": s.pin, "unpin_each": s.unpin}
     if name in single:
@@ -114,7 +120,7 @@ def by_run(s: BlockStore, op: tuple):
     name = op[0]
     if name == "insert_run":
         return tuple(s.insert_run(op[1], read=op[2], touch=op[3]))
-    if name in ("read_run", "add_reader_each", "drop_reader_each", "pin_each", "unpin_each"):
+    if name in ("read_run", "lookup_pin_run", "add_reader_each", "drop_reader_each", "pin_each", "unpin_each"):
         return getattr(s, name)(op[1])
     if name == "evict_one":
         return s.evict_one()
@@ -152,8 +158,10 @@ def _random_ops(rng: random.Random) -> list:
             ops.append((rng.choice(["release", "unpin_some"]), rng.randint(0, 4)))
         elif r < 0.7:
             ops.append(("read_run", blocks))
-        elif r < 0.8:
+        elif r < 0.75:
             ops.append(("pin_each", blocks))
+        elif r < 0.8:
+            ops.append(("lookup_pin_run", blocks))
         elif r < 0.9:
             ops.append(("evict_one",))
         else:

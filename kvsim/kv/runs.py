@@ -189,6 +189,26 @@ class RunOps:
         self._reader_refs += hits
         return hits
 
+    def lookup_pin_run(self, blocks: Sequence[Block]) -> None:
+        """For each of ``blocks`` in order: :meth:`lookup` it, then :meth:`pin` it (the source of
+        a load); KeyError, after counting the miss, at the first one not stored."""
+        members, pins, held = self._members, self._pins, self._held
+        touch = self._policy.touch
+        hits = 0
+        try:
+            for block in blocks:
+                if block not in members:
+                    self.misses += 1
+                    raise KeyError(block)
+                hits += 1
+                touch(block)
+                if self._heap_on:
+                    self._stamp(block)  # (pinned at once: see _stamp)
+                pins[block] = pins.get(block, 0) + 1
+                held[block] = held.get(block, 0) + 1
+        finally:
+            self.hits += hits
+
     def add_reader_each(self, blocks: Sequence[Block]) -> None:
         """:meth:`add_reader` each of ``blocks`` in order (KeyError at the first one not stored;
         the blocks before it keep their references)."""

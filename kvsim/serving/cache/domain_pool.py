@@ -86,6 +86,11 @@ class DomainStore(BlockStore):
             self.pool.touched(block)
         return hit
 
+    def lookup_pin_run(self, blocks) -> None:
+        for block in blocks:  # (its hits refresh homes: the per-block calls, which do)
+            self.lookup(block)
+            self.pin(block)
+
     def read_run(self, blocks) -> int:
         hits = super().read_run(blocks)
         if hits:
