@@ -8,8 +8,9 @@ without changing what it does:
   pools and the engine's own count of requests in the system;
 - each time the front end hands a request's last token to its client (``FrontEnd._leave``), to
   count finishes per request;
-- each read of a block from a tier below HBM (``BlockStore.lookup`` on the DRAM, NVMe and remote
-  stores: a load is the only reader there), with its simulated time, and each block put into one
+- each read of a block from a tier below HBM (``BlockStore.lookup``, or ``lookup_pin_run`` for a
+  load's run of blocks, on the DRAM, NVMe and remote stores: a load is the only reader there),
+  with its simulated time, and each block put into one
   (the index's watchers), in the order they happen;
 - each swap out and in (``Swapper``), with its bytes, and each preemption
   (``BatchScheduler._preempt``) with the number of batches its instance had formed;
@@ -126,6 +127,16 @@ def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None)
             watch.events.append(("read", id(self), block, hit, watch.system.env.now))
         return hit
 
+    real_lookup_pin_run = BlockStore.lookup_pin_run
+
+    def lookup_pin_run(self, blocks):
+        blocks = list(blocks)
+        real_lookup_pin_run(self, blocks)  # (raises at a block not stored: a bug the run reports)
+        watch = by_store.get(id(self))
+        if watch is not None:
+            now = watch.system.env.now
+            watch.events.extend(("read", id(self), block, True, now) for block in blocks)
+
     def swapped(real, direction):
         def wrapper(self, seq):
             nbytes = self._kv_bytes_per_card(seq.kv_tokens) * self.cache.geometry.tp
@@ -163,6 +174,7 @@ def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None)
         patch.setattr(run_module, "build_system", build)
         patch.setattr(frontend_module.FrontEnd, "_leave", leave)
         patch.setattr(BlockStore, "lookup", lookup)
+        patch.setattr(BlockStore, "lookup_pin_run", lookup_pin_run)
         result = kvsim.run(scenario, seed=seed)
     return Observed(result, {run.system: summarised[id(run)] for run in result.runs}, len(watches))
 

@@ -11,7 +11,7 @@ changed only through :meth:`KVIndex.insert` and :meth:`KVIndex.remove`, which ap
 the store and mirror it, evictions included. Pins, readers and lookups do not change membership
 and go to the store directly.
 
-Determinism: a block's locations are kept in the order the stores acquired it (a dict, not a
+Determinism: a block's locations are kept in the order the stores acquired it (a tuple, not a
 set), and ties in rank go to the earliest.
 
 Watchers (:meth:`KVIndex.watch`) hear of every change of membership, one call per block and
@@ -33,8 +33,12 @@ class KVIndex:
     """Map block id -> the stores holding it, in the order they acquired it."""
 
     def __init__(self) -> None:
-        # Inner dicts are ordered sets keyed by store (stores hash by identity).
-        self._where: dict[Block, dict[BlockStore, None]] = {}
+        # block -> the tuple of stores holding it, in the order they acquired it. The tuples are
+        # shared: every block held by the same stores in the same order maps to one interned
+        # tuple (``_sets``), so filing a block is one dict entry and no new object -- a prompt's
+        # run of blocks filed in one store shares one ``(store,)`` (stores hash by identity).
+        self._where: dict[Block, tuple[BlockStore, ...]] = {}
+        self._sets: dict[tuple[BlockStore, ...], tuple[BlockStore, ...]] = {}
         self._watchers: list[Callable[[Block, BlockStore, bool], None]] = []
 
     def __len__(self) -> int:
@@ -50,33 +54,48 @@ class KVIndex:
         """Call ``watcher(block, store, added)`` on every change of membership from now on."""
         self._watchers.append(watcher)
 
+    def _interned(self, stores: tuple[BlockStore, ...]) -> tuple[BlockStore, ...]:
+        return self._sets.setdefault(stores, stores)
+
+    def _plus(self, where: tuple[BlockStore, ...] | None, store: BlockStore) -> tuple[BlockStore, ...] | None:
+        """The location tuple of a block at ``where`` once ``store`` holds it too; None if it did."""
+        if where is None:
+            return self._interned((store,))
+        if store in where:
+            return None
+        return self._interned(where + (store,))
+
     def add(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` holds ``block`` (idempotent)."""
-        where = self._where.get(block)
+        where = self._plus(self._where.get(block), store)
         if where is None:
-            self._where[block] = {store: None}
-        elif store in where:
             return
-        else:
-            where[store] = None
+        self._where[block] = where
         for watcher in self._watchers:
             watcher(block, store, True)
 
+    def _drop(self, block: Block, store: BlockStore) -> bool:
+        """Forget that ``store`` holds ``block``; False if it was not recorded."""
+        where_of = self._where
+        where = where_of.get(block)
+        if where is None or store not in where:
+            return False
+        if len(where) == 1:
+            del where_of[block]
+        else:
+            where_of[block] = self._interned(tuple(s for s in where if s is not store))
+        return True
+
     def discard(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` no longer holds ``block`` (no error if it was not recorded)."""
-        where = self._where.get(block)
-        if where is None or store not in where:
+        if not self._drop(block, store):
             return
-        del where[store]
-        if not where:
-            del self._where[block]
         for watcher in self._watchers:
             watcher(block, store, False)
 
     def locations(self, block: Block) -> tuple[BlockStore, ...]:
         """Stores holding ``block``, in the order they acquired it; ``()`` if none."""
-        where = self._where.get(block)
-        return tuple(where) if where else ()
+        return self._where.get(block, ())
 
     # -- store changes mirrored in the index ----------------------------------------------------
 
@@ -94,15 +113,66 @@ class KVIndex:
             return None
         for gone in evicted:
             self.discard(gone, store)
-        if not self._watchers:  # add() without the call (a hot path: every block every tier stores)
-            where = self._where.get(block)
-            if where is None:
-                self._where[block] = {store: None}
-            else:
-                where[store] = None
-            return evicted
         self.add(block, store)
         return evicted
+
+    def insert_run(self, store: BlockStore, blocks: Sequence[Block], read: bool = False,
+                   touch: bool = True):
+        """:meth:`BlockStore.insert_run` (see there) mirrored in the index: the same changes, and
+        the same watcher calls in the same order, as :meth:`insert` block by block (each block's
+        eviction, then the block).
+
+        Returns
+        -------
+        kvsim.kv.runs.RunInsert
+            What the store returned; ``done < len(blocks)`` if it refused ``blocks[done]``.
+        """
+        result = store.insert_run(blocks, read, touch)
+        done, new_at, evicted = result
+        if not new_at and not evicted:
+            return result
+        if self._watchers:
+            # replay in order: an eviction at position p comes before the insertion at p
+            j, n_evicted = 0, len(evicted)
+            for pos in new_at:
+                while j < n_evicted and evicted[j][0] <= pos:
+                    self.discard(evicted[j][1], store)
+                    j += 1
+                self.add(blocks[pos], store)
+            return result
+        # add() and discard() written out, in the same order (a hot path: every block of every
+        # run a store files): a block held nowhere else -- most of them -- takes the run's one
+        # shared ``(store,)``
+        where_of, only = self._where, self._interned((store,))
+        get, plus, drop = where_of.get, self._plus, self._drop
+        if not evicted:
+            for block in (blocks if len(new_at) == len(blocks) else [blocks[pos] for pos in new_at]):
+                where = get(block)
+                if where is None:
+                    where_of[block] = only
+                else:
+                    where = plus(where, store)
+                    if where is not None:
+                        where_of[block] = where
+            return result
+        j, n_evicted = 0, len(evicted)
+        for pos in new_at:
+            while j < n_evicted and evicted[j][0] <= pos:
+                gone = evicted[j][1]
+                if get(gone) is only:
+                    del where_of[gone]
+                else:
+                    drop(gone, store)
+                j += 1
+            block = blocks[pos]
+            where = get(block)
+            if where is None:
+                where_of[block] = only
+            else:
+                where = plus(where, store)
+                if where is not None:
+                    where_of[block] = where
+        return result
 
     def remove(self, store: BlockStore, block: Block) -> None:
         """Remove ``block`` from ``store`` (errors as :meth:`BlockStore.remove`) and the index."""
@@ -133,11 +203,19 @@ class KVIndex:
             prefix cache cannot use block k without blocks 0..k-1.
         """
         where_of = self._where
+        if usable is None:
+            for i, block in enumerate(hashes):
+                if not where_of.get(block):
+                    return i
+            return len(hashes)
         for i, block in enumerate(hashes):
             where = where_of.get(block)
             if not where:
                 return i
-            if usable is not None and not any(usable(store) for store in where):
+            for store in where:  # any(usable(...)): the same calls, without a generator per block
+                if usable(store):
+                    break
+            else:
                 return i
         return len(hashes)
 
@@ -175,8 +253,18 @@ class KVIndex:
         if n > len(hashes):
             raise ValueError(f"n={n} exceeds the {len(hashes)} blocks given")
         best: list[BlockStore] = []
+        where_of = self._where
         for block in hashes[:n]:
-            where = self._where.get(block, ())
+            where = where_of.get(block, ())
+            if len(where) == 1:  # the common case, without a list and min() (the same calls)
+                for only in where:
+                    if usable is None or usable(only):
+                        rank(only)
+                        best.append(only)
+                        break
+                else:
+                    raise KeyError(block)
+                continue
             candidates = [s for s in where if usable is None or usable(s)]
             if not candidates:
                 raise KeyError(block)

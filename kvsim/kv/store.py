@@ -22,6 +22,9 @@ When the store is full and every block is held, :meth:`BlockStore.insert` refuse
 (caching is best effort), hence a return value and not an exception; callers must test
 ``is None``, since ``[]`` (stored, nothing evicted) is also falsy.
 
+Runs of blocks (a prompt's consecutive blocks) have one call each for filing, reading and
+releasing them (:mod:`kvsim.kv.runs`), equal to the per-block calls in order.
+
 Every operation is O(1) apart from the victim search: O(log n) under LRU (a heap of unheld blocks
 by last use), the policy's own search otherwise (see :mod:`kvsim.kv.eviction`).
 """
@@ -33,6 +36,7 @@ import math
 from collections.abc import Hashable
 
 from kvsim.kv.eviction import EVICTION_POLICIES, EvictionPolicy
+from kvsim.kv.runs import RunOps
 
 __all__ = ["BlockStore", "HEAP_AFTER"]
 
@@ -55,7 +59,7 @@ def _whole_blocks(capacity_bytes: float, block_bytes: float) -> int:
     return math.floor(ratio)
 
 
-class BlockStore:
+class BlockStore(RunOps):
     """A fixed-capacity set of whole KV blocks in one tier, with an eviction policy.
 
     Parameters
@@ -368,21 +372,34 @@ class BlockStore:
         """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
         ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
         held, readers = self._held, counts is self._readers
-        for block in blocks:
-            count = counts.get(block, 0)
-            if count == 0:
-                raise ValueError(f"block {block!r} in {self.name} {missing}")
-            if count == 1:
-                del counts[block]
-            else:
-                counts[block] = count - 1
+        # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
+        # victim is chosen in between, and a rebuild keeps exactly the valid entries)
+        heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
+        push = heapq.heappush
+        dropped = 0
+        try:
+            for block in blocks:
+                count = counts.get(block, 0)
+                if count == 0:
+                    raise ValueError(f"block {block!r} in {self.name} {missing}")
+                if count == 1:
+                    del counts[block]
+                else:
+                    counts[block] = count - 1
+                dropped += 1
+                count = held[block]
+                if count == 1:
+                    del held[block]
+                    if heap_on:
+                        push(heap, (stamps[block], block))  # evictable again, at its place in the order
+                else:
+                    held[block] = count - 1
+        finally:
             if readers:
-                self._reader_refs -= 1
-            count = held[block]
-            if count == 1:
-                self._release(block)
-            else:
-                held[block] = count - 1
+                self._reader_refs -= dropped
+            if heap_on and len(heap) > 4 * len(stamps) + 1024:
+                self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                heapq.heapify(self._unheld)
 
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""

@@ -198,6 +198,12 @@ class BlockChain:
             raise ValueError(f"tokens and offset must be non-negative (got {tokens}, {offset})")
         size = self.block_tokens
         while tokens > 0:
+            if tokens >= size and not self._pending:
+                whole = self._whole_blocks(source, tokens // size, offset)
+                offset += whole * size
+                tokens -= whole * size
+                if tokens < size:
+                    continue
             take = min(tokens, size - self._pending_tokens)
             last = self._pending[-1] if self._pending else None
             if last is not None and last[0] == source and last[1] + last[2] == offset:
@@ -214,6 +220,38 @@ class BlockChain:
                 self._pending = []
                 self._pending_tokens = 0
         return self
+
+    def _whole_blocks(self, source: int, count: int, offset: int) -> int:
+        """Append ``count`` whole blocks of ``source`` from token ``offset`` (no tokens pending):
+        each block is the one piece ``(source, offset, block_tokens)``, hashed as
+        ``chain_hashes(last, [content_id([piece])])`` hashes it but without the per-block calls
+        (the bulk of a long document's hashing). Returns the blocks appended: 0 when the chain's
+        last id or the piece is out of range, so that the general path raises its errors."""
+        size, last = self.block_tokens, self._last
+        if last is None:
+            flag, link = _ROOT_FLAG, 0
+        elif 0 <= last < 2**HASH_BITS:
+            flag, link = _CHILD_FLAG, last
+        else:
+            return 0
+        if not (isinstance(source, int) and 0 <= source < 2**64 and offset + count * size < 2**64):
+            return 0
+        content_copy, chain_copy = _CONTENT.copy, _CHAIN.copy
+        pack_piece, pack_link, from_bytes = _PACK_PIECE, _PACK_LINK, int.from_bytes
+        shift = 64 - HASH_BITS
+        new = self._new
+        for _ in range(count):
+            h = content_copy()
+            h.update(pack_piece(source, offset, size))
+            h2 = chain_copy()
+            h2.update(pack_link(flag, link, from_bytes(h.digest(), "little") >> shift))
+            link = from_bytes(h2.digest(), "little") >> shift
+            flag = _CHILD_FLAG
+            new.append(link)
+            offset += size
+        self._last = link
+        self.tokens += count * size
+        return count
 
     def full_ids(self) -> np.ndarray:
         """Ids of the full blocks only (``tokens // block_tokens`` of them)."""

@@ -86,6 +86,20 @@ class DomainStore(BlockStore):
             self.pool.touched(block)
         return hit
 
+    def lookup_pin_run(self, blocks) -> None:
+        for block in blocks:  # (its hits refresh homes: the per-block calls, which do)
+            self.lookup(block)
+            self.pin(block)
+
+    def read_run(self, blocks) -> int:
+        hits = super().read_run(blocks)
+        if hits:
+            members, touched = self._members, self.pool.touched
+            for block in blocks:  # (a run changes no membership: a block stored now was hit)
+                if block in members:
+                    touched(block)
+        return hits
+
 
 class DomainPool:
     """The shared HBM cache of one addressing domain (see the module docstring).
@@ -119,6 +133,14 @@ class DomainPool:
         """``block`` (just inserted in the store) lives in ``cache``'s HBM, on its pages."""
         self.home[block] = cache
         self.resident[id(cache)][block] = None
+
+    def homed_run(self, blocks, cache: "InstanceCache") -> None:
+        """:meth:`homed` for each of ``blocks`` in order."""
+        home = self.home
+        resident = self.resident[id(cache)]
+        for block in blocks:
+            home[block] = cache
+            resident[block] = None
 
     def touched(self, block) -> None:
         resident = self.resident[id(self.home[block])]

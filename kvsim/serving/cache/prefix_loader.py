@@ -78,7 +78,19 @@ class PrefixLoader:
         held = []
         pending: dict[int, simpy.Event] = {}
         to_load = []  # (block, source store, the id it has there)
-        for k in range(n):
+        if local:
+            # the leading run already in this HBM: hit and read as one run
+            run = hashes[:local]
+            run = run.tolist() if hasattr(run, "tolist") else list(run)
+            hbm.read_run(run)
+            held.extend(run)
+            inflight = cache.inflight
+            if inflight:
+                for block in run:
+                    event = inflight.get(block)
+                    if event is not None:
+                        pending[id(event)] = event
+        for k in range(local, n):
             block = hashes[k]
             if sources[k] is not hbm:
                 to_load.append((block, sources[k], block))
@@ -106,8 +118,7 @@ class PrefixLoader:
             first_pages = cache.pool.blocks_for(cache.scheduler.next_step_tokens(seq, n * g.block_tokens))
         pages = len(to_load) * g.pages_per_block + first_pages
         if pages and not cache.pool.take(pages):
-            for block in held:
-                hbm.drop_reader(block)
+            hbm.drop_reader_each(held)
             for source_id in local_sources:
                 hbm.unpin(source_id)
             return None
@@ -121,15 +132,16 @@ class PrefixLoader:
         if remote:
             state.hits["peer_hbm"] = remote * g.block_tokens
         domain = cache.domain_pool
-        for block, _, _ in to_load:
-            # the copy lands in this HBM; the transfer pins it until the bytes are there
-            if index.insert(hbm, block) is None:
+        if to_load:
+            # the copies land in this HBM, read by the sequence; the transfer pins them until the
+            # bytes are there
+            run = [block for block, _, _ in to_load]
+            if index.insert_run(hbm, run, read=True).done < len(run):
                 raise RuntimeError("HBM cache index refused a block it had pages for")
             if domain is not None:
-                domain.homed(block, cache)
-            hbm.pin(block)
-            hbm.add_reader(block)
-            held.append(block)
+                domain.homed_run(run, cache)
+            hbm.pin_each(run)
+            held.extend(run)
         seq.kv_tokens = seq.shared_tokens = n * g.block_tokens
         waits = list(pending.values())
         if to_load:
@@ -213,9 +225,7 @@ class PrefixLoader:
         events = []
         for store, holder, tier, blocks in groups.values():
             if store is not cache.hbm:  # (a copy inside this HBM pinned its source at admission)
-                for block in blocks:
-                    store.lookup(block)
-                    store.pin(block)
+                store.lookup_pin_run(blocks)
             nbytes = len(blocks) * g.block_bytes_per_card
             state.hits[tier] = state.hits.get(tier, 0) + len(blocks) * g.block_tokens
             state.loaded_bytes += nbytes * g.tp

@@ -231,9 +231,11 @@ class SystemCache:
 
     def file(self, store: BlockStore, blocks: list) -> None:
         """Insert ``blocks`` into ``store``; under write-back, what it evicts moves a tier down."""
-        evicted = []
-        for block in blocks:
-            out = self.index.insert(store, block)
+        index = self.index
+        done, _, out = index.insert_run(store, blocks)
+        evicted = [victim for _, victim in out]
+        for block in blocks[done + 1:]:  # refused one (full of held blocks): the rest block by block
+            out = index.insert(store, block)
             if out:
                 evicted.extend(out)
         if evicted and self.spec.write_policy == "write_back":

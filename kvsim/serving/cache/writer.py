@@ -16,6 +16,12 @@ if TYPE_CHECKING:
 __all__ = ["CacheWriter"]
 
 
+def _ids(blocks) -> list:
+    """Block ids as a list of Python ints (the same ids; a list of ints is quicker to walk and to
+    hash than a NumPy array's scalars)."""
+    return blocks.tolist() if hasattr(blocks, "tolist") else list(blocks)
+
+
 class CacheWriter:
     """Everything an instance writes into its HBM cache and the tiers below it."""
 
@@ -48,22 +54,28 @@ class CacheWriter:
         if full <= first_new:
             return
         hbm, index, domain = cache.hbm, self.system.index, cache.domain_pool
-        new_blocks = []
-        for block in seq.hashes[first_new:full]:
-            if block in hbm:
-                # computed twice: keep the cached copy (one per domain: it may be a peer's, then
-                # this sequence reads it in place from now on)
-                cache.pool.give(g.pages_per_block)
-                if domain is not None:
-                    cache.read_remote(seq, block)
-            elif index.insert(hbm, block) is None:
-                raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
+        run = _ids(seq.hashes[first_new:full])
+        # one run: a block already cached was computed twice, so the cached copy is kept (one per
+        # domain: it may be a peer's, then this sequence reads it in place from now on); the
+        # others are stored; the sequence reads every one of them
+        done, new_at, _ = index.insert_run(hbm, run, read=True, touch=False)
+        if done < len(run):
+            raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
+        new_blocks = [run[pos] for pos in new_at]
+        twice = len(run) - len(new_blocks)
+        if twice:
+            cache.pool.give(twice * g.pages_per_block)
+        if domain is not None:
+            if twice:
+                new = set(new_at)
+                for pos, block in enumerate(run):
+                    if pos in new:
+                        domain.homed(block, cache)
+                    else:
+                        cache.read_remote(seq, block)
             else:
-                new_blocks.append(block)
-                if domain is not None:
-                    domain.homed(block, cache)
-            hbm.add_reader(block)
-            state.blocks.append(block)
+                domain.homed_run(new_blocks, cache)
+        state.blocks.extend(run)
         seq.kv_blocks -= (full - first_new) * g.pages_per_block
         seq.shared_tokens = full * g.block_tokens
         if self.system.spec.write_policy == "write_through" and new_blocks:

@@ -1,0 +1,237 @@
+"""Operations on a *run* of blocks: several consecutive blocks of one prompt handled by one call.
+
+A prompt of a long shared document is thousands of blocks, and the cache layer used to file,
+read and release them one call at a time (issue 23, item 1): the per-block calls, not the work
+in them, were most of a cached run's time. :class:`RunOps` gives :class:`~kvsim.kv.store.BlockStore`
+one call per run for each such loop. Each is defined as the per-block operations applied to the
+blocks *in order* -- the same counters, the same eviction victims, the same refusal at the same
+block, the same LRU stamps and valid heap entries -- and tests (``tests/test_kv_runs.py``) hold every
+one of them equal to that per-block sequence on random access sequences. They only do it with
+fewer calls: the state and the per-block API stay as they were.
+
+The module is the store's second half (a mixin reading its attributes), kept apart so that each
+file stays short; it imports nothing of the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+__all__ = ["RunOps", "RunInsert"]
+
+Block = Hashable
+
+
+class RunInsert(tuple):
+    """What :meth:`RunOps.insert_run` did: ``(done, new_at, evicted)``.
+
+    ``done`` is how many leading blocks of the run were handled (``len(blocks)`` unless the store
+    refused ``blocks[done]``); ``new_at`` the positions in the run of the blocks newly stored, in
+    order; ``evicted`` the ``(position, victim)`` pairs of the evictions, in order, where
+    ``position`` is the block whose insertion evicted ``victim``.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, done: int, new_at: list, evicted: list):
+        return tuple.__new__(cls, (done, new_at, evicted))
+
+    @property
+    def done(self) -> int:
+        return self[0]
+
+    @property
+    def new_at(self) -> list:
+        return self[1]
+
+    @property
+    def evicted(self) -> list:
+        return self[2]
+
+
+class RunOps:
+    """Run operations of :class:`~kvsim.kv.store.BlockStore` (see the module docstring)."""
+
+    def insert_run(self, blocks: Sequence[Block], read: bool = False, touch: bool = True) -> RunInsert:
+        """For each of ``blocks`` in order: :meth:`insert` it (or, if it is resident and ``touch``
+        is False, leave it as it is), then, if ``read``, :meth:`add_reader` it.
+
+        Stops at the first block the store refuses (full of held blocks), which is counted as
+        :meth:`insert` counts it and changes nothing; the blocks before it stay done. With
+        ``read`` a block is held from its own insertion on, so a later block of the run never
+        evicts it (as a caller filing and reading block by block gets).
+
+        Returns
+        -------
+        RunInsert
+            ``(done, new_at, evicted)``: see :class:`RunInsert`.
+        """
+        if read and not touch and self._lru_policy:
+            return self._file_run_lru(blocks)
+        members, policy = self._members, self._policy
+        capacity = self.capacity_blocks
+        readers, held = self._readers, self._held
+        policy_insert, policy_touch = policy.insert, policy.touch
+        new_at: list[int] = []
+        evicted: list[tuple[int, Block]] = []
+        done = 0
+        for block in blocks:
+            if block in members:
+                if not touch:
+                    pass
+                elif read and self._heap_on:
+                    policy_touch(block)
+                    self._stamp(block)
+                else:
+                    policy_touch(block)
+                    if self._heap_on:
+                        self._use(block)
+            else:
+                if len(members) >= capacity:
+                    victim = self._victim() if members else None  # (may switch the heap on)
+                    if victim is None:
+                        self.rejections += 1
+                        break
+                    self._evict(victim)
+                    evicted.append((done, victim))
+                policy_insert(block)
+                if not self._heap_on:
+                    pass
+                elif read:
+                    self._stamp(block)
+                else:
+                    self._use(block)
+                new_at.append(done)
+            if read:
+                readers[block] = readers.get(block, 0) + 1
+                held[block] = held.get(block, 0) + 1
+            done += 1
+        self.insertions += len(new_at)
+        if read:
+            self._reader_refs += done
+        return RunInsert(done, new_at, evicted)
+
+    def _file_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
+        """:meth:`insert_run` with ``read`` and not ``touch`` under LRU (a prompt filed where it
+        was computed, the hottest call of a cached run), the steps written out: a new block goes
+        to the end of the policy's order (what ``LRUPolicy.insert`` does for a block known not to
+        be resident) with the newest stamp and no heap entry (see :meth:`_stamp`), and has one
+        reader and nothing else holding it."""
+        members = self._members  # the LRU policy's order, least recent first
+        readers, held = self._readers, self._held
+        free = self.capacity_blocks - len(members)  # (an eviction then an insertion keeps it)
+        # the stamps and clock as locals while the heap is on (only an eviction can switch it on)
+        heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
+        new_at: list[int] = []
+        evicted: list[tuple[int, Block]] = []
+        done = 0
+        try:
+            for done, block in enumerate(blocks):
+                if block in members:
+                    readers[block] = readers.get(block, 0) + 1
+                    held[block] = held.get(block, 0) + 1
+                    continue
+                if free > 0:
+                    free -= 1
+                else:
+                    if heap_on:
+                        self._clock = clock
+                    victim = self._victim() if members else None  # (may switch the heap on)
+                    if victim is None:
+                        self.rejections += 1
+                        break
+                    self._evict(victim)
+                    evicted.append((done, victim))
+                    if not heap_on and self._heap_on:
+                        heap_on, stamps, clock = True, self._stamps, self._clock
+                members[block] = None
+                if heap_on:
+                    clock += 1
+                    stamps[block] = clock
+                readers[block] = 1  # (a block not stored has no readers or pins)
+                held[block] = 1
+                new_at.append(done)
+            else:
+                done = len(blocks)
+        finally:
+            if heap_on:
+                self._clock = clock
+        self.insertions += len(new_at)
+        self._reader_refs += done
+        return RunInsert(done, new_at, evicted)
+
+    def _stamp(self, block: Block) -> None:
+        """:meth:`_use` for a block about to be read: the newest stamp, but no heap entry, since
+        the block is held from now until :meth:`_release` pushes its entry (the heap then holds
+        the same entries that are valid -- current stamp, block unheld -- and so gives the same
+        victims; only stale entries, which the victim search skips, are fewer)."""
+        self._clock += 1
+        self._stamps[block] = self._clock
+
+    def read_run(self, blocks: Sequence[Block]) -> int:
+        """For each of ``blocks`` in order: :meth:`lookup` it, and if it is stored take a reader
+        reference (:meth:`add_reader`). Returns the hits."""
+        members, policy = self._members, self._policy
+        readers, held = self._readers, self._held
+        touch = policy.touch
+        hits = 0
+        for block in blocks:
+            if block not in members:
+                self.misses += 1
+                continue
+            hits += 1
+            touch(block)
+            if self._heap_on:
+                self._stamp(block)
+            readers[block] = readers.get(block, 0) + 1
+            held[block] = held.get(block, 0) + 1
+        self.hits += hits
+        self._reader_refs += hits
+        return hits
+
+    def lookup_pin_run(self, blocks: Sequence[Block]) -> None:
+        """For each of ``blocks`` in order: :meth:`lookup` it, then :meth:`pin` it (the source of
+        a load); KeyError, after counting the miss, at the first one not stored."""
+        members, pins, held = self._members, self._pins, self._held
+        touch = self._policy.touch
+        hits = 0
+        try:
+            for block in blocks:
+                if block not in members:
+                    self.misses += 1
+                    raise KeyError(block)
+                hits += 1
+                touch(block)
+                if self._heap_on:
+                    self._stamp(block)  # (pinned at once: see _stamp)
+                pins[block] = pins.get(block, 0) + 1
+                held[block] = held.get(block, 0) + 1
+        finally:
+            self.hits += hits
+
+    def add_reader_each(self, blocks: Sequence[Block]) -> None:
+        """:meth:`add_reader` each of ``blocks`` in order (KeyError at the first one not stored;
+        the blocks before it keep their references)."""
+        members, readers, held = self._members, self._readers, self._held
+        taken = 0
+        try:
+            for block in blocks:
+                if block not in members:
+                    raise KeyError(block)
+                readers[block] = readers.get(block, 0) + 1
+                held[block] = held.get(block, 0) + 1
+                taken += 1
+        finally:
+            self._reader_refs += taken
+
+    def pin_run(self, blocks: Sequence[Block]) -> None:
+        """:meth:`pin` each of ``blocks`` in order (the same as :meth:`pin_each`)."""
+        self.pin_each(blocks)
+
+    def unpin_run(self, blocks: Sequence[Block]) -> None:
+        """:meth:`unpin` each of ``blocks`` in order (the same as :meth:`unpin_each`)."""
+        self.unpin_each(blocks)
+
+    def drop_reader_run(self, blocks: Sequence[Block]) -> None:
+        """:meth:`drop_reader` each of ``blocks`` in order (the same as :meth:`drop_reader_each`)."""
+        self.drop_reader_each(blocks)
