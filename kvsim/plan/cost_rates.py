@@ -1,0 +1,50 @@
+"""CPU cost of each simulation path, per engine backend: the rates :mod:`kvsim.plan.cost_model`
+multiplies by the work a run will do.
+
+Every rate is CPU-seconds per unit of one path (see :class:`kvsim.plan.cost_model.PathCounts` for
+what each unit is). They were fitted by ``benchmarks/cost_rates.py`` (non-negative least squares
+over small cases that each isolate a path: the speed cases of ``benchmarks/speed_cases.py`` --
+ladder, offload-nocache, offload-dram_nvme, mooncake, domains, pd -- at reduced durations, plus a
+prewarmed tier and a closed loop); the run that measured them is named beside the mapping. They
+are a machine's figures: a faster or slower CPU moves them all by about the same factor.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+__all__ = ["RATES", "PATHS", "rates_for"]
+
+PATHS = ("run", "instance", "request", "sequence_step", "iteration", "prompt_block", "hbm_block", "tier_block",
+         "flow", "domain_block", "handoff", "prewarm_block")
+"""The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
+
+_PYTHON = MappingProxyType({
+    # measured by `python benchmarks/cost_rates.py --scale 0.1` (see docs/run_cost.md) on the
+    # project's 2-core AMD EPYC machine, Python 3.11, kvsim at commit PLACEHOLDER
+    "run": 0.03,
+    "instance": 2e-4,
+    "request": 1.0e-4,
+    "sequence_step": 2e-6,
+    "iteration": 2e-7,
+    "prompt_block": 5e-6,
+    "hbm_block": 2e-6,
+    "tier_block": 5e-6,
+    "flow": 5e-5,
+    "domain_block": 1e-5,
+    "handoff": 5e-4,
+    "prewarm_block": 1e-6,
+})
+
+RATES = MappingProxyType({
+    "python": _PYTHON,
+    # "compiled": the typed compiled core (issue 23, item 2) is being built elsewhere; its rates go
+    # here, measured the same way (benchmarks/cost_rates.py --backend compiled), once it runs.
+    # Until then rates_for("compiled") answers with the python rates (an upper bound).
+})
+"""Rates (CPU-seconds per unit) by engine backend (``engine.backend``)."""
+
+
+def rates_for(backend: str = "python") -> MappingProxyType:
+    """The rates of ``backend``; the pure-Python engine's when that backend has none measured yet."""
+    return RATES.get(backend, RATES["python"])
