@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 import kvsim
-from kvsim.plan.run_cost import REQUESTS_PER_CPU_S, run_cost
+from kvsim.plan.cost_model import PathCounts, WorkloadShape, hit_fraction, prewarm_prompts, zipf_popularity
+from kvsim.plan.cost_rates import PATHS, RATES, rates_for
+from kvsim.plan.run_cost import run_cost
 
 SCENARIO = """\
 name: cost
@@ -32,7 +34,10 @@ def test_open_loop_requests_are_counted_as_the_run_draws_them():
     # every drawn request is a record of each system: the estimate is exact for replica 0
     assert cost.requests == sum(r.records.n for r in result.runs) > 0
     assert (cost.points, cost.systems, cost.runs) == (2, 2, 4)
-    assert cost.cpu_s == pytest.approx(cost.requests / REQUESTS_PER_CPU_S)
+    # the CPU estimate is the model's counts times the measured rates
+    rates = rates_for("python")
+    assert cost.cpu_s == pytest.approx(sum(v * rates[k] for k, v in cost.counts.as_dict().items()))
+    assert cost.counts.request == cost.requests and cost.counts.run == 4
     assert "2 point(s) x 2 system(s) x 1 replication(s) = 4 system run(s)" in cost.describe()
 
 
@@ -42,12 +47,90 @@ def test_replications_multiply_the_count():
     assert three.runs == 3 * one.runs and three.requests == 3 * one.requests
 
 
-def test_closed_loop_is_not_estimated():
-    text = SCENARIO.replace("{kind: poisson, rate: 3/s}", "{kind: closed_loop, clients: 2}").replace(
-        "workload.arrival.rate: [1/s, 3/s]", "workload.arrival.clients: [1, 2]")
-    cost = run_cost(kvsim.parse_scenario(text, "cost.yaml"))
-    assert cost.requests is None and cost.cpu_s is None and cost.closed_loop_points == 2
-    assert "closed loop" in cost.describe()
+def _closed(clients="[1, 2]", think="0 s"):
+    return SCENARIO.replace("{kind: poisson, rate: 3/s}", f"{{kind: closed_loop, clients: 2, think_time: {think}}}").replace(
+        "workload.arrival.rate: [1/s, 3/s]", f"workload.arrival.clients: {clients}")
+
+
+def test_closed_loop_requests_and_cpu_are_estimated():
+    cost = run_cost(kvsim.parse_scenario(_closed(), "cost.yaml"))
+    assert cost.requests is None and cost.closed_loop_points == 2
+    assert cost.estimated_requests > 0 and cost.cpu_s > 0
+    text = cost.describe()
+    assert "closed loop" in text and "an estimate" in text and "think time" in text
+    assert "estimated CPU time" in text
+    # more clients and no think time send more requests than fewer clients who think
+    more = run_cost(kvsim.parse_scenario(_closed("[8]"), "cost.yaml"))
+    fewer = run_cost(kvsim.parse_scenario(_closed("[1]", "5 s"), "cost.yaml"))
+    assert more.estimated_requests > fewer.estimated_requests and more.cpu_s > fewer.cpu_s
+    # a client waiting 5 s between requests of well under a second each sends about duration / 5 s
+    # (each of the two systems)
+    assert 20 / 5 * 0.5 <= fewer.estimated_requests / 2 <= 20 / 5 + 2
+
+
+def test_closed_loop_estimate_is_the_right_order_of_magnitude():
+    # the model's latency bound against a real run: within 2x of the requests it completes
+    scenario = kvsim.parse_scenario(_closed("[4]"), "cost.yaml")
+    estimated = run_cost(scenario).estimated_requests
+    simulated = sum(r.records.n for r in kvsim.run(scenario).runs)
+    assert 0.5 <= estimated / simulated <= 2.0
+
+
+def test_path_counts_price_each_path_at_its_rate():
+    rates = rates_for("python")
+    counts = PathCounts(request=1000, hbm_block=2.0e4, handoff=10)
+    assert counts.cpu_s() == pytest.approx(1000 * rates["request"] + 2.0e4 * rates["hbm_block"] + 10 * rates["handoff"])
+    assert (counts + counts).cpu_s() == pytest.approx(2 * counts.cpu_s()) == pytest.approx(counts.scaled(2).cpu_s())
+    assert set(counts.as_dict()) == set(PATHS) == set(rates)
+
+
+def test_a_backend_without_rates_uses_the_python_rates():
+    assert "python" in RATES
+    assert rates_for("compiled") == RATES.get("compiled", RATES["python"])
+    assert all(rate >= 0 for rate in rates_for("python").values())
+
+
+def test_hit_fraction_and_prewarm_arithmetic():
+    # four equally popular 1,000-token documents, each prompt 3/4 document: caches holding two
+    # documents find half the documents, 3/8 of the prompt tokens
+    shape = WorkloadShape(100, 1333.0, 10.0, 16, True, shared_fraction=0.75, document_tokens=1000.0,
+                          popularity=zipf_popularity(4, 0.0))
+    assert zipf_popularity(4, 0.0) == pytest.approx([0.25] * 4)
+    assert zipf_popularity(3, 1.0) == pytest.approx([6 / 11, 3 / 11, 2 / 11])
+    assert hit_fraction(shape, 2000.0) == pytest.approx(0.375)
+    assert hit_fraction(shape, 1e9) == pytest.approx(0.75) and hit_fraction(shape, 0.0) == 0.0
+    # no reuse: the share present is 0 in the first two batches of 1,000 prompts, so the prewarm
+    # stops after the second; a store of 3,000 blocks fed 10 blocks a prompt turns over twice in 600
+    none = WorkloadShape(100, 160.0, 10.0, 16)
+    assert prewarm_prompts(none, [(1e12, 1.0)]) == 2000
+    assert prewarm_prompts(none, [(3000.0, 1.0)]) == pytest.approx(600)
+    # a remote store taking a quarter of the blocks needs four times the prompts
+    assert prewarm_prompts(none, [(300.0, 0.25)]) == pytest.approx(240)
+
+
+CACHED = SCENARIO.replace("sweep:\n  workload.arrival.rate: [1/s, 3/s]\n", "")
+
+
+def _cost(text: str) -> float:
+    return run_cost(kvsim.parse_scenario(text, "cost.yaml")).cpu_s
+
+
+def test_more_work_on_any_path_costs_more():
+    base = _cost(CACHED)
+    assert _cost(CACHED.replace("rate: 3/s", "rate: 6/s")) > base  # more requests
+    cached = CACHED.replace("instances: 1}", "instances: 1, kv_cache: {}}")
+    assert _cost(cached) > base  # an HBM cache handles every prompt block
+    longer = cached.replace("value: 128", "value: 1024")
+    assert _cost(longer) > _cost(cached)  # more blocks per prompt
+    assert _cost(cached.replace("  output_tokens", "  block_tokens: 64\n  output_tokens")) < _cost(
+        cached.replace("  output_tokens", "  block_tokens: 16\n  output_tokens"))  # smaller blocks: more of them
+    dram = cached.replace("kv_cache: {}", "kv_cache: {dram: {capacity: 64 GiB}}")
+    assert _cost(dram) > _cost(cached)  # a lower tier: its blocks and transfers
+    both = cached.replace("kv_cache: {}", "kv_cache: {dram: {capacity: 64 GiB}, nvme: {capacity: 1 TiB}}")
+    assert _cost(both) > _cost(dram)
+    shared = "  prefix: {kind: fixed_hit, hit_ratio: 0.5}\n  output_tokens"
+    warm = dram.replace("}}", "}, prewarm: true}").replace("  output_tokens", shared)
+    assert _cost(warm) > _cost(dram.replace("  output_tokens", shared))  # the prewarm fills the tier first
 
 
 

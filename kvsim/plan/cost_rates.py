@@ -22,18 +22,18 @@ PATHS = ("run", "instance", "request", "sequence_step", "iteration", "prompt_blo
 _PYTHON = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --scale 0.1` (see docs/run_cost.md) on the
     # project's 2-core AMD EPYC machine, Python 3.11, kvsim at commit PLACEHOLDER
-    "run": 0.03,
-    "instance": 2e-4,
-    "request": 1.0e-4,
-    "sequence_step": 2e-6,
-    "iteration": 2e-7,
-    "prompt_block": 5e-6,
-    "hbm_block": 2e-6,
-    "tier_block": 5e-6,
-    "flow": 5e-5,
-    "domain_block": 1e-5,
-    "handoff": 5e-4,
-    "prewarm_block": 1e-6,
+    "run": 0.0,
+    "instance": 0.0,
+    "request": 0.0,
+    "sequence_step": 0.000102,
+    "iteration": 8.21e-07,
+    "prompt_block": 4.83e-06,
+    "hbm_block": 8.87e-06,
+    "tier_block": 2.28e-05,
+    "flow": 0.0,
+    "domain_block": 0.0,
+    "handoff": 0.000188,
+    "prewarm_block": 3.87e-06,
 })
 
 RATES = MappingProxyType({

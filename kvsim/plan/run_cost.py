@@ -127,6 +127,10 @@ def run_cost(scenario: Scenario, sizings: dict | None = None, backend: str = "py
     total = PathCounts()
     for point in scenario.points:
         key = _requests_key(point)
+        workload = point.spec.workload
+        if key not in counted and (workload.trace or workload.phased):  # read once: the shape counts them
+            shapes[key] = workload_shape(scenario, point, None)
+            counted[key] = shapes[key].requests if shapes[key].input_tokens > 0 else None
         if key not in counted:
             counted[key] = point_requests(scenario, point)
         n = counted[key]
@@ -169,7 +173,7 @@ def workload_shape(scenario: Scenario, point: ScenarioPoint, n: int | None) -> W
             return WorkloadShape(len(arrays), float(arrays.input_tokens.mean()), float(arrays.output_tokens.mean()),
                                  arrays.block_tokens or block, arrays.hash_ids is not None, 0, 0.0, shared,
                                  doc_tokens, popularity)
-        return WorkloadShape(n or 0, 1.0, 1.0, block)
+        return WorkloadShape(0, 0.0, 1.0, block)  # unreadable (the run reports it) or empty: nothing to simulate
     prefix = workload.prefix
     if workload.multi_turn:
         turns = prefix.turns.mean
