@@ -53,18 +53,24 @@ def scaled_point(point: ScenarioPoint, scale: float) -> ScenarioPoint:
                          point.catalogs)
 
 
-def check(path: Path, scale: float) -> dict:
+def check(path: Path, scale: float, measured: dict | None = None) -> dict:
+    """Estimate and run the chosen points of the scenario at ``path``; ``measured`` (point index
+    -> a row of an earlier run at the same scale) supplies the measurement instead of running."""
     scenario = kvsim.load_scenario(path)
     rows = []
     for index in chosen_points(scenario):
         point = scaled_point(scenario.points[index], scale)
         shape = workload_shape(scenario, point, point_requests(scenario, point))
         counts, _ = point_cost(scenario, point, shape)
-        start = time.process_time()
-        runs = run_point(scenario, point)
-        cpu_s = time.process_time() - start
+        if measured is not None and index in measured:
+            cpu_s, requests = measured[index]["cpu_s"], measured[index]["requests"]
+        else:
+            start = time.process_time()
+            runs = run_point(scenario, point)
+            cpu_s = time.process_time() - start
+            requests = int(sum(r.records.n for r in runs))
         rows.append({"point": index, "params": {k: str(v) for k, v in point.params.items()},
-                     "systems": len(point.spec.systems), "requests": int(sum(r.records.n for r in runs)),
+                     "systems": len(point.spec.systems), "requests": requests,
                      "estimate_requests": counts.request, "cpu_s": cpu_s, "estimate_cpu_s": counts.cpu_s(),
                      "counts": counts.as_dict()})
         print(f"  {path.stem} point {index}: {rows[-1]['requests']:,} requests in {cpu_s:.2f} CPU-s, "
@@ -112,14 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated scenario names (file stems)")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--reuse", type=Path, help="a --json file of an earlier run at the same --scale: "
+                        "its measurements are kept (nothing runs), the estimates recomputed")
     args = parser.parse_args(argv)
     paths = sorted(SCENARIOS.glob("*.yaml"))
     if args.only:
         paths = [p for p in paths if p.stem in args.only.split(",")]
+    earlier = {}
+    if args.reuse:
+        earlier = {r["scenario"]: {row["point"]: row for row in r["rows"]}
+                   for r in json.loads(args.reuse.read_text(encoding="utf-8"))}
     results = []
     for path in paths:
-        results.append(check(path, args.scale))
+        results.append(check(path, args.scale, earlier.get(path.name)))
     command = "python benchmarks/check_run_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.reuse:
+        command += " (the CPU-s measured by the run that wrote that file)"
     text = table(results, command.strip())
     print(text)
     if args.out:

@@ -11,8 +11,8 @@ Each case isolates paths of the model (kvsim/plan/cost_model.py): the speed case
 offload-nocache and offload-dram_nvme (the same requests without and with DRAM + NVMe tiers:
 tier blocks and transfers), mooncake (HBM + DRAM cache on a trace), domains (its three systems:
 per-block work across addressing domains), pd (handoffs) -- at ``--scale`` of their durations,
-plus the ladder's saturation probe (a closed loop) and ``scenarios/plan_offload.yaml``'s pool
-system at 1/s (a cache prewarm). Every system of a case is run alone, in this process, ``--repeat``
+ladder-64 again at 3x that scale, the ladder's saturation probe (a closed loop) and
+``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers). Every system of a case is run alone, in this process, ``--repeat``
 times (the least CPU time kept: on a shared machine the others carry noise); its path counts are
 the model's estimate for that run (so the rates fit what the model will be given, not counts
 the model cannot know before a run). The rates are the non-negative least-squares fit of
@@ -46,18 +46,26 @@ from kvsim.plan.run_cost import point_cost, point_requests, workload_shape  # no
 from kvsim.scenario.load import ScenarioPoint  # noqa: E402
 from kvsim.sim.run import run_point  # noqa: E402
 
-CASES = ("ladder-8", "ladder-64", "ladder-256", "offload-nocache", "offload-dram_nvme", "mooncake", "domains",
-         "pd", "probe", "prewarm")
+CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
+         "domains", "pd", "probe", "prewarm", "remote")
+"""The cases fitted, in order; ``CASE@k`` runs ``CASE`` at ``k`` times ``--scale`` (a longer run of
+the same system separates the per-run costs from the per-request ones)."""
 
 
 def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
-    """The scenario of ``case`` (a speed case, or ``prewarm``)."""
+    """The scenario of ``case``: a speed case; ``prewarm``, ``scenarios/plan_offload.yaml``'s L20
+    with a remote pool (prewarmed) at 1/s, where the prewarm is most of the run; ``remote``, its
+    H20 with the same pool at 8/s, where the requests' remote-pool transfers are."""
     from speed_cases import scenario_for
 
-    if case == "prewarm":
+    if "@" in case:
+        case, factor = case.split("@")
+        scale *= float(factor)
+    if case in ("prewarm", "remote"):
+        name, rate = ("l20-pool", "1/s") if case == "prewarm" else ("h20-pool", "8/s")
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
-        return plan.with_changes({"systems": {"l20-pool": plan.raw["systems"]["l20-pool"]}, "plan": None,
-                                  "workload.arrival.rate": "1/s", "duration": 240 * scale, "warmup": 60 * scale})
+        return plan.with_changes({"systems": {name: plan.raw["systems"][name]}, "plan": None,
+                                  "workload.arrival.rate": rate, "duration": 240 * scale, "warmup": 60 * scale})
     return scenario_for(case, {"scale": scale, "capacity_per_s": capacity})
 
 

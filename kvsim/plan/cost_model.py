@@ -10,22 +10,20 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 - ``request``: requests simulated -- open loop counted from the point's arrivals; closed loop
   ``clients x duration / (latency + think time)`` with the latency from the system's step-time
   model (below);
-- ``sequence_step``: requests x the sequences running beside each on its instance (the scheduler
-  walks the batch whenever an arrival, a finish or a chunk changes it, so a request costs more in
-  a fuller batch);
 - ``iteration``: engine iterations: each instance iterates back to back while it holds work
   (the share of time it does, ``1 - exp(-L)`` for ``L`` requests in it on average), one decode
-  step at a time;
+  step at a time, plus one per prefill chunk;
 - ``prompt_block``: prompt blocks hashed when the point's requests are drawn (workloads with a
   prefix structure: every request's ``input_tokens / block_tokens``); counted once per point;
 - ``hbm_block``: prompt blocks through an HBM prefix cache (systems with ``kv_cache``);
 - ``tier_block``: prompt blocks written to or read from each tier below HBM (DRAM, NVMe, remote
-  pool) and ``flow``: the transfers that move them (a write per tier per request and a load per
-  hit);
+  pool); ``flow``: the transfers to and from the node's own tiers (a write per tier per request
+  and a load per hit) and ``remote_flow`` those to and from a remote pool over the network;
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
 - ``handoff``: prefill-to-decode handoffs (disaggregated systems, one per request);
-- ``prewarm_block``: block insertions of a cache prewarm (``kv_cache.prewarm``), found as
+- ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
+  prewarm (``kv_cache.prewarm``), found as
   :meth:`kvsim.serving.cache.tiers.TierCache.prewarm` stops: every lower store fed twice its
   capacity, or the share of blocks already present settled between batches of 1,000 prompts.
 
@@ -63,7 +61,6 @@ class PathCounts:
     run: float = 0.0
     instance: float = 0.0
     request: float = 0.0
-    sequence_step: float = 0.0
     iteration: float = 0.0
     prompt_block: float = 0.0
     hbm_block: float = 0.0
@@ -71,6 +68,8 @@ class PathCounts:
     flow: float = 0.0
     domain_block: float = 0.0
     handoff: float = 0.0
+    remote_flow: float = 0.0
+    prewarm_prompt: float = 0.0
     prewarm_block: float = 0.0
 
     def cpu_s(self, backend: str = "python") -> float:
@@ -227,57 +226,59 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
     def decode_latency(b: float) -> float:
         return (outputs - 1.0) * _decode_s(step_d, b, context)
 
-    # Fixed point of the batch per decode instance: b = throughput per instance x decode time.
+    # the instances' capacity (requests/s): a prefill instance computes one prompt at a time
+    # (compute-bound), a decode instance runs a full batch of max_seqs sequences
+    capacity = min(n_compute / max(t_prefill, 1e-9), n_decode * max_seqs / max(decode_latency(max_seqs), 1e-9))
+    # Fixed point of the batch b per decode instance (Little's law on the batch): open loop,
+    # b = arrival rate x decode time; closed loop, the clients in the system (not thinking).
     b = 1.0
-    for _ in range(40):
+    for _ in range(60):
         latency = t_prefill + decode_latency(b)
         if shape.requests is not None:
-            rate = shape.requests / duration
+            new_b = shape.requests / duration / n_decode * decode_latency(b)
         else:
-            rate = shape.clients / (latency + shape.think_s)
-        # the instances' capacity: each request holds a prefill instance for its prompt and a
-        # decode slot of a full batch for its output tokens
-        capacity = min(n_compute / max(t_prefill, 1e-9),
-                       n_decode * max_seqs / max(decode_latency(max_seqs), 1e-9))
-        throughput = min(rate, capacity) if shape.requests is None else rate
-        new_b = min(max_seqs, max(throughput / n_decode * decode_latency(b), 0.0))
-        if abs(new_b - b) < 1e-3 * max(b, 1.0):
+            new_b = shape.clients / n_decode * latency / (latency + shape.think_s)
+        new_b = min(max_seqs, max(new_b, 1.0))
+        if abs(new_b - b) < 1e-3 * b:
             b = new_b
             break
         b = 0.5 * (b + new_b)
     latency = t_prefill + decode_latency(b)
     if shape.requests is not None:
         requests = float(shape.requests)
-    else:
-        capacity = min(n_compute / max(t_prefill, 1e-9), n_decode * max_seqs / max(decode_latency(max_seqs), 1e-9))
-        requests = min(shape.clients / (latency + shape.think_s), capacity) * duration + shape.clients
+    else:  # each client sends one at once, then one per latency and think time, at most the capacity
+        throughput = min(shape.clients / (latency + shape.think_s), capacity)
+        requests = throughput * duration + shape.clients
     in_instance = requests / duration * latency / max(n_compute, 1)  # requests in an instance on average
     busy = -math.expm1(-in_instance)
-    iterations = n_decode * duration * busy / max(_decode_s(step_d, max(b, 1.0), context), 1e-9) \
-        + requests * math.ceil(inputs / pool_p.spec.instance.max_batched_tokens)
+    iterations = n_decode * duration * busy / max(_decode_s(step_d, b, context), 1e-9) * (outputs > 1.0) \
+        + requests * math.ceil(inputs * (1.0 - hit) / pool_p.spec.instance.max_batched_tokens)
     bpr = shape.blocks_per_request
-    tiers = 0 if cache is None else (cache.dram is not None) + (cache.nvme is not None) + (cache.remote is not None)
-    prewarm = 0.0
+    local = 0 if cache is None else (cache.dram is not None) + (cache.nvme is not None)
+    remote = cache is not None and cache.remote is not None
+    tiers = local + remote
+    prompts = blocks = 0.0
     if cache is not None and cache.prewarm and tiers:
-        prewarm = _prewarm_blocks(spec, sizing, compute, shape)
+        prompts, blocks = _prewarm(spec, sizing, compute, shape)
     return PathCounts(
         run=1.0,
         instance=float(sizing.instances),
         request=requests,
-        sequence_step=requests * max(b, 1.0),
         iteration=iterations,
         hbm_block=requests * bpr if cache is not None else 0.0,
         tier_block=requests * bpr * tiers,
-        flow=requests * tiers * (1.0 + hit),
+        flow=requests * local * (1.0 + hit),
+        remote_flow=requests * (1.0 + hit) if remote else 0.0,
         domain_block=requests * bpr if cache is not None and cache.peer_hbm != "none" else 0.0,
         handoff=requests if sizing.disaggregated else 0.0,
-        prewarm_block=prewarm,
+        prewarm_prompt=prompts,
+        prewarm_block=blocks,
     )
 
 
-def _prewarm_blocks(spec, sizing, compute, shape: WorkloadShape) -> float:
-    """Block insertions of the cache prewarm (every block into every local store of the system,
-    and into its remote store)."""
+def _prewarm(spec, sizing, compute, shape: WorkloadShape) -> tuple[float, float]:
+    """Prompts drawn and block insertions of the cache prewarm (every block into every local
+    store of the system, and into its remote store)."""
     cache = spec.systems[sizing.name].kv_cache
     pool = compute[0]
     block_bytes = max(pool.kv_bytes_per_token_per_card * pool.layout.cards * shape.block_tokens, 1.0)
@@ -291,4 +292,4 @@ def _prewarm_blocks(spec, sizing, compute, shape: WorkloadShape) -> float:
         stores += [(sizing.pool_node.capacity_bytes / block_bytes, 1.0 / cache.remote.nodes)] * cache.remote.nodes
     prompts = prewarm_prompts(shape, stores)
     local = sum(1 for _, share in stores if share == 1.0)
-    return prompts * shape.blocks_per_request * (local + (1 if cache.remote is not None else 0))
+    return prompts, prompts * shape.blocks_per_request * (local + (1 if cache.remote is not None else 0))

@@ -15,8 +15,8 @@ from types import MappingProxyType
 
 __all__ = ["RATES", "PATHS", "rates_for"]
 
-PATHS = ("run", "instance", "request", "sequence_step", "iteration", "prompt_block", "hbm_block", "tier_block",
-         "flow", "domain_block", "handoff", "prewarm_block")
+PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block", "tier_block", "flow",
+         "domain_block", "handoff", "remote_flow", "prewarm_prompt", "prewarm_block")
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
@@ -25,7 +25,6 @@ _PYTHON = MappingProxyType({
     "run": 0.0,
     "instance": 0.0,
     "request": 0.0,
-    "sequence_step": 0.000102,
     "iteration": 8.21e-07,
     "prompt_block": 4.83e-06,
     "hbm_block": 8.87e-06,
@@ -33,6 +32,8 @@ _PYTHON = MappingProxyType({
     "flow": 0.0,
     "domain_block": 0.0,
     "handoff": 0.000188,
+    "remote_flow": 0.0,
+    "prewarm_prompt": 0.0,
     "prewarm_block": 3.87e-06,
 })
 
