@@ -77,19 +77,24 @@ def system_points(scenario: kvsim.Scenario):
             yield point, name, ScenarioPoint(point.index, point.params, alone, point.catalogs)
 
 
-def measure_point(scenario: kvsim.Scenario, point: ScenarioPoint, repeat: int = 1) -> dict:
+def measure_point(scenario: kvsim.Scenario, point: ScenarioPoint, repeat: int = 1, earlier: dict | None = None) -> dict:
     """Run every system of ``point`` (``run_point``: requests drawn once) ``repeat`` times; the
-    least CPU time, the requests simulated and the model's estimate of the same run."""
-    cpu = []
-    for _ in range(repeat):
-        start = time.process_time()
-        runs = run_point(scenario, point)
-        cpu.append(time.process_time() - start)
+    least CPU time, the requests simulated and the model's estimate of the same run. ``earlier``
+    (a row of an earlier run) gives the measurement instead of running."""
+    if earlier is not None:
+        measured = {k: earlier[k] for k in ("cpu_s", "cpu_s_all", "requests", "iterations")}
+    else:
+        cpu = []
+        for _ in range(repeat):
+            start = time.process_time()
+            runs = run_point(scenario, point)
+            cpu.append(time.process_time() - start)
+        measured = {"cpu_s": min(cpu), "cpu_s_all": cpu, "requests": int(sum(r.records.n for r in runs)),
+                    "iterations": int(sum(r.iterations for r in runs))}
     shape = workload_shape(scenario, point, point_requests(scenario, point))
     counts, _ = point_cost(scenario, point, shape)
-    return {"cpu_s": min(cpu), "cpu_s_all": cpu, "requests": int(sum(r.records.n for r in runs)),
-            "iterations": int(sum(r.iterations for r in runs)), "counts": counts.as_dict(),
-            "estimate_cpu_s": counts.cpu_s(), "estimate_requests": counts.request}
+    return {**measured, "counts": counts.as_dict(), "estimate_cpu_s": counts.cpu_s(),
+            "estimate_requests": counts.request}
 
 
 def machine_text() -> str:
@@ -122,12 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(CASES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--reuse", type=Path, help="a --json file of an earlier run at the same --scale: its "
+                        "measurements are kept (nothing runs), the model's counts recomputed and refitted")
     args = parser.parse_args(argv)
+    earlier = {}
+    if args.reuse:
+        earlier = {(r["case"], r["system"]): r for r in json.loads(args.reuse.read_text(encoding="utf-8"))["rows"]}
     rows = []
     for case in args.only.split(","):
         scenario = case_scenario(case, args.scale, args.capacity)
         for point, name, alone in system_points(scenario):
-            row = {"case": case, "system": name, **measure_point(scenario, alone, args.repeat)}
+            row = {"case": case, "system": name,
+                   **measure_point(scenario, alone, args.repeat, earlier.get((case, name)))}
             rows.append(row)
             print(f"{case:18s} {name:16s} {row['requests']:7,d} requests {row['cpu_s']:8.3f} CPU-s", flush=True)
     rates = fit(rows)

@@ -21,7 +21,11 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   and a load per hit) and ``remote_flow`` those to and from a remote pool over the network;
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
-- ``handoff``: prefill-to-decode handoffs (disaggregated systems, one per request);
+- ``handoff``: prefill-to-decode handoff flows (disaggregated systems: one per request and card
+  of the decode instance);
+- ``queued_request``: requests x the share of them that wait for a batch slot (closed loop:
+  clients beyond ``max_num_seqs`` per instance; open loop: arrivals beyond the instances'
+  capacity): the scheduler looks at its waiting queue every iteration;
 - ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
   prewarm (``kv_cache.prewarm``), found as
   :meth:`kvsim.serving.cache.tiers.TierCache.prewarm` stops: every lower store fed twice its
@@ -68,6 +72,7 @@ class PathCounts:
     flow: float = 0.0
     domain_block: float = 0.0
     handoff: float = 0.0
+    queued_request: float = 0.0
     remote_flow: float = 0.0
     prewarm_prompt: float = 0.0
     prewarm_block: float = 0.0
@@ -246,7 +251,9 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
     latency = t_prefill + decode_latency(b)
     if shape.requests is not None:
         requests = float(shape.requests)
+        queued = max(0.0, 1.0 - capacity / max(requests / duration, 1e-12))  # arrivals beyond the capacity
     else:  # each client sends one at once, then one per latency and think time, at most the capacity
+        queued = max(0.0, 1.0 - n_decode * max_seqs / shape.clients)  # clients beyond the batch slots
         throughput = min(shape.clients / (latency + shape.think_s), capacity)
         requests = throughput * duration + shape.clients
     in_instance = requests / duration * latency / max(n_compute, 1)  # requests in an instance on average
@@ -270,7 +277,8 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         flow=requests * local * (1.0 + hit),
         remote_flow=requests * (1.0 + hit) if remote else 0.0,
         domain_block=requests * bpr if cache is not None and cache.peer_hbm != "none" else 0.0,
-        handoff=requests if sizing.disaggregated else 0.0,
+        handoff=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
+        queued_request=requests * queued,
         prewarm_prompt=prompts,
         prewarm_block=blocks,
     )

@@ -16,25 +16,26 @@ from types import MappingProxyType
 __all__ = ["RATES", "PATHS", "rates_for"]
 
 PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block", "tier_block", "flow",
-         "domain_block", "handoff", "remote_flow", "prewarm_prompt", "prewarm_block")
+         "domain_block", "handoff", "queued_request", "remote_flow", "prewarm_prompt", "prewarm_block")
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --scale 0.1` (see docs/run_cost.md) on the
     # project's 2-core AMD EPYC machine, Python 3.11, kvsim at commit PLACEHOLDER
     "run": 0.0,
-    "instance": 0.0,
-    "request": 0.0,
-    "iteration": 8.21e-07,
-    "prompt_block": 4.83e-06,
-    "hbm_block": 8.87e-06,
-    "tier_block": 2.28e-05,
+    "instance": 0.0017,
+    "request": 0.000488,
+    "iteration": 1.93e-07,
+    "prompt_block": 0.0,
+    "hbm_block": 1.29e-05,
+    "tier_block": 2.11e-05,
     "flow": 0.0,
     "domain_block": 0.0,
-    "handoff": 0.000188,
-    "remote_flow": 0.0,
-    "prewarm_prompt": 0.0,
-    "prewarm_block": 3.87e-06,
+    "handoff": 0.000232,
+    "queued_request": 0.0016,
+    "remote_flow": 0.000922,
+    "prewarm_prompt": 0.000254,
+    "prewarm_block": 0.0,
 })
 
 RATES = MappingProxyType({
