@@ -9,7 +9,8 @@ beside it:
 
 For each ``scenarios/*.yaml`` every point's duration and warm-up are multiplied by ``--scale``
 (the sweep's own durations too); then a deterministic subset of the points runs -- all of them
-when the sweep has at most ``MAX_ALL_POINTS``, else its first, middle and last point -- each point
+when the sweep has at most ``MAX_ALL_POINTS``, else its first, middle and last point; only the
+first of a scenario whose systems search their layout (``layout: best``) -- each point
 with all its systems, in this process (``kvsim.sim.run.run_point``, as a sweep worker runs it:
 requests drawn once per point). Measured: ``time.process_time()`` of the point. Estimated: the
 cost model on the same scaled point (``kvsim.plan.run_cost.point_cost``). The table gives, per
@@ -41,8 +42,14 @@ START, END = "<!-- run-cost-table -->", "<!-- /run-cost-table -->"
 
 
 def chosen_points(scenario: kvsim.Scenario) -> list[int]:
-    """Indices of the points checked: all of a small sweep, else first, middle and last."""
+    """Indices of the points checked: all of a small sweep, else first, middle and last; only the
+    first when a system searches its layout (every point pilots every layout: minutes each)."""
+    from kvsim.sim.layout_search import searches_layout
+
     n = len(scenario.points)
+    first = scenario.points[0].spec
+    if any(searches_layout(first, name) for name in first.systems):
+        return [0]
     return list(range(n)) if n <= MAX_ALL_POINTS else sorted({0, n // 2, n - 1})
 
 
@@ -86,8 +93,8 @@ def check(path: Path, scale: float, measured: dict | None = None) -> dict:
 def table(results: list[dict], command: str) -> str:
     lines = [f"Measured by `{command}` on {dt.date.today().isoformat()} ({machine_text()}; one process, "
              "one core). Each scenario's durations and warm-ups scaled; the points checked are all of a sweep "
-             f"of up to {MAX_ALL_POINTS} points, else its first, middle and last (numbered from 0), every system "
-             "of each. Ratio = estimated / measured CPU-s (target: 0.5 to 2).", "",
+             f"of up to {MAX_ALL_POINTS} points, else its first, middle and last (numbered from 0; only the first "
+             "where systems search their layout), every system of each. Ratio = estimated / measured CPU-s (target: 0.5 to 2).", "",
              "| scenario | points checked | system runs | requests | estimated requests | CPU-s | estimated CPU-s "
              "| ratio |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:

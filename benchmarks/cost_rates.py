@@ -10,7 +10,8 @@ Each case isolates paths of the model (kvsim/plan/cost_model.py): the speed case
 ``speed_cases.py`` -- ladder-8/64/256 (requests, batch, iterations, instances; no cache),
 offload-nocache and offload-dram_nvme (the same requests without and with DRAM + NVMe tiers:
 tier blocks and transfers), mooncake (HBM + DRAM cache on a trace), domains (its three systems:
-per-block work across addressing domains), pd (handoffs) -- at ``--scale`` of their durations,
+per-block work across addressing domains), pd (handoffs; also as ``pd-tp4``, two servers of tp-4
+instances, for the handoff's flows per card) -- at ``--scale`` of their durations,
 ladder-64 again at 3x that scale, the ladder's saturation probe (a closed loop) and
 ``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers). Every system of a case is run alone, in this process, ``--repeat``
 times (the least CPU time kept: on a shared machine the others carry noise); its path counts are
@@ -47,7 +48,7 @@ from kvsim.scenario.load import ScenarioPoint  # noqa: E402
 from kvsim.sim.run import run_point  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
-         "domains", "pd", "probe", "prewarm", "remote")
+         "domains", "pd", "pd-tp4", "probe", "prewarm", "remote")
 """The cases fitted, in order; ``CASE@k`` runs ``CASE`` at ``k`` times ``--scale`` (a longer run of
 the same system separates the per-run costs from the per-request ones)."""
 
@@ -61,6 +62,10 @@ def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
     if "@" in case:
         case, factor = case.split("@")
         scale *= float(factor)
+    if case == "pd-tp4":  # the pd case on two servers of tp-4 instances: 4 flows per handoff
+        pool = "systems.pd.pools.h20"
+        return scenario_for("pd", {"scale": scale}).with_changes(
+            {f"{pool}.nodes": 2, f"{pool}.instance.tp": 4, f"{pool}.roles": {"prefill": 2, "decode": 2}})
     if case in ("prewarm", "remote"):
         name, rate = ("l20-pool", "1/s") if case == "prewarm" else ("h20-pool", "8/s")
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print(f"{case:18s} {name:16s} {row['requests']:7,d} requests {row['cpu_s']:8.3f} CPU-s", flush=True)
     rates = fit(rows)
-    print(f"\nfitted on {len(rows)} runs ({machine_text()}, --scale {args.scale}, best of {args.repeat}):")
+    how = f"measurements of {args.reuse}" if args.reuse else f"best of {args.repeat}"
+    print(f"\nfitted on {len(rows)} runs ({machine_text()}, --scale {args.scale}, {how}):")
     print(f"{'case':18s} {'system':16s} {'measured':>9s} {'fitted':>9s} {'ratio':>6s}")
     for row in rows:
         fitted = sum(row["counts"][p] * rates[p] for p in PATHS)

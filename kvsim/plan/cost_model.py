@@ -21,8 +21,8 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   and a load per hit) and ``remote_flow`` those to and from a remote pool over the network;
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
-- ``handoff``: prefill-to-decode handoff flows (disaggregated systems: one per request and card
-  of the decode instance);
+- ``handoff`` and ``handoff_flow``: prefill-to-decode handoffs (disaggregated systems: one per
+  request) and their flows (one per card of the decode instance);
 - ``queued_request``: requests x the share of them that wait for a batch slot (closed loop:
   clients beyond ``max_num_seqs`` per instance; open loop: arrivals beyond the instances'
   capacity): the scheduler looks at its waiting queue every iteration;
@@ -72,6 +72,7 @@ class PathCounts:
     flow: float = 0.0
     domain_block: float = 0.0
     handoff: float = 0.0
+    handoff_flow: float = 0.0
     queued_request: float = 0.0
     remote_flow: float = 0.0
     prewarm_prompt: float = 0.0
@@ -277,7 +278,8 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         flow=requests * local * (1.0 + hit),
         remote_flow=requests * (1.0 + hit) if remote else 0.0,
         domain_block=requests * bpr if cache is not None and cache.peer_hbm != "none" else 0.0,
-        handoff=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
+        handoff=requests if sizing.disaggregated else 0.0,
+        handoff_flow=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
         queued_request=requests * queued,
         prewarm_prompt=prompts,
         prewarm_block=blocks,

@@ -16,12 +16,16 @@ from types import MappingProxyType
 __all__ = ["RATES", "PATHS", "rates_for"]
 
 PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block", "tier_block", "flow",
-         "domain_block", "handoff", "queued_request", "remote_flow", "prewarm_prompt", "prewarm_block")
+         "domain_block", "handoff", "handoff_flow", "queued_request", "remote_flow", "prewarm_prompt", "prewarm_block")
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --scale 0.1` (see docs/run_cost.md) on the
-    # project's 2-core AMD EPYC machine, Python 3.11, kvsim at commit PLACEHOLDER
+    # measured by `python benchmarks/cost_rates.py --scale 0.1 --repeat 2` (each run the least CPU
+    # time of two) at commit 5276a9b, the pd-tp4 case at ba8b185, on the project's 2-core AMD EPYC
+    # machine (Python 3.11.7) while other jobs shared it; refitted on those measurements with
+    # `--reuse` for the model's paths as committed with these rates (docs/run_cost.md). Zero: the
+    # fit found no cost there beyond what the other paths carry (e.g. domain lookups are in the
+    # per-block rates, local-tier transfers in tier_block).
     "run": 0.0,
     "instance": 0.0017,
     "request": 0.000488,
@@ -31,7 +35,8 @@ _PYTHON = MappingProxyType({
     "tier_block": 2.11e-05,
     "flow": 0.0,
     "domain_block": 0.0,
-    "handoff": 0.000232,
+    "handoff": 8.17e-05,
+    "handoff_flow": 0.00015,
     "queued_request": 0.0016,
     "remote_flow": 0.000922,
     "prewarm_prompt": 0.000254,
@@ -41,7 +46,7 @@ _PYTHON = MappingProxyType({
 RATES = MappingProxyType({
     "python": _PYTHON,
     # "compiled": the typed compiled core (issue 23, item 2) is being built elsewhere; its rates go
-    # here, measured the same way (benchmarks/cost_rates.py --backend compiled), once it runs.
+    # here, measured the same way (benchmarks/cost_rates.py run with that backend) once it runs.
     # Until then rates_for("compiled") answers with the python rates (an upper bound).
 })
 """Rates (CPU-seconds per unit) by engine backend (``engine.backend``)."""

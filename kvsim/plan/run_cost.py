@@ -101,7 +101,7 @@ _PATH_WORDS = {
     "run": "building and summarising runs", "instance": "building instances", "request": "requests",
 "iteration": "engine iterations", "prompt_block": "hashing prompt blocks",
     "hbm_block": "HBM cache blocks", "tier_block": "offload tier blocks", "flow": "transfers",
-    "domain_block": "domain block lookups", "handoff": "PD handoffs", "queued_request": "queued requests", "remote_flow": "remote pool transfers",
+    "domain_block": "domain block lookups", "handoff": "PD handoffs", "handoff_flow": "PD handoff flows", "queued_request": "queued requests", "remote_flow": "remote pool transfers",
     "prewarm_prompt": "cache prewarm prompts", "prewarm_block": "cache prewarm blocks",
 }
 
