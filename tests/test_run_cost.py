@@ -150,3 +150,49 @@ def test_a_trace_is_read_once_however_many_points_leave_the_workload_alone(tmp_p
     cost = run_cost(scenario)
     assert cost.per_point == {i: 2 * 2 for i in range(5)}  # two requests before 20 s, two systems each
     assert len(reads) == 1
+
+
+# --------------------------------------------------------------------------- the benchmarks' helpers
+
+def _bench():
+    import sys
+
+    from conftest import REPO
+
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    import check_run_cost
+    import cost_rates
+
+    return check_run_cost, cost_rates
+
+
+def test_the_fit_recovers_rates_that_made_the_measurements():
+    # measurements made exactly by known rates on three paths are fitted back to those rates
+    _, cost_rates = _bench()
+    truth = {"request": 4e-4, "hbm_block": 1e-5, "handoff": 2e-4}
+    rows = []
+    for n, blocks, handoffs in [(100, 0, 0), (1000, 5e4, 0), (500, 1e4, 500), (2000, 0, 2000), (300, 9e4, 0)]:
+        counts = {p: 0.0 for p in PATHS}
+        counts.update(request=n, hbm_block=blocks, handoff=handoffs)
+        rows.append({"counts": counts, "cpu_s": sum(counts[k] * v for k, v in truth.items())})
+    rates = cost_rates.fit(rows)
+    for path in PATHS:
+        assert rates[path] == pytest.approx(truth.get(path, 0.0), rel=1e-6, abs=1e-12)
+
+
+def test_check_picks_points_and_writes_its_table_between_markers(tmp_path):
+    check_run_cost, _ = _bench()
+    six = kvsim.parse_scenario(SCENARIO.replace("[1/s, 3/s]", "[1/s, 2/s, 3/s, 4/s, 5/s, 6/s]"), "cost.yaml")
+    assert check_run_cost.chosen_points(six) == [0, 3, 5]
+    assert check_run_cost.chosen_points(kvsim.parse_scenario(SCENARIO, "cost.yaml")) == [0, 1]
+    out = tmp_path / "run_cost.md"
+    out.write_text(f"# head\n{check_run_cost.START}\nold\n{check_run_cost.END}\ntail\n", encoding="utf-8")
+    check_run_cost.write_table(out, "new table")
+    assert out.read_text(encoding="utf-8") == (
+        f"# head\n{check_run_cost.START}\nnew table\n{check_run_cost.END}\ntail\n")
+    rows = [{"scenario": "a.yaml", "points": 3, "checked": [0, 2], "system_runs": 4, "requests": 10,
+             "estimate_requests": 12.0, "cpu_s": 2.0, "estimate_cpu_s": 5.0, "ratio": 2.5}]
+    text = check_run_cost.table(rows, "cmd")
+    assert "| a.yaml | 0, 2 of 3 | 4 | 10 | 12 | 2.00 | 5.00 | 2.50 |" in text
+    assert "Within 2x on every scenario: no" in text
