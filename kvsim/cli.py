@@ -343,7 +343,7 @@ def _validate(args: argparse.Namespace) -> int:
             _say(f"    pool {pool.name}: {pool.describe()}")
     from kvsim.plan.run_cost import run_cost
 
-    print(run_cost(scenario).describe())
+    print(run_cost(scenario, sizings).describe())
     return 0
 
 

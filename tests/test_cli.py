@@ -115,11 +115,13 @@ def test_validate_prints_per_system_sizing(tmp_path):
     assert err == ""
     assert "valid scenario 'cli-tiny'" in out
     assert "2 system(s)" in out and "1 sweep point(s)" in out
-    lines = {line.strip().split(":")[0]: line for line in out.splitlines()[1:-2]}
+    lines = {line.strip().split(":")[0]: line for line in out.splitlines()[1:-3]}
     assert set(lines) == {"h20", "l20"}
-    # the run's cost: 1 point x 2 systems x 1 replication, requests drawn as the run draws them
-    assert "cost: 1 point(s) x 2 system(s) x 1 replication(s) = 2 system run(s)" in out.splitlines()[-2]
-    assert "requests simulated in all" in out.splitlines()[-1] and "rough" in out.splitlines()[-1]
+    # the run's cost: 1 point x 2 systems x 1 replication, requests drawn as the run draws them,
+    # and the cost model's CPU time (kvsim/plan/cost_model.py)
+    assert "cost: 1 point(s) x 2 system(s) x 1 replication(s) = 2 system run(s)" in out.splitlines()[-3]
+    assert "requests simulated in all" in out.splitlines()[-2]
+    assert "estimated CPU time" in out.splitlines()[-1] and "benchmarks/cost_rates.py" in out.splitlines()[-1]
     assert "1 x h20-8x" in lines["h20"] and "1 x l20-8x" in lines["l20"]
     for line in lines.values():
         assert "tp=1" in line and "qwen3-8b bf16" in line

@@ -113,7 +113,7 @@ def test_a_bug_in_validate_is_reported_as_one(tmp_path, capsys, monkeypatch):
     path = tmp_path / "ok.yaml"
     path.write_text(SCENARIO, encoding="utf-8")
 
-    def broken(scenario):
+    def broken(*args, **kwargs):
         raise KeyError("planted")
 
     monkeypatch.setattr(run_cost, "run_cost", broken)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 import kvsim
-from kvsim.plan.run_cost import REQUESTS_PER_CPU_S, run_cost
+from kvsim.plan.cost_model import PathCounts, WorkloadShape, hit_fraction, prewarm_prompts, zipf_popularity
+from kvsim.plan.cost_rates import PATHS, RATES, rates_for
+from kvsim.plan.run_cost import run_cost
 
 SCENARIO = """\
 name: cost
@@ -32,7 +34,10 @@ def test_open_loop_requests_are_counted_as_the_run_draws_them():
     # every drawn request is a record of each system: the estimate is exact for replica 0
     assert cost.requests == sum(r.records.n for r in result.runs) > 0
     assert (cost.points, cost.systems, cost.runs) == (2, 2, 4)
-    assert cost.cpu_s == pytest.approx(cost.requests / REQUESTS_PER_CPU_S)
+    # the CPU estimate is the model's counts times the measured rates
+    rates = rates_for("python")
+    assert cost.cpu_s == pytest.approx(sum(v * rates[k] for k, v in cost.counts.as_dict().items()))
+    assert cost.counts.request == cost.requests and cost.counts.run == 4
     assert "2 point(s) x 2 system(s) x 1 replication(s) = 4 system run(s)" in cost.describe()
 
 
@@ -42,12 +47,90 @@ def test_replications_multiply_the_count():
     assert three.runs == 3 * one.runs and three.requests == 3 * one.requests
 
 
-def test_closed_loop_is_not_estimated():
-    text = SCENARIO.replace("{kind: poisson, rate: 3/s}", "{kind: closed_loop, clients: 2}").replace(
-        "workload.arrival.rate: [1/s, 3/s]", "workload.arrival.clients: [1, 2]")
-    cost = run_cost(kvsim.parse_scenario(text, "cost.yaml"))
-    assert cost.requests is None and cost.cpu_s is None and cost.closed_loop_points == 2
-    assert "closed loop" in cost.describe()
+def _closed(clients="[1, 2]", think="0 s"):
+    return SCENARIO.replace("{kind: poisson, rate: 3/s}", f"{{kind: closed_loop, clients: 2, think_time: {think}}}").replace(
+        "workload.arrival.rate: [1/s, 3/s]", f"workload.arrival.clients: {clients}")
+
+
+def test_closed_loop_requests_and_cpu_are_estimated():
+    cost = run_cost(kvsim.parse_scenario(_closed(), "cost.yaml"))
+    assert cost.requests is None and cost.closed_loop_points == 2
+    assert cost.estimated_requests > 0 and cost.cpu_s > 0
+    text = cost.describe()
+    assert "closed loop" in text and "an estimate" in text and "think time" in text
+    assert "estimated CPU time" in text
+    # more clients and no think time send more requests than fewer clients who think
+    more = run_cost(kvsim.parse_scenario(_closed("[8]"), "cost.yaml"))
+    fewer = run_cost(kvsim.parse_scenario(_closed("[1]", "5 s"), "cost.yaml"))
+    assert more.estimated_requests > fewer.estimated_requests and more.cpu_s > fewer.cpu_s
+    # a client waiting 5 s between requests of well under a second each sends about duration / 5 s
+    # (each of the two systems)
+    assert 20 / 5 * 0.5 <= fewer.estimated_requests / 2 <= 20 / 5 + 2
+
+
+def test_closed_loop_estimate_is_the_right_order_of_magnitude():
+    # the model's latency bound against a real run: within 2x of the requests it completes
+    scenario = kvsim.parse_scenario(_closed("[4]"), "cost.yaml")
+    estimated = run_cost(scenario).estimated_requests
+    simulated = sum(r.records.n for r in kvsim.run(scenario).runs)
+    assert 0.5 <= estimated / simulated <= 2.0
+
+
+def test_path_counts_price_each_path_at_its_rate():
+    rates = rates_for("python")
+    counts = PathCounts(request=1000, hbm_block=2.0e4, handoff=10)
+    assert counts.cpu_s() == pytest.approx(1000 * rates["request"] + 2.0e4 * rates["hbm_block"] + 10 * rates["handoff"])
+    assert (counts + counts).cpu_s() == pytest.approx(2 * counts.cpu_s()) == pytest.approx(counts.scaled(2).cpu_s())
+    assert set(counts.as_dict()) == set(PATHS) == set(rates)
+
+
+def test_a_backend_without_rates_uses_the_python_rates():
+    assert "python" in RATES
+    assert rates_for("compiled") == RATES.get("compiled", RATES["python"])
+    assert all(rate >= 0 for rate in rates_for("python").values())
+
+
+def test_hit_fraction_and_prewarm_arithmetic():
+    # four equally popular 1,000-token documents, each prompt 3/4 document: caches holding two
+    # documents find half the documents, 3/8 of the prompt tokens
+    shape = WorkloadShape(100, 1333.0, 10.0, 16, True, shared_fraction=0.75, document_tokens=1000.0,
+                          popularity=zipf_popularity(4, 0.0))
+    assert zipf_popularity(4, 0.0) == pytest.approx([0.25] * 4)
+    assert zipf_popularity(3, 1.0) == pytest.approx([6 / 11, 3 / 11, 2 / 11])
+    assert hit_fraction(shape, 2000.0) == pytest.approx(0.375)
+    assert hit_fraction(shape, 1e9) == pytest.approx(0.75) and hit_fraction(shape, 0.0) == 0.0
+    # no reuse: the share present is 0 in the first two batches of 1,000 prompts, so the prewarm
+    # stops after the second; a store of 3,000 blocks fed 10 blocks a prompt turns over twice in 600
+    none = WorkloadShape(100, 160.0, 10.0, 16)
+    assert prewarm_prompts(none, [(1e12, 1.0)]) == 2000
+    assert prewarm_prompts(none, [(3000.0, 1.0)]) == pytest.approx(600)
+    # a remote store taking a quarter of the blocks needs four times the prompts
+    assert prewarm_prompts(none, [(300.0, 0.25)]) == pytest.approx(240)
+
+
+CACHED = SCENARIO.replace("sweep:\n  workload.arrival.rate: [1/s, 3/s]\n", "")
+
+
+def _cost(text: str) -> float:
+    return run_cost(kvsim.parse_scenario(text, "cost.yaml")).cpu_s
+
+
+def test_more_work_on_any_path_costs_more():
+    base = _cost(CACHED)
+    assert _cost(CACHED.replace("rate: 3/s", "rate: 6/s")) > base  # more requests
+    cached = CACHED.replace("instances: 1}", "instances: 1, kv_cache: {}}")
+    assert _cost(cached) > base  # an HBM cache handles every prompt block
+    longer = cached.replace("value: 128", "value: 1024")
+    assert _cost(longer) > _cost(cached)  # more blocks per prompt
+    assert _cost(cached.replace("  output_tokens", "  block_tokens: 64\n  output_tokens")) < _cost(
+        cached.replace("  output_tokens", "  block_tokens: 16\n  output_tokens"))  # smaller blocks: more of them
+    dram = cached.replace("kv_cache: {}", "kv_cache: {dram: {capacity: 64 GiB}}")
+    assert _cost(dram) > _cost(cached)  # a lower tier: its blocks and transfers
+    both = cached.replace("kv_cache: {}", "kv_cache: {dram: {capacity: 64 GiB}, nvme: {capacity: 1 TiB}}")
+    assert _cost(both) > _cost(dram)
+    shared = "  prefix: {kind: fixed_hit, hit_ratio: 0.5}\n  output_tokens"
+    warm = dram.replace("}}", "}, prewarm: true}").replace("  output_tokens", shared)
+    assert _cost(warm) > _cost(dram.replace("  output_tokens", shared))  # the prewarm fills the tier first
 
 
 
@@ -67,3 +150,49 @@ def test_a_trace_is_read_once_however_many_points_leave_the_workload_alone(tmp_p
     cost = run_cost(scenario)
     assert cost.per_point == {i: 2 * 2 for i in range(5)}  # two requests before 20 s, two systems each
     assert len(reads) == 1
+
+
+# --------------------------------------------------------------------------- the benchmarks' helpers
+
+def _bench():
+    import sys
+
+    from conftest import REPO
+
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    import check_run_cost
+    import cost_rates
+
+    return check_run_cost, cost_rates
+
+
+def test_the_fit_recovers_rates_that_made_the_measurements():
+    # measurements made exactly by known rates on three paths are fitted back to those rates
+    _, cost_rates = _bench()
+    truth = {"request": 4e-4, "hbm_block": 1e-5, "handoff": 2e-4}
+    rows = []
+    for n, blocks, handoffs in [(100, 0, 0), (1000, 5e4, 0), (500, 1e4, 500), (2000, 0, 2000), (300, 9e4, 0)]:
+        counts = {p: 0.0 for p in PATHS}
+        counts.update(request=n, hbm_block=blocks, handoff=handoffs)
+        rows.append({"counts": counts, "cpu_s": sum(counts[k] * v for k, v in truth.items())})
+    rates = cost_rates.fit(rows)
+    for path in PATHS:
+        assert rates[path] == pytest.approx(truth.get(path, 0.0), rel=1e-6, abs=1e-12)
+
+
+def test_check_picks_points_and_writes_its_table_between_markers(tmp_path):
+    check_run_cost, _ = _bench()
+    six = kvsim.parse_scenario(SCENARIO.replace("[1/s, 3/s]", "[1/s, 2/s, 3/s, 4/s, 5/s, 6/s]"), "cost.yaml")
+    assert check_run_cost.chosen_points(six) == [0, 3, 5]
+    assert check_run_cost.chosen_points(kvsim.parse_scenario(SCENARIO, "cost.yaml")) == [0, 1]
+    out = tmp_path / "run_cost.md"
+    out.write_text(f"# head\n{check_run_cost.START}\nold\n{check_run_cost.END}\ntail\n", encoding="utf-8")
+    check_run_cost.write_table(out, "new table")
+    assert out.read_text(encoding="utf-8") == (
+        f"# head\n{check_run_cost.START}\nnew table\n{check_run_cost.END}\ntail\n")
+    rows = [{"scenario": "a.yaml", "points": 3, "checked": [0, 2], "system_runs": 4, "requests": 10,
+             "estimate_requests": 12.0, "cpu_s": 2.0, "estimate_cpu_s": 5.0, "ratio": 2.5}]
+    text = check_run_cost.table(rows, "cmd")
+    assert "| a.yaml | 0, 2 of 3 | 4 | 10 | 12 | 2.00 | 5.00 | 2.50 |" in text
+    assert "Within 2x on every scenario: no" in text

@@ -1,0 +1,307 @@
+"""The CPU time of one simulated system run, from the work it will do on each path.
+
+A run's CPU time is the work of its paths times their rates (:mod:`kvsim.plan.cost_rates`)::
+
+    cpu_s = sum(count[path] * rate[path] for path in PATHS)
+
+The counts (:class:`PathCounts`) are estimated before the run from the scenario alone:
+
+- ``run`` (1), ``instance`` (instances built and summarised);
+- ``request``: requests simulated -- open loop counted from the point's arrivals; closed loop
+  ``clients x duration / (latency + think time)`` with the latency from the system's step-time
+  model (below);
+- ``iteration``: engine iterations: each instance iterates back to back while it holds work
+  (the share of time it does, ``1 - exp(-L)`` for ``L`` requests in it on average), one decode
+  step at a time, plus one per prefill chunk;
+- ``prompt_block``: prompt blocks hashed when the point's requests are drawn (workloads with a
+  prefix structure: every request's ``input_tokens / block_tokens``); counted once per point;
+- ``hbm_block``: prompt blocks through an HBM prefix cache (systems with ``kv_cache``);
+- ``tier_block``: prompt blocks written to or read from each tier below HBM (DRAM, NVMe, remote
+  pool); ``flow``: the transfers to and from the node's own tiers (a write per tier per request
+  and a load per hit) and ``remote_flow`` those to and from a remote pool over the network;
+- ``domain_block``: prompt blocks looked up across the peers of an addressing domain
+  (``kv_cache.peer_hbm`` other than ``none``);
+- ``handoff`` and ``handoff_flow``: prefill-to-decode handoffs (disaggregated systems: one per
+  request) and their flows (one per card of the decode instance);
+- ``queued_request``: requests x the share of them that wait for a batch slot: closed-loop
+  clients beyond ``max_num_seqs`` per instance (the ladder's saturation probe, 4,096 clients on
+  8 instances, costs about three times a request of the open-loop ladder);
+- ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
+  prewarm (``kv_cache.prewarm``), found as
+  :meth:`kvsim.serving.cache.tiers.TierCache.prewarm` stops: every lower store fed twice its
+  capacity, or the share of blocks already present settled between batches of 1,000 prompts.
+
+The latency of a request is a bound from the model, not a simulation: its uncached prompt
+computed in chunks of ``max_batched_tokens`` plus its output tokens at the decode step time of the
+batch it shares, the batch from Little's law (``arrival rate x latency`` per instance, at most
+``max_num_seqs``) or, in a closed loop, from the clients. The share of a prompt found in cache is
+the shared documents' share of its tokens times the popularity of the documents the caches hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from kvsim.models.step_time import BatchShape
+from kvsim.plan.cost_rates import rates_for
+from kvsim.sim.prewarm import MAX_WARM_REQUESTS
+from kvsim.workload.reuse import FixedHit, SharedDocuments
+
+__all__ = ["PathCounts", "WorkloadShape", "system_counts", "prewarm_prompts"]
+
+PREWARM_BATCH = 1000
+"""Prompts between the prewarm's settle checks (:meth:`TierCache.prewarm`'s ``batch``)."""
+PREWARM_SETTLE = 0.005
+PREWARM_TURNOVER = 2.0
+
+
+@dataclass(frozen=True)
+class PathCounts:
+    """Work of one system run on each path (see the module docstring for the units)."""
+
+    run: float = 0.0
+    instance: float = 0.0
+    request: float = 0.0
+    iteration: float = 0.0
+    prompt_block: float = 0.0
+    hbm_block: float = 0.0
+    tier_block: float = 0.0
+    flow: float = 0.0
+    domain_block: float = 0.0
+    handoff: float = 0.0
+    handoff_flow: float = 0.0
+    queued_request: float = 0.0
+    remote_flow: float = 0.0
+    prewarm_prompt: float = 0.0
+    prewarm_block: float = 0.0
+
+    def cpu_s(self, backend: str = "python") -> float:
+        """CPU-seconds at the measured rates of ``backend`` (:func:`~kvsim.plan.cost_rates.rates_for`)."""
+        rates = rates_for(backend)
+        return float(sum(getattr(self, f.name) * rates[f.name] for f in fields(self)))
+
+    def __add__(self, other: "PathCounts") -> "PathCounts":
+        return PathCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def scaled(self, k: float) -> "PathCounts":
+        return PathCounts(**{f.name: getattr(self, f.name) * k for f in fields(self)})
+
+    def as_dict(self) -> dict[str, float]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class WorkloadShape:
+    """What the cost model needs of a point's workload: its mean lengths and reuse.
+
+    ``requests`` is the open-loop count (None in a closed loop: ``clients`` and ``think_s`` then);
+    ``shared_fraction`` the share of a prompt's tokens in a shared document (or shared prefix),
+    ``popularity`` the documents' probabilities, most popular first (None: one shared prefix).
+    """
+
+    requests: int | None
+    input_tokens: float
+    output_tokens: float
+    block_tokens: int
+    hashed: bool = False
+    clients: int = 0
+    think_s: float = 0.0
+    shared_fraction: float = 0.0
+    document_tokens: float = 0.0
+    popularity: np.ndarray | None = None
+
+    @property
+    def blocks_per_request(self) -> float:
+        return self.input_tokens / self.block_tokens
+
+
+def zipf_popularity(documents: int, zipf_s: float) -> np.ndarray:
+    """Probabilities of ``documents`` ranked documents, ``P(d) ∝ 1 / (d + 1)**zipf_s``."""
+    weights = 1.0 / np.arange(1, documents + 1, dtype=float) ** zipf_s
+    return weights / weights.sum()
+
+
+def workload_reuse(workload) -> tuple[float, float, np.ndarray | None]:
+    """``(shared_fraction, document_tokens, popularity)`` of ``workload``'s prefix structure."""
+    prefix = workload.prefix
+    if isinstance(prefix, SharedDocuments):
+        doc = prefix.document_tokens.mean
+        return doc / (doc + prefix.suffix_tokens.mean), doc, zipf_popularity(prefix.documents, prefix.zipf_s)
+    if isinstance(prefix, FixedHit):
+        return float(prefix.hit_ratio), 0.0, None
+    return 0.0, 0.0, None
+
+
+def hit_fraction(shape: WorkloadShape, cached_tokens: float) -> float:
+    """Share of prompt tokens found in caches holding ``cached_tokens`` tokens of shared context
+    (the most popular documents first: an upper bound for LRU)."""
+    if shape.shared_fraction <= 0.0:
+        return 0.0
+    if shape.popularity is None:
+        return shape.shared_fraction
+    held = int(min(len(shape.popularity), cached_tokens / max(shape.document_tokens, 1.0)))
+    return shape.shared_fraction * float(shape.popularity[:held].sum())
+
+
+def _prefill_s(step, tokens: float, chunk: int) -> float:
+    """Seconds to compute ``tokens`` prompt tokens alone, in chunks of ``chunk`` tokens."""
+    total, done = 0.0, 0
+    remaining = max(int(tokens), 1)
+    while remaining > 0:
+        c = min(chunk, remaining)
+        total += step.iteration_time_s(BatchShape(prefill_tokens=c, prefill_pairs=c * done + c * (c + 1) / 2,
+                                                  prefill_context_tokens=done, sampled_seqs=1, prefill_seqs=1))
+        done += c
+        remaining -= c
+    return total
+
+
+def _decode_s(step, seqs: float, context: float) -> float:
+    """Seconds of one decode step of ``seqs`` sequences at ``context`` tokens each."""
+    b = max(int(round(seqs)), 1)
+    return step.iteration_time_s(BatchShape(decode_seqs=b, decode_context_tokens=int(b * context), sampled_seqs=b))
+
+
+def _cache_tokens(spec, sizing, prefill_pools) -> float:
+    """Tokens of shared context the system's caches can hold: the HBM left beside the running
+    sequences (pooled across instances when the router or the domains place by cache) and every
+    lower tier."""
+    system = spec.systems[sizing.name]
+    cache = system.kv_cache
+    if cache is None:
+        return 0.0
+    pooled = system.router == "cache_aware" or system.prefill_router == "cache_aware" or cache.peer_hbm != "none"
+    tokens = 0.0
+    for pool in prefill_pools:
+        hbm = 0.5 * pool.kv_tokens_per_instance  # about half the pool runs sequences
+        tokens += hbm * (pool.instances if pooled else 1)
+        per_token = pool.kv_bytes_per_token_per_card * pool.layout.cards
+        for tier in (cache.dram, cache.nvme):
+            if tier is not None and tier.capacity:
+                tokens += tier.capacity * pool.spec.nodes / max(per_token, 1.0)
+    if cache.remote is not None and sizing.pool_node is not None:
+        pool = prefill_pools[0]
+        per_token = pool.kv_bytes_per_token_per_card * pool.layout.cards
+        tokens += sizing.pool_node.capacity_bytes * cache.remote.nodes / max(per_token, 1.0)
+    return tokens
+
+
+def prewarm_prompts(shape: WorkloadShape, store_blocks: list[tuple[float, float]]) -> float:
+    """Prompts a prewarm inserts before it stops; ``store_blocks`` lists each lower store's
+    ``(capacity in blocks, share of each prompt's blocks it takes)``."""
+    bpr = max(shape.blocks_per_request, 1e-9)
+    budget = max((PREWARM_TURNOVER * cap / (bpr * share) for cap, share in store_blocks if share > 0), default=0.0)
+    previous = None
+    settle = float(MAX_WARM_REQUESTS)
+    for batch in range(1, MAX_WARM_REQUESTS // PREWARM_BATCH + 1):
+        seen = (batch - 0.5) * PREWARM_BATCH  # prompts before the middle of the batch
+        if shape.popularity is None:
+            rate = shape.shared_fraction if seen > 1 else 0.0
+        else:
+            p = shape.popularity
+            rate = shape.shared_fraction * float((p * -np.expm1(seen * np.log1p(-np.minimum(p, 1 - 1e-12)))).sum())
+        if previous is not None and abs(rate - previous) < PREWARM_SETTLE:
+            settle = batch * PREWARM_BATCH
+            break
+        previous = rate
+    return float(min(budget, settle, MAX_WARM_REQUESTS))
+
+
+def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
+    """The work of one run of system ``sizing.name`` at the point whose spec is ``spec``."""
+    system = spec.systems[sizing.name]
+    duration = spec.duration
+    compute = [p for p in sizing.pools if p.role != "decode"]  # pools that compute prompts
+    decode = [p for p in sizing.pools if p.role != "prefill"]
+    compute = compute or list(sizing.pools)
+    decode = decode or list(sizing.pools)
+    n_compute = sum(p.instances for p in compute)
+    n_decode = sum(p.instances for p in decode)
+    cache = system.kv_cache
+    hit = hit_fraction(shape, _cache_tokens(spec, sizing, compute)) if cache is not None else 0.0
+    inputs, outputs = shape.input_tokens, max(shape.output_tokens, 1.0)
+    pool_p, pool_d = compute[0], decode[0]
+    step_p, step_d = pool_p.step_model(), pool_d.step_model()
+    t_prefill = _prefill_s(step_p, inputs * (1.0 - hit), pool_p.spec.instance.max_batched_tokens)
+    context = inputs + outputs / 2.0
+    max_seqs = max(1.0, min(pool_d.spec.instance.max_num_seqs, pool_d.kv_tokens_per_instance / max(context, 1.0)))
+
+    def decode_latency(b: float) -> float:
+        return (outputs - 1.0) * _decode_s(step_d, b, context)
+
+    # the instances' capacity (requests/s): a prefill instance computes one prompt at a time
+    # (compute-bound), a decode instance runs a full batch of max_seqs sequences
+    capacity = min(n_compute / max(t_prefill, 1e-9), n_decode * max_seqs / max(decode_latency(max_seqs), 1e-9))
+    # Fixed point of the batch b per decode instance (Little's law on the batch): open loop,
+    # b = arrival rate x decode time; closed loop, the clients in the system (not thinking).
+    b = 1.0
+    for _ in range(60):
+        latency = t_prefill + decode_latency(b)
+        if shape.requests is not None:
+            new_b = shape.requests / duration / n_decode * decode_latency(b)
+        else:
+            new_b = shape.clients / n_decode * latency / (latency + shape.think_s)
+        new_b = min(max_seqs, max(new_b, 1.0))
+        if abs(new_b - b) < 1e-3 * b:
+            b = new_b
+            break
+        b = 0.5 * (b + new_b)
+    latency = t_prefill + decode_latency(b)
+    if shape.requests is not None:
+        requests = float(shape.requests)
+        # an open loop past its capacity queues too, but no measured case shows such a queue
+        # costing per iteration (h20_vs_l20 and pd_ratio_nvidia at their highest loads do not)
+        queued = 0.0
+    else:  # each client sends one at once, then one per latency and think time, at most the capacity
+        queued = max(0.0, 1.0 - n_decode * max_seqs / shape.clients)  # clients beyond the batch slots
+        throughput = min(shape.clients / (latency + shape.think_s), capacity)
+        requests = throughput * duration + shape.clients
+    in_instance = requests / duration * latency / max(n_compute, 1)  # requests in an instance on average
+    busy = -math.expm1(-in_instance)
+    iterations = n_decode * duration * busy / max(_decode_s(step_d, b, context), 1e-9) * (outputs > 1.0) \
+        + requests * math.ceil(inputs * (1.0 - hit) / pool_p.spec.instance.max_batched_tokens)
+    bpr = shape.blocks_per_request
+    local = 0 if cache is None else (cache.dram is not None) + (cache.nvme is not None)
+    remote = cache is not None and cache.remote is not None
+    tiers = local + remote
+    prompts = blocks = 0.0
+    if cache is not None and cache.prewarm and tiers:
+        prompts, blocks = _prewarm(spec, sizing, compute, shape)
+    return PathCounts(
+        run=1.0,
+        instance=float(sizing.instances),
+        request=requests,
+        iteration=iterations,
+        hbm_block=requests * bpr if cache is not None else 0.0,
+        tier_block=requests * bpr * tiers,
+        flow=requests * local * (1.0 + hit),
+        remote_flow=requests * (1.0 + hit) if remote else 0.0,
+        domain_block=requests * bpr if cache is not None and cache.peer_hbm != "none" else 0.0,
+        handoff=requests if sizing.disaggregated else 0.0,
+        handoff_flow=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
+        queued_request=requests * queued,
+        prewarm_prompt=prompts,
+        prewarm_block=blocks,
+    )
+
+
+def _prewarm(spec, sizing, compute, shape: WorkloadShape) -> tuple[float, float]:
+    """Prompts drawn and block insertions of the cache prewarm (every block into every local
+    store of the system, and into its remote store)."""
+    cache = spec.systems[sizing.name].kv_cache
+    pool = compute[0]
+    block_bytes = max(pool.kv_bytes_per_token_per_card * pool.layout.cards * shape.block_tokens, 1.0)
+    stores: list[tuple[float, float]] = []
+    for tier in (cache.dram, cache.nvme):
+        if tier is None:
+            continue
+        capacity = tier.capacity if tier.capacity else pool.node.nvme.count * pool.node.nvme.capacity_bytes
+        stores += [(capacity / block_bytes, 1.0)] * sum(p.spec.nodes for p in compute)
+    if cache.remote is not None and sizing.pool_node is not None:
+        stores += [(sizing.pool_node.capacity_bytes / block_bytes, 1.0 / cache.remote.nodes)] * cache.remote.nodes
+    prompts = prewarm_prompts(shape, stores)
+    local = sum(1 for _, share in stores if share == 1.0)
+    return prompts, prompts * shape.blocks_per_request * (local + (1 if cache.remote is not None else 0))
