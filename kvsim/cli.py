@@ -343,7 +343,10 @@ def _validate(args: argparse.Namespace) -> int:
             _say(f"    pool {pool.name}: {pool.describe()}")
     from kvsim.plan.run_cost import run_cost
 
-    print(run_cost(scenario, sizings).describe())
+    from kvsim.backend import resolve
+
+    backend = resolve(spec.system_engine(next(iter(spec.systems))).backend)  # (refused above if it cannot be)
+    print(run_cost(scenario, sizings, backend=backend).describe())
     return 0
 
 

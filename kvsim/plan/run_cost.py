@@ -88,7 +88,11 @@ class RunCost:
         shares = sorted(((v * rate, k) for k, v, rate in _weighted(self.counts, self.backend)), reverse=True)
         total = sum(v for v, _ in shares) or 1.0
         top = ", ".join(f"{_PATH_WORDS[k]} {v / total:.0%}" for v, k in shares[:3] if v / total >= 0.05)
-        lines.append(f"  estimated CPU time: {format_duration(self.cpu_s)} on one core ({self.backend} engine; "
+        from kvsim.plan.cost_rates import RATES
+
+        engine = f"{self.backend} engine" + ("" if self.backend in RATES else
+                                             ", at the pure-Python engine's rates: its own are not measured yet")
+        lines.append(f"  estimated CPU time: {format_duration(self.cpu_s)} on one core ({engine}; "
                      f"per-path rates measured by benchmarks/cost_rates.py, within 2x on the shipped "
                      f"scenarios, docs/run_cost.md)" + (f"; most of it {top}" if top else ""))
         if self.layout_searches:
