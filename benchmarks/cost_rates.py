@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +44,7 @@ from kvsim.plan.cost_rates import PATHS  # noqa: E402
 from kvsim.plan.run_cost import point_cost, point_requests, workload_shape  # noqa: E402
 from kvsim.scenario.load import ScenarioPoint  # noqa: E402
 from kvsim.sim.run import run_point  # noqa: E402
+from speed_measure import machine  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
          "domains", "pd", "pd-tp4", "probe", "prewarm", "remote")
@@ -103,16 +102,9 @@ def measure_point(scenario: kvsim.Scenario, point: ScenarioPoint, repeat: int = 
 
 
 def machine_text() -> str:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"kvsim commit {commit.strip()}, Python {platform.python_version()}, {cpu}"
+    """Where the rates were measured (the speed report's description of the machine)."""
+    where = machine()
+    return f"kvsim commit {where['commit']}, Python {where['python']}, {where['cpu']}"
 
 
 def fit(rows: list[dict]) -> dict[str, float]:
