@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
-import os
 import re
 import sys
 from pathlib import Path
 from typing import Sequence
 
 import kvsim
+from kvsim.cli_catalog import catalog_command
+from kvsim.cli_output import EXIT_BAD_INPUT, backend_refused, cut, prepare_out, print_warnings, safe_name, say
 from kvsim.crash import EXIT_INTERNAL, readers_may_leave, report_uncaught
-from kvsim.units import format_quantity
 from kvsim.yaml_io import SpecError
 
-EXIT_BAD_INPUT = 2
 __all__ = ["main", "EXIT_BAD_INPUT", "EXIT_INTERNAL"]
 
 
@@ -30,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
-    refused = _backend_refused(args.command)
+    refused = backend_refused(args.command)
     if refused is not None:
         return refused
     # the reader of our output going away (`kvsim run ... | head`) is not an error of ours: the
@@ -40,9 +38,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return args.handler(args)
         except SpecError as exc:  # a problem may quote a field path or name from the file: shown escaped
-            _say(f"kvsim {args.command}: invalid input", file=sys.stderr)
+            say(f"kvsim {args.command}: invalid input", file=sys.stderr)
             for problem in exc.problems:
-                _say(f"  {_cut(problem)}", file=sys.stderr)
+                say(f"  {cut(problem)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:
             print("kvsim: interrupted", file=sys.stderr)
@@ -131,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "models"],
                          help="one family only (default: all)")
     catalog.add_argument("--json", action="store_true", help="full entries as JSON, sources included")
-    catalog.set_defaults(handler=_catalog)
+    catalog.set_defaults(handler=catalog_command)
 
     schema = sub.add_parser("schema", parents=[common], help="write the JSON Schema of scenario files (for editors)")
     schema.add_argument("--out", type=Path, default=None, help="file to write (default: standard output)")
@@ -188,7 +186,7 @@ def _watchdog_seconds(text: str) -> float:
 
 def _file_stem(text: str) -> str:
     """An argparse type: a file stem that names a file of the folder itself (``report``, ``study-v2``)."""
-    if _safe_name(text) != text:
+    if safe_name(text) != text:
         raise argparse.ArgumentTypeError(f"expected a file stem of letters, digits, '-', '_' and '.' (not starting "
                                          f"or ending with '.'), got {text!r}")
     return text
@@ -225,9 +223,9 @@ def _plan(args: argparse.Namespace) -> int:
               f"see docs/planning.md", file=sys.stderr)
         return EXIT_BAD_INPUT
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
-    _print_warnings("plan", scenario)
-    out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
-    refused = _prepare_out("plan", out, scenario.name, PLAN_OUTPUTS, args.overwrite)  # before a long search
+    print_warnings("plan", scenario)
+    out = args.out if args.out is not None else Path("results") / safe_name(scenario.name)
+    refused = prepare_out("plan", out, scenario.name, PLAN_OUTPUTS, args.overwrite)  # before a long search
     if refused is not None:
         return refused
     from kvsim.plan import ExecutorError
@@ -240,7 +238,7 @@ def _plan(args: argparse.Namespace) -> int:
     # the plan's own files only: a plan_*.png of the user's is not kvsim's to list (and remove later)
     written = [out / name for name in PLAN_FILES if (out / name).is_file()]
     finish_results(out, written, scenario.name, scenario.spec.seed)
-    _say(summary_paragraph(answer))
+    say(summary_paragraph(answer))
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
     return 0
 
@@ -317,9 +315,9 @@ def _validate(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.overrides)
     args.root_seed = scenario.spec.seed
     sizings = check_scenario(scenario)
-    _print_warnings("validate", scenario)
+    print_warnings("validate", scenario)
     spec = scenario.spec
-    _say(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
+    say(f"{args.scenario}: valid scenario {spec.name!r}: {len(spec.systems)} system(s), "
          f"{len(scenario.points)} sweep point(s), {spec.duration:g} s simulated "
          f"({'warm-up found per run by MSER-5, two passes each' if spec.warmup_auto else f'{spec.warmup:g} s warm-up'})")
     first = scenario.points[0].spec
@@ -330,17 +328,17 @@ def _validate(args: argparse.Namespace) -> int:
             sizing = tried[0][1]
             pool = sizing.pools[0]
             pilot = min(first.duration, PILOT_DURATION_S)
-            _say(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
+            say(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
                  f"layout: best, chosen when it runs: pilots of {pilot:g} s of {len(tried)} layout(s), "
                  f"then the best {min(FINALISTS, len(tried))} at full length")
-            _say(f"    layouts tried: {', '.join(layout.label() for layout, _ in tried)}")
+            say(f"    layouts tried: {', '.join(layout.label() for layout, _ in tried)}")
             continue
         if len(s.pools) == 1 and not s.disaggregated:
-            _say(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")
+            say(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")
             continue
-        _say(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
+        say(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
         for pool in s.pools:
-            _say(f"    pool {pool.name}: {pool.describe()}")
+            say(f"    pool {pool.name}: {pool.describe()}")
     from kvsim.plan.run_cost import run_cost
 
     from kvsim.backend import resolve
@@ -348,74 +346,6 @@ def _validate(args: argparse.Namespace) -> int:
     backend = resolve(spec.system_engine(next(iter(spec.systems))).backend)  # (refused above if it cannot be)
     print(run_cost(scenario, sizings, backend=backend).describe())
     return 0
-
-
-MAX_PROBLEM_CHARS = 600
-"""Longest problem line shown (a field path or value from input may be thousands of characters;
-the start of it says what and where)."""
-
-
-def _cut(problem: str) -> str:
-    return problem if len(problem) <= MAX_PROBLEM_CHARS else (
-        f"{problem[:MAX_PROBLEM_CHARS - 40]} ... ({len(problem):,} characters in all)")
-
-
-def _say(text: str, file=None) -> None:
-    """Print text that holds text from input, its control characters but line ends (an ANSI
-    escape in a name could rewrite the terminal) shown escaped."""
-    from kvsim.escape import terminal_text
-
-    print("\n".join(terminal_text(line) for line in text.split("\n")), file=file)
-
-
-def _print_warnings(command: str, scenario) -> None:
-    for warning in scenario.warnings:
-        _say(f"kvsim {command}: warning: {warning}", file=sys.stderr)
-    from kvsim.backend import ENV, compiled_problem
-
-    if not os.environ.get(ENV) and any(scenario.spec.system_engine(name).backend == "auto"
-                                       for name in scenario.spec.systems):
-        problem = compiled_problem()
-        if problem is not None:
-            _say(f"kvsim {command}: note: the compiled backend cannot run here ({problem}): the pure-Python "
-                 f"engine runs instead (the same results, slower; docs/speed.md)", file=sys.stderr)
-
-
-def _backend_refused(command: str) -> int | None:
-    """Exit status for a ``KVSIM_BACKEND`` that cannot be honoured (None if it can, or is unset)."""
-    from kvsim.backend import ENV, BackendError, resolve
-
-    if not os.environ.get(ENV, "").strip():
-        return None
-    try:
-        resolve("auto")
-    except (ValueError, BackendError) as exc:
-        _say(f"kvsim {command}: {ENV}: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return None
-
-
-def _prepare_out(command: str, out: Path, scenario: str, outputs: Sequence[str], overwrite: bool) -> int | None:
-    """Create the results folder ``out`` and check it may take the results of ``scenario``
-    (:func:`kvsim.report.manifest.folder_refusal`); with ``overwrite``, first remove what another
-    kvsim run wrote there. None when the run may go on, else its exit status (the message printed)."""
-    from kvsim.report.manifest import clear_results, folder_refusal
-
-    if out.exists() and not out.is_dir():
-        print(f"kvsim {command}: cannot write results to {out}: it exists and is not a folder", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        refusal = folder_refusal(out, scenario, outputs, overwrite)
-        if refusal is not None:
-            print(f"kvsim {command}: {refusal}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        if overwrite:
-            clear_results(out)
-    except OSError as exc:
-        print(f"kvsim {command}: cannot write results to {out}: {exc.strerror or exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return None
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -428,9 +358,9 @@ def _run(args: argparse.Namespace) -> int:
     scenario = dataclasses.replace(load_scenario(args.scenario, args.overrides), watchdog_s=args.watchdog_s)
     args.root_seed = scenario.spec.seed if args.seed is None else args.seed
     check_scenario(scenario)  # refuse what cannot run before touching the filesystem
-    _print_warnings(args.command, scenario)
-    out = args.out if args.out is not None else Path("results") / _safe_name(scenario.name)
-    refused = _prepare_out(args.command, out, scenario.name, RUN_OUTPUTS, args.overwrite)  # before a long run
+    print_warnings(args.command, scenario)
+    out = args.out if args.out is not None else Path("results") / safe_name(scenario.name)
+    refused = prepare_out(args.command, out, scenario.name, RUN_OUTPUTS, args.overwrite)  # before a long run
     if refused is not None:
         return refused
     show_progress = not args.no_progress and sys.stderr.isatty()
@@ -445,7 +375,7 @@ def _run(args: argparse.Namespace) -> int:
         note = one.summary.get("rejected_note")
         if note:
             where = " ".join(f"{k.split('.')[-1]}={v}" for k, v in one.params.items())
-            _say(f"kvsim {args.command}: warning: system {one.system!r}{' at ' + where if where else ''}: {note}",
+            say(f"kvsim {args.command}: warning: system {one.system!r}{' at ' + where if where else ''}: {note}",
                  file=sys.stderr)
     try:
         written = write_results(result, out, source_text=args.scenario.read_text(encoding="utf-8"))
@@ -540,60 +470,6 @@ def _calibrate(args: argparse.Namespace) -> int:
                                       for m, e in table.items()))
     print(f"calibration written: {args.out}")
     return 0
-
-
-_NAME_BYTES = 100  # well under the 255-byte file names of common file systems, with room for a suffix
-
-
-def _safe_name(name: str) -> str:
-    """``name`` as one safe folder name under ``results/``: letters, digits, ``-``, ``_`` and ``.``
-    kept (``h20_vs_l20``, ``offload-gap.v2`` stay as they are), every other character (``/``,
-    ``\\``, NUL, spaces, control characters) an underscore; a leading or trailing dot too, so
-    the name is never ``.``, ``..`` or hidden; never empty; a name longer than 100 bytes (UTF-8)
-    cut and ended with a hash of the whole name, so long names that differ stay apart."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    safe = re.sub(r"^\.+|\.+$", lambda dots: "_" * len(dots.group()), safe)
-    if len(safe.encode("utf-8")) > _NAME_BYTES:
-        digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-        cut = safe.encode("utf-8")[:_NAME_BYTES - len(digest) - 1].decode("utf-8", "ignore")
-        safe = f"{cut}-{digest}"
-    return safe or "scenario"
-
-
-def _catalog(args: argparse.Namespace) -> int:
-    from kvsim.hardware import accelerator_catalog, node_catalog
-    from kvsim.models import model_catalog
-
-    families = {"accelerators": accelerator_catalog(), "nodes": node_catalog(), "models": model_catalog()}
-    chosen = [args.family] if args.family else list(families)
-    if args.json:
-        payload = {f: {n: families[f][n].model_dump(mode="json") for n in families[f].names()} for f in chosen}
-        print(json.dumps(payload, indent=2))
-        return 0
-    for family in chosen:
-        print(f"{family}:")
-        catalog = families[family]
-        for name in catalog.names():
-            print(f"  {name:18s} {_describe(family, catalog[name])}")
-        print()
-    print("(units: decimal GB/TB = 1e9/1e12 bytes, GiB = 2^30; sources: kvsim catalog --json)")
-    return 0
-
-
-def _describe(family: str, spec) -> str:
-    if family == "accelerators":
-        peaks = ", ".join(f"{d} {format_quantity(v, 'flops')}" for d, v in spec.flops.items())
-        link = (f"scale-up {format_quantity(spec.scale_up_bandwidth, 'bandwidth')}/direction"
-                if spec.scale_up_bandwidth else f"no scale-up link ({spec.host_link})")
-        return (f"{spec.vendor} {format_quantity(spec.memory_bytes, 'bytes')} {spec.memory_kind} "
-                f"@ {format_quantity(spec.memory_bandwidth, 'bandwidth')}; {peaks}; {link}")
-    if family == "nodes":
-        return (f"{spec.accelerators_per_node} x {spec.accelerator}; DRAM "
-                f"{format_quantity(spec.host_dram_bytes, 'bytes')}; {spec.nvme.count} NVMe; "
-                f"{spec.nics.count} x {spec.nics.bandwidth * 8 / 1e9:g} Gbit/s NIC")
-    kind = ("MLA" if spec.mla else "GQA") + (" MoE" if spec.moe else "")
-    return (f"{spec.hf_id}: {spec.total_params / 1e9:.1f} B params ({spec.active_params / 1e9:.1f} B active), "
-            f"{kind}, KV {spec.kv_bytes_per_token('bf16') / 1024:.0f} KiB/token (bf16)")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kvsim.cli import _safe_name, main
+from kvsim.cli import main
+from kvsim.cli_output import safe_name as _safe_name
 from kvsim.report.manifest import MANIFEST, verify_manifest
 
 REPO = Path(__file__).resolve().parents[1]
