@@ -2,7 +2,8 @@
 
 Each kernel module listed in kvsim/backend_kernels.py is copied to build/cython/ as
 ``kvsim._compiled.<path_with_underscores>`` -- its imports of other kernels pointed at their
-compiled copies, the SHA-256 of its source appended so a stale build is detected -- and compiled
+compiled copies, the SHA-256 of its source (and of its ``.pxd``, the field types of its classes,
+if it has one) appended so a stale build is detected -- and compiled
 by Cython (pure-Python mode: the same source the reference runs) with ``-ffp-contract=off``, so
 the C code does the same IEEE operations as CPython. If compiling fails (no C compiler, say),
 the install goes on without the compiled backend and says so in one line: every run then uses
@@ -44,16 +45,32 @@ def generated_source(module: str, kernels: tuple[str, ...]) -> Path:
     source = (ROOT / Path(*module.split("."))).with_suffix(".py")
     raw = source.read_bytes()
     text = raw.decode("utf-8")
-    for other in kernels:  # longest names first would matter only for prefixes; kernels are leaf names
-        text = re.sub(rf"\b{re.escape(other)}\b(?=\s+import\b)", compiled_name(other), text)
-    text += f"\n\nKVSIM_SOURCE_SHA256 = {hashlib.sha256(raw).hexdigest()!r}\n"
+    declarations = source.with_suffix(".pxd")
+    digest = hashlib.sha256(raw)
+    if declarations.exists():
+        digest.update(declarations.read_bytes())
+    text += f"\n\nKVSIM_SOURCE_SHA256 = {digest.hexdigest()!r}\n"
     target = GENERATED / Path(*compiled_name(module).split(".")).with_suffix(".py")
     target.parent.mkdir(parents=True, exist_ok=True)
     for package in (GENERATED / "kvsim", GENERATED / "kvsim" / "_compiled"):
         (package / "__init__.py").touch()
+    _write_if_changed(target, _pointed_at_compiled(text, kernels))
+    if declarations.exists():  # the types of its classes' fields (Cython's augmenting .pxd), copied beside it
+        _write_if_changed(target.with_suffix(".pxd"),
+                          _pointed_at_compiled(declarations.read_text(encoding="utf-8"), kernels))
+    return target
+
+
+def _pointed_at_compiled(text: str, kernels: tuple[str, ...]) -> str:
+    """``text`` with its imports (and cimports) of other kernels pointed at their compiled copies."""
+    for other in kernels:  # longest names first would matter only for prefixes; kernels are leaf names
+        text = re.sub(rf"\b{re.escape(other)}\b(?=\s+c?import\b)", compiled_name(other), text)
+    return text
+
+
+def _write_if_changed(target: Path, text: str) -> None:
     if not target.exists() or target.read_text(encoding="utf-8") != text:
         target.write_text(text, encoding="utf-8")
-    return target
 
 
 class OptionalBuildExt(build_ext):
@@ -91,7 +108,7 @@ def extensions() -> list:
     exts = [Extension(compiled_name(m), [str(generated_source(m, kernels).relative_to(ROOT))],
                       extra_compile_args=FLAGS) for m in kernels]
     try:
-        return cythonize(exts, language_level=3, quiet=True,
+        return cythonize(exts, language_level=3, quiet=True, include_path=[str(GENERATED)],
                          compiler_directives={"annotation_typing": False, "binding": True,
                                               "embedsignature": True, "cdivision": False})
     except Exception as error:  # noqa: BLE001 -- a Cython error leaves the reference

@@ -51,6 +51,9 @@ class Kernels(NamedTuple):
     levels: ModuleType
     engine_time: ModuleType
     decode_run: ModuleType
+    sequence: ModuleType
+    block_pool: ModuleType
+    scheduler: ModuleType
 
 
 def compiled_name(module: str) -> str:
@@ -59,30 +62,42 @@ def compiled_name(module: str) -> str:
 
 
 def _source_digest(module: str) -> str:
+    """SHA-256 of a kernel's source and, if it has one, its ``.pxd`` (its classes' field types)."""
     path = Path(__file__).resolve().parent.joinpath(*module.split(".")[1:]).with_suffix(".py")
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(path.read_bytes())
+    if path.with_suffix(".pxd").exists():
+        digest.update(path.with_suffix(".pxd").read_bytes())
+    return digest.hexdigest()
 
 
 def _compiled_modules() -> dict[str, ModuleType]:
     """The compiled kernel modules by source module name (ImportError where not built)."""
     from kvsim._compiled import (  # type: ignore[attr-defined]  # built by setup.py
+        kv_block_pool,
         metrics_engine_time,
         metrics_levels,
         models_step_time,
         serving_decode_run,
+        serving_scheduler,
+        serving_sequence,
     )
 
     return {"kvsim.models.step_time": models_step_time, "kvsim.metrics.levels": metrics_levels,
-            "kvsim.metrics.engine_time": metrics_engine_time, "kvsim.serving.decode_run": serving_decode_run}
+            "kvsim.metrics.engine_time": metrics_engine_time, "kvsim.serving.decode_run": serving_decode_run,
+            "kvsim.serving.sequence": serving_sequence, "kvsim.kv.block_pool": kv_block_pool,
+            "kvsim.serving.scheduler": serving_scheduler}
 
 
 def _python_modules() -> dict[str, ModuleType]:
+    from kvsim.kv import block_pool
     from kvsim.metrics import engine_time, levels
     from kvsim.models import step_time
-    from kvsim.serving import decode_run
+    from kvsim.serving import decode_run, scheduler, sequence
 
     return {"kvsim.models.step_time": step_time, "kvsim.metrics.levels": levels,
-            "kvsim.metrics.engine_time": engine_time, "kvsim.serving.decode_run": decode_run}
+            "kvsim.metrics.engine_time": engine_time, "kvsim.serving.decode_run": decode_run,
+            "kvsim.serving.sequence": sequence, "kvsim.kv.block_pool": block_pool,
+            "kvsim.serving.scheduler": scheduler}
 
 
 @cache

@@ -10,4 +10,7 @@ KERNELS = (
     "kvsim.metrics.levels",
     "kvsim.metrics.engine_time",
     "kvsim.serving.decode_run",
+    "kvsim.serving.sequence",
+    "kvsim.kv.block_pool",
+    "kvsim.serving.scheduler",
 )

@@ -181,6 +181,49 @@ def test_runs_cut_by_every_kind_of_event_are_the_same_compiled(tmp_path, rate):
     _assert_equal(*_both(kvsim.load_scenario(path)))
 
 
+@needs_compiled
+@pytest.mark.parametrize("backend_name", ["python", "compiled"])
+def test_a_run_builds_its_live_objects_from_its_backend(built_systems, monkeypatch, backend_name):
+    """One run, one backend: the requests, KV pools and schedulers it makes are that backend's
+    (a compiled scheduler given a reference Sequence would refuse it; the two never mix)."""
+    monkeypatch.setenv("KVSIM_BACKEND", backend_name)
+    seen = []
+    scenario = _shortened(REPO / "scenarios" / "pd_ratio.yaml", duration="4 s")
+    import kvsim.sim.frontend as frontend_module
+
+    real_submit = frontend_module.FrontEnd.route
+
+    def route(self, seq):
+        seen.append(type(seq))
+        return real_submit(self, seq)
+
+    monkeypatch.setattr(frontend_module.FrontEnd, "route", route)
+    kvsim.run(scenario)
+    want = backend.kernels(backend_name)
+    assert seen and set(seen) == {want.sequence.Sequence}
+    for system in built_systems:
+        for instance in system.instances:
+            assert type(instance.scheduler) is want.scheduler.BatchScheduler
+            assert type(instance.pool) is want.block_pool.BlockPool
+    typed = want.name == "compiled"
+    assert type(want.sequence.Sequence(0, 1, 1)).__module__.startswith("kvsim._compiled") is typed
+
+
+def test_a_kernels_field_types_are_part_of_its_digest():
+    """A kernel's ``.pxd`` (its classes' field types) changes what is compiled: editing it alone
+    makes the build stale too."""
+    import hashlib
+
+    with_types = [m for m in backend.KERNELS
+                  if (REPO / Path(*m.split("."))).with_suffix(".pxd").exists()]
+    assert {"kvsim.serving.sequence", "kvsim.kv.block_pool", "kvsim.serving.scheduler"} <= set(with_types)
+    for module in with_types:
+        source = (REPO / Path(*module.split("."))).with_suffix(".py")
+        assert backend._source_digest(module) != hashlib.sha256(source.read_bytes()).hexdigest()
+        both = hashlib.sha256(source.read_bytes() + source.with_suffix(".pxd").read_bytes()).hexdigest()
+        assert backend._source_digest(module) == both
+
+
 # ---------------------------------------------------------------------------------------------
 # choosing a backend
 

@@ -8,6 +8,8 @@ sequence per iteration at most, never per block.
 
 This is the seam where later work adds prefix-addressed blocks, host/NVMe/remote tiers and
 sharing; the engine only relies on :meth:`grow`, :meth:`release` and the counters.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): ``block_pool.pxd`` types its counts.
 """
 
 from __future__ import annotations

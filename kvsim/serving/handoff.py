@@ -117,7 +117,7 @@ class KVHandoff:
 
     def _send(self, state: _Handoff) -> None:
         pseq = state.prefill_seq
-        dseq = Sequence(pseq.rid, pseq.prompt_tokens, pseq.output_tokens, on_finish=pseq.on_finish)
+        dseq = type(pseq)(pseq.rid, pseq.prompt_tokens, pseq.output_tokens, on_finish=pseq.on_finish)
         dseq.adapter = pseq.adapter  # the decode instance runs it under the same adapter
         dseq.admitted = True  # admission was on the prefill side
         dseq.cache = state

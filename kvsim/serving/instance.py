@@ -25,7 +25,7 @@ from kvsim.models.step_time import StepTimeModel
 from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.decode_run import FIRST_HORIZON, DecodeRun
 from kvsim.serving.load_board import LoadBoard
-from kvsim.serving.scheduler import AdmissionHook, Batch, BatchScheduler, SchedulerEvents, Sequence
+from kvsim.serving.scheduler import AdmissionHook, Batch, SchedulerEvents, Sequence
 
 __all__ = ["Instance"]
 
@@ -199,7 +199,7 @@ class Instance:
         self._decode_run: DecodeRun | None = None  # the coalesced run in progress, if any
         self.decode_horizon = FIRST_HORIZON  # steps the next coalesced run is planned for
         self.adapters = adapters
-        self.scheduler = BatchScheduler(pool, max_batched_tokens, max_num_seqs,
+        self.scheduler = self.kernels.scheduler.BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
                                         prefill_only=role == "prefill", span=span, adapters=adapters)
         self.board: LoadBoard | None = None  # told when outstanding or membership changes

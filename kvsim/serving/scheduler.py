@@ -25,12 +25,18 @@ first token: the sequence is *detached* (out of the running set, its pages still
 reported to :meth:`SchedulerEvents.prefilled`, until :meth:`BatchScheduler.release_detached`
 once its KV has been handed off. A decode instance admits a handed-off sequence through its hook
 (``"load"`` while the KV arrives); its first decode step emits the request's first token.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): ``scheduler.pxd`` types the scheduler's
+fields, and the ``cython.locals`` below its loops' locals, over the compiled ``Sequence`` and
+``BlockPool`` (C field reads instead of attribute lookups); the reference ignores both.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+
+import cython
 
 from kvsim.kv.block_pool import BlockPool, PoolObserver
 from kvsim.models.attention_span import AttentionSpan
@@ -298,6 +304,9 @@ class BatchScheduler:
             if seq.generated >= seq.output_tokens:
                 self._finish_done(now)
 
+    @cython.locals(seq=Sequence, i=cython.Py_ssize_t, budget=cython.long, cached=cython.long, chunk=cython.long,
+                   block=cython.long, prefilling=cython.bint, preempted=cython.bint, sampled=cython.long,
+                   remote=cython.long, prefill_tokens=cython.long)
     def schedule(self, now: float) -> Batch | None:
         """Form the next iteration, allocating its KV blocks; None if there is nothing to run."""
         budget = self.max_batched_tokens
@@ -429,6 +438,7 @@ class BatchScheduler:
             self.events.first_token(seq, now)
         seq.generated += 1
 
+    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long)
     def complete(self, batch: Batch, now: float) -> None:
         """Apply the results of ``batch``, which ended at time ``now`` (seconds)."""
         events = self.events
@@ -475,6 +485,7 @@ class BatchScheduler:
         if finished:
             self._finish_done(now)
 
+    @cython.locals(seq=Sequence)
     def _finish_done(self, now: float) -> None:
         keep = []
         for seq in self.running:

@@ -1,4 +1,10 @@
-"""The runtime state of one request inside an instance (its token and page counts)."""
+"""The runtime state of one request inside an instance (its token and page counts).
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): ``sequence.pxd`` beside this file types
+its fields (C longs for counts) when compiled; the pure-Python reference ignores it. A run makes
+its sequences from its backend's module (``kernels.sequence.Sequence``), never from a direct
+import, so the compiled scheduler only ever sees compiled sequences.
+"""
 
 from __future__ import annotations
 

@@ -295,12 +295,13 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                             abort_handoff=handoff.abort if handoff is not None else None,
                             lora_sharing=system_spec.lora.kv_sharing if system_spec.lora is not None else "none",
                             block_tokens=block_tokens,
-                            adapter_count=spec.workload.adapters.count if spec.workload.adapters is not None else 0)
+                            adapter_count=spec.workload.adapters.count if spec.workload.adapters is not None else 0,
+                            sequence_type=system.kernels.sequence.Sequence)
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
         span = pool.model.attention_span()
-        pages = BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens,
+        pages = system.kernels.block_pool.BlockPool(pool.kv_blocks_per_instance, inst_spec.block_size_tokens,
                           resident=span.context if span is not None else None)
         cache_role = "prefill" if handoff is not None else "mixed"  # the role that computes prompts
         if system.cache is not None and caching[index]:

@@ -68,8 +68,10 @@ class FrontEnd:
                  engine: EngineSpec | None = None, timeout_s: float | None = None,
                  lora_sharing: str = "none", block_tokens: int = 16, adapter_count: int = 0,
                  holder: Callable[[int], Instance] | None = None,
-                 abort_handoff: Callable[[Sequence], None] | None = None):
+                 abort_handoff: Callable[[Sequence], None] | None = None,
+                 sequence_type: type[Sequence] = Sequence):
         self.env = env
+        self.sequence_type = sequence_type  # the engine backend's (kvsim.backend.Kernels.sequence)
         self.holder = holder
         self.abort_handoff = abort_handoff
         self.timeout_s = timeout_s
@@ -121,7 +123,7 @@ class FrontEnd:
             base = hashes
             hashes = adapter_block_ids(hashes, adapter, keep)
             sequence_hashes = adapter_block_ids(sequence_hashes, adapter, keep)
-        seq = Sequence(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
+        seq = self.sequence_type(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
                        sequence_hashes=sequence_hashes)
         if adapter >= 0 and self.lora_sharing == "value_reuse" and hashes is not None and shared_blocks:
             seq.value_keys = value_keys(base, adapter, shared_blocks, self.adapter_count)
