@@ -50,9 +50,9 @@ class Kernels(NamedTuple):
     step_time: ModuleType
     levels: ModuleType
     engine_time: ModuleType
-    decode_run: ModuleType
     sequence: ModuleType
     block_pool: ModuleType
+    decode_run: ModuleType
     scheduler: ModuleType
 
 

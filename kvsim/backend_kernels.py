@@ -9,8 +9,8 @@ KERNELS = (
     "kvsim.models.step_time",
     "kvsim.metrics.levels",
     "kvsim.metrics.engine_time",
-    "kvsim.serving.decode_run",
     "kvsim.serving.sequence",
     "kvsim.kv.block_pool",
+    "kvsim.serving.decode_run",
     "kvsim.serving.scheduler",
 )

@@ -39,6 +39,7 @@ import cython
 import numpy as np
 
 from kvsim.models.step_time import BatchShape, DecodeSteps
+from kvsim.serving.sequence import Sequence
 
 if TYPE_CHECKING:
     from kvsim.serving.instance import Instance
@@ -118,6 +119,8 @@ class DecodeRun:
         self.batches0 = instance.scheduler.batches_formed
 
     @staticmethod
+    @cython.locals(seq=Sequence, generated=cython.long, left=cython.long, steps=cython.long, kv=cython.long,
+                   blocks=cython.long, own=cython.long, block=cython.long)
     def plan(instance: "Instance", batch: "Batch", first_s: float, first_parts, now: float,
              adapter_s: float = 0.0) -> "DecodeRun | None":
         """A run starting with ``batch`` (formed at ``now``, lasting ``first_s`` of which ``adapter_s``
@@ -200,7 +203,7 @@ class DecodeRun:
         """When the run's last step ends, seconds."""
         return float(self.ends_s[self.last])
 
-    @cython.locals(done=cython.Py_ssize_t, block=cython.Py_ssize_t, kv=cython.Py_ssize_t,
+    @cython.locals(done=cython.Py_ssize_t, block=cython.Py_ssize_t, kv=cython.Py_ssize_t, seq=Sequence,
                    generated=cython.Py_ssize_t, blocks=cython.Py_ssize_t, own=cython.Py_ssize_t, need=cython.Py_ssize_t)
     def settle(self, now: float) -> None:
         """Apply every step before the last that has ended by ``now`` (and allocate the next): what

@@ -23,7 +23,6 @@ from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim import frontend
 from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
-from kvsim.sim.gc_pause import fewer_collections
 from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.watchdog import Watchdog, run_until, stall_seconds
@@ -213,12 +212,6 @@ def simulate_system(
 
 def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: RequestArrays | None,
               streams: RandomStreams, progress: RunProgress | None, watchdog_s: float | None) -> SystemRun:
-    with fewer_collections():
-        return _simulate_now(point, name, sizing, requests, streams, progress, watchdog_s)
-
-
-def _simulate_now(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: RequestArrays | None,
-                  streams: RandomStreams, progress: RunProgress | None, watchdog_s: float | None) -> SystemRun:
     spec: ScenarioSpec = point.spec
     started = time.perf_counter()
     env = simpy.Environment()
