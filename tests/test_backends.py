@@ -209,6 +209,38 @@ def test_a_run_builds_its_live_objects_from_its_backend(built_systems, monkeypat
     assert type(want.sequence.Sequence(0, 1, 1)).__module__.startswith("kvsim._compiled") is typed
 
 
+LONG_FIELDS = ("rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target", "kv_blocks",
+               "shared_tokens", "preemptions", "queued_tokens", "not_before", "adapter", "remote_tokens",
+               "prompt_counted")
+
+
+@pytest.mark.parametrize("source", ["offload_gap.yaml", "pd_ratio.yaml", "lora_shared_context.yaml", 3, 7, 11])
+def test_the_reference_holds_whole_numbers_where_the_compiled_sequence_has_c_longs(monkeypatch, source):
+    """A C ``long`` field truncates a float silently, so the compiled backend is exact only if the
+    reference never stores a fraction there: every count of every sequence, decode copies
+    included, is a Python int at the end of a run of the reference."""
+    monkeypatch.setenv("KVSIM_BACKEND", "python")
+    seen = []
+    import kvsim.sim.frontend as frontend_module
+
+    real_route = frontend_module.FrontEnd.route
+
+    def route(self, seq):
+        seen.append(seq)
+        return real_route(self, seq)
+
+    monkeypatch.setattr(frontend_module.FrontEnd, "route", route)
+    if isinstance(source, str):
+        kvsim.run(_shortened(REPO / "scenarios" / source, duration="8 s"))
+    else:
+        kvsim.run(_random(source))
+    copies = [seq.decode_copy for seq in seen if seq.decode_copy is not None]
+    assert seen
+    for seq in seen + copies:
+        for name in LONG_FIELDS:
+            assert type(getattr(seq, name)) is int, (name, getattr(seq, name))
+
+
 def test_a_kernels_field_types_are_part_of_its_digest():
     """A kernel's ``.pxd`` (its classes' field types) changes what is compiled: editing it alone
     makes the build stale too."""

@@ -50,9 +50,11 @@ __all__ = ["DecodeRun", "decode_steps", "MAX_STEPS", "FIRST_HORIZON"]
 MAX_STEPS = 4096
 """Longest run planned at once: a longer one is planned again when it ends (bounds the lists)."""
 
-ARRAY_STEPS = 96
+ARRAY_STEPS = 512 if cython.compiled else 96
 """Runs planned this long or longer keep their steps in numpy arrays (a few array operations per
-run instead of a few float operations per step); shorter ones in lists (less overhead)."""
+run instead of a few float operations per step); shorter ones in lists (less overhead). Compiled,
+a step in a list costs a few C operations, so numpy's fixed cost per call pays only for longer
+runs. Both paths give the same results to the bit (``tests/test_coalesce.py``)."""
 
 FIRST_HORIZON = 128
 """Steps an instance plans its first run for. Each instance then adapts (:meth:`DecodeRun.next_horizon`):
