@@ -66,8 +66,11 @@ class RunOps:
         RunInsert
             ``(done, new_at, evicted)``: see :class:`RunInsert`.
         """
-        if read and not touch and self._lru_policy:
-            return self._file_run_lru(blocks)
+        if self._lru_policy:
+            if read and not touch:
+                return self._file_run_lru(blocks)
+            if touch and not read and not self._heap_on:
+                return self._insert_run_lru(blocks)
         members, policy = self._members, self._policy
         capacity = self.capacity_blocks
         readers, held = self._readers, self._held
@@ -160,6 +163,46 @@ class RunOps:
         self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
+    def _insert_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
+        """:meth:`insert_run` under LRU, neither read nor held, while the heap is off (copies
+        filed in a lower tier), the steps written out: a resident block moves to the end of the
+        order; a new one goes there, after the least recent unheld block made room -- with
+        nothing held, the first in the order (the victim search's first step)."""
+        order, held = self._members, self._held  # the LRU policy's order, least recent first
+        free = self.capacity_blocks - len(order)  # (an eviction then an insertion keeps it)
+        move = order.move_to_end
+        new_at: list[int] = []
+        evicted: list[tuple[int, Block]] = []
+        done = 0
+        for done, block in enumerate(blocks):
+            if block in order:
+                move(block)
+                if self._heap_on:
+                    self._use(block)
+                continue
+            if free > 0:
+                free -= 1
+            else:
+                if not order:
+                    victim = None
+                elif held or self._heap_on:
+                    victim = self._victim()  # (may switch the heap on)
+                else:
+                    victim = next(iter(order))
+                if victim is None:
+                    self.rejections += 1
+                    break
+                self._evict(victim)
+                evicted.append((done, victim))
+            order[block] = None
+            if self._heap_on:
+                self._use(block)
+            new_at.append(done)
+        else:
+            done = len(blocks)
+        self.insertions += len(new_at)
+        return RunInsert(done, new_at, evicted)
+
     def _stamp(self, block: Block) -> None:
         """:meth:`_use` for a block about to be read: the newest stamp, but no heap entry, since
         the block is held from now until :meth:`_release` pushes its entry (the heap then holds
@@ -223,6 +266,25 @@ class RunOps:
                 taken += 1
         finally:
             self._reader_refs += taken
+
+    def missing(self, blocks: Sequence[Block]) -> list:
+        """The blocks of ``blocks`` not stored, in order (as many ``block not in store`` tests:
+        no counters or recency change)."""
+        members = self._members
+        return [block for block in blocks if block not in members]
+
+    def unheld(self, blocks, count: int) -> list:
+        """Up to ``count`` of ``blocks`` (any iterable of stored blocks), in order, that are
+        evictable: neither pinned nor read (:meth:`is_evictable` for each until ``count`` are
+        found; all of them if ``count`` < 1)."""
+        held = self._held  # (exactly the blocks pinned or read)
+        found: list = []
+        for block in blocks:
+            if block not in held:
+                found.append(block)
+                if len(found) == count:
+                    break
+        return found
 
     def pin_run(self, blocks: Sequence[Block]) -> None:
         """:meth:`pin` each of ``blocks`` in order (the same as :meth:`pin_each`)."""

@@ -248,6 +248,53 @@ class BlockStore(RunOps):
         self._evict(victim)
         return victim
 
+    def evict_run(self, n: int) -> list[Block]:
+        """:meth:`evict_one` up to ``n`` times, stopping at the first that finds no victim.
+
+        Returns
+        -------
+        list
+            The victims, in the order they were evicted (fewer than ``n`` if the store ran out
+            of unheld blocks).
+        """
+        victims: list[Block] = []
+        if n <= 0:
+            return victims
+        if self._lru_policy and not self._heap_on:
+            # One walk of the recency order finds what the repeated searches would. Each search
+            # restarts at the front, where only held blocks are left (the unheld ones before were
+            # the earlier victims): so the k-th victim is the k-th unheld block in order, and a
+            # search switches the heap on where it would step past a held block with HEAP_AFTER
+            # held ones before it -- from then on, the heap's searches take over.
+            held = self._held
+            stepped = 0
+            switch = False
+            for block in self._members:
+                if block not in held:
+                    victims.append(block)
+                    if len(victims) == n:
+                        break
+                elif stepped >= HEAP_AFTER:
+                    switch = True
+                    break
+                else:
+                    stepped += 1
+            order = self._members
+            for victim in victims:
+                del order[victim]  # (LRUPolicy.evict, without stamps: the heap is off)
+            self.evictions += len(victims)
+            if not switch:
+                return victims
+            self._start_heap()
+        victim_of, evict, members = self._victim, self._evict, self._members
+        while len(victims) < n:
+            victim = victim_of() if len(members) else None
+            if victim is None:
+                break
+            evict(victim)
+            victims.append(victim)
+        return victims
+
     def _victim(self) -> Block | None:
         if not self._heap_on:
             if not self._lru_policy:

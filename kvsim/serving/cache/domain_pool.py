@@ -155,14 +155,7 @@ class DomainPool:
 
     def _unheld(self, cache: "InstanceCache", count: int) -> list:
         """Up to ``count`` of the blocks homed in ``cache`` that nothing holds, least recent first."""
-        found = []
-        evictable = self.store.is_evictable
-        for block in self.resident[id(cache)]:
-            if evictable(block):
-                found.append(block)
-                if len(found) == count:
-                    break
-        return found
+        return self.store.unheld(self.resident[id(cache)], count)
 
     def _roomiest(self, cache: "InstanceCache", pages: int) -> "InstanceCache | None":
         """The member other than ``cache`` with the most free pages (at least ``pages``; lowest
