@@ -174,6 +174,9 @@ class KVIndex:
         # down from where it already is) share its longer tuple, and victims at one tuple its
         # shorter one, each worked out once for them
         where_of, only = self._where, self._interned((store,))
+        if not evicted and len(new_at) == len(blocks) and where_of.keys().isdisjoint(blocks):
+            where_of.update(dict.fromkeys(blocks, only))  # every block new here and held nowhere else
+            return result
         get, plus = where_of.get, self._plus
         last = last_more = None  # the previous added block's location tuple, and it plus ``store``
         gone_last = gone_less = None  # the same for the previous victim, less ``store``
@@ -245,12 +248,13 @@ class KVIndex:
                 if not where_of.get(block):
                     return i
             return len(hashes)
-        last = None  # the last location tuple found usable: most blocks of a run share it
+        last = None  # the last location tuple found usable: a run's blocks often share it
+        seen = set()  # the others found usable (tuples are interned: equal ones are one object)
         for i, block in enumerate(hashes):
             where = where_of.get(block)
             if not where:
                 return i
-            if where is last:
+            if where is last or where in seen:
                 continue
             for store in where:  # any(usable(...)), without a generator per block
                 if usable(store):
@@ -258,6 +262,7 @@ class KVIndex:
             else:
                 return i
             last = where
+            seen.add(where)
         return len(hashes)
 
     def tier_breakdown(
@@ -297,13 +302,17 @@ class KVIndex:
         best: list[BlockStore] = []
         where_of = self._where
         last = last_best = None  # the previous block's location tuple and its best store
+        best_at: dict = {}  # the best store at each tuple met so far (tuples are interned)
         for block in hashes[:n]:
             where = where_of.get(block, ())
-            if where is not last:  # (most blocks of a run share one interned tuple)
-                candidates = [s for s in where if usable is None or usable(s)]
-                if not candidates:
-                    raise KeyError(block)
+            if where is not last:  # (a run's blocks often share one tuple)
                 last = where
-                last_best = candidates[0] if len(candidates) == 1 else min(candidates, key=rank)  # (the first of equal ranks)
+                last_best = best_at.get(where)
+                if last_best is None:
+                    candidates = [s for s in where if usable is None or usable(s)]
+                    if not candidates:
+                        raise KeyError(block)
+                    # (min keeps the first of equal ranks)
+                    last_best = best_at[where] = candidates[0] if len(candidates) == 1 else min(candidates, key=rank)
             best.append(last_best)
         return best

@@ -15,6 +15,7 @@ file stays short; it imports nothing of the store.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable, Sequence
 
 __all__ = ["RunOps", "RunInsert"]
@@ -123,6 +124,24 @@ class RunOps:
         members = self._members  # the LRU policy's order, least recent first
         readers, held = self._readers, self._held
         free = self.capacity_blocks - len(members)  # (an eviction then an insertion keeps it)
+        n = len(blocks)
+        if 0 < n <= free:
+            fresh = dict.fromkeys(blocks)
+            if len(fresh) == n and members.keys().isdisjoint(fresh):
+                # a run of distinct new blocks with room for all (a computed prompt, mostly): the
+                # loop below would add each, in order, to the end of the order with one reader
+                # and the next stamp, evicting nothing -- done as whole-dict updates
+                members.update(fresh)
+                ones = dict.fromkeys(blocks, 1)  # (a block not stored has no readers or pins)
+                readers.update(ones)
+                held.update(ones)
+                if self._heap_on:
+                    clock = self._clock
+                    self._stamps.update(zip(blocks, range(clock + 1, clock + n + 1)))
+                    self._clock = clock + n
+                self.insertions += n
+                self._reader_refs += n
+                return RunInsert(n, list(range(n)), [])
         # the stamps and clock as locals while the heap is on (only an eviction can switch it on)
         heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
         new_at: list[int] = []
@@ -285,6 +304,77 @@ class RunOps:
                 if len(found) == count:
                     break
         return found
+
+    def pin_each(self, blocks) -> None:
+        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
+        members, pins, held = self._members, self._pins, self._held
+        for block in blocks:
+            if block not in members:
+                raise KeyError(block)
+            pins[block] = pins.get(block, 0) + 1
+            held[block] = held.get(block, 0) + 1
+
+    def unpin_each(self, blocks) -> None:
+        """:meth:`unpin` each of ``blocks`` in order."""
+        self._release_each(self._pins, blocks, "is not pinned")
+
+    def _release_each(self, counts: dict, blocks, missing: str) -> None:
+        """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
+        ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
+        held, readers = self._held, counts is self._readers
+        # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
+        # victim is chosen in between, and a rebuild keeps exactly the valid entries)
+        heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
+        push = heapq.heappush
+        if len(blocks) > 1 and self._last_holds(counts, blocks):
+            # distinct blocks each held once, by this count (a sequence alone reading its
+            # prompt): every one is let go of, in order
+            for block in blocks:
+                del counts[block]
+                del held[block]
+            if heap_on:
+                for block in blocks:
+                    push(heap, (stamps[block], block))
+                if len(heap) > 4 * len(stamps) + 1024:
+                    self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                    heapq.heapify(self._unheld)
+            if readers:
+                self._reader_refs -= len(blocks)
+            return
+        dropped = 0
+        try:
+            for block in blocks:
+                count = counts.get(block, 0)
+                if count == 0:
+                    raise ValueError(f"block {block!r} in {self.name} {missing}")
+                if count == 1:
+                    del counts[block]
+                else:
+                    counts[block] = count - 1
+                dropped += 1
+                count = held[block]
+                if count == 1:
+                    del held[block]
+                    if heap_on:
+                        push(heap, (stamps[block], block))  # evictable again, at its place in the order
+                else:
+                    held[block] = count - 1
+        finally:
+            if readers:
+                self._reader_refs -= dropped
+            if heap_on and len(heap) > 4 * len(stamps) + 1024:
+                self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                heapq.heapify(self._unheld)
+
+    def _last_holds(self, counts: dict, blocks) -> bool:
+        """Whether ``blocks`` are distinct and each has exactly one hold, counted in ``counts``."""
+        one = {1}
+        return (set(map(counts.get, blocks)) == one and set(map(self._held.get, blocks)) == one
+                and len(set(blocks)) == len(blocks))
+
+    def drop_reader_each(self, blocks) -> None:
+        """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
+        self._release_each(self._readers, blocks, "has no readers")
 
     def pin_run(self, blocks: Sequence[Block]) -> None:
         """:meth:`pin` each of ``blocks`` in order (the same as :meth:`pin_each`)."""

@@ -402,52 +402,6 @@ class BlockStore(RunOps):
             self._pins[block] = count - 1
         self._release(block)
 
-    def pin_each(self, blocks) -> None:
-        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
-        members, pins, held = self._members, self._pins, self._held
-        for block in blocks:
-            if block not in members:
-                raise KeyError(block)
-            pins[block] = pins.get(block, 0) + 1
-            held[block] = held.get(block, 0) + 1
-
-    def unpin_each(self, blocks) -> None:
-        """:meth:`unpin` each of ``blocks`` in order."""
-        self._release_each(self._pins, blocks, "is not pinned")
-
-    def _release_each(self, counts: dict, blocks, missing: str) -> None:
-        """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
-        ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
-        held, readers = self._held, counts is self._readers
-        # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
-        # victim is chosen in between, and a rebuild keeps exactly the valid entries)
-        heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
-        push = heapq.heappush
-        dropped = 0
-        try:
-            for block in blocks:
-                count = counts.get(block, 0)
-                if count == 0:
-                    raise ValueError(f"block {block!r} in {self.name} {missing}")
-                if count == 1:
-                    del counts[block]
-                else:
-                    counts[block] = count - 1
-                dropped += 1
-                count = held[block]
-                if count == 1:
-                    del held[block]
-                    if heap_on:
-                        push(heap, (stamps[block], block))  # evictable again, at its place in the order
-                else:
-                    held[block] = count - 1
-        finally:
-            if readers:
-                self._reader_refs -= dropped
-            if heap_on and len(heap) > 4 * len(stamps) + 1024:
-                self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
-                heapq.heapify(self._unheld)
-
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
         return self._pins.get(block, 0)
@@ -471,10 +425,6 @@ class BlockStore(RunOps):
             self._readers[block] = count - 1
         self._reader_refs -= 1
         self._release(block)
-
-    def drop_reader_each(self, blocks) -> None:
-        """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
-        self._release_each(self._readers, blocks, "has no readers")
 
     def readers(self, block: Block) -> int:
         """Reader references currently held on ``block``."""

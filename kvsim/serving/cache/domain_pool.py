@@ -136,11 +136,10 @@ class DomainPool:
 
     def homed_run(self, blocks, cache: "InstanceCache") -> None:
         """:meth:`homed` for each of ``blocks`` in order."""
-        home = self.home
-        resident = self.resident[id(cache)]
-        for block in blocks:
-            home[block] = cache
-            resident[block] = None
+        # (an update assigns each key in order, as the per-block calls do: a key already
+        # there keeps its place)
+        self.home.update(dict.fromkeys(blocks, cache))
+        self.resident[id(cache)].update(dict.fromkeys(blocks))
 
     def touched(self, block) -> None:
         resident = self.resident[id(self.home[block])]
