@@ -18,7 +18,7 @@ from kvsim.kv import store as store_module
 from kvsim.kv.eviction import EVICTION_POLICIES
 from kvsim.kv.index import KVIndex
 from kvsim.kv.store import BlockStore
-from kvsim.serving.cache.domain_pool import DomainStore
+from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
 
 KINDS = sorted(EVICTION_POLICIES)
 UNIVERSE = 14  # few distinct ids, so runs overlap what is stored (partial hits) and repeat
@@ -239,6 +239,11 @@ class _Pool:
     def touched(self, block):
         self.calls.append(block)
 
+    def touched_run(self, blocks, stored):  # (its definition: DomainPool's is checked below)
+        for block in blocks:
+            if block in stored:
+                self.touched(block)
+
 
 @given(ops=st.lists(st.one_of(st.tuples(st.just("insert_run"), blocks_st, st.just(True), st.booleans()),
                               st.tuples(st.just("read_run"), blocks_st)), max_size=20))
@@ -248,6 +253,29 @@ def test_domain_store_runs_refresh_homes_in_the_same_order(ops):
     for op in ops:
         assert apply(per_block, ref, op) == apply(by_run, run, op)
         assert state(ref) == state(run) and ref.pool.calls == run.pool.calls
+
+
+@settings(max_examples=200, deadline=None)
+@given(homes=st.lists(st.tuples(_id, st.integers(0, 2)), max_size=20), blocks=blocks_st,
+       stored=st.sets(_id))
+def test_domain_pool_touched_run_is_touched_for_each_stored_block(homes, blocks, stored):
+    pools = []
+    for _ in range(2):
+        pool = DomainPool.__new__(DomainPool)
+        members = [object() for _ in range(3)]
+        pool.home, pool.resident = {}, {id(m): {} for m in members}
+        for block, member in homes:
+            pool.resident[id(pool.home.pop(block, members[member]))].pop(block, None)
+            pool.home[block] = members[member]
+            pool.resident[id(members[member])][block] = None
+        pools.append((pool, members))
+    (ref, ref_members), (run, run_members) = pools
+    stored = {b for b in stored if b in ref.home}
+    for block in blocks:
+        if block in stored:
+            ref.touched(block)
+    run.touched_run(blocks, stored)
+    assert [list(ref.resident[id(m)]) for m in ref_members] == [list(run.resident[id(m)]) for m in run_members]
 
 
 @settings(max_examples=200, deadline=None)

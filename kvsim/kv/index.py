@@ -174,9 +174,6 @@ class KVIndex:
         # down from where it already is) share its longer tuple, and victims at one tuple its
         # shorter one, each worked out once for them
         where_of, only = self._where, self._interned((store,))
-        if not evicted and len(new_at) == len(blocks) and where_of.keys().isdisjoint(blocks):
-            where_of.update(dict.fromkeys(blocks, only))  # every block new here and held nowhere else
-            return result
         get, plus = where_of.get, self._plus
         last = last_more = None  # the previous added block's location tuple, and it plus ``store``
         gone_last = gone_less = None  # the same for the previous victim, less ``store``

@@ -124,24 +124,6 @@ class RunOps:
         members = self._members  # the LRU policy's order, least recent first
         readers, held = self._readers, self._held
         free = self.capacity_blocks - len(members)  # (an eviction then an insertion keeps it)
-        n = len(blocks)
-        if 0 < n <= free:
-            fresh = dict.fromkeys(blocks)
-            if len(fresh) == n and members.keys().isdisjoint(fresh):
-                # a run of distinct new blocks with room for all (a computed prompt, mostly): the
-                # loop below would add each, in order, to the end of the order with one reader
-                # and the next stamp, evicting nothing -- done as whole-dict updates
-                members.update(fresh)
-                ones = dict.fromkeys(blocks, 1)  # (a block not stored has no readers or pins)
-                readers.update(ones)
-                held.update(ones)
-                if self._heap_on:
-                    clock = self._clock
-                    self._stamps.update(zip(blocks, range(clock + 1, clock + n + 1)))
-                    self._clock = clock + n
-                self.insertions += n
-                self._reader_refs += n
-                return RunInsert(n, list(range(n)), [])
         # the stamps and clock as locals while the heap is on (only an eviction can switch it on)
         heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
         new_at: list[int] = []

@@ -94,10 +94,7 @@ class DomainStore(BlockStore):
     def read_run(self, blocks) -> int:
         hits = super().read_run(blocks)
         if hits:
-            members, touched = self._members, self.pool.touched
-            for block in blocks:  # (a run changes no membership: a block stored now was hit)
-                if block in members:
-                    touched(block)
+            self.pool.touched_run(blocks, self._members)  # (a run changes no membership: a block stored now was hit)
         return hits
 
 
@@ -136,15 +133,25 @@ class DomainPool:
 
     def homed_run(self, blocks, cache: "InstanceCache") -> None:
         """:meth:`homed` for each of ``blocks`` in order."""
-        # (an update assigns each key in order, as the per-block calls do: a key already
-        # there keeps its place)
-        self.home.update(dict.fromkeys(blocks, cache))
-        self.resident[id(cache)].update(dict.fromkeys(blocks))
+        home = self.home
+        resident = self.resident[id(cache)]
+        for block in blocks:
+            home[block] = cache
+            resident[block] = None
 
     def touched(self, block) -> None:
         resident = self.resident[id(self.home[block])]
         del resident[block]
         resident[block] = None
+
+    def touched_run(self, blocks, stored) -> None:
+        """:meth:`touched` for each of ``blocks`` in order that is in ``stored``."""
+        home, resident = self.home, self.resident
+        for block in blocks:
+            if block in stored:
+                at_home = resident[id(home[block])]
+                del at_home[block]
+                at_home[block] = None
 
     def _forget(self, block):
         cache = self.home.pop(block)
