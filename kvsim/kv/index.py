@@ -14,6 +14,11 @@ and go to the store directly.
 Determinism: a block's locations are kept in the order the stores acquired it (a tuple, not a
 set), and ties in rank go to the earliest.
 
+Runs: every block held by the same stores in the same order shares one interned location tuple,
+so the run calls (:meth:`KVIndex.insert_run`, :meth:`KVIndex.discard_run`) and the prefix queries
+work out what follows from a tuple -- the tuple with a store added or removed, whether a usable
+store holds the block, its best store -- once for a stretch of blocks at one tuple.
+
 Watchers (:meth:`KVIndex.watch`) hear of every change of membership, one call per block and
 store, as it happens: a router that sees the index with a delay keeps its own copy from them.
 """
@@ -93,6 +98,29 @@ class KVIndex:
         for watcher in self._watchers:
             watcher(block, store, False)
 
+    def discard_run(self, blocks: Sequence[Block], store: BlockStore) -> None:
+        """:meth:`discard` each of ``blocks`` in order (a store's victims), with the same watcher
+        calls in the same order. Blocks at one location tuple (most of a run's) share its
+        smaller tuple, worked out once for them."""
+        where_of, watchers = self._where, self._watchers
+        get = where_of.get
+        last = last_less = None  # the previous block's location tuple, and it less ``store``
+        for block in blocks:
+            where = get(block)
+            if where is None:
+                continue
+            if where is not last:
+                if store not in where:
+                    continue
+                last = where
+                last_less = self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+            if last_less is None:
+                del where_of[block]
+            else:
+                where_of[block] = last_less
+            for watcher in watchers:
+                watcher(block, store, False)
+
     def locations(self, block: Block) -> tuple[BlockStore, ...]:
         """Stores holding ``block``, in the order they acquired it; ``()`` if none."""
         return self._where.get(block, ())
@@ -142,36 +170,44 @@ class KVIndex:
             return result
         # add() and discard() written out, in the same order (a hot path: every block of every
         # run a store files): a block held nowhere else -- most of them -- takes the run's one
-        # shared ``(store,)``
+        # shared ``(store,)``; blocks held elsewhere at one location tuple (a run filed a tier
+        # down from where it already is) share its longer tuple, and victims at one tuple its
+        # shorter one, each worked out once for them
         where_of, only = self._where, self._interned((store,))
-        get, plus, drop = where_of.get, self._plus, self._drop
-        if not evicted:
-            for block in (blocks if len(new_at) == len(blocks) else [blocks[pos] for pos in new_at]):
-                where = get(block)
-                if where is None:
-                    where_of[block] = only
-                else:
-                    where = plus(where, store)
-                    if where is not None:
-                        where_of[block] = where
-            return result
+        get, plus = where_of.get, self._plus
+        last = last_more = None  # the previous added block's location tuple, and it plus ``store``
+        gone_last = gone_less = None  # the same for the previous victim, less ``store``
         j, n_evicted = 0, len(evicted)
-        for pos in new_at:
+        for pos in (range(len(blocks)) if len(new_at) == len(blocks) else new_at):
             while j < n_evicted and evicted[j][0] <= pos:
                 gone = evicted[j][1]
-                if get(gone) is only:
+                j += 1
+                where = get(gone)
+                if where is only:
+                    del where_of[gone]
+                    continue
+                if where is None:
+                    continue
+                if where is not gone_last:
+                    if store not in where:
+                        continue
+                    gone_last = where
+                    gone_less = self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+                if gone_less is None:
                     del where_of[gone]
                 else:
-                    drop(gone, store)
-                j += 1
+                    where_of[gone] = gone_less
             block = blocks[pos]
             where = get(block)
             if where is None:
                 where_of[block] = only
+            elif where is last:
+                if last_more is not None:
+                    where_of[block] = last_more
             else:
-                where = plus(where, store)
-                if where is not None:
-                    where_of[block] = where
+                last, last_more = where, plus(where, store)
+                if last_more is not None:
+                    where_of[block] = last_more
         return result
 
     def remove(self, store: BlockStore, block: Block) -> None:
@@ -194,7 +230,8 @@ class KVIndex:
             The request's prefix-chained block ids, first block first.
         usable : callable, optional
             ``usable(store)`` says whether the reader may load from ``store`` (e.g. only its own
-            node's tiers and the remote pool). All stores are usable by default.
+            node's tiers and the remote pool). All stores are usable by default. It must
+            depend on the store alone (it is asked once per run of blocks at one location tuple).
 
         Returns
         -------
@@ -208,15 +245,21 @@ class KVIndex:
                 if not where_of.get(block):
                     return i
             return len(hashes)
+        last = None  # the last location tuple found usable: a run's blocks often share it
+        seen = set()  # the others found usable (tuples are interned: equal ones are one object)
         for i, block in enumerate(hashes):
             where = where_of.get(block)
             if not where:
                 return i
-            for store in where:  # any(usable(...)): the same calls, without a generator per block
+            if where is last or where in seen:
+                continue
+            for store in where:  # any(usable(...)), without a generator per block
                 if usable(store):
                     break
             else:
                 return i
+            last = where
+            seen.add(where)
         return len(hashes)
 
     def tier_breakdown(
@@ -236,7 +279,8 @@ class KVIndex:
             How many leading blocks to place, normally :meth:`longest_prefix`'s answer.
         rank : callable
             ``rank(store)``: lower is better (e.g. 0 HBM, 1 DRAM, 2 NVMe, 3 remote). Ties go
-            to the store that acquired the block first.
+            to the store that acquired the block first. Like ``usable``, it must depend on the
+            store alone: blocks at one location tuple share one answer.
         usable : callable, optional
             As in :meth:`longest_prefix`.
 
@@ -254,19 +298,18 @@ class KVIndex:
             raise ValueError(f"n={n} exceeds the {len(hashes)} blocks given")
         best: list[BlockStore] = []
         where_of = self._where
+        last = last_best = None  # the previous block's location tuple and its best store
+        best_at: dict = {}  # the best store at each tuple met so far (tuples are interned)
         for block in hashes[:n]:
             where = where_of.get(block, ())
-            if len(where) == 1:  # the common case, without a list and min() (the same calls)
-                for only in where:
-                    if usable is None or usable(only):
-                        rank(only)
-                        best.append(only)
-                        break
-                else:
-                    raise KeyError(block)
-                continue
-            candidates = [s for s in where if usable is None or usable(s)]
-            if not candidates:
-                raise KeyError(block)
-            best.append(min(candidates, key=rank))  # min keeps the first of equal ranks
+            if where is not last:  # (a run's blocks often share one tuple)
+                last = where
+                last_best = best_at.get(where)
+                if last_best is None:
+                    candidates = [s for s in where if usable is None or usable(s)]
+                    if not candidates:
+                        raise KeyError(block)
+                    # (min keeps the first of equal ranks)
+                    last_best = best_at[where] = candidates[0] if len(candidates) == 1 else min(candidates, key=rank)
+            best.append(last_best)
         return best

@@ -15,6 +15,7 @@ file stays short; it imports nothing of the store.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Hashable, Sequence
 
 __all__ = ["RunOps", "RunInsert"]
@@ -66,8 +67,11 @@ class RunOps:
         RunInsert
             ``(done, new_at, evicted)``: see :class:`RunInsert`.
         """
-        if read and not touch and self._lru_policy:
-            return self._file_run_lru(blocks)
+        if self._lru_policy:
+            if read and not touch:
+                return self._file_run_lru(blocks)
+            if touch and not read and not self._heap_on:
+                return self._insert_run_lru(blocks)
         members, policy = self._members, self._policy
         capacity = self.capacity_blocks
         readers, held = self._readers, self._held
@@ -160,6 +164,46 @@ class RunOps:
         self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
+    def _insert_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
+        """:meth:`insert_run` under LRU, neither read nor held, while the heap is off (copies
+        filed in a lower tier), the steps written out: a resident block moves to the end of the
+        order; a new one goes there, after the least recent unheld block made room -- with
+        nothing held, the first in the order (the victim search's first step)."""
+        order, held = self._members, self._held  # the LRU policy's order, least recent first
+        free = self.capacity_blocks - len(order)  # (an eviction then an insertion keeps it)
+        move = order.move_to_end
+        new_at: list[int] = []
+        evicted: list[tuple[int, Block]] = []
+        done = 0
+        for done, block in enumerate(blocks):
+            if block in order:
+                move(block)
+                if self._heap_on:
+                    self._use(block)
+                continue
+            if free > 0:
+                free -= 1
+            else:
+                if not order:
+                    victim = None
+                elif held or self._heap_on:
+                    victim = self._victim()  # (may switch the heap on)
+                else:
+                    victim = next(iter(order))
+                if victim is None:
+                    self.rejections += 1
+                    break
+                self._evict(victim)
+                evicted.append((done, victim))
+            order[block] = None
+            if self._heap_on:
+                self._use(block)
+            new_at.append(done)
+        else:
+            done = len(blocks)
+        self.insertions += len(new_at)
+        return RunInsert(done, new_at, evicted)
+
     def _stamp(self, block: Block) -> None:
         """:meth:`_use` for a block about to be read: the newest stamp, but no heap entry, since
         the block is held from now until :meth:`_release` pushes its entry (the heap then holds
@@ -223,6 +267,96 @@ class RunOps:
                 taken += 1
         finally:
             self._reader_refs += taken
+
+    def missing(self, blocks: Sequence[Block]) -> list:
+        """The blocks of ``blocks`` not stored, in order (as many ``block not in store`` tests:
+        no counters or recency change)."""
+        members = self._members
+        return [block for block in blocks if block not in members]
+
+    def unheld(self, blocks, count: int) -> list:
+        """Up to ``count`` of ``blocks`` (any iterable of stored blocks), in order, that are
+        evictable: neither pinned nor read (:meth:`is_evictable` for each until ``count`` are
+        found; all of them if ``count`` < 1)."""
+        held = self._held  # (exactly the blocks pinned or read)
+        found: list = []
+        for block in blocks:
+            if block not in held:
+                found.append(block)
+                if len(found) == count:
+                    break
+        return found
+
+    def pin_each(self, blocks) -> None:
+        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
+        members, pins, held = self._members, self._pins, self._held
+        for block in blocks:
+            if block not in members:
+                raise KeyError(block)
+            pins[block] = pins.get(block, 0) + 1
+            held[block] = held.get(block, 0) + 1
+
+    def unpin_each(self, blocks) -> None:
+        """:meth:`unpin` each of ``blocks`` in order."""
+        self._release_each(self._pins, blocks, "is not pinned")
+
+    def _release_each(self, counts: dict, blocks, missing: str) -> None:
+        """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
+        ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
+        held, readers = self._held, counts is self._readers
+        # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
+        # victim is chosen in between, and a rebuild keeps exactly the valid entries)
+        heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
+        push = heapq.heappush
+        if len(blocks) > 1 and self._last_holds(counts, blocks):
+            # distinct blocks each held once, by this count (a sequence alone reading its
+            # prompt): every one is let go of, in order
+            for block in blocks:
+                del counts[block]
+                del held[block]
+            if heap_on:
+                for block in blocks:
+                    push(heap, (stamps[block], block))
+                if len(heap) > 4 * len(stamps) + 1024:
+                    self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                    heapq.heapify(self._unheld)
+            if readers:
+                self._reader_refs -= len(blocks)
+            return
+        dropped = 0
+        try:
+            for block in blocks:
+                count = counts.get(block, 0)
+                if count == 0:
+                    raise ValueError(f"block {block!r} in {self.name} {missing}")
+                if count == 1:
+                    del counts[block]
+                else:
+                    counts[block] = count - 1
+                dropped += 1
+                count = held[block]
+                if count == 1:
+                    del held[block]
+                    if heap_on:
+                        push(heap, (stamps[block], block))  # evictable again, at its place in the order
+                else:
+                    held[block] = count - 1
+        finally:
+            if readers:
+                self._reader_refs -= dropped
+            if heap_on and len(heap) > 4 * len(stamps) + 1024:
+                self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                heapq.heapify(self._unheld)
+
+    def _last_holds(self, counts: dict, blocks) -> bool:
+        """Whether ``blocks`` are distinct and each has exactly one hold, counted in ``counts``."""
+        one = {1}
+        return (set(map(counts.get, blocks)) == one and set(map(self._held.get, blocks)) == one
+                and len(set(blocks)) == len(blocks))
+
+    def drop_reader_each(self, blocks) -> None:
+        """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
+        self._release_each(self._readers, blocks, "has no readers")
 
     def pin_run(self, blocks: Sequence[Block]) -> None:
         """:meth:`pin` each of ``blocks`` in order (the same as :meth:`pin_each`)."""

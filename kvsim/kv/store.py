@@ -248,6 +248,53 @@ class BlockStore(RunOps):
         self._evict(victim)
         return victim
 
+    def evict_run(self, n: int) -> list[Block]:
+        """:meth:`evict_one` up to ``n`` times, stopping at the first that finds no victim.
+
+        Returns
+        -------
+        list
+            The victims, in the order they were evicted (fewer than ``n`` if the store ran out
+            of unheld blocks).
+        """
+        victims: list[Block] = []
+        if n <= 0:
+            return victims
+        if self._lru_policy and not self._heap_on:
+            # One walk of the recency order finds what the repeated searches would. Each search
+            # restarts at the front, where only held blocks are left (the unheld ones before were
+            # the earlier victims): so the k-th victim is the k-th unheld block in order, and a
+            # search switches the heap on where it would step past a held block with HEAP_AFTER
+            # held ones before it -- from then on, the heap's searches take over.
+            held = self._held
+            stepped = 0
+            switch = False
+            for block in self._members:
+                if block not in held:
+                    victims.append(block)
+                    if len(victims) == n:
+                        break
+                elif stepped >= HEAP_AFTER:
+                    switch = True
+                    break
+                else:
+                    stepped += 1
+            order = self._members
+            for victim in victims:
+                del order[victim]  # (LRUPolicy.evict, without stamps: the heap is off)
+            self.evictions += len(victims)
+            if not switch:
+                return victims
+            self._start_heap()
+        victim_of, evict, members = self._victim, self._evict, self._members
+        while len(victims) < n:
+            victim = victim_of() if len(members) else None
+            if victim is None:
+                break
+            evict(victim)
+            victims.append(victim)
+        return victims
+
     def _victim(self) -> Block | None:
         if not self._heap_on:
             if not self._lru_policy:
@@ -355,52 +402,6 @@ class BlockStore(RunOps):
             self._pins[block] = count - 1
         self._release(block)
 
-    def pin_each(self, blocks) -> None:
-        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
-        members, pins, held = self._members, self._pins, self._held
-        for block in blocks:
-            if block not in members:
-                raise KeyError(block)
-            pins[block] = pins.get(block, 0) + 1
-            held[block] = held.get(block, 0) + 1
-
-    def unpin_each(self, blocks) -> None:
-        """:meth:`unpin` each of ``blocks`` in order."""
-        self._release_each(self._pins, blocks, "is not pinned")
-
-    def _release_each(self, counts: dict, blocks, missing: str) -> None:
-        """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
-        ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
-        held, readers = self._held, counts is self._readers
-        # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
-        # victim is chosen in between, and a rebuild keeps exactly the valid entries)
-        heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
-        push = heapq.heappush
-        dropped = 0
-        try:
-            for block in blocks:
-                count = counts.get(block, 0)
-                if count == 0:
-                    raise ValueError(f"block {block!r} in {self.name} {missing}")
-                if count == 1:
-                    del counts[block]
-                else:
-                    counts[block] = count - 1
-                dropped += 1
-                count = held[block]
-                if count == 1:
-                    del held[block]
-                    if heap_on:
-                        push(heap, (stamps[block], block))  # evictable again, at its place in the order
-                else:
-                    held[block] = count - 1
-        finally:
-            if readers:
-                self._reader_refs -= dropped
-            if heap_on and len(heap) > 4 * len(stamps) + 1024:
-                self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
-                heapq.heapify(self._unheld)
-
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
         return self._pins.get(block, 0)
@@ -424,10 +425,6 @@ class BlockStore(RunOps):
             self._readers[block] = count - 1
         self._reader_refs -= 1
         self._release(block)
-
-    def drop_reader_each(self, blocks) -> None:
-        """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
-        self._release_each(self._readers, blocks, "has no readers")
 
     def readers(self, block: Block) -> int:
         """Reader references currently held on ``block``."""

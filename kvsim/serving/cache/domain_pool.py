@@ -94,10 +94,7 @@ class DomainStore(BlockStore):
     def read_run(self, blocks) -> int:
         hits = super().read_run(blocks)
         if hits:
-            members, touched = self._members, self.pool.touched
-            for block in blocks:  # (a run changes no membership: a block stored now was hit)
-                if block in members:
-                    touched(block)
+            self.pool.touched_run(blocks, self._members)  # (a run changes no membership: a block stored now was hit)
         return hits
 
 
@@ -147,6 +144,15 @@ class DomainPool:
         del resident[block]
         resident[block] = None
 
+    def touched_run(self, blocks, stored) -> None:
+        """:meth:`touched` for each of ``blocks`` in order that is in ``stored``."""
+        home, resident = self.home, self.resident
+        for block in blocks:
+            if block in stored:
+                at_home = resident[id(home[block])]
+                del at_home[block]
+                at_home[block] = None
+
     def _forget(self, block):
         cache = self.home.pop(block)
         del self.resident[id(cache)][block]
@@ -155,14 +161,7 @@ class DomainPool:
 
     def _unheld(self, cache: "InstanceCache", count: int) -> list:
         """Up to ``count`` of the blocks homed in ``cache`` that nothing holds, least recent first."""
-        found = []
-        evictable = self.store.is_evictable
-        for block in self.resident[id(cache)]:
-            if evictable(block):
-                found.append(block)
-                if len(found) == count:
-                    break
-        return found
+        return self.store.unheld(self.resident[id(cache)], count)
 
     def _roomiest(self, cache: "InstanceCache", pages: int) -> "InstanceCache | None":
         """The member other than ``cache`` with the most free pages (at least ``pages``; lowest

@@ -178,6 +178,21 @@ class InstanceCache(AdmissionHook):
         seq.remote_tokens += tokens
         return True
 
+    def read_remote_run(self, seq: Sequence, blocks) -> int:
+        """:meth:`read_remote` for each of ``blocks`` in order; returns how many a peer holds."""
+        if self.domain_pool is None:
+            return 0
+        home, state = self.domain_pool.home, seq.cache
+        remote_from = state.remote_from
+        count = 0
+        for block in blocks:
+            holder = home[block]
+            if holder is not self:
+                remote_from[holder] = remote_from.get(holder, 0) + self.geometry.block_tokens
+                count += 1
+        seq.remote_tokens += count * self.geometry.block_tokens
+        return count
+
     def swap_out(self, seq: Sequence) -> bool:
         return self.swapper.swap_out(seq)
 

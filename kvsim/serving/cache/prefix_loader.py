@@ -92,8 +92,9 @@ class PrefixLoader:
                         pending[id(event)] = event
         for k in range(local, n):
             block = hashes[k]
-            if sources[k] is not hbm:
-                to_load.append((block, sources[k], block))
+            source = sources[k]
+            if source is not hbm:
+                to_load.append((block, source, block))
                 continue
             hbm.lookup(block)
             hbm.add_reader(block)
@@ -127,7 +128,7 @@ class PrefixLoader:
         seq.kv_blocks = first_pages  # its own pages (the loaded blocks' pages belong to the cache)
         seq.remote_tokens = 0
         # read in place: the blocks already in the domain are read where they are (no pages)
-        remote = sum(cache.read_remote(seq, block) for block in held) if cache.domain_pool is not None else 0
+        remote = cache.read_remote_run(seq, held) if cache.domain_pool is not None else 0
         state.hits["hbm"] = (n - len(to_load) - remote) * g.block_tokens
         if remote:
             state.hits["peer_hbm"] = remote * g.block_tokens
@@ -219,9 +220,21 @@ class PrefixLoader:
         cache, system, access = self.cache, self.system, self.access
         g = cache.geometry
         groups: dict[tuple[int, int], tuple[BlockStore, object, str, list]] = {}
+        tier_of, pools = system.tier_of, access.pools
+        last, group = None, None  # the previous block's store, and its group if every block there has one
         for block, store, source_id in to_load:
+            if store is last:
+                group.append(source_id)
+                continue
             kind, holder = access.source(cache, store, source_id)
-            groups.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(source_id)
+            entry = groups.setdefault((id(store), id(holder)), (store, holder, kind, []))
+            entry[3].append(source_id)
+            # a store's blocks share one source, but those of another domain's shared store
+            # (read in place there) each have their own home, hence their own holder
+            if tier_of[id(store)] != "hbm" or store is cache.hbm or id(store) not in pools:
+                last, group = store, entry[3]
+            else:
+                last = group = None
         events = []
         for store, holder, tier, blocks in groups.values():
             if store is not cache.hbm:  # (a copy inside this HBM pinned its source at admission)
@@ -242,8 +255,7 @@ class PrefixLoader:
                 group_done = self._copy_from(holder, blocks, nbytes)
 
             def unpin_source(_event, store=store, blocks=blocks):
-                for block in blocks:
-                    store.unpin(block)
+                store.unpin_each(blocks)
 
             group_done.callbacks.append(unpin_source)
             events.append(group_done)
@@ -254,10 +266,11 @@ class PrefixLoader:
         promote = [b for b, store, _ in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
 
         def landed(_event):
+            cache.hbm.unpin_each(loaded)
+            inflight = cache.inflight
             for block in loaded:
-                cache.hbm.unpin(block)
-                if cache.inflight.get(block) is done:
-                    del cache.inflight[block]
+                if inflight.get(block) is done:
+                    del inflight[block]
             if promote and system.spec.promote_on_hit:
                 self._promote(promote)
 

@@ -220,14 +220,55 @@ class SystemCache:
 
     def lower_stores(self, node: str, block: int) -> list[BlockStore]:
         """The stores below HBM that an instance on ``node`` writes a block to, fastest first."""
+        stores = self._node_stores(node)
+        if self.remote:
+            stores.append(self.remote_store(block))
+        return stores
+
+    def _node_stores(self, node: str) -> list[BlockStore]:
+        """``node``'s own tiers below HBM (a new list), fastest first."""
         stores = []
         if node in self.dram:
             stores.append(self.dram[node])
         if node in self.nvme:
             stores.append(self.nvme[node])
-        if self.remote:
-            stores.append(self.remote_store(block))
         return stores
+
+    def missing_below(self, node: str, blocks: list, first_only: bool = False) -> list[tuple[BlockStore, list]]:
+        """Which of :meth:`lower_stores` lack which of ``blocks`` (with ``first_only``, only the
+        first of each block's lower stores is asked: the next tier down).
+
+        Returns
+        -------
+        list of (BlockStore, list)
+            Each store lacking some of the blocks, with those blocks in order; the stores in the
+            order a walk of the blocks, and of each block's stores in turn, first meets them
+            (the order the writes start in). A node's own tiers are the same for every block
+            and are asked once for the whole run; the remote pool node is each block's own.
+        """
+        local = self._node_stores(node)
+        if first_only and local:
+            local, remote = local[:1], False
+        else:
+            remote = bool(self.remote)
+        found = []  # (position of the first block it lacks, place among a block's stores, store, blocks)
+        for place, store in enumerate(local):
+            group = store.missing(blocks)
+            if group:
+                found.append((blocks.index(group[0]), place, store, group))
+        if remote:
+            by_store: dict[int, tuple] = {}
+            place, remote_store = len(local), self.remote_store
+            for pos, block in enumerate(blocks):
+                store = remote_store(block)
+                if block not in store:
+                    entry = by_store.get(id(store))
+                    if entry is None:
+                        entry = by_store[id(store)] = (pos, place, store, [])
+                    entry[3].append(block)
+            found.extend(by_store.values())
+        found.sort(key=lambda entry: (entry[0], entry[1]))  # (distinct: one remote node per block)
+        return [(store, group) for _, _, store, group in found]
 
     def file(self, store: BlockStore, blocks: list) -> None:
         """Insert ``blocks`` into ``store``; under write-back, what it evicts moves a tier down."""

@@ -90,18 +90,12 @@ class CacheWriter:
             return
         cache, system = self.cache, self.system
         g = cache.geometry
-        targets: dict[int, tuple[BlockStore, list]] = {}
         if only is not None:
-            same = [only]
-        elif system.remote:
-            same = None  # a remote pool spreads blocks over its nodes by id: each block its own stores
+            group = only.missing(blocks)
+            targets = [(only, group)] if group else []
         else:
-            same = system.lower_stores(cache.node, blocks[0])  # the same for every block
-        for block in blocks:
-            for store in (same if same is not None else system.lower_stores(cache.node, block)):
-                if block not in store:
-                    targets.setdefault(id(store), (store, []))[1].append(block)
-        for store, group in targets.values():
+            targets = system.missing_below(cache.node, blocks)
+        for store, group in targets:
             per_card = len(group) * g.block_bytes / g.tp
             io = system.io(store, True, cache.node, g.block_bytes / g.tp)
             done = system.write(store, self._paths(store), per_card, per_card * g.tp, io)
@@ -129,6 +123,22 @@ class CacheWriter:
         hbm, index = cache.hbm, self.system.index
         first = seq.shared_tokens // g.block_tokens
         full = min(seq.kv_tokens // g.block_tokens, len(seq.sequence_hashes))
+        run = hbm.missing(_ids(seq.sequence_hashes[first:full]))
+        if not run:
+            return
+        pool, pages = cache.pool, len(run) * g.pages_per_block
+        pool.take(0)  # what the first block's take does before it looks at the free pages
+        if pool.free_blocks >= pages and hbm.free_blocks >= len(run) and len(set(run)) == len(run):
+            # every block's take is met without reclaiming and every insert stores it without
+            # evicting: nothing in the loop below changes what a later block sees, so the run
+            # is filed at once (the same pages, blocks, stamps and watcher calls, in order)
+            pool.take(pages)
+            index.insert_run(hbm, run, touch=False)
+            if cache.domain_pool is not None:
+                cache.domain_pool.homed_run(run, cache)
+            if self.system.spec.write_policy == "write_through":
+                self.write_down(seq, run)
+            return
         new_blocks = []
         for block in seq.sequence_hashes[first:full]:
             if block in hbm:
@@ -154,13 +164,11 @@ class CacheWriter:
         g = cache.geometry
         if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
             return
-        victims = []
-        while len(victims) * g.pages_per_block < shortfall_pages:
-            victim = cache.hbm.evict_one()
-            if victim is None:
-                break
-            self.system.index.discard(victim, cache.hbm)
-            victims.append(victim)
+        # one block at a time until the pages are freed: as many victims as whole blocks cover
+        # the shortfall, evicted in the policy's order and then forgotten by the index in that
+        # order (no decision reads the index in between)
+        victims = cache.hbm.evict_run(-(-shortfall_pages // g.pages_per_block))
+        self.system.index.discard_run(victims, cache.hbm)
         cache.pool.give(len(victims) * g.pages_per_block)
         if victims and self.system.spec.write_policy == "write_back":
             self.write_back(victims)
@@ -179,12 +187,8 @@ class CacheWriter:
         assumed staged)."""
         cache, system = self.cache, self.system
         g = cache.geometry
-        targets: dict[int, tuple[BlockStore, list]] = {}
-        for block in blocks:
-            lower = system.lower_stores(cache.node, block)
-            if lower and block not in lower[0]:  # a copy one tier down already: nothing to move
-                targets.setdefault(id(lower[0]), (lower[0], []))[1].append(block)
-        for target, group in targets.values():
+        targets = system.missing_below(cache.node, blocks, first_only=True)
+        for target, group in targets:
             io = system.io(target, True, cache.node, g.block_bytes / g.tp)
             done = system.write(target, self._paths(target), len(group) * g.block_bytes / g.tp,
                                 len(group) * g.block_bytes, io)

@@ -1,0 +1,215 @@
+"""Whole runs are the same with the cache layer's run calls and with the per-block code they
+replaced (issue 23, item 1, part 2): the records of cached runs -- write-through and write-back,
+swaps, lower tiers, the remote pool, read-in-place domains -- are bit for bit those of a run in
+which the per-block versions (kept here as the reference) are patched back in."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvsim
+from kvsim.kv.index import KVIndex
+from kvsim.kv.store import BlockStore
+from kvsim.serving.cache.domain_pool import DomainPool
+from kvsim.serving.cache.instance_cache import InstanceCache
+from kvsim.serving.cache.tiers import SystemCache
+from kvsim.serving.cache.writer import CacheWriter
+
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+import speed_cases  # noqa: E402
+from test_offload import STRESS  # noqa: E402
+
+
+# -- the per-block reference ------------------------------------------------------------------
+
+def evict_run(store, n):
+    victims = []
+    for _ in range(n):
+        victim = store.evict_one()
+        if victim is None:
+            break
+        victims.append(victim)
+    return victims
+
+
+def discard_run(index, blocks, store):
+    for block in blocks:
+        index.discard(block, store)
+
+
+def longest_prefix(index, hashes, usable=None):
+    for i, block in enumerate(hashes):
+        where = index._where.get(block)
+        if not where or (usable is not None and not any(usable(store) for store in where)):
+            return i
+    return len(hashes)
+
+
+def tier_breakdown(index, hashes, n, rank, usable=None):
+    if n > len(hashes):
+        raise ValueError(n)
+    best = []
+    for block in hashes[:n]:
+        candidates = [s for s in index._where.get(block, ()) if usable is None or usable(s)]
+        if not candidates:
+            raise KeyError(block)
+        best.append(min(candidates, key=rank))
+    return best
+
+
+def write_down(self, seq, blocks, only=None):
+    if not blocks:
+        return
+    cache, system = self.cache, self.system
+    g = cache.geometry
+    targets = {}
+    if only is not None:
+        same = [only]
+    elif system.remote:
+        same = None
+    else:
+        same = system.lower_stores(cache.node, blocks[0])
+    for block in blocks:
+        for store in (same if same is not None else system.lower_stores(cache.node, block)):
+            if block not in store:
+                targets.setdefault(id(store), (store, []))[1].append(block)
+    for store, group in targets.values():
+        per_card = len(group) * g.block_bytes / g.tp
+        io = system.io(store, True, cache.node, g.block_bytes / g.tp)
+        done = system.write(store, self._paths(store), per_card, per_card * g.tp, io)
+        if done is None:
+            continue
+        if seq is not None:
+            cache.record_written(seq, per_card * g.tp)
+        for block in group:
+            cache.hbm.pin(block)
+
+        def stored(_event, store=store, group=group):
+            for block in group:
+                cache.hbm.unpin(block)
+            system.file(store, group)
+            cache.wake()
+
+        done.callbacks.append(stored)
+
+
+def file(self, store, blocks):
+    evicted = []
+    for block in blocks:
+        out = self.index.insert(store, block)
+        if out:
+            evicted.extend(out)
+    if evicted and self.spec.write_policy == "write_back":
+        self.cascade(store, evicted)
+
+
+def cache_decoded(self, seq):
+    cache = self.cache
+    g = cache.geometry
+    hbm, index = cache.hbm, self.system.index
+    first = seq.shared_tokens // g.block_tokens
+    full = min(seq.kv_tokens // g.block_tokens, len(seq.sequence_hashes))
+    new_blocks = []
+    for block in seq.sequence_hashes[first:full]:
+        if block in hbm:
+            continue
+        if not cache.pool.take(g.pages_per_block):
+            break
+        if index.insert(hbm, block) is None:
+            cache.pool.give(g.pages_per_block)
+            break
+        if cache.domain_pool is not None:
+            cache.domain_pool.homed(block, cache)
+        new_blocks.append(block)
+    if new_blocks and self.system.spec.write_policy == "write_through":
+        self.write_down(seq, new_blocks)
+
+
+def reclaim(self, shortfall_pages):
+    cache = self.cache
+    if cache.domain_pool is not None:
+        cache.domain_pool.reclaim(cache, shortfall_pages)
+        return
+    g = cache.geometry
+    if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
+        return
+    victims = []
+    while len(victims) * g.pages_per_block < shortfall_pages:
+        victim = cache.hbm.evict_one()
+        if victim is None:
+            break
+        self.system.index.discard(victim, cache.hbm)
+        victims.append(victim)
+    cache.pool.give(len(victims) * g.pages_per_block)
+    if victims and self.system.spec.write_policy == "write_back":
+        self.write_back(victims)
+
+
+def write_back(self, blocks):
+    cache, system = self.cache, self.system
+    g = cache.geometry
+    targets = {}
+    for block in blocks:
+        lower = system.lower_stores(cache.node, block)
+        if lower and block not in lower[0]:
+            targets.setdefault(id(lower[0]), (lower[0], []))[1].append(block)
+    for target, group in targets.values():
+        io = system.io(target, True, cache.node, g.block_bytes / g.tp)
+        done = system.write(target, self._paths(target), len(group) * g.block_bytes / g.tp,
+                            len(group) * g.block_bytes, io)
+        if done is not None:
+            done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))
+
+
+def read_remote_run(self, seq, blocks):
+    return sum(self.read_remote(seq, block) for block in blocks)
+
+
+def touched_run(self, blocks, stored):
+    for block in blocks:
+        if block in stored:
+            self.touched(block)
+
+
+def unheld(store, blocks, count):
+    found = []
+    for block in blocks:
+        if store.is_evictable(block):
+            found.append(block)
+            if len(found) == count:
+                break
+    return found
+
+
+REFERENCE = [
+    (BlockStore, "evict_run", evict_run), (BlockStore, "unheld", unheld),
+    (KVIndex, "discard_run", discard_run), (KVIndex, "longest_prefix", longest_prefix),
+    (KVIndex, "tier_breakdown", tier_breakdown),
+    (CacheWriter, "write_down", write_down), (CacheWriter, "cache_decoded", cache_decoded),
+    (CacheWriter, "reclaim", reclaim), (CacheWriter, "write_back", write_back),
+    (SystemCache, "file", file), (InstanceCache, "read_remote_run", read_remote_run), (DomainPool, "touched_run", touched_run),
+]
+
+
+def _scenarios():
+    yield "stress-write_through", kvsim.parse_scenario(
+        STRESS.format(dram="2 GiB", write="write_through", preemption="recompute"), "stress.yaml")
+    yield "stress-write_back", kvsim.parse_scenario(
+        STRESS.format(dram="2 GiB", write="write_back", preemption="swap"), "stress.yaml")
+    for case, scale in (("offload-dram_nvme", 0.03), ("mooncake", 0.03), ("domains", 0.01)):
+        yield case, speed_cases.scenario_for(case, {"scale": scale, "capacity_per_s": 3.55})
+
+
+@pytest.mark.parametrize("name, scenario", list(_scenarios()), ids=lambda v: v if isinstance(v, str) else "")
+def test_runs_equal_the_per_block_reference(name, scenario, monkeypatch):
+    by_run = kvsim.run(scenario).records_digest()
+    # CacheWriter.reclaim is the pool's reclaim hook, bound when an instance is built: patched
+    # on the class before the run, it is the reference's that gets bound
+    for owner, attribute, reference in REFERENCE:
+        monkeypatch.setattr(owner, attribute, reference)
+    assert kvsim.run(scenario).records_digest() == by_run
