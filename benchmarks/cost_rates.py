@@ -19,7 +19,9 @@ three systems: per-block work across addressing domains; again as ``domains-loca
 servers with each instance's own HBM cache: the same blocks without domain lookups), pd (handoffs; also as ``pd-tp4``, two servers of tp-4
 instances, for the handoff's flows per card) -- at ``--scale`` of their durations,
 ladder-64 again at 3x that scale, the ladder's saturation probe (a closed loop) and
-``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers). Every system of a case is run alone, in this process, ``--repeat``
+``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers) and its
+DRAM-tier system (``dram``: about 22 blocks per local transfer where the offload cases move 27, so
+tier blocks and transfers, which those cases move in step, are told apart). Every system of a case is run alone, in this process, ``--repeat``
 times (the least CPU time kept: on a shared machine the others carry noise); its path counts are
 the model's estimate for that run (so the rates fit what the model will be given, not counts
 the model cannot know before a run). The rates are the non-negative least-squares fit of
@@ -54,7 +56,7 @@ from kvsim.sim.run import run_point  # noqa: E402
 from speed_measure import machine  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
-         "mooncake-cache_aware", "domains", "domains-local", "pd", "pd-tp4", "probe", "prewarm", "remote")
+         "mooncake-cache_aware", "domains", "domains-local", "pd", "pd-tp4", "probe", "prewarm", "remote", "dram")
 """The cases fitted, in order; ``CASE@k`` runs ``CASE`` at ``k`` times ``--scale`` (a longer run of
 the same system separates the per-run costs from the per-request ones)."""
 
@@ -62,7 +64,8 @@ the same system separates the per-run costs from the per-request ones)."""
 def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
     """The scenario of ``case``: a speed case; ``prewarm``, ``scenarios/plan_offload.yaml``'s L20
     with a remote pool (prewarmed) at 1/s, where the prewarm is most of the run; ``remote``, its
-    H20 with the same pool at 8/s, where the requests' remote-pool transfers are."""
+    H20 with the same pool at 8/s, where the requests' remote-pool transfers are; ``dram``, its L20
+    with a 512 GiB DRAM tier (prewarmed) at 4/s."""
     from speed_cases import scenario_for
 
     if "@" in case:
@@ -78,8 +81,8 @@ def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
         pool = "systems.pd.pools.h20"
         return scenario_for("pd", {"scale": scale}).with_changes(
             {f"{pool}.nodes": 2, f"{pool}.instance.tp": 4, f"{pool}.roles": {"prefill": 2, "decode": 2}})
-    if case in ("prewarm", "remote"):
-        name, rate = ("l20-pool", "1/s") if case == "prewarm" else ("h20-pool", "8/s")
+    if case in ("prewarm", "remote", "dram"):
+        name, rate = {"prewarm": ("l20-pool", "1/s"), "remote": ("h20-pool", "8/s"), "dram": ("l20-dram", "4/s")}[case]
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
         return plan.with_changes({"systems": {name: plan.raw["systems"][name]}, "plan": None,
                                   "workload.arrival.rate": rate, "duration": 240 * scale, "warmup": 60 * scale})

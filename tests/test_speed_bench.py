@@ -407,3 +407,37 @@ def test_the_run_ceiling_removes_per_step_work_only(monkeypatch):
     assert all(cut.iterations < whole.iterations for cut, whole in zip(stubbed.runs, real.runs))  # runs uncounted
     monkeypatch.undo()
     assert kvsim.run(scenario).records_digest() == real.records_digest()
+
+
+TINY_PLAN = """\
+name: tiny-plan
+seed: 1
+duration: 20 s
+warmup: 5 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 1/s}
+  input_tokens: {kind: fixed, value: 256}
+  output_tokens: {kind: fixed, value: 16}
+slo: {ttft_p99: 2 s, tpot_p99: 100 ms}
+systems:
+  h20: {node: h20-8x, instance: {tp: 8}}
+plan: {targets: [2/s], baseline: h20, units: {max: 2}, rel_tol: 0.5}
+"""
+
+
+def test_a_plan_is_measured_over_its_probes(monkeypatch):
+    monkeypatch.setattr(simpy.Environment, "__init__", simpy.Environment.__init__)
+    monkeypatch.setattr(speed_measure, "_ENVIRONMENTS", [])
+    import kvsim.sim.run as sim_run
+
+    real = sim_run.run_scenario
+    scenario = kvsim.parse_scenario(TINY_PLAN, "tiny-plan.yaml").with_changes({"engine.backend": "python"})
+    m = speed_measure.measure_plan(scenario)
+    assert sim_run.run_scenario is real  # the probes' counter is taken off again
+    # every probe's run is counted: requests, events and iterations of each, one run per probe here
+    assert m["probes"] >= 1 and m["requests"] >= m["probes"] * 10 and m["iterations"] > m["requests"]
+    assert m["events"] > m["requests"] and m["sim_s"] >= 20.0 * m["probes"]
+    assert m["backend"] == "python" and m["systems"] == 1 and m["cpu_s"] > 0
+    assert any(c.get("system") == "h20" for c in m["results"]) and any("cheapest" in c for c in m["results"])
+    assert speed_measure.measure_plan(scenario)["records_digest"] == m["records_digest"]  # the same answer again

@@ -25,51 +25,51 @@ PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block",
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --backend python --reuse
-    # /tmp/b-bench/rates2-python.json --write-rates --out docs/run_cost.md` (each run the least CPU
-    # time of --repeat) at kvsim commit 887566b, with uncommitted changes to kvsim/, Python 3.11.7,
+    # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 2 --json
+    # /tmp/b-bench/rates3-python.json --write-rates --out docs/run_cost.md` (each run the least CPU
+    # time of --repeat) at kvsim commit e050e12, with uncommitted changes to kvsim/, Python 3.11.7,
     # AMD EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero:
     # the fit found no cost there beyond what the other paths carry.
     "run": 0.0,
-    "instance": 0.000581,
-    "request": 0.000162,
-    "iteration": 0.0,
+    "instance": 0.000131,
+    "request": 0.000166,
+    "iteration": 2.17e-07,
     "prompt_block": 0.0,
-    "hbm_block": 1.63e-06,
+    "hbm_block": 2.33e-06,
     "tier_block": 0.0,
-    "flow": 0.000115,
-    "domain_block": 1.54e-06,
-    "handoff": 4.21e-05,
-    "handoff_flow": 2.22e-05,
-    "queued_request": 0.000282,
-    "remote_flow": 0.0,
-    "prewarm_prompt": 8.11e-05,
-    "prewarm_block": 0.0,
-    "routed_candidate": 2.48e-06,
+    "flow": 0.000217,
+    "domain_block": 1.12e-06,
+    "handoff": 7.97e-05,
+    "handoff_flow": 1.76e-05,
+    "queued_request": 0.000393,
+    "remote_flow": 0.000365,
+    "prewarm_prompt": 5.83e-05,
+    "prewarm_block": 1.4e-07,
+    "routed_candidate": 3.47e-06,
 })
 
 _COMPILED = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --backend compiled --reuse
-    # /tmp/b-bench/rates2-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
-    # time of --repeat) at kvsim commit 887566b, with uncommitted changes to kvsim/, Python 3.11.7,
-    # AMD EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero:
-    # the fit found no cost there beyond what the other paths carry.
+    # measured by `python benchmarks/cost_rates.py --backend compiled --scale 0.1 --repeat 2 --json
+    # /tmp/b-bench/rates3-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
+    # time of --repeat) at kvsim commit e050e12, Python 3.11.7, AMD EPYC, on the project's 2-core
+    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
+    # what the other paths carry.
     "run": 0.0,
-    "instance": 0.000607,
-    "request": 8.37e-05,
-    "iteration": 4.14e-08,
+    "instance": 0.000328,
+    "request": 0.000108,
+    "iteration": 8.06e-08,
     "prompt_block": 0.0,
-    "hbm_block": 1.78e-06,
-    "tier_block": 8.36e-06,
-    "flow": 0.0,
-    "domain_block": 1.38e-06,
-    "handoff": 6.44e-05,
-    "handoff_flow": 2.5e-05,
-    "queued_request": 0.000409,
-    "remote_flow": 0.000365,
-    "prewarm_prompt": 0.0,
-    "prewarm_block": 7.84e-07,
-    "routed_candidate": 2.21e-06,
+    "hbm_block": 1.9e-06,
+    "tier_block": 0.0,
+    "flow": 0.000194,
+    "domain_block": 1.82e-06,
+    "handoff": 5.24e-05,
+    "handoff_flow": 2.73e-05,
+    "queued_request": 0.000586,
+    "remote_flow": 0.0,
+    "prewarm_prompt": 8.44e-05,
+    "prewarm_block": 0.0,
+    "routed_candidate": 4.56e-06,
 })
 
 RATES = MappingProxyType({"python": _PYTHON, "compiled": _COMPILED})
