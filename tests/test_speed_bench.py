@@ -236,6 +236,9 @@ def test_report_checks_each_target_against_its_measurement():
     name = next(n for n in rows if n.startswith("rr_conv_80: >= 30x splitwise-sim's CPU time"))
     assert f"its {splitwise:.0f} CPU-s" in name and splitwise == pytest.approx(92.8, abs=0.05)
     assert rows[name] == [f"{splitwise / 4.0:.1f}x (4.0 CPU-s)", "no", f"{splitwise / 2.0:.1f}x (2.0 CPU-s)", "yes"]
+    # splitwise-sim ran the whole trace: a shortened rr_conv_80 is shown, not judged
+    short = {"rr_conv_80": {**results["rr_conv_80"], "params": {"scale": 0.05}}}
+    assert _rows(speed.targets({"python": short}, None))[name] == ["not judged at --scale 0.05 (2.0 CPU-s)", "-"]
     real_time = rows["rr_conv_80: >= 300x real time per whole-process CPU second"]
     assert real_time[1] == "no" and real_time[2].startswith("305x") and real_time[3] == "yes"
     assert rows["offload tiers + flows <= 1.5x the CPU time of no cache (same requests)"] == [
