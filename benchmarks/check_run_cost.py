@@ -4,8 +4,12 @@ every shipped scenario.
 Run on demand (not part of the test suite), from the repository root, with nothing else heavy
 beside it:
 
-    .venv/bin/python benchmarks/check_run_cost.py [--scale 0.1] [--only domains_128,...]
-        [--out docs/run_cost.md] [--json results/check_run_cost.json]
+    .venv/bin/python benchmarks/check_run_cost.py [--backend compiled] [--scale 0.1]
+        [--only domains_128,...] [--out docs/run_cost.md] [--json results/check_run_cost.json]
+
+``--backend`` (``python`` or ``compiled``; default: the one ``engine.backend: auto`` runs here)
+is the engine every point runs on and whose rates (``RATES[backend]``) the estimate uses; the
+table goes between that backend's markers of ``--out``.
 
 For each ``scenarios/*.yaml`` every point's duration and warm-up are multiplied by ``--scale``
 (the sweep's own durations too); then a deterministic subset of the points runs -- all of them
@@ -31,14 +35,19 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import kvsim  # noqa: E402
-from cost_rates import machine_text  # noqa: E402
+from cost_rates import machine_text, use_backend, write_between  # noqa: E402
 from kvsim.plan.run_cost import point_cost, point_requests, workload_shape  # noqa: E402
 from kvsim.scenario.load import ScenarioPoint  # noqa: E402
 from kvsim.sim.run import run_point  # noqa: E402
 
 SCENARIOS = HERE.parent / "scenarios"
 MAX_ALL_POINTS = 4
-START, END = "<!-- run-cost-table -->", "<!-- /run-cost-table -->"
+BACKENDS = ("python", "compiled")
+
+
+def markers(backend: str) -> tuple[str, str]:
+    """The lines of docs/run_cost.md between which ``backend``'s table goes."""
+    return f"<!-- run-cost-table:{backend} -->", f"<!-- /run-cost-table:{backend} -->"
 
 
 def chosen_points(scenario: kvsim.Scenario) -> list[int]:
@@ -60,9 +69,11 @@ def scaled_point(point: ScenarioPoint, scale: float) -> ScenarioPoint:
                          point.catalogs)
 
 
-def check(path: Path, scale: float, measured: dict | None = None) -> dict:
-    """Estimate and run the chosen points of the scenario at ``path``; ``measured`` (point index
-    -> a row of an earlier run at the same scale) supplies the measurement instead of running."""
+def check(path: Path, scale: float, measured: dict | None = None, backend: str = "python") -> dict:
+    """Estimate and run the chosen points of the scenario at ``path`` (the estimate at ``backend``'s
+    rates; the runs on whatever backend this process runs, see :func:`cost_rates.use_backend`);
+    ``measured`` (point index -> a row of an earlier run at the same scale) supplies the
+    measurement instead of running."""
     scenario = kvsim.load_scenario(path)
     rows = []
     for index in chosen_points(scenario):
@@ -78,10 +89,10 @@ def check(path: Path, scale: float, measured: dict | None = None) -> dict:
             requests = int(sum(r.records.n for r in runs))
         rows.append({"point": index, "params": {k: str(v) for k, v in point.params.items()},
                      "systems": len(point.spec.systems), "requests": requests,
-                     "estimate_requests": counts.request, "cpu_s": cpu_s, "estimate_cpu_s": counts.cpu_s(),
+                     "estimate_requests": counts.request, "cpu_s": cpu_s, "estimate_cpu_s": counts.cpu_s(backend),
                      "counts": counts.as_dict()})
         print(f"  {path.stem} point {index}: {rows[-1]['requests']:,} requests in {cpu_s:.2f} CPU-s, "
-              f"estimated {counts.request:,.0f} in {counts.cpu_s():.2f}", flush=True)
+              f"estimated {counts.request:,.0f} in {counts.cpu_s(backend):.2f}", flush=True)
     measured = sum(r["cpu_s"] for r in rows)
     estimated = sum(r["estimate_cpu_s"] for r in rows)
     return {"scenario": path.name, "points": len(scenario.points), "checked": [r["point"] for r in rows],
@@ -90,8 +101,9 @@ def check(path: Path, scale: float, measured: dict | None = None) -> dict:
             "estimate_cpu_s": estimated, "ratio": estimated / measured if measured else float("nan"), "rows": rows}
 
 
-def table(results: list[dict], command: str) -> str:
-    lines = [f"Measured by `{command}` on {dt.date.today().isoformat()} ({machine_text()}; one process, "
+def table(results: list[dict], command: str, backend: str = "python") -> str:
+    lines = [f"The {backend} backend: measured by `{command}` on {dt.date.today().isoformat()} "
+             f"({machine_text()}; one process, "
              "one core). Each scenario's durations and warm-ups scaled; the points checked are all of a sweep "
              f"of up to {MAX_ALL_POINTS} points, else its first, middle and last (numbered from 0; only the first "
              "where systems search their layout), every system of each. Ratio = estimated / measured CPU-s (target: 0.5 to 2).", "",
@@ -108,19 +120,15 @@ def table(results: list[dict], command: str) -> str:
     return "\n".join(lines)
 
 
-def write_table(out: Path, text: str) -> None:
-    """Replace the lines between the run-cost markers of ``out`` (appending them if missing)."""
-    old = out.read_text(encoding="utf-8") if out.exists() else ""
-    block = f"{START}\n{text}\n{END}"
-    if START in old and END in old:
-        new = old[:old.index(START)] + block + old[old.index(END) + len(END):]
-    else:
-        new = old + ("\n" if old and not old.endswith("\n") else "") + block + "\n"
-    out.write_text(new, encoding="utf-8")
+def write_table(out: Path, text: str, backend: str = "python") -> None:
+    """Replace the lines between ``backend``'s run-cost markers of ``out`` (appending them if missing)."""
+    write_between(out, *markers(backend), text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="engine backend to run and price (default: the one engine.backend: auto runs here)")
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--only", help="comma-separated scenario names (file stems)")
     parser.add_argument("--out", type=Path)
@@ -133,21 +141,28 @@ def main(argv: list[str] | None = None) -> int:
         paths = [p for p in paths if p.stem in args.only.split(",")]
     earlier = {}
     if args.reuse:
+        saved = json.loads(args.reuse.read_text(encoding="utf-8"))
+        # files written before backends were named hold a bare list of python runs
+        backend = "python" if isinstance(saved, list) else saved["backend"]
+        if args.backend not in (None, backend):
+            parser.error(f"--reuse {args.reuse} was measured with the {backend} backend, not {args.backend}")
         earlier = {r["scenario"]: {row["point"]: row for row in r["rows"]}
-                   for r in json.loads(args.reuse.read_text(encoding="utf-8"))}
+                   for r in (saved if isinstance(saved, list) else saved["scenarios"])}
+    else:
+        backend = use_backend(args.backend)
     results = []
     for path in paths:
-        results.append(check(path, args.scale, earlier.get(path.name)))
+        results.append(check(path, args.scale, earlier.get(path.name), backend))
     command = "python benchmarks/check_run_cost.py " + " ".join(argv if argv is not None else sys.argv[1:])
     if args.reuse:
         command += " (the CPU-s measured by the run that wrote that file)"
-    text = table(results, command.strip())
+    text = table(results, command.strip(), backend)
     print(text)
     if args.out:
-        write_table(args.out, text)
+        write_table(args.out, text, backend)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=1))
+        args.json.write_text(json.dumps({"backend": backend, "scale": args.scale, "scenarios": results}, indent=1))
     return 0
 
 

@@ -3,17 +3,25 @@
 Run on demand (not part of the test suite), from the repository root, with nothing else heavy
 beside it:
 
-    .venv/bin/python benchmarks/cost_rates.py [--scale 0.1] [--capacity 3.55] [--repeat 3]
-        [--json results/cost_rates.json]
+    .venv/bin/python benchmarks/cost_rates.py [--backend compiled] [--scale 0.1] [--capacity 3.55]
+        [--repeat 3] [--json results/cost_rates.json] [--out docs/run_cost.md] [--write-rates]
+
+``--backend`` (``python`` or ``compiled``; default: the one ``engine.backend: auto`` runs here,
+i.e. ``KVSIM_BACKEND`` if set) is the engine every case runs on: each backend has its own rates
+(``RATES[backend]`` in ``kvsim/plan/cost_rates.py``).
 
 Each case isolates paths of the model (kvsim/plan/cost_model.py): the speed cases of
 ``speed_cases.py`` -- ladder-8/64/256 (requests, batch, iterations, instances; no cache),
 offload-nocache and offload-dram_nvme (the same requests without and with DRAM + NVMe tiers:
-tier blocks and transfers), mooncake (HBM + DRAM cache on a trace), domains (its three systems:
-per-block work across addressing domains), pd (handoffs; also as ``pd-tp4``, two servers of tp-4
+tier blocks and transfers), mooncake (HBM + DRAM cache on a trace; again as
+``mooncake-cache_aware``, routed by cache: every instance scored per request), domains (its
+three systems: per-block work across addressing domains; again as ``domains-local``, its 8-card
+servers with each instance's own HBM cache: the same blocks without domain lookups), pd (handoffs; also as ``pd-tp4``, two servers of tp-4
 instances, for the handoff's flows per card) -- at ``--scale`` of their durations,
 ladder-64 again at 3x that scale, the ladder's saturation probe (a closed loop) and
-``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers). Every system of a case is run alone, in this process, ``--repeat``
+``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers) and its
+DRAM-tier system (``dram``: about 22 blocks per local transfer where the offload cases move 27, so
+tier blocks and transfers, which those cases move in step, are told apart). Every system of a case is run alone, in this process, ``--repeat``
 times (the least CPU time kept: on a shared machine the others carry noise); its path counts are
 the model's estimate for that run (so the rates fit what the model will be given, not counts
 the model cannot know before a run). The rates are the non-negative least-squares fit of
@@ -22,13 +30,14 @@ the model cannot know before a run). The rates are the non-negative least-square
 
 weighted by 1 / measured CPU-s (every case counts by its relative error, not its size). The
 script prints each case's measured and fitted CPU-s and the rates as Python to paste into
-``kvsim/plan/cost_rates.py``.
+``kvsim/plan/cost_rates.py`` under that backend's name.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,7 +56,7 @@ from kvsim.sim.run import run_point  # noqa: E402
 from speed_measure import machine  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
-         "domains", "pd", "pd-tp4", "probe", "prewarm", "remote")
+         "mooncake-cache_aware", "domains", "domains-local", "pd", "pd-tp4", "probe", "prewarm", "remote", "dram")
 """The cases fitted, in order; ``CASE@k`` runs ``CASE`` at ``k`` times ``--scale`` (a longer run of
 the same system separates the per-run costs from the per-request ones)."""
 
@@ -55,18 +64,25 @@ the same system separates the per-run costs from the per-request ones)."""
 def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
     """The scenario of ``case``: a speed case; ``prewarm``, ``scenarios/plan_offload.yaml``'s L20
     with a remote pool (prewarmed) at 1/s, where the prewarm is most of the run; ``remote``, its
-    H20 with the same pool at 8/s, where the requests' remote-pool transfers are."""
+    H20 with the same pool at 8/s, where the requests' remote-pool transfers are; ``dram``, its L20
+    with a 512 GiB DRAM tier (prewarmed) at 4/s."""
     from speed_cases import scenario_for
 
     if "@" in case:
         case, factor = case.split("@")
         scale *= float(factor)
+    if case == "mooncake-cache_aware":  # the mooncake case routed by cache: every instance scored per request
+        return scenario_for("mooncake", {"scale": scale}).with_changes({"systems.h20x16.router": "cache_aware"})
+    if case == "domains-local":  # domains' 8-card servers, each instance its own HBM cache: no domain lookups
+        domains = scenario_for("domains", {"scale": scale})
+        local = {**domains.raw["systems"]["servers_16x8"], "kv_cache": {"peer_hbm": "none"}}
+        return domains.with_changes({"systems": {"servers_16x8_local": local}})
     if case == "pd-tp4":  # the pd case on two servers of tp-4 instances: 4 flows per handoff
         pool = "systems.pd.pools.h20"
         return scenario_for("pd", {"scale": scale}).with_changes(
             {f"{pool}.nodes": 2, f"{pool}.instance.tp": 4, f"{pool}.roles": {"prefill": 2, "decode": 2}})
-    if case in ("prewarm", "remote"):
-        name, rate = ("l20-pool", "1/s") if case == "prewarm" else ("h20-pool", "8/s")
+    if case in ("prewarm", "remote", "dram"):
+        name, rate = {"prewarm": ("l20-pool", "1/s"), "remote": ("h20-pool", "8/s"), "dram": ("l20-dram", "4/s")}[case]
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
         return plan.with_changes({"systems": {name: plan.raw["systems"][name]}, "plan": None,
                                   "workload.arrival.rate": rate, "duration": 240 * scale, "warmup": 60 * scale})
@@ -107,6 +123,23 @@ def machine_text() -> str:
     return f"kvsim commit {where['commit']}, Python {where['python']}, {where['cpu']}"
 
 
+def use_backend(choice: str | None) -> str:
+    """Make every run of this process use engine backend ``choice`` (None: the one ``auto``
+    resolves to) and return it; refuses ``compiled`` where it is not built.
+
+    Runs choose their backend when they start (``engine.backend: auto`` reads ``KVSIM_BACKEND``),
+    so setting the variable here reaches every case of the script.
+    """
+    from kvsim.backend import ENV, BackendError, resolve
+
+    try:
+        backend = resolve(choice or "auto")
+    except (BackendError, ValueError) as error:
+        raise SystemExit(f"{Path(sys.argv[0]).name}: {error}") from None
+    os.environ[ENV] = backend
+    return backend
+
+
 def fit(rows: list[dict]) -> dict[str, float]:
     """Non-negative least squares of measured CPU-s on the path counts, relative errors."""
     a = np.array([[row["counts"][p] for p in PATHS] for row in rows], dtype=float)
@@ -117,19 +150,85 @@ def fit(rows: list[dict]) -> dict[str, float]:
     return {p: float(v / s) for p, v, s in zip(PATHS, x, scale)}
 
 
+def rates_table(rows: list[dict], rates: dict[str, float], backend: str, how: str, where: str) -> str:
+    """Markdown of a fit: the rates of every path, then each case's measured and fitted CPU-s
+    (``where``: the machine and commit the runs were measured at)."""
+    lines = [f"The {backend} backend, fitted on {len(rows)} runs ({how}; measured at {where}):", "",
+             "| path | CPU-s per unit |", "|---|---:|"]
+    lines += [f"| {p} | {rates[p]:.3g} |" for p in PATHS]
+    lines += ["", "| case | system | requests | measured CPU-s | fitted CPU-s | fitted / measured |",
+              "|---|---|---:|---:|---:|---:|"]
+    for row in rows:
+        fitted = sum(row["counts"][p] * rates[p] for p in PATHS)
+        lines.append(f"| {row['case']} | {row['system']} | {row['requests']:,} | {row['cpu_s']:.3f} | {fitted:.3f} "
+                     f"| {fitted / row['cpu_s']:.2f} |")
+    return "\n".join(lines)
+
+
+def write_between(out: Path, start: str, end: str, text: str) -> None:
+    """Replace the lines between ``start`` and ``end`` in ``out`` (appending the block if missing)."""
+    old = out.read_text(encoding="utf-8") if out.exists() else ""
+    block = f"{start}\n{text}\n{end}"
+    if start in old and end in old:
+        new = old[:old.index(start)] + block + old[old.index(end) + len(end):]
+    else:
+        new = old + ("\n" if old and not old.endswith("\n") else "") + block + "\n"
+    out.write_text(new, encoding="utf-8")
+
+
+MODULE = HERE.parent / "kvsim" / "plan" / "cost_rates.py"
+
+
+def rates_source(rates: dict[str, float], backend: str, command: str, where: str) -> str:
+    """The Python of ``RATES[backend]``'s mapping in ``kvsim/plan/cost_rates.py``."""
+    import textwrap
+
+    note = (f"measured by `{command}` (each run the least CPU time of --repeat) at {where}, on the "
+            "project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no "
+            "cost there beyond what the other paths carry.")
+    lines = [f"_{backend.upper()} = MappingProxyType({{"]
+    lines += ["    # " + line for line in textwrap.wrap(note, 96)]
+    lines += [f'    "{p}": {float(f"{rates[p]:.3g}")!r},' for p in PATHS]
+    return "\n".join(lines + ["})"])
+
+
+def write_module(rates: dict[str, float], backend: str, command: str, where: str, module: Path = MODULE) -> None:
+    """Replace ``RATES[backend]``'s mapping (``_PYTHON = MappingProxyType({...})``) in ``module``."""
+    import re
+
+    text = module.read_text(encoding="utf-8")
+    pattern = re.compile(rf"^_{backend.upper()} = MappingProxyType\(\{{\n.*?^\}}\)$", re.M | re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"cost_rates.py: no _{backend.upper()} mapping in {module}")
+    module.write_text(pattern.sub(lambda _: rates_source(rates, backend, command, where), text), encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("python", "compiled"), default=None,
+                        help="engine backend to measure (default: the one engine.backend: auto runs here)")
     parser.add_argument("--scale", type=float, default=0.1)
     parser.add_argument("--capacity", type=float, default=3.55, help="ladder saturation per instance, requests/s")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(CASES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--out", type=Path, help="a Markdown page to write the fit into (between the backend's "
+                        "cost-rates markers)")
+    parser.add_argument("--write-rates", action="store_true",
+                        help="write the fitted rates into kvsim/plan/cost_rates.py (RATES[backend])")
     parser.add_argument("--reuse", type=Path, help="a --json file of an earlier run at the same --scale: its "
                         "measurements are kept (nothing runs), the model's counts recomputed and refitted")
     args = parser.parse_args(argv)
-    earlier = {}
+    earlier, backend, where = {}, None, machine_text()
     if args.reuse:
-        earlier = {(r["case"], r["system"]): r for r in json.loads(args.reuse.read_text(encoding="utf-8"))["rows"]}
+        saved = json.loads(args.reuse.read_text(encoding="utf-8"))
+        where = saved.get("machine", "an unrecorded commit")
+        earlier = {(r["case"], r["system"]): r for r in saved["rows"]}
+        backend = saved.get("backend", "python")  # files written before backends were named ran python
+        if args.backend not in (None, backend):
+            parser.error(f"--reuse {args.reuse} was measured with the {backend} backend, not {args.backend}")
+    else:
+        backend = use_backend(args.backend)
     rows = []
     for case in args.only.split(","):
         scenario = case_scenario(case, args.scale, args.capacity)
@@ -140,18 +239,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case:18s} {name:16s} {row['requests']:7,d} requests {row['cpu_s']:8.3f} CPU-s", flush=True)
     rates = fit(rows)
     how = f"measurements of {args.reuse}" if args.reuse else f"best of {args.repeat}"
-    print(f"\nfitted on {len(rows)} runs ({machine_text()}, --scale {args.scale}, {how}):")
+    print(f"\nfitted on {len(rows)} runs ({backend} backend, measured at {where}, --scale {args.scale}, {how}):")
     print(f"{'case':18s} {'system':16s} {'measured':>9s} {'fitted':>9s} {'ratio':>6s}")
     for row in rows:
         fitted = sum(row["counts"][p] * rates[p] for p in PATHS)
         print(f"{row['case']:18s} {row['system']:16s} {row['cpu_s']:9.3f} {fitted:9.3f} {fitted / row['cpu_s']:6.2f}")
-    print("\nrates (CPU-s per unit) for kvsim/plan/cost_rates.py:")
+    print(f"\nrates (CPU-s per unit) for kvsim/plan/cost_rates.py, RATES[{backend!r}]:")
     for p in PATHS:
         print(f'    "{p}": {rates[p]:.3g},')
+    command = "python benchmarks/cost_rates.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    if args.write_rates:
+        write_module(rates, backend, command.strip(), where)
+        print(f"wrote RATES[{backend!r}] into {MODULE}")
+    if args.out:
+        write_between(args.out, f"<!-- cost-rates:{backend} -->", f"<!-- /cost-rates:{backend} -->",
+                      rates_table(rows, rates, backend, f"`{command.strip()}`, --scale {args.scale}, {how}", where))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"machine": machine_text(), "scale": args.scale, "rows": rows,
-                                         "rates": rates}, indent=1))
+        args.json.write_text(json.dumps({"machine": where, "backend": backend, "command": command.strip(), "scale": args.scale,
+                                         "rows": rows, "rates": rates}, indent=1))
     return 0
 
 

@@ -2,6 +2,7 @@
 simulator speed, where CPU time on a shared machine drifts by 10-20 % within the hour.
 
     .venv/bin/python benchmarks/instructions.py mooncake [rr_conv_80 ...] [--scale 0.1] [--against 637b053] [--ceiling]
+        [--backend python,compiled]
 
 For each case (see ``speed_cases.py``) it runs ``kvsim.run`` under callgrind twice, at ``--scale``
 and at a near-empty scale, with ``PYTHONHASHSEED=0``, and prints the difference: the instructions
@@ -9,7 +10,8 @@ of the simulation itself, without start-up and scenario loading. ``--against REV
 in a temporary git worktree of ``REV`` (the scenarios and traces come from this checkout) and
 prints the change. ``--ceiling`` also counts the case with decode runs' per-step work removed
 (``run_ceiling.py``): the most that closed-form run sums could save. Each count takes a minute or
-two (callgrind runs Python about 50x slower).
+two (callgrind runs Python about 50x slower). ``--backend`` counts with that engine backend
+(``KVSIM_BACKEND``; comma-separated: each in turn; default: as ``auto`` resolves here).
 """
 
 from __future__ import annotations
@@ -40,13 +42,17 @@ kvsim.run(speed_cases.scenario_for(sys.argv[3], {"scale": float(sys.argv[4]), "c
 """
 
 
-def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, ceiling: bool = False) -> int:
+def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, ceiling: bool = False,
+          backend: str | None = None) -> int:
     """Instructions callgrind collects for ``case`` at ``scale`` with kvsim from ``root``
     (``capacity_per_s``: the ladder's saturation throughput per instance, requests/s; ``ceiling``:
-    with decode runs' per-step work removed, see ``run_ceiling.py``)."""
+    with decode runs' per-step work removed, see ``run_ceiling.py``; ``backend``: the engine
+    backend, None for the one ``auto`` resolves to)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD,
                str(root), str(HERE), case, repr(scale), repr(capacity_per_s), "ceiling" if ceiling else "-"]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if backend is not None:
+        env["KVSIM_BACKEND"] = backend
     if ceiling:
         env["KVSIM_BACKEND"] = "python"  # run_ceiling patches the pure-Python engine's decode runs
     done = subprocess.run(command, capture_output=True, text=True, env=env)
@@ -58,10 +64,11 @@ def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, cei
     return int(found.group(1))
 
 
-def run_instructions(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, ceiling: bool = False) -> int:
+def run_instructions(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, ceiling: bool = False,
+                     backend: str | None = None) -> int:
     """Instructions of the simulation alone: ``case`` at ``scale`` less a near-empty run of it."""
-    return (count(root, case, scale, capacity_per_s, ceiling)
-            - count(root, case, EMPTY_SCALE, capacity_per_s, ceiling))
+    return (count(root, case, scale, capacity_per_s, ceiling, backend)
+            - count(root, case, EMPTY_SCALE, capacity_per_s, ceiling, backend))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,13 +81,15 @@ def main(argv: list[str] | None = None) -> None:
                              "closed-form run sums could save")
     parser.add_argument("--capacity", type=float, default=3.55,
                         help="the ladder's saturation throughput per instance, requests/s (as speed.py --capacity)")
+    parser.add_argument("--backend", default=None,
+                        help="engine backend(s) to count with, comma-separated (default: as auto resolves here)")
     args = parser.parse_args(argv)
     if not args.scale > EMPTY_SCALE:
         parser.error(f"--scale must be above {EMPTY_SCALE}")
     sys.path.insert(0, str(HERE))
     from speed_cases import GROUPS
 
-    known = [case for cases in GROUPS.values() for case in cases]
+    known = [case for cases in GROUPS.values() for case in cases if case != "plan"]  # plan: not one kvsim.run
     unknown = [case for case in args.cases if case not in known]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(known)}")
@@ -94,12 +103,14 @@ def main(argv: list[str] | None = None) -> None:
                                   capture_output=True, text=True)
             if made.returncode != 0:
                 raise SystemExit(f"instructions.py: --against {args.against}: {made.stderr.strip()}")
+        backends = [None] if args.backend is None else [b.strip() for b in args.backend.split(",")]
         try:
-            for case in args.cases:
-                here = run_instructions(REPO, case, args.scale, args.capacity)
-                line = f"{case} (--scale {args.scale:g}): {here / 1e9:.3f} G instructions"
+            for case, backend in ((c, b) for c in args.cases for b in backends):
+                here = run_instructions(REPO, case, args.scale, args.capacity, backend=backend)
+                line = (f"{case} (--scale {args.scale:g}" + (f", {backend}" if backend else "")
+                        + f"): {here / 1e9:.3f} G instructions")
                 if other is not None:
-                    then = run_instructions(other, case, args.scale, args.capacity)
+                    then = run_instructions(other, case, args.scale, args.capacity, backend=backend)
                     line += f"; at {args.against}: {then / 1e9:.3f} G ({100 * (here - then) / then:+.1f} %)"
                 if args.ceiling:
                     bound = run_instructions(REPO, case, args.scale, args.capacity, ceiling=True)

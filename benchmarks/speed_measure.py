@@ -2,7 +2,8 @@
 engine iterations and peak memory, with the result files written as ``kvsim run`` writes them.
 
 Used by ``benchmarks/speed.py`` (one fresh process per case, so the peak resident set belongs to
-that case alone) and ``benchmarks/bench_mooncake.py``.
+that case alone) and ``benchmarks/bench_mooncake.py``. :func:`measure_plan` measures a
+``kvsim plan`` question the same way (its probes' requests, events and iterations summed).
 
 Definitions (what the speed report prints):
 
@@ -16,6 +17,10 @@ Definitions (what the speed report prints):
   read without slowing the run: the benchmark process patches ``Environment.__init__`` only to
   keep a reference to each environment);
 - *iterations*: engine iterations (batched forward passes), all instances;
+- *process CPU s*: the whole measuring process's CPU time (``getrusage``: interpreter start-up,
+  imports, scenario loading, the run, writing the result files), read by ``speed.py``'s child at
+  its end -- the "whole-process CPU second" of issue 23's real-time target;
+- *backend*: the engine backend that ran (each summary's ``engine_backend``);
 - *peak RSS*: ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` after the run *and* the result files
   (``summary.json``, ``requests.parquet``, ...) were written to a temporary folder; *RSS before*
   is the same reading after imports and scenario loading, so ``peak - before`` is what the run
@@ -65,6 +70,12 @@ def _max_rss_bytes() -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
+def process_cpu_s() -> float:
+    """CPU-seconds (user + system) this process has used since it started."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def measure(scenario: kvsim.Scenario, write: bool = True) -> dict[str, Any]:
     """Run ``scenario`` once and return its speed figures (see the module docstring) and a few
     results to check that a faster engine still gives the same answers."""
@@ -105,6 +116,67 @@ def measure(scenario: kvsim.Scenario, write: bool = True) -> dict[str, Any]:
         "records_digest": result.records_digest(RequestRecords.colocated_fields),
         "results": answers,
         "write_note": write_note,
+        "backend": _backend(run.summary for run in result.runs),
+    }
+
+
+def _backend(summaries) -> str:
+    """The backend the runs ran on ("python" or "compiled"; both names joined by "+" if they
+    differ). Summaries without the key (results stored before it was kept) are not counted."""
+    names = sorted({summary["engine_backend"] for summary in summaries if "engine_backend" in summary})
+    return "+".join(names) or "unknown"
+
+
+def measure_plan(scenario: kvsim.Scenario) -> dict[str, Any]:
+    """Answer ``scenario``'s plan (``kvsim plan``, one worker: every probe runs in this process,
+    into a temporary folder) and return the figures of :func:`measure`, summed over the probes;
+    ``cpu_s`` is the whole question's (searching, probing, writing the plan's report).
+
+    The probes' runs are seen by wrapping :func:`kvsim.sim.run.run_scenario` (what each probe
+    calls, :func:`kvsim.plan.planner.run_probe`), which leaves them as they are.
+    """
+    import hashlib
+    import json
+
+    import kvsim.sim.run as sim_run
+    from kvsim.plan.command import run_plan
+
+    _keep_environments()
+    first_env = len(_ENVIRONMENTS)
+    runs: list = []
+    real = sim_run.run_scenario
+
+    def counted(*args, **kwargs):
+        done = real(*args, **kwargs)
+        runs.extend(done.runs)
+        return done
+
+    rss_before = _max_rss_bytes()
+    sim_run.run_scenario = counted
+    try:
+        with tempfile.TemporaryDirectory(prefix="kvsim-speed-plan-") as folder:
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            answer = run_plan(scenario, folder, workers=1, log=lambda line: None)
+            cpu_s, wall_s = time.process_time() - cpu0, time.perf_counter() - wall0
+    finally:
+        sim_run.run_scenario = real
+    sim_s = 0.0
+    for run in runs:
+        finished = run.records.finish_s[:run.records.n]
+        if run.records.n and np.isfinite(finished).any():
+            sim_s += float(np.nanmax(finished))
+    # what a faster engine must reproduce: each candidate's capacity and the cheapest per target
+    candidates = [{"system": c["system"], "max_load": c["capacity"]["max_load"],
+                   "fail_load": c["capacity"]["fail_load"]} for c in answer["candidates"]]
+    candidates += [{"load": a["load"], "cheapest": a["cheapest"], "note": a["note"]} for a in answer["answers"]]
+    return {
+        "requests": int(sum(run.records.n for run in runs)), "cpu_s": cpu_s, "wall_s": wall_s, "write_cpu_s": 0.0,
+        "sim_s": sim_s, "events": int(sum(next(env._eid) for env in _ENVIRONMENTS[first_env:])),
+        "iterations": int(sum(run.iterations for run in runs)), "rss_before_bytes": rss_before,
+        "rss_peak_bytes": _max_rss_bytes(), "instances": 0, "cards": 0, "probes": len(answer["probes"]),
+        "systems": len(scenario.spec.systems),
+        "records_digest": hashlib.sha256(json.dumps(candidates, sort_keys=True).encode()).hexdigest(),
+        "results": candidates, "write_note": "", "backend": _backend(run.summary for run in runs),
     }
 
 
@@ -165,6 +237,8 @@ def rates(m: dict[str, Any]) -> dict[str, float]:
         "sim_per_wall": m["sim_s"] / m["wall_s"] if m["wall_s"] > 0 else float("nan"),
         "events_per_req": m["events"] / n,
         "iterations_per_req": m["iterations"] / n,
+        # simulated seconds per whole-process CPU second (measurements before it was kept: none)
+        "sim_per_process_cpu": m["sim_s"] / m["process_cpu_s"] if m.get("process_cpu_s") else float("nan"),
         "rss_growth_per_million_bytes": (m["rss_peak_bytes"] - m["rss_before_bytes"]) * 1e6 / n,
     }
 

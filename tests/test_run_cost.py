@@ -84,10 +84,29 @@ def test_path_counts_price_each_path_at_its_rate():
     assert set(counts.as_dict()) == set(PATHS) == set(rates)
 
 
-def test_a_backend_without_rates_uses_the_python_rates():
-    assert "python" in RATES
-    assert rates_for("compiled") == RATES.get("compiled", RATES["python"])
-    assert all(rate >= 0 for rate in rates_for("python").values())
+def test_each_backend_has_its_own_measured_rates_and_validate_names_them(monkeypatch):
+    from kvsim.backend import BACKENDS
+
+    # every backend a run can resolve to has a full set of its own rates (fitted separately:
+    # not the python rates under another name)
+    resolved = [b for b in BACKENDS if b != "auto"]
+    assert set(RATES) == set(resolved)
+    for backend in resolved:
+        assert set(rates_for(backend)) == set(PATHS) and all(rate >= 0 for rate in rates_for(backend).values())
+    assert dict(rates_for("compiled")) != dict(rates_for("python"))
+    assert rates_for("unmeasured") is RATES["python"]  # the reference's: an upper bound
+    scenario = kvsim.parse_scenario(SCENARIO, "cost.yaml")
+    python, compiled = run_cost(scenario, backend="python"), run_cost(scenario, backend="compiled")
+    assert python.counts == compiled.counts  # the same work, priced at each backend's rates
+    assert compiled.cpu_s == pytest.approx(compiled.counts.cpu_s("compiled"))
+    assert compiled.cpu_s != pytest.approx(python.cpu_s)
+    line = compiled.describe().splitlines()[-1]
+    assert "(compiled engine; per-path rates measured" in line and "pure-Python" not in line
+    import kvsim.plan.cost_rates as cost_rates
+
+    monkeypatch.setattr(cost_rates, "RATES", {"python": RATES["python"]})
+    line = run_cost(scenario, backend="compiled").describe().splitlines()[-1]
+    assert "compiled engine, at the pure-Python engine's rates: its own are not measured yet" in line
 
 
 def test_hit_fraction_and_prewarm_arithmetic():
@@ -132,6 +151,17 @@ def test_more_work_on_any_path_costs_more():
     warm = dram.replace("}}", "}, prewarm: true}").replace("  output_tokens", shared)
     assert _cost(warm) > _cost(dram.replace("  output_tokens", shared))  # the prewarm fills the tier first
 
+
+
+def test_a_cache_aware_router_scores_every_instance_per_request():
+    four = CACHED.replace("a: {node: h20-8x, instances: 1}", "a: {node: h20-8x, instances: 4, kv_cache: {}}").replace(
+        "  b: {node: l20-8x, instances: 1}\n", "")
+    plain = run_cost(kvsim.parse_scenario(four, "cost.yaml")).counts
+    aware = run_cost(kvsim.parse_scenario(four.replace("kv_cache: {}", "kv_cache: {}, router: cache_aware"),
+                                          "cost.yaml")).counts
+    assert plain.routed_candidate == 0.0  # least outstanding: an ordered board, no per-instance scan
+    assert aware.routed_candidate == pytest.approx(4 * aware.request) and aware.request == plain.request > 0
+    assert aware.cpu_s("python") >= plain.cpu_s("python") and aware.cpu_s("compiled") >= plain.cpu_s("compiled")
 
 
 def test_a_trace_is_read_once_however_many_points_leave_the_workload_alone(tmp_path, monkeypatch):
@@ -181,18 +211,49 @@ def test_the_fit_recovers_rates_that_made_the_measurements():
         assert rates[path] == pytest.approx(truth.get(path, 0.0), rel=1e-6, abs=1e-12)
 
 
+def test_the_fit_is_written_as_a_table_of_rates_and_cases(tmp_path):
+    _, cost_rates = _bench()
+    counts = {p: 0.0 for p in PATHS}
+    rows = [{"case": "ladder-8", "system": "h20", "requests": 1200, "cpu_s": 0.5,
+             "counts": {**counts, "request": 1000.0}}]
+    text = cost_rates.rates_table(rows, {**counts, "request": 4e-4}, "compiled", "`cmd`", "commit abc")
+    assert text.startswith("The compiled backend, fitted on 1 runs (`cmd`; measured at commit abc):")
+    assert "| request | 0.0004 |" in text and "| run | 0 |" in text
+    assert "| ladder-8 | h20 | 1,200 | 0.500 | 0.400 | 0.80 |" in text  # 1,000 x 4e-4 against 0.5 measured
+    module = tmp_path / "cost_rates.py"
+    module.write_text(cost_rates.MODULE.read_text(encoding="utf-8"), encoding="utf-8")
+    fitted = {p: 0.0 for p in PATHS} | {"request": 1.234567e-4, "hbm_block": 5e-6}
+    cost_rates.write_module(fitted, "compiled", "python benchmarks/cost_rates.py --backend compiled", "commit abc",
+                            module)
+    namespace: dict = {}
+    exec(compile(module.read_text(encoding="utf-8"), str(module), "exec"), namespace)
+    assert dict(namespace["RATES"]["compiled"]) == {p: 0.0 for p in PATHS} | {"request": 1.23e-4, "hbm_block": 5e-6}
+    assert dict(namespace["RATES"]["python"]) == dict(RATES["python"])  # the other backend's left as it was
+    assert "--backend compiled` (each run the least CPU time of --repeat) at commit abc" in " ".join(
+        line.strip("# ") for line in module.read_text(encoding="utf-8").splitlines())
+    out = tmp_path / "page.md"
+    cost_rates.write_between(out, "<a>", "</a>", "one")
+    cost_rates.write_between(out, "<a>", "</a>", "two")
+    assert out.read_text(encoding="utf-8") == "<a>\ntwo\n</a>\n"
+
+
 def test_check_picks_points_and_writes_its_table_between_markers(tmp_path):
     check_run_cost, _ = _bench()
     six = kvsim.parse_scenario(SCENARIO.replace("[1/s, 3/s]", "[1/s, 2/s, 3/s, 4/s, 5/s, 6/s]"), "cost.yaml")
     assert check_run_cost.chosen_points(six) == [0, 3, 5]
     assert check_run_cost.chosen_points(kvsim.parse_scenario(SCENARIO, "cost.yaml")) == [0, 1]
     out = tmp_path / "run_cost.md"
-    out.write_text(f"# head\n{check_run_cost.START}\nold\n{check_run_cost.END}\ntail\n", encoding="utf-8")
-    check_run_cost.write_table(out, "new table")
+    py_start, py_end = check_run_cost.markers("python")
+    c_start, c_end = check_run_cost.markers("compiled")
+    assert len({py_start, py_end, c_start, c_end}) == 4
+    out.write_text(f"# head\n{py_start}\nold\n{py_end}\nmiddle\n{c_start}\nold too\n{c_end}\ntail\n",
+                   encoding="utf-8")
+    check_run_cost.write_table(out, "new table", "compiled")  # each backend's table between its own markers
     assert out.read_text(encoding="utf-8") == (
-        f"# head\n{check_run_cost.START}\nnew table\n{check_run_cost.END}\ntail\n")
+        f"# head\n{py_start}\nold\n{py_end}\nmiddle\n{c_start}\nnew table\n{c_end}\ntail\n")
     rows = [{"scenario": "a.yaml", "points": 3, "checked": [0, 2], "system_runs": 4, "requests": 10,
              "estimate_requests": 12.0, "cpu_s": 2.0, "estimate_cpu_s": 5.0, "ratio": 2.5}]
-    text = check_run_cost.table(rows, "cmd")
+    text = check_run_cost.table(rows, "cmd", "compiled")
+    assert text.startswith("The compiled backend: measured by `cmd`")
     assert "| a.yaml | 0, 2 of 3 | 4 | 10 | 12 | 2.00 | 5.00 | 2.50 |" in text
     assert "Within 2x on every scenario: no" in text

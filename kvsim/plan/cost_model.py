@@ -26,6 +26,9 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 - ``queued_request``: requests x the share of them that wait for a batch slot: closed-loop
   clients beyond ``max_num_seqs`` per instance (the ladder's saturation probe, 4,096 clients on
   8 instances, costs about three times a request of the open-loop ladder);
+- ``routed_candidate``: requests x the instances a cache-aware router scores for each (it
+  weighs every candidate's cached prefix and load: ``router`` or, disaggregated,
+  ``prefill_router: cache_aware``); the other routers keep ordered boards, O(log n) a request;
 - ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
   prewarm (``kv_cache.prewarm``), found as
   :meth:`kvsim.serving.cache.tiers.TierCache.prewarm` stops: every lower store fed twice its
@@ -77,6 +80,7 @@ class PathCounts:
     remote_flow: float = 0.0
     prewarm_prompt: float = 0.0
     prewarm_block: float = 0.0
+    routed_candidate: float = 0.0
 
     def cpu_s(self, backend: str = "python") -> float:
         """CPU-seconds at the measured rates of ``backend`` (:func:`~kvsim.plan.cost_rates.rates_for`)."""
@@ -270,6 +274,8 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
     prompts = blocks = 0.0
     if cache is not None and cache.prewarm and tiers:
         prompts, blocks = _prewarm(spec, sizing, compute, shape)
+    # the router that places a request on a compute instance: the prefill router when disaggregated
+    aware = (system.prefill_router if sizing.disaggregated else system.router) == "cache_aware"
     return PathCounts(
         run=1.0,
         instance=float(sizing.instances),
@@ -285,6 +291,7 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         queued_request=requests * queued,
         prewarm_prompt=prompts,
         prewarm_block=blocks,
+        routed_candidate=requests * n_compute if aware else 0.0,
     )
 
 

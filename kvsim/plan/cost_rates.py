@@ -1,6 +1,10 @@
 """CPU cost of each simulation path, per engine backend: the rates :mod:`kvsim.plan.cost_model`
 multiplies by the work a run will do.
 
+Each backend (``engine.backend``: the pure-Python reference and the compiled kernels) has its own
+mapping, fitted by ``benchmarks/cost_rates.py --backend NAME`` with every case run on that
+backend; ``kvsim validate`` prices a run at the rates of the backend that will run it.
+
 Every rate is CPU-seconds per unit of one path (see :class:`kvsim.plan.cost_model.PathCounts` for
 what each unit is). They were fitted by ``benchmarks/cost_rates.py`` (non-negative least squares
 over small cases that each isolate a path: the speed cases of ``benchmarks/speed_cases.py`` --
@@ -16,42 +20,63 @@ from types import MappingProxyType
 __all__ = ["RATES", "PATHS", "rates_for"]
 
 PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block", "tier_block", "flow",
-         "domain_block", "handoff", "handoff_flow", "queued_request", "remote_flow", "prewarm_prompt", "prewarm_block")
+         "domain_block", "handoff", "handoff_flow", "queued_request", "remote_flow", "prewarm_prompt", "prewarm_block",
+         "routed_candidate")
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --scale 0.1 --repeat 2` (each run the least CPU
-    # time of two) at commit 5276a9b, the pd-tp4 case at ba8b185, on the project's 2-core AMD EPYC
-    # machine (Python 3.11.7) while other jobs shared it; refitted on those measurements with
-    # `--reuse` for the model's paths as committed with these rates (docs/run_cost.md). Zero: the
-    # fit found no cost there beyond what the other paths carry (e.g. domain lookups are in the
-    # per-block rates, local-tier transfers in tier_block).
+    # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 2 --json
+    # /tmp/b-bench/rates3-python.json --write-rates --out docs/run_cost.md` (each run the least CPU
+    # time of --repeat) at kvsim commit e050e12, with uncommitted changes to kvsim/, Python 3.11.7,
+    # AMD EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero:
+    # the fit found no cost there beyond what the other paths carry.
     "run": 0.0,
-    "instance": 0.0017,
-    "request": 0.000488,
-    "iteration": 1.93e-07,
+    "instance": 0.000131,
+    "request": 0.000166,
+    "iteration": 2.17e-07,
     "prompt_block": 0.0,
-    "hbm_block": 1.29e-05,
-    "tier_block": 2.11e-05,
-    "flow": 0.0,
-    "domain_block": 0.0,
-    "handoff": 8.17e-05,
-    "handoff_flow": 0.00015,
-    "queued_request": 0.0016,
-    "remote_flow": 0.000922,
-    "prewarm_prompt": 0.000254,
-    "prewarm_block": 0.0,
+    "hbm_block": 2.33e-06,
+    "tier_block": 0.0,
+    "flow": 0.000217,
+    "domain_block": 1.12e-06,
+    "handoff": 7.97e-05,
+    "handoff_flow": 1.76e-05,
+    "queued_request": 0.000393,
+    "remote_flow": 0.000365,
+    "prewarm_prompt": 5.83e-05,
+    "prewarm_block": 1.4e-07,
+    "routed_candidate": 3.47e-06,
 })
 
-RATES = MappingProxyType({
-    "python": _PYTHON,
-    # "compiled": the typed compiled core (issue 23, item 2) is being built elsewhere; its rates go
-    # here, measured the same way (benchmarks/cost_rates.py run with that backend) once it runs.
-    # Until then rates_for("compiled") answers with the python rates (an upper bound).
+_COMPILED = MappingProxyType({
+    # measured by `python benchmarks/cost_rates.py --backend compiled --scale 0.1 --repeat 2 --json
+    # /tmp/b-bench/rates3-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
+    # time of --repeat) at kvsim commit e050e12, Python 3.11.7, AMD EPYC, on the project's 2-core
+    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
+    # what the other paths carry.
+    "run": 0.0,
+    "instance": 0.000328,
+    "request": 0.000108,
+    "iteration": 8.06e-08,
+    "prompt_block": 0.0,
+    "hbm_block": 1.9e-06,
+    "tier_block": 0.0,
+    "flow": 0.000194,
+    "domain_block": 1.82e-06,
+    "handoff": 5.24e-05,
+    "handoff_flow": 2.73e-05,
+    "queued_request": 0.000586,
+    "remote_flow": 0.0,
+    "prewarm_prompt": 8.44e-05,
+    "prewarm_block": 0.0,
+    "routed_candidate": 4.56e-06,
 })
+
+RATES = MappingProxyType({"python": _PYTHON, "compiled": _COMPILED})
 """Rates (CPU-seconds per unit) by engine backend (``engine.backend``)."""
 
 
 def rates_for(backend: str = "python") -> MappingProxyType:
-    """The rates of ``backend``; the pure-Python engine's when that backend has none measured yet."""
+    """The rates of ``backend``; the pure-Python engine's for a backend with none measured (an
+    upper bound: no backend is slower than the reference)."""
     return RATES.get(backend, RATES["python"])

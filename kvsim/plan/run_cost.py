@@ -107,6 +107,7 @@ _PATH_WORDS = {
     "hbm_block": "HBM cache blocks", "tier_block": "offload tier blocks", "flow": "transfers",
     "domain_block": "domain block lookups", "handoff": "PD handoffs", "handoff_flow": "PD handoff flows", "queued_request": "queued requests", "remote_flow": "remote pool transfers",
     "prewarm_prompt": "cache prewarm prompts", "prewarm_block": "cache prewarm blocks",
+    "routed_candidate": "cache-aware routing",
 }
 
 
