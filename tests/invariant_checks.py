@@ -167,6 +167,7 @@ def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None)
         return run
 
     with monkeypatch.context() as patch:
+        patch.setenv("KVSIM_BACKEND", "python")  # the watches below patch the reference's classes
         patch.setattr(run_module, "collect", collect)
         patch.setattr(BatchScheduler, "_preempt", preempt)
         patch.setattr(Swapper, "swap_out", swapped(Swapper.swap_out, "out"))

@@ -318,6 +318,7 @@ def test_copy_on_write_no_page_is_both_a_sequences_and_shared(monkeypatch, built
         return batch
 
     monkeypatch.setattr(BatchScheduler, "schedule", schedule)
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the patch is the reference's scheduler
     run = kvsim.run(kvsim.parse_scenario(PRESSURE, "p.yaml")).runs[0]
     pool = built_systems[-1].cache.domain_pools["su0"]
     # the run was under pressure: blocks moved between cards, were evicted, and requests shared
