@@ -79,6 +79,11 @@ class KVIndex:
         for watcher in self._watchers:
             watcher(block, store, True)
 
+    def _less(self, where: tuple[BlockStore, ...], store: BlockStore) -> tuple[BlockStore, ...] | None:
+        """The location tuple ``where`` (which holds ``store``) without ``store``; None if it held
+        only ``store`` (the block is then held nowhere)."""
+        return self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+
     def _drop(self, block: Block, store: BlockStore) -> bool:
         """Forget that ``store`` holds ``block``; False if it was not recorded."""
         where_of = self._where
@@ -113,7 +118,7 @@ class KVIndex:
                 if store not in where:
                     continue
                 last = where
-                last_less = self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+                last_less = self._less(where, store)
             if last_less is None:
                 del where_of[block]
             else:
@@ -192,7 +197,7 @@ class KVIndex:
                     if store not in where:
                         continue
                     gone_last = where
-                    gone_less = self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+                    gone_less = self._less(where, store)
                 if gone_less is None:
                     del where_of[gone]
                 else:
