@@ -26,50 +26,50 @@ PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block",
 
 _PYTHON = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 2 --json
-    # /tmp/b-bench/rates3-python.json --write-rates --out docs/run_cost.md` (each run the least CPU
-    # time of --repeat) at kvsim commit e050e12, with uncommitted changes to kvsim/, Python 3.11.7,
-    # AMD EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero:
-    # the fit found no cost there beyond what the other paths carry.
-    "run": 0.0,
-    "instance": 0.000131,
-    "request": 0.000166,
-    "iteration": 2.17e-07,
-    "prompt_block": 0.0,
-    "hbm_block": 2.33e-06,
+    # /tmp/speed/rates-python.json --write-rates --out docs/run_cost.md` (each run the least CPU time
+    # of --repeat) at kvsim commit 8583298, with uncommitted changes to kvsim/, Python 3.11.7, AMD
+    # EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero: the
+    # fit found no cost there beyond what the other paths carry.
+    "run": 0.00113,
+    "instance": 0.000311,
+    "request": 0.000116,
+    "iteration": 3.15e-08,
+    "prompt_block": 9.23e-07,
+    "hbm_block": 1.01e-06,
     "tier_block": 0.0,
-    "flow": 0.000217,
-    "domain_block": 1.12e-06,
-    "handoff": 7.97e-05,
-    "handoff_flow": 1.76e-05,
-    "queued_request": 0.000393,
-    "remote_flow": 0.000365,
-    "prewarm_prompt": 5.83e-05,
-    "prewarm_block": 1.4e-07,
-    "routed_candidate": 3.47e-06,
+    "flow": 0.000131,
+    "domain_block": 5.39e-07,
+    "handoff": 8.39e-05,
+    "handoff_flow": 1.75e-05,
+    "queued_request": 0.000253,
+    "remote_flow": 0.000211,
+    "prewarm_prompt": 5.14e-05,
+    "prewarm_block": 0.0,
+    "routed_candidate": 2.22e-06,
 })
 
 _COMPILED = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --backend compiled --scale 0.1 --repeat 2 --json
-    # /tmp/b-bench/rates3-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
-    # time of --repeat) at kvsim commit e050e12, Python 3.11.7, AMD EPYC, on the project's 2-core
-    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
-    # what the other paths carry.
-    "run": 0.0,
-    "instance": 0.000328,
-    "request": 0.000108,
-    "iteration": 8.06e-08,
-    "prompt_block": 0.0,
-    "hbm_block": 1.9e-06,
+    # /tmp/speed/rates-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
+    # time of --repeat) at kvsim commit fc48759, kvsim/ as of 879e86d, Python 3.11.7, AMD EPYC, on the
+    # project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no
+    # cost there beyond what the other paths carry.
+    "run": 0.0019,
+    "instance": 0.000307,
+    "request": 5.83e-05,
+    "iteration": 8.1e-08,
+    "prompt_block": 8.21e-07,
+    "hbm_block": 5.77e-07,
     "tier_block": 0.0,
-    "flow": 0.000194,
-    "domain_block": 1.82e-06,
-    "handoff": 5.24e-05,
-    "handoff_flow": 2.73e-05,
-    "queued_request": 0.000586,
-    "remote_flow": 0.0,
-    "prewarm_prompt": 8.44e-05,
+    "flow": 0.000154,
+    "domain_block": 7.61e-07,
+    "handoff": 4.5e-05,
+    "handoff_flow": 2.29e-05,
+    "queued_request": 0.000327,
+    "remote_flow": 0.000337,
+    "prewarm_prompt": 4.83e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 4.56e-06,
+    "routed_candidate": 2.06e-06,
 })
 
 RATES = MappingProxyType({"python": _PYTHON, "compiled": _COMPILED})
