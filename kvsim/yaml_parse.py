@@ -23,7 +23,6 @@ again by the pure-Python parser, whose messages :func:`kvsim.yaml_syntax.syntax_
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -35,24 +34,16 @@ from yaml.events import (
 )
 from yaml.nodes import ScalarNode
 
+from kvsim.yaml_limits import (
+    BYTES_VARIABLE, LIMITS_DOC, MAX_BYTES, MAX_DEPTH, MAX_NODES, MAX_PROBLEMS, NODES_VARIABLE, YamlRefused, max_bytes,
+    max_nodes,
+)
 from kvsim.yaml_lines import LineMap
 from kvsim.yaml_syntax import syntax_error
 
 __all__ = ["KvsimLoader", "YamlRefused", "Source", "LineMap", "parse_yaml", "max_bytes", "max_nodes", "MAX_BYTES",
            "MAX_NODES", "MAX_DEPTH", "BYTES_VARIABLE", "NODES_VARIABLE"]
 
-MAX_BYTES = 4 * 2**20
-"""Default largest YAML text read, bytes (4 MiB; the shipped scenarios and catalogs are at most
-24 KB: a long list of lengths belongs in a length file, a trace in a trace file)."""
-MAX_NODES = 1_000_000
-"""Default most keys, values and list items a YAML text may hold with its aliases expanded (a
-scenario holds a few hundred; a 751-byte alias bomb expands to 10^9)."""
-MAX_DEPTH = 64
-"""Deepest nesting of mappings and lists read (a scenario nests about 8 deep)."""
-MAX_PROBLEMS = 20
-"""Most problems reported from one text (reading stops there)."""
-BYTES_VARIABLE = "KVSIM_YAML_MAX_BYTES"
-NODES_VARIABLE = "KVSIM_YAML_MAX_NODES"
 LARGEST_WHOLE = sys.float_info.max
 """Largest magnitude of a whole number read (about 1.8e308: a float's range, so that every
 number read can be a float, as the model's arithmetic makes it; a larger one is out of range
@@ -62,10 +53,6 @@ _FAST_DIGITS = 308
 _MOST_DIGITS = 4300
 """Longest significant digit string of a whole number converted (Python's default limit for a
 decimal one; a longer one of any base is beyond :data:`LARGEST_WHOLE`)."""
-LIMITS_DOC = "README.md, Scenario files"
-"""Where the limits are described (named in their messages)."""
-
-
 class KvsimLoader(yaml.SafeLoader):
     """The safe loader with YAML 1.2 (core schema) booleans: only ``true`` and ``false`` (in
     lower, Title or UPPER case) are booleans; YAML 1.1's ``yes/no/on/off`` stay text.
@@ -93,14 +80,6 @@ if yaml.__with_libyaml__:
     _LOADERS = (_KvsimCLoader, KvsimLoader)
 
 
-class YamlRefused(Exception):
-    """YAML text that is not read: one message per problem, each naming the source (and line)."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("\n".join(problems))
-
-
 @dataclass(frozen=True)
 class Source:
     """Where a YAML text came from, as messages name it.
@@ -121,31 +100,6 @@ class Source:
 
     def at(self, line: int | None) -> str:
         return f"{self.name}:{line}" if self.lines and line is not None else self.name
-
-
-def _limit(variable: str, default: int, what: str) -> int:
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise YamlRefused([f"{variable}={text!r}: give the most {what} kvsim reads from a YAML text as a whole "
-                           f"number (the default is {default})"])
-    return value
-
-
-def max_bytes() -> int:
-    """Largest YAML text read, bytes: ``KVSIM_YAML_MAX_BYTES`` if set, else :data:`MAX_BYTES`."""
-    return _limit(BYTES_VARIABLE, MAX_BYTES, "bytes")
-
-
-def max_nodes() -> int:
-    """Most keys, values and list items read (aliases expanded): ``KVSIM_YAML_MAX_NODES`` if set,
-    else :data:`MAX_NODES`."""
-    return _limit(NODES_VARIABLE, MAX_NODES, "keys, values and list items")
 
 
 def parse_yaml(text: str, source: Source, base: tuple[Any, ...] = ()) -> tuple[Any, LineMap]:
