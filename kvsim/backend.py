@@ -47,8 +47,8 @@ class Kernels(NamedTuple):
     """The kernel modules of one backend, by short name."""
 
     name: str  # "python" or "compiled"
-    step_time: ModuleType
     levels: ModuleType
+    step_time: ModuleType
     engine_time: ModuleType
     sequence: ModuleType
     block_pool: ModuleType

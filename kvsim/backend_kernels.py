@@ -6,8 +6,8 @@ copy. Order: a kernel after the kernels it imports.
 """
 
 KERNELS = (
-    "kvsim.models.step_time",
     "kvsim.metrics.levels",
+    "kvsim.models.step_time",
     "kvsim.metrics.engine_time",
     "kvsim.serving.sequence",
     "kvsim.kv.block_pool",

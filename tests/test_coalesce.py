@@ -79,8 +79,14 @@ def _assert_equal(reference, coalesced):
 ])
 @pytest.mark.parametrize("seqs, context", [(1, 17), (7, 7 * 900), (64, 64 * 3001), (256, 256 * 150)])
 def test_decode_steps_equal_the_breakdown_of_each_step_to_the_bit(model, acc, tp, dtype, seqs, context):
+    """The reference's steps, and the compiled backend's (its C fill, copied out), against the
+    reference's breakdown of each step."""
+    from kvsim import backend
     step = RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
     steps = step.decode_steps(seqs, context, 40)
+    if backend.compiled_problem() is None:
+        compiled = backend.kernels("compiled").step_time.RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
+        assert compiled.decode_steps(seqs, context, 40) == steps
     fallback = decode_run.decode_steps(_NoClosedForm(step), seqs, context, 40)
     for i in range(40):
         parts = step.breakdown(BatchShape(decode_seqs=seqs, decode_context_tokens=context + i * seqs,
@@ -402,10 +408,20 @@ def test_pages_lists_and_arrays_agree():
         assert len(as_list) == steps + 1 or need(len(as_list)) > free  # stops only where pages run out
 
 
+def _backends_built() -> list[str]:
+    from kvsim import backend
+    return ["python"] + (["compiled"] if backend.compiled_problem() is None else [])
+
+
+@pytest.mark.parametrize("name", _backends_built())
 @pytest.mark.parametrize("seed", range(20))
-def test_level_and_engine_time_bulk_updates_equal_one_call_per_step(seed):
-    from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
-    from kvsim.metrics.engine_time import EngineTime
+def test_level_and_engine_time_bulk_updates_equal_one_call_per_step(seed, name):
+    """On each backend (compiled, the bulk updates copy the lists into C arrays and run the C
+    methods a decode run calls, ``set_steps``, ``add_steps``, ``add_at_steps``)."""
+    from kvsim import backend
+    kernels = backend.kernels(name)
+    TimeWeightedLevel, WindowCounter = kernels.levels.TimeWeightedLevel, kernels.levels.WindowCounter
+    EngineTime = kernels.engine_time.EngineTime
 
     rng = np.random.default_rng(seed)
     # every fourth: all steps inside the window (the bulk updates' fast path)
@@ -437,6 +453,16 @@ def test_level_and_engine_time_bulk_updates_equal_one_call_per_step(seed):
             e_one.busy_s, e_one.busy_in_window_s, e_one.by_cause_s)
     for counter in (c_bulk, c_arrays):
         assert (counter.total, counter.in_window) == (c_one.total, c_one.in_window)
+    if name == "python":  # the C methods' source, run on lists (C arrays compiled)
+        steps, e_steps, c_steps = TimeWeightedLevel(*window, initial=0.3), EngineTime(*window), WindowCounter(*window)
+        steps.set(0.5, 0.25)
+        steps.set_steps(times, first, then, len(times))
+        e_steps.add_steps(times, durations, compute, memory, len(times), 1e-4, 2e-4, 3e-4)
+        c_steps.add_at_steps(times, len(times), 7)
+        assert (steps.mean(), steps.peak(), steps.value, steps._t) == (one.mean(), one.peak(), one.value, one._t)
+        assert (e_steps.busy_s, e_steps.busy_in_window_s, e_steps.by_cause_s) == (
+            e_one.busy_s, e_one.busy_in_window_s, e_one.by_cause_s)
+        assert (c_steps.total, c_steps.in_window) == (c_one.total, c_one.in_window)
 
 
 @pytest.mark.parametrize("array_steps", [2, 10**9])

@@ -19,7 +19,6 @@ from kvsim.metrics.levels import WindowCounter
 __all__ = ["EngineTime", "SystemCounters"]
 
 
-@cython.cclass
 class EngineTime:
     """One instance's engine time: in all, inside the window, and split by what it was spent on
     (the roofline's binding side, TP all-reduce, kernel launches, the host's per-step work).
@@ -28,11 +27,7 @@ class EngineTime:
     order as one that applies them one by one (the sums are the same bit for bit).
     """
 
-    busy_s = cython.declare(cython.double, visibility="public")
-    busy_in_window_s = cython.declare(cython.double, visibility="public")
-    by_cause_s = cython.declare(dict, visibility="public")
-    window_start_s = cython.declare(cython.double, visibility="public")
-    window_end_s = cython.declare(cython.double, visibility="public")
+    __slots__ = ("busy_s", "busy_in_window_s", "by_cause_s", "window_start_s", "window_end_s")  # engine_time.pxd
 
     def __init__(self, window_start_s: float, window_end_s: float):
         self.window_start_s = window_start_s
@@ -56,20 +51,37 @@ class EngineTime:
             causes["kernels"] += kernels_s
             causes["overhead"] += overhead_s
 
-    @cython.locals(comm_s=cython.double, kernels_s=cython.double, overhead_s=cython.double, ws=cython.double,
-                   we=cython.double, busy=cython.double, in_window=cython.double, compute=cython.double,
-                   memory=cython.double, comm=cython.double, kernels=cython.double, overhead=cython.double,
-                   t=cython.double, d=cython.double, c=cython.double, m=cython.double)
+    @cython.locals(buf=cython.p_double, n=cython.Py_ssize_t, k=cython.Py_ssize_t)
     def add_each(self, ends_s: list[float], durations_s: list[float], compute_s: list[float], memory_s: list[float],
                  comm_s: float, kernels_s: float, overhead_s: float) -> None:
         """:meth:`add` for each iteration in order (same collective, launch and host times), to
         the bit, in one call."""
+        n = len(ends_s)
+        if cython.compiled:  # the C loop reads C arrays: copy the lists in
+            buf = _doubles(4 * n)  # noqa: F821 (a C function of the .pxd, compiled only)
+            for k in range(n):
+                buf[k], buf[n + k], buf[2 * n + k], buf[3 * n + k] = ends_s[k], durations_s[k], compute_s[k], memory_s[k]
+            self.add_steps(buf, buf + n, buf + 2 * n, buf + 3 * n, n, comm_s, kernels_s, overhead_s)
+            free(buf)  # noqa: F821
+        else:
+            self.add_steps(ends_s, durations_s, compute_s, memory_s, n, comm_s, kernels_s, overhead_s)
+
+    @cython.locals(ws=cython.double, we=cython.double, busy=cython.double, in_window=cython.double,
+                   compute=cython.double, memory=cython.double, comm=cython.double, kernels=cython.double,
+                   overhead=cython.double, t=cython.double, d=cython.double, c=cython.double, m=cython.double,
+                   k=cython.Py_ssize_t)
+    def add_steps(self, ends_s, durations_s, compute_s, memory_s, n: int, comm_s: float, kernels_s: float,
+                  overhead_s: float) -> None:
+        """:meth:`add_each` over the first ``n`` items of each sequence: lists in the pure-Python
+        reference, C arrays compiled (where a decode run keeps its steps; this is a C method
+        there, ``engine_time.pxd``)."""
         ws, we = self.window_start_s, self.window_end_s
         busy, in_window = self.busy_s, self.busy_in_window_s
         causes = self.by_cause_s
         compute, memory = causes["compute"], causes["memory"]
         comm, kernels, overhead = causes["tp_comm"], causes["kernels"], causes["overhead"]
-        for t, d, c, m in zip(ends_s, durations_s, compute_s, memory_s):
+        for k in range(n):
+            t, d, c, m = ends_s[k], durations_s[k], compute_s[k], memory_s[k]
             busy += d
             if ws <= t <= we:
                 in_window += d

@@ -15,7 +15,6 @@ import numpy as np
 __all__ = ["TimeWeightedLevel", "WindowCounter"]
 
 
-@cython.cclass
 class TimeWeightedLevel:
     """Integral of a piecewise-constant signal over the window ``[window_start_s, window_end_s]``.
 
@@ -29,12 +28,7 @@ class TimeWeightedLevel:
         Value at time 0.
     """
 
-    window_start_s = cython.declare(cython.double, visibility="public")
-    window_end_s = cython.declare(cython.double, visibility="public")
-    value = cython.declare(cython.double, visibility="public")
-    _t = cython.declare(cython.double, visibility="public")
-    _area = cython.declare(cython.double, visibility="public")
-    _peak = cython.declare(cython.double, visibility="public")
+    __slots__ = ("window_start_s", "window_end_s", "value", "_t", "_area", "_peak")  # C doubles compiled (levels.pxd)
 
     def __init__(self, window_start_s: float = 0.0, window_end_s: float = float("inf"), initial: float = 0.0):
         self.window_start_s = window_start_s
@@ -63,6 +57,7 @@ class TimeWeightedLevel:
         self._t = t
         self.value = value
 
+    @cython.locals(buf=cython.p_double, n=cython.Py_ssize_t, k=cython.Py_ssize_t)
     def set_at_each(self, times_s: list[float], first: list[float], then: list[float]) -> None:
         """At each time ``times_s[k]`` (non-decreasing) the signal becomes ``first[k]`` and at once
         ``then[k]``: the same as ``set(t, first[k]); set(t, then[k])`` for each ``k`` in order, to
@@ -78,15 +73,27 @@ class TimeWeightedLevel:
             self._peak = max(self._peak, self.value, max(first), max(then))
             self.value, self._t = then[-1], times_s[-1]
             return
-        self._set_each(times_s, first, then)
+        n = len(times_s)
+        if cython.compiled:  # the C loop reads C arrays: copy the lists in
+            buf = _doubles(3 * n)
+            for k in range(n):
+                buf[k], buf[n + k], buf[2 * n + k] = times_s[k], first[k], then[k]
+            self.set_steps(buf, buf + n, buf + 2 * n, n)
+            free(buf)  # noqa: F821
+        else:
+            self.set_steps(times_s, first, then, n)
 
     @cython.locals(ws=cython.double, we=cython.double, area=cython.double, peak=cython.double,
                    held=cython.double, last=cython.double, t=cython.double, a=cython.double, b=cython.double,
-                   start=cython.double, end=cython.double)
-    def _set_each(self, times_s: list[float], first: list[float], then: list[float]) -> None:
+                   start=cython.double, end=cython.double, k=cython.Py_ssize_t)
+    def set_steps(self, times_s, first, then, n: int) -> None:
+        """:meth:`set_at_each` over the first ``n`` items of ``times_s``, ``first`` and ``then``:
+        lists in the pure-Python reference, C arrays compiled (where a decode run keeps its
+        steps; this is a C method there, ``levels.pxd``)."""
         ws, we = self.window_start_s, self.window_end_s
         area, peak, held, last = self._area, self._peak, self.value, self._t
-        for t, a, b in zip(times_s, first, then):
+        for k in range(n):
+            t, a, b = times_s[k], first[k], then[k]
             start = last if last > ws else ws
             end = t if t < we else we
             if end > start:
@@ -140,14 +147,10 @@ class TimeWeightedLevel:
         return (self._area + self._area_until(end)) / span if span > 0 else float("nan")
 
 
-@cython.cclass
 class WindowCounter:
     """Counts events (e.g. tokens) that happen inside ``[window_start_s, window_end_s]``."""
 
-    window_start_s = cython.declare(cython.double, visibility="public")
-    window_end_s = cython.declare(cython.double, visibility="public")
-    total = cython.declare(object, visibility="public")  # Python ints: a count never overflows
-    in_window = cython.declare(object, visibility="public")
+    __slots__ = ("window_start_s", "window_end_s", "total", "in_window")  # typed compiled (levels.pxd)
 
     def __init__(self, window_start_s: float = 0.0, window_end_s: float = float("inf")):
         self.window_start_s = window_start_s
@@ -179,3 +182,25 @@ class WindowCounter:
             self.in_window += amount * len(times_s)
             return
         self.in_window += amount * sum(1 for t in times_s if ws <= t <= we)
+
+    @cython.locals(ws=cython.double, we=cython.double, t=cython.double, k=cython.Py_ssize_t, inside=cython.Py_ssize_t)
+    def add_at_steps(self, times_s, n: int, amount: int) -> None:
+        """:meth:`add_at_each` at the first ``n`` of the non-decreasing ``times_s`` (a list in the
+        pure-Python reference, a C array compiled: a C method there, ``levels.pxd``)."""
+        ws, we = self.window_start_s, self.window_end_s
+        self.total += amount * n
+        inside = 0
+        for k in range(n):
+            t = times_s[k]
+            if ws <= t <= we:
+                inside += 1
+        self.in_window += amount * inside
+
+
+def _doubles(n):
+    """Room for ``n`` C doubles (compiled only; the caller frees it)."""
+    if cython.compiled:
+        buf = cython.cast(cython.p_double, malloc((n if n > 0 else 1) * cython.sizeof(cython.double)))  # noqa: F821
+        if buf == cython.NULL:
+            raise MemoryError()
+        return buf

@@ -282,10 +282,7 @@ class RooflineStepTime:
             self._decode_cache[seqs] = terms
         return terms
 
-    @cython.locals(fixed_flops=cython.double, attn=cython.double, rate=cython.double, weights_s=cython.double,
-                   kv_bytes=cython.double, kv_Bps=cython.double, comm_s=cython.double, kernels_s=cython.double,
-                   overhead_s=cython.double, context=cython.double, step_seqs=cython.double, c=cython.double,
-                   m=cython.double, k=cython.Py_ssize_t, n=cython.Py_ssize_t)
+    @cython.locals(total_c=cython.p_double, k=cython.Py_ssize_t, n=cython.Py_ssize_t)
     def decode_steps(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """Consecutive decode-only iterations of ``seqs`` sequences with no KV read in place: the
         first attends to ``context_tokens`` context tokens in all, each later one to ``seqs``
@@ -293,22 +290,21 @@ class RooflineStepTime:
 
         Each step equals :meth:`breakdown` of its shape bit for bit: the same floating-point
         operations in the same order, on constants computed once (a coalesced decode run costs
-        a few float operations per step, not a shape and a breakdown).
+        a few float operations per step, not a shape and a breakdown; see :func:`fill_decode_steps`).
         """
-        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = self._decode_terms(seqs)
-        total, compute, memory = [], [], []
-        # token counts below 2**53 are exact as floats, so context * x is the same product either way
-        context = context_tokens
-        step_seqs = seqs
+        terms = self._decode_terms(seqs)
         n = steps
-        for k in range(n):
-            c = (fixed_flops + attn * context) / rate
-            m = weights_s + context * kv_bytes / kv_Bps
-            compute.append(c)
-            memory.append(m)
-            total.append((c if c >= m else m) + comm_s + kernels_s + overhead_s)
-            context += step_seqs
-        return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
+        if cython.compiled:  # the C loop fills C arrays: copy them out
+            total_c = _doubles(3 * n)  # noqa: F821 (a C function of the .pxd, compiled only)
+            fill_decode_steps(terms, context_tokens, seqs, n, total_c, total_c + n, total_c + 2 * n)
+            total = [total_c[k] for k in range(n)]
+            compute = [total_c[n + k] for k in range(n)]
+            memory = [total_c[2 * n + k] for k in range(n)]
+            free(total_c)  # noqa: F821
+        else:
+            total, compute, memory = [0.0] * n, [0.0] * n, [0.0] * n
+            fill_decode_steps(terms, context_tokens, seqs, n, total, compute, memory)
+        return DecodeSteps(total, compute, memory, terms[6], terms[7], terms[8])
 
     def decode_steps_array(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """:meth:`decode_steps` as numpy arrays: element-wise the same float operations in the same
@@ -319,3 +315,25 @@ class RooflineStepTime:
         memory = weights_s + context * kv_bytes / kv_Bps
         total = np.where(compute >= memory, compute, memory) + comm_s + kernels_s + overhead_s
         return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
+
+
+@cython.locals(fixed_flops=cython.double, attn=cython.double, rate=cython.double, weights_s=cython.double,
+               kv_bytes=cython.double, kv_Bps=cython.double, comm_s=cython.double, kernels_s=cython.double,
+               overhead_s=cython.double, context=cython.double, step_seqs=cython.double, c=cython.double,
+               m=cython.double, k=cython.Py_ssize_t)
+def fill_decode_steps(terms, context_tokens, seqs, steps, total_s, compute_s, memory_s) -> None:
+    """Write the first ``steps`` decode-only iterations' ``total_s``, ``compute_s`` and
+    ``memory_s`` (see :meth:`RooflineStepTime.decode_steps`; ``terms``: its
+    ``_decode_terms(seqs)``): into lists in the pure-Python reference, into C arrays compiled
+    (where a decode run keeps its steps; a C function there, ``step_time.pxd``)."""
+    fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = terms
+    # token counts below 2**53 are exact as floats, so context * x is the same product either way
+    context = context_tokens
+    step_seqs = seqs
+    for k in range(steps):
+        c = (fixed_flops + attn * context) / rate
+        m = weights_s + context * kv_bytes / kv_Bps
+        compute_s[k] = c
+        memory_s[k] = m
+        total_s[k] = (c if c >= m else m) + comm_s + kernels_s + overhead_s
+        context += step_seqs

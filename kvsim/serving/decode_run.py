@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING
 import cython
 import numpy as np
 
+from kvsim.metrics.engine_time import EngineTime
+from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
 from kvsim.models.step_time import BatchShape, DecodeSteps
 from kvsim.serving.sequence import Sequence
 
@@ -50,11 +52,11 @@ __all__ = ["DecodeRun", "decode_steps", "MAX_STEPS", "FIRST_HORIZON"]
 MAX_STEPS = 4096
 """Longest run planned at once: a longer one is planned again when it ends (bounds the lists)."""
 
-ARRAY_STEPS = 512 if cython.compiled else 96
+ARRAY_STEPS = 96
 """Runs planned this long or longer keep their steps in numpy arrays (a few array operations per
-run instead of a few float operations per step); shorter ones in lists (less overhead). Compiled,
-a step in a list costs a few C operations, so numpy's fixed cost per call pays only for longer
-runs. Both paths give the same results to the bit (``tests/test_coalesce.py``)."""
+run instead of a few float operations per step); shorter ones in lists (less overhead). Both paths
+give the same results to the bit (``tests/test_coalesce.py``). The compiled backend keeps every
+run's steps in C arrays instead (``_plan_compiled``)."""
 
 FIRST_HORIZON = 128
 """Steps an instance plans its first run for. Each instance then adapts (:meth:`DecodeRun.next_horizon`):
@@ -140,6 +142,8 @@ class DecodeRun:
                 and scheduler.max_batched_tokens > len(seqs) and not DecodeRun._head_blocked(instance, len(seqs)):
             return None  # a waiting request could be admitted at a later step
         steps = instance.decode_horizon
+        if cython.compiled:  # the same plan, its steps in C arrays
+            return _plan_compiled(instance, batch, first_s, first_parts, now, steps)
         # pages: a sequence owning b pages with o own tokens in step 1 needs a new page in step
         # b*B - o + 2 and every B steps after; stop before the pool would have to reclaim or preempt
         block = pool.block_size_tokens
@@ -203,13 +207,23 @@ class DecodeRun:
     @property
     def end_s(self) -> float:
         """When the run's last step ends, seconds."""
+        if cython.compiled:
+            return self.c_ends[self.last]
         return float(self.ends_s[self.last])
+
+    def __dealloc__(self):
+        if cython.compiled:  # the C arrays of a compiled run (a Python object's are lists)
+            free(self.c_ends)  # noqa: F821 (a C function of the .pxd, compiled only)
+            free(self.c_new)  # noqa: F821
 
     @cython.locals(done=cython.Py_ssize_t, block=cython.Py_ssize_t, kv=cython.Py_ssize_t, seq=Sequence,
                    generated=cython.Py_ssize_t, blocks=cython.Py_ssize_t, own=cython.Py_ssize_t, need=cython.Py_ssize_t)
     def settle(self, now: float) -> None:
         """Apply every step before the last that has ended by ``now`` (and allocate the next): what
         the instance shows (tokens, pages, first tokens). Their accounts wait for :meth:`account`."""
+        if cython.compiled:
+            self._settle_compiled(now)
+            return
         done = bisect_right(self.ends_s, now, 1, self.last) - 1
         if done <= self.applied:
             return
@@ -234,6 +248,9 @@ class DecodeRun:
         level. Only the run's summary reads these, so a run settled many times while it lasts
         (samplers, routers) accounts once, when the instance lets go of it (it ends or is cut)
         or a summary asks: the same additions in the same order as step by step."""
+        if cython.compiled:
+            self._account_compiled()
+            return
         done = self.applied
         if done <= self.accounted:
             return
@@ -278,10 +295,170 @@ class DecodeRun:
         completes it)."""
         self.account()
         i = self.last
+        if cython.compiled:
+            self.instance.engine_time.add(self.c_ends[i], self.c_total[i - 1], self.c_compute[i - 1],
+                                          self.c_memory[i - 1], self.comm_s, self.kernels_s, self.overhead_s)
+            self.instance.counters.iterations += 1
+            return
         parts = self.parts
         self.instance.engine_time.add(float(self.ends_s[i]), float(parts.total_s[i - 1]), float(parts.compute_s[i - 1]),
                                       float(parts.memory_s[i - 1]), parts.comm_s, parts.kernels_s, parts.overhead_s)
         self.instance.counters.iterations += 1
+
+
+    # The compiled backend's run: the same steps, kept in C arrays (decode_run.pxd), so a step
+    # costs a few C operations to plan, apply and account, not a few Python floats and list slots.
+
+    @cython.locals(lo=cython.Py_ssize_t, hi=cython.Py_ssize_t, mid=cython.Py_ssize_t, done=cython.Py_ssize_t,
+                   first=cython.Py_ssize_t, n=cython.Py_ssize_t, k=cython.Py_ssize_t, block=cython.long,
+                   need=cython.long, seq=Sequence, end_s=cython.double, t=cython.double)
+    def _settle_compiled(self, now):
+        t = now
+        lo, hi = 1, self.last  # bisect_right(ends, now, 1, last)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if t < self.c_ends[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        done = lo - 1
+        if done <= self.applied:
+            return
+        first = self.applied + 1
+        self.applied = done
+        instance = self.instance
+        if first == 1 and self.first_tokens:
+            first_token, end_s = instance.scheduler.events.first_token, self.c_ends[1]
+            for seq in self.first_tokens:
+                first_token(seq, end_s)
+        instance.pool._free = self.free0 - self.c_new[done + 1]
+        block = self.block_tokens
+        n = len(self.seqs)
+        start = self.c_start
+        for k in range(n):
+            seq = self.seqs[k]
+            seq.kv_tokens = start[k] + done
+            seq.generated = start[n + k] + done
+            need = -(-(start[3 * n + k] + done) // block)
+            seq.kv_blocks = need if need > start[2 * n + k] else start[2 * n + k]
+        instance.scheduler.batches_formed = self.batches0 + done
+
+    @cython.locals(done=cython.Py_ssize_t, first=cython.Py_ssize_t, steps=cython.Py_ssize_t, j=cython.Py_ssize_t,
+                   used0=cython.long, num_blocks=cython.long, during=cython.p_double, engine_time=EngineTime,
+                   tokens=WindowCounter, level=TimeWeightedLevel)
+    def _account_compiled(self):
+        done = self.applied
+        if done <= self.accounted:
+            return
+        first = self.accounted + 1
+        self.accounted = done
+        instance = self.instance
+        steps = done - first + 1
+        counters = instance.counters
+        counters.iterations += steps
+        engine_time = cython.cast(EngineTime, instance.engine_time, typecheck=True)
+        engine_time.add_steps(self.c_ends + first, self.c_total + first - 1, self.c_compute + first - 1,
+                              self.c_memory + first - 1, steps, self.comm_s, self.kernels_s, self.overhead_s)
+        tokens = cython.cast(WindowCounter, counters.output_tokens, typecheck=True)
+        tokens.add_at_steps(self.c_ends + first, steps, len(self.seqs))
+        # the pool's level as each step ends (its pages) and the next is formed (its new pages)
+        num_blocks = instance.pool.num_blocks
+        used0 = num_blocks - self.free0
+        during = _doubles(steps + 1)  # noqa: F821 (a C function of the .pxd, compiled only)
+        for j in range(steps + 1):
+            during[j] = (used0 + self.c_new[first + j]) / num_blocks
+        level = cython.cast(TimeWeightedLevel, instance.kv_utilization, typecheck=True)
+        level.set_steps(self.c_ends + first, during, during + 1, steps)
+        free(during)  # noqa: F821
+
+
+@cython.locals(run=DecodeRun, seq=Sequence, n=cython.Py_ssize_t, k=cython.Py_ssize_t, i=cython.Py_ssize_t,
+               steps=cython.Py_ssize_t, room=cython.Py_ssize_t, left=cython.long, block=cython.long,
+               free_pages=cython.long, total=cython.long, first=cython.long, kv=cython.long, blocks=cython.long,
+               own=cython.long, ends=cython.p_double, step_s=cython.p_double, compute=cython.p_double,
+               memory=cython.p_double, pages=cython.p_long, per_step=cython.p_long, start=cython.p_long,
+               bad=cython.bint, a=cython.double, b=cython.double)
+def _plan_compiled(instance, batch, first_s, first_parts, now, steps):
+    """:meth:`DecodeRun.plan` from its per-sequence checks on, its steps in C arrays (compiled
+    only): the same pages (:func:`_new_pages`), step times (:func:`decode_steps`) and ends."""
+    seqs = batch.decodes
+    n = len(seqs)
+    pool = instance.pool
+    block = pool.block_size_tokens
+    for k in range(n):
+        seq = seqs[k]
+        if seq.remote_tokens or seq.gated:
+            return None
+        left = seq.output_tokens - seq.generated
+        if left < steps:
+            if left < 2:
+                return None
+            steps = left
+    room = steps
+    pages = cython.cast(cython.p_long, malloc((2 * (room + 1) + 4 * n) * cython.sizeof(cython.long)))  # noqa: F821
+    if pages == cython.NULL:
+        raise MemoryError()
+    per_step, start = pages + room + 1, pages + 2 * (room + 1)
+    for i in range(room + 1):
+        pages[i] = 0
+        per_step[i] = 0
+    # pages: a sequence owning b pages with o own tokens in step 1 needs a new page in step
+    # b*B - o + 2 and every B steps after; stop before the pool would have to reclaim or preempt
+    for k in range(n):
+        seq = seqs[k]
+        kv, blocks = seq.kv_tokens, seq.kv_blocks
+        own = kv + 1 - seq.shared_tokens
+        start[k], start[n + k], start[2 * n + k], start[3 * n + k] = kv, seq.generated, blocks, own
+        first = blocks * block - own + 2
+        if first < 0:
+            free(pages)  # noqa: F821
+            raise RuntimeError(f"a decode run's sequence {seq.rid} holds fewer pages than its tokens")
+        while first <= room:
+            per_step[first] += 1
+            first += block
+    free_pages = pool._free
+    total = 0
+    for i in range(2, room + 1):
+        total += per_step[i]
+        if total > free_pages:
+            steps = i - 1
+            break
+        pages[i] = total
+    if steps < 2:
+        free(pages)  # noqa: F821
+        return None
+    ends = _doubles(4 * steps + 1)  # noqa: F821 (a C function of the .pxd, compiled only)
+    step_s, compute, memory = ends + steps + 1, ends + 2 * steps + 1, ends + 3 * steps + 1
+    run = DecodeRun.__new__(DecodeRun)
+    run.c_ends, run.c_total, run.c_compute, run.c_memory, run.c_new, run.c_start = ends, step_s, compute, memory, pages, start
+    a, b = first_parts.memory_s, first_parts.remote_s
+    step_s[0], compute[0], memory[0] = first_s, first_parts.compute_s, b if b > a else a  # max(a, b)
+    context = batch.shape.decode_context_tokens + n
+    step_model = instance.step_model
+    if getattr(step_model, "_decode_terms", None) is not None:
+        terms = step_model._decode_terms(n)
+        fill_decode_steps(terms, context, n, steps - 1, step_s + 1, compute + 1, memory + 1)  # noqa: F821
+        run.comm_s, run.kernels_s, run.overhead_s = terms[6], terms[7], terms[8]
+    else:
+        later = decode_steps(step_model, n, context, steps - 1)
+        for k in range(steps - 1):
+            step_s[k + 1], compute[k + 1], memory[k + 1] = later.total_s[k], later.compute_s[k], later.memory_s[k]
+        run.comm_s, run.kernels_s, run.overhead_s = later.comm_s, later.kernels_s, later.overhead_s
+    ends[0] = now
+    bad = False
+    for i in range(1, steps + 1):
+        ends[i] = ends[i - 1] + step_s[i - 1]  # in order, as the step-by-step clock adds them
+        if i > 1 and not step_s[i - 1] > 0:
+            bad = True
+    if bad or not math.isfinite(ends[steps]):  # (a NaN step makes the end NaN)
+        _refuse([step_s[k] for k in range(1, steps)], n, context)
+    run.instance, run.batch, run.seqs = instance, batch, seqs
+    run.first_tokens = [seqs[k] for k in range(n) if start[n + k] == 0]
+    run.free0, run.block_tokens = pool._free, block
+    run.last = run.planned = steps
+    run.applied = run.accounted = 0
+    run.batches0 = instance.scheduler.batches_formed
+    return run
 
 
 def _refuse(later_s: list[float], seqs: int, context_tokens: int) -> None:
