@@ -215,6 +215,11 @@ class RooflineStepTime:
         self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
         self._decode_cache: dict[int, tuple] = {}
         self._comm_cache: dict[int, float] = {}
+        self._tokens_cache: dict[int, tuple] = {}
+        self._kv_Bps = self._rates.kv_Bps
+        self._step_fixed_s = self.engine.step_fixed_s
+        self._step_per_seq_s = self.engine.step_per_seq_s
+        self._step_per_token_s = self.engine.step_per_token_s
 
     def comm_s(self, tokens: int) -> float:
         """TP all-reduce time of one iteration over ``tokens`` tokens, seconds (worked out once
@@ -234,34 +239,49 @@ class RooflineStepTime:
             return self._dense_bytes_read
         return self.model.weight_bytes_read(tokens, self.dtype, self.weight_dtypes)
 
+    def _token_terms(self, tokens: int) -> tuple:
+        """The parts of an iteration over ``tokens`` tokens that depend on nothing else: the
+        achieved FLOP/s, the weights' streaming time, the TP all-reduce time (cached: every
+        iteration asks, and a batch's token count repeats)."""
+        terms = self._tokens_cache.get(tokens)
+        if terms is None:
+            terms = self._tokens_cache[tokens] = (self._rates.gemm_flops_per_s(tokens),
+                                                  self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps,
+                                                  self.comm_s(tokens))
+        return terms
+
+    @cython.locals(tokens_f=cython.double, sequences=cython.double, flops=cython.double, kv_tokens=cython.double,
+                   remote_tokens=cython.double, remote_s=cython.double, rate=cython.double, weights_s=cython.double,
+                   comm_s=cython.double, overhead_s=cython.double)
     def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None) -> StepBreakdown:
         """Time components of one iteration (seconds); ``remote_kv_Bps`` is the per-card rate of
         the KV read in place from peers (default: the uncontended scale-up rate)."""
-        tokens = batch.tokens
+        prefill_tokens, prefill_pairs, prefill_context, decode_seqs, decode_context, sampled_seqs, prefill_seqs, \
+            remote_kv_tokens = batch
+        tokens = prefill_tokens + decode_seqs  # batch.tokens
+        tokens_f = tokens
         flops = (
-            self._body_flops * tokens
-            + self._lm_head_flops * batch.sampled_seqs
-            + self._attn_prefill * batch.prefill_pairs
-            + self._attn_decode * batch.decode_context_tokens
+            self._body_flops * tokens_f
+            + self._lm_head_flops * sampled_seqs
+            + self._attn_prefill * prefill_pairs
+            + self._attn_decode * decode_context
         )
-        kv_tokens = batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens
-        rates = self._rates
+        kv_tokens = prefill_context + prefill_tokens + decode_context
         remote_s = 0.0
-        if batch.remote_kv_tokens:
-            kv_tokens -= batch.remote_kv_tokens
-            rate = remote_kv_Bps if remote_kv_Bps is not None else self._remote_Bps
-            if rate is None:
+        if remote_kv_tokens:
+            remote_tokens = remote_kv_tokens
+            kv_tokens -= remote_tokens
+            rate_Bps = remote_kv_Bps if remote_kv_Bps is not None else self._remote_Bps
+            if rate_Bps is None:
                 raise ValueError(f"{self.accelerator.name} has no scale-up link to read KV in place over")
-            remote_s = batch.remote_kv_tokens * self._kv_bytes_per_token_card / rate
-        return StepBreakdown(
-            compute_s=flops / rates.gemm_flops_per_s(tokens),
-            memory_s=(self.weight_bytes_read(tokens) / self.tp / rates.weight_Bps
-                      + kv_tokens * self._kv_bytes_per_token_card / rates.kv_Bps),
-            comm_s=self.comm_s(tokens),
-            overhead_s=self.engine.step_overhead_s(batch.sequences, tokens),
-            kernels_s=self._kernels_s,
-            remote_s=remote_s,
-        )
+            remote_s = remote_tokens * self._kv_bytes_per_token_card / rate_Bps
+        rate, weights_s, comm_s = self._token_terms(tokens)
+        sequences = prefill_seqs + decode_seqs  # batch.sequences
+        # EngineSpec.step_overhead_s(sequences, tokens), its constants read once
+        overhead_s = self._step_fixed_s + self._step_per_seq_s * sequences + self._step_per_token_s * tokens_f
+        # a named tuple made as tuple.__new__ does (its generated __new__ runs as Python code)
+        return tuple.__new__(StepBreakdown, (flops / rate, weights_s + kv_tokens * self._kv_bytes_per_token_card
+                                             / self._kv_Bps, comm_s, overhead_s, self._kernels_s, remote_s))
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""
