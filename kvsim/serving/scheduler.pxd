@@ -4,6 +4,10 @@
 from kvsim.kv.block_pool cimport BlockPool
 from kvsim.serving.sequence cimport Sequence
 
+cdef class Batch:
+    cdef public list prefills, decodes
+    cdef public object shape
+
 cdef class BatchScheduler:
     cdef public BlockPool pool
     cdef public object adapters, events, hook, span, waiting, loading, detached, observer

@@ -34,7 +34,6 @@ fields, and the ``cython.locals`` below its loops' locals, over the compiled ``S
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
 import cython
 
@@ -47,13 +46,24 @@ from kvsim.serving.sequence import Sequence
 __all__ = ["Sequence", "BatchScheduler", "Batch", "SchedulerEvents", "AdmissionHook"]
 
 
-@dataclass(slots=True)
-class Batch:
-    """One iteration's work: prefill chunks ``(sequence, tokens)`` and decode sequences."""
+_NO_SHAPE = BatchShape()  # (immutable: one empty shape shared until schedule() sets a batch's)
 
-    prefills: list[tuple[Sequence, int]] = field(default_factory=list)
-    decodes: list[Sequence] = field(default_factory=list)
-    shape: BatchShape = BatchShape()  # (immutable: one empty shape shared until schedule() sets it)
+
+class Batch:
+    """One iteration's work: prefill chunks ``(sequence, tokens)`` and decode sequences, and
+    their aggregate ``shape`` (a :class:`~kvsim.models.step_time.BatchShape`). Made once per
+    iteration: a plain class whose fields the compiled backend types (``scheduler.pxd``)."""
+
+    __slots__ = ("prefills", "decodes", "shape")
+
+    def __init__(self, prefills: list[tuple[Sequence, int]] | None = None, decodes: list[Sequence] | None = None,
+                 shape: BatchShape = _NO_SHAPE):
+        self.prefills = prefills if prefills is not None else []
+        self.decodes = decodes if decodes is not None else []
+        self.shape = shape
+
+    def __repr__(self) -> str:
+        return f"Batch(prefills={self.prefills!r}, decodes={self.decodes!r}, shape={self.shape!r})"
 
 
 class SchedulerEvents:
@@ -306,7 +316,7 @@ class BatchScheduler:
 
     @cython.locals(seq=Sequence, i=cython.Py_ssize_t, budget=cython.long, cached=cython.long, chunk=cython.long,
                    block=cython.long, prefilling=cython.bint, preempted=cython.bint, sampled=cython.long,
-                   remote=cython.long, prefill_tokens=cython.long)
+                   remote=cython.long, prefill_tokens=cython.long, batch=Batch)
     def schedule(self, now: float) -> Batch | None:
         """Form the next iteration, allocating its KV blocks; None if there is nothing to run."""
         budget = self.max_batched_tokens
@@ -372,16 +382,11 @@ class BatchScheduler:
                 prefill_pairs += span.pairs(chunk, cached)
             if cached + chunk == seq.prefill_target:
                 sampled += 1
-        batch.shape = BatchShape(
-            prefill_tokens=prefill_tokens,
-            prefill_pairs=prefill_pairs,
-            prefill_context_tokens=prefill_context,
-            decode_seqs=len(batch.decodes),
-            decode_context_tokens=decode_context,
-            sampled_seqs=sampled,
-            prefill_seqs=len(batch.prefills),
-            remote_kv_tokens=remote,
-        )
+        # BatchShape(prefill_tokens, prefill_pairs, prefill_context_tokens, decode_seqs,
+        # decode_context_tokens, sampled_seqs, prefill_seqs, remote_kv_tokens), made as
+        # tuple.__new__ does (a named tuple's generated __new__ runs as Python code)
+        batch.shape = tuple.__new__(BatchShape, (prefill_tokens, prefill_pairs, prefill_context, len(batch.decodes),
+                                                 decode_context, sampled, len(batch.prefills), remote))
         return batch
 
     def _admit(self, batch: Batch, budget: int, now: float, batch_number: int | None) -> None:
@@ -438,7 +443,7 @@ class BatchScheduler:
             self.events.first_token(seq, now)
         seq.generated += 1
 
-    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long)
+    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long, batch=Batch)
     def complete(self, batch: Batch, now: float) -> None:
         """Apply the results of ``batch``, which ended at time ``now`` (seconds)."""
         events = self.events
