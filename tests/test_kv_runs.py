@@ -279,6 +279,23 @@ def test_releasing_a_run_that_names_a_block_twice_stops_where_the_per_block_call
             run.drop_reader_each(release)
         assert state(ref) == state(run)
         assert run.reader_refs == 2 and sorted(run._readers) == [2, 6]
+        # a block held once by a pin, not a reader: the release stops at it
+        for s in (ref, run):
+            s.read_run([3, 4])
+            s.pin(5)
+        with pytest.raises(ValueError, match="block 5 in ref has no readers"):
+            for block in [3, 4, 5, 6]:
+                ref.drop_reader(block)
+        with pytest.raises(ValueError, match="block 5 in run has no readers"):
+            run.drop_reader_each([3, 4, 5, 6])
+        assert state(ref) == state(run) and sorted(run._readers) == [2, 6]
+        # and unpins: one block held by a reader stops a release of pins
+        with pytest.raises(ValueError, match="block 6 in run is not pinned"):
+            run.unpin_each([5, 6])
+        with pytest.raises(ValueError, match="block 6 in ref is not pinned"):
+            for block in [5, 6]:
+                ref.unpin(block)
+        assert state(ref) == state(run) and not run._pins
 
 
 @settings(max_examples=200, deadline=None)

@@ -330,19 +330,22 @@ class RunOps:
         # victim is chosen in between, and a rebuild keeps exactly the valid entries)
         heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
         push = heapq.heappush
-        if len(blocks) > 1 and held.get(blocks[0]) == 1 and self._last_holds(counts, blocks):
-            # each block held once, by this count (a sequence alone reading its prompt): every one
-            # is let go of, in order. A block named twice has no count left the second time, where
-            # the per-block calls raise (the blocks before it released, as there)
+        if len(blocks) > 1 and held.get(blocks[0]) == 1 and self._held_once(blocks):
+            # each block held once (a sequence alone reading its prompt): every one is let go of,
+            # in order, one delete per block. Where the per-block calls raise -- a block held by
+            # the other kind (not in ``counts``), or named a second time (its count gone) -- the
+            # delete from ``counts`` fails first, the blocks before it released, as there
             dropped = len(blocks)
             try:
                 for block in blocks:
                     del counts[block]
                     del held[block]
             except KeyError:
-                seen: set = set()
-                dropped = next(i for i, b in enumerate(blocks) if b in seen or seen.add(b))
-                raise ValueError(f"block {blocks[dropped]!r} in {self.name} {missing}") from None
+                order = list(blocks)
+                first = order.index(block)
+                # still held: it failed at its first time; let go of: at its second
+                dropped = first if block in held else order.index(block, first + 1)
+                raise ValueError(f"block {block!r} in {self.name} {missing}") from None
             finally:
                 if heap_on:
                     for block in blocks[:dropped]:
@@ -378,10 +381,13 @@ class RunOps:
                 self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
                 heapq.heapify(self._unheld)
 
-    def _last_holds(self, counts: dict, blocks) -> bool:
-        """Whether each of ``blocks`` has exactly one hold, counted in ``counts`` (a hold is a pin
-        or a reader, so a block in ``counts`` held once has a count of one and nothing else)."""
-        return set(map(self._held.get, blocks)) == {1} and all(map(counts.__contains__, blocks))
+    def _held_once(self, blocks) -> bool:
+        """Whether each of ``blocks`` is held exactly once (by a pin or a reader): held counts are
+        at least one, so they sum to ``len(blocks)`` only then; False if one is not held."""
+        try:
+            return sum(map(self._held.__getitem__, blocks)) == len(blocks)
+        except KeyError:
+            return False
 
     def drop_reader_each(self, blocks) -> None:
         """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""
