@@ -60,8 +60,11 @@ class PrefixLoader:
         usable, rank = self.access.usable(cache), self.access.rank(cache)
         # at least one token is always computed: the last prompt block is never a hit
         eligible = min(seq.prompt_tokens // g.block_tokens, (seq.prefill_target - 1) // g.block_tokens)
-        hashes = seq.hashes
-        n = index.longest_prefix(hashes[:eligible], usable) if eligible > 0 else 0
+        # the blocks that may hit, as a list of Python ints: the same ids, quicker to walk and to
+        # look up than a NumPy array's scalars (and the same keys the run calls file)
+        hashes = seq.hashes[:max(eligible, 0)]
+        hashes = hashes.tolist() if hasattr(hashes, "tolist") else list(hashes)
+        n = index.longest_prefix(hashes, usable) if eligible > 0 else 0
         sources = index.tier_breakdown(hashes, n, rank, usable) if n else []
         hbm = cache.hbm
         # the leading run already in this HBM: the position of the first other source, if any
@@ -82,7 +85,6 @@ class PrefixLoader:
         if local:
             # the leading run already in this HBM: hit and read as one run
             run = hashes[:local]
-            run = run.tolist() if hasattr(run, "tolist") else list(run)
             hbm.read_run(run)
             held.extend(run)
             inflight = cache.inflight
