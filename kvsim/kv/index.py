@@ -182,10 +182,13 @@ class KVIndex:
         get, plus = where_of.get, self._plus
         last = last_more = None  # the previous added block's location tuple, and it plus ``store``
         if not evicted:  # (the common case, a store with room: the loop below without victims)
+            # one dict call for a block held nowhere else: it takes ``only`` (a block new to the
+            # store is not at ``only`` already, so getting ``only`` back means it was absent)
+            setdefault = where_of.setdefault
             for block in (blocks if len(new_at) == len(blocks) else [blocks[pos] for pos in new_at]):
-                where = get(block)
-                if where is None:
-                    where_of[block] = only
+                where = setdefault(block, only)
+                if where is only:
+                    pass
                 elif where is last:
                     if last_more is not None:
                         where_of[block] = last_more
