@@ -246,13 +246,56 @@ class _Pool:
 
 
 @given(ops=st.lists(st.one_of(st.tuples(st.just("insert_run"), blocks_st, st.just(True), st.booleans()),
-                              st.tuples(st.just("read_run"), blocks_st)), max_size=20))
-@settings(max_examples=100, deadline=None)
-def test_domain_store_runs_refresh_homes_in_the_same_order(ops):
-    ref, run = (DomainStore(name, 6.0, 1.0, "lru", _Pool()) for name in ("ref", "run"))
-    for op in ops:
-        assert apply(per_block, ref, op) == apply(by_run, run, op)
-        assert state(ref) == state(run) and ref.pool.calls == run.pool.calls
+                              st.tuples(st.just("read_run"), blocks_st),
+                              st.tuples(st.just("lookup_pin_run"), blocks_st),
+                              release_st, st.tuples(st.just("evict_run"), st.integers(0, 3))), max_size=20),
+       heap_after=st.sampled_from([0, 64]))
+@settings(max_examples=200, deadline=None)
+def test_domain_store_runs_refresh_homes_in_the_same_order(ops, heap_after):
+    with mock.patch.object(store_module, "HEAP_AFTER", heap_after):
+        ref, run = (DomainStore(name, 6.0, 1.0, "lru", _Pool()) for name in ("ref", "run"))
+        for op in ops:
+            assert apply(per_block, ref, op) == apply(by_run, run, op)
+            assert state(ref) == state(run) and ref.pool.calls == run.pool.calls
+
+
+@pytest.mark.parametrize("heap_after", [0, 64])
+def test_releasing_a_run_that_names_a_block_twice_stops_where_the_per_block_calls_do(heap_after):
+    """The release of blocks each held once (one delete per block, no counts read) meets a
+    repeated block as drop_reader does: ValueError at its second time, the blocks before it let
+    go of (their heap entries pushed), the rest still read."""
+    with mock.patch.object(store_module, "HEAP_AFTER", heap_after):
+        ref, run = BlockStore("ref", 8.0, 1.0), BlockStore("run", 8.0, 1.0)
+        for s in (ref, run):
+            s.insert_run(list(range(8)))
+            s.read_run([2, 3, 4, 5, 6])
+            # evicts 0, 1 and 7, then meets only held blocks: the heap goes on with HEAP_AFTER 0
+            assert s.evict_run(4) == [0, 1, 7] and s._heap_on == (heap_after == 0)
+        release = [3, 4, 5, 4, 6]
+        with pytest.raises(ValueError, match="block 4 in ref has no readers"):
+            for block in release:
+                ref.drop_reader(block)
+        with pytest.raises(ValueError, match="block 4 in run has no readers"):
+            run.drop_reader_each(release)
+        assert state(ref) == state(run)
+        assert run.reader_refs == 2 and sorted(run._readers) == [2, 6]
+        # a block held once by a pin, not a reader: the release stops at it
+        for s in (ref, run):
+            s.read_run([3, 4])
+            s.pin(5)
+        with pytest.raises(ValueError, match="block 5 in ref has no readers"):
+            for block in [3, 4, 5, 6]:
+                ref.drop_reader(block)
+        with pytest.raises(ValueError, match="block 5 in run has no readers"):
+            run.drop_reader_each([3, 4, 5, 6])
+        assert state(ref) == state(run) and sorted(run._readers) == [2, 6]
+        # and unpins: one block held by a reader stops a release of pins
+        with pytest.raises(ValueError, match="block 6 in run is not pinned"):
+            run.unpin_each([5, 6])
+        with pytest.raises(ValueError, match="block 6 in ref is not pinned"):
+            for block in [5, 6]:
+                ref.unpin(block)
+        assert state(ref) == state(run) and not run._pins
 
 
 @settings(max_examples=200, deadline=None)

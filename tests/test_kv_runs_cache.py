@@ -9,12 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kvsim
 from kvsim.kv.index import KVIndex
 from kvsim.kv.store import BlockStore
-from kvsim.serving.cache.domain_pool import DomainPool
+from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
 from kvsim.serving.cache.instance_cache import InstanceCache
+from kvsim.serving.cache.prefix_loader import PrefixLoader
 from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.cache.writer import CacheWriter
 
@@ -186,7 +189,38 @@ def unheld(store, blocks, count):
     return found
 
 
+def read_run(store, blocks):
+    hits = 0
+    for block in blocks:
+        if store.lookup(block):
+            store.add_reader(block)
+            hits += 1
+    return hits
+
+
+def lookup_pin_run(store, blocks):
+    for block in blocks:
+        store.lookup(block)
+        store.pin(block)
+
+
+def drop_reader_each(store, blocks):
+    for block in blocks:
+        store.drop_reader(block)
+
+
+def groups(self, to_load):
+    found = {}
+    for _, store, source_id in to_load:
+        kind, holder = self.access.source(self.cache, store, source_id)
+        found.setdefault((id(store), id(holder)), (store, holder, kind, []))[3].append(source_id)
+    return found
+
+
 REFERENCE = [
+    (BlockStore, "read_run", read_run), (DomainStore, "read_run", read_run),
+    (BlockStore, "lookup_pin_run", lookup_pin_run), (DomainStore, "lookup_pin_run", lookup_pin_run),
+    (BlockStore, "drop_reader_each", drop_reader_each), (PrefixLoader, "_groups", groups),
     (BlockStore, "evict_run", evict_run), (BlockStore, "unheld", unheld),
     (KVIndex, "discard_run", discard_run), (KVIndex, "longest_prefix", longest_prefix),
     (KVIndex, "tier_breakdown", tier_breakdown),
@@ -213,3 +247,45 @@ def test_runs_equal_the_per_block_reference(name, scenario, monkeypatch):
     for owner, attribute, reference in REFERENCE:
         monkeypatch.setattr(owner, attribute, reference)
     assert kvsim.run(scenario).records_digest() == by_run
+
+
+# -- a load's sources, grouped once per stretch of blocks with one source ---------------------
+
+class _Member:
+    def __init__(self, domain):
+        self.domain = domain
+
+
+class _Fake:
+    """Just what PrefixLoader._groups and CacheAccess.source read: the reader's HBM, the stores'
+    tiers, which are domain stores (with their homes) and which instances' own HBM."""
+
+    def __init__(self, homes):
+        from types import SimpleNamespace
+        from kvsim.serving.cache.access import CacheAccess
+        self.stores = {name: BlockStore(name, 1.0, 1.0) for name in ("own", "dram", "nvme", "peer", "d1", "d2")}
+        members = [_Member("su0"), _Member("su1"), _Member("su1")]
+        pools = {"d1": SimpleNamespace(home={}, members=members), "d2": SimpleNamespace(home={}, members=members)}
+        for (pool, block), member in homes.items():
+            pools[pool].home[block] = members[member]
+        tier_of = {id(s): ("dram" if n == "dram" else "nvme" if n == "nvme" else "hbm") for n, s in self.stores.items()}
+        self.system = SimpleNamespace(tier_of=tier_of)
+        self.cache = SimpleNamespace(hbm=self.stores["own"], domain="su0")
+        self.access = CacheAccess.__new__(CacheAccess)
+        self.access.system = self.system
+        self.access.pools = {id(self.stores[n]): p for n, p in pools.items()}
+        self.access.holder = {id(self.stores["peer"]): members[1]}
+
+
+@settings(max_examples=300, deadline=None)
+@given(homes=st.dictionaries(st.tuples(st.sampled_from(["d1", "d2"]), st.integers(0, 5)), st.integers(0, 2)),
+       picks=st.lists(st.tuples(st.sampled_from(["own", "dram", "nvme", "peer", "d1", "d2"]), st.integers(0, 5)),
+                      max_size=30))
+def test_load_groups_equal_the_per_block_sources(homes, picks):
+    fake = _Fake(homes)
+    to_load = [(block, fake.stores[name], block) for name, block in picks
+               if name not in ("d1", "d2") or (name, block) in homes]
+    found, expected = PrefixLoader._groups(fake, to_load), groups(fake, to_load)
+    assert list(found) == list(expected)
+    assert [(s.name, h, k, ids) for s, h, k, ids in found.values()] == \
+        [(s.name, h, k, ids) for s, h, k, ids in expected.values()]

@@ -181,6 +181,22 @@ class KVIndex:
         where_of, only = self._where, self._interned((store,))
         get, plus = where_of.get, self._plus
         last = last_more = None  # the previous added block's location tuple, and it plus ``store``
+        if not evicted:  # (the common case, a store with room: the loop below without victims)
+            # one dict call for a block held nowhere else: it takes ``only`` (a block new to the
+            # store is not at ``only`` already, so getting ``only`` back means it was absent)
+            setdefault = where_of.setdefault
+            for block in (blocks if len(new_at) == len(blocks) else [blocks[pos] for pos in new_at]):
+                where = setdefault(block, only)
+                if where is only:
+                    pass
+                elif where is last:
+                    if last_more is not None:
+                        where_of[block] = last_more
+                else:
+                    last, last_more = where, plus(where, store)
+                    if last_more is not None:
+                        where_of[block] = last_more
+            return result
         gone_last = gone_less = None  # the same for the previous victim, less ``store``
         j, n_evicted = 0, len(evicted)
         for pos in (range(len(blocks)) if len(new_at) == len(blocks) else new_at):

@@ -128,6 +128,21 @@ class RunOps:
         heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
         new_at: list[int] = []
         evicted: list[tuple[int, Block]] = []
+        if free >= len(blocks) and not heap_on:
+            # room for every block (no victim to find, so the heap stays off): the loop below
+            # without its eviction and stamp steps
+            for done, block in enumerate(blocks):
+                if block in members:
+                    readers[block] = readers.get(block, 0) + 1
+                    held[block] = held.get(block, 0) + 1
+                    continue
+                members[block] = None
+                readers[block] = 1
+                held[block] = 1
+                new_at.append(done)
+            self.insertions += len(new_at)
+            self._reader_refs += len(blocks)
+            return RunInsert(len(blocks), new_at, evicted)
         done = 0
         try:
             for done, block in enumerate(blocks):
@@ -217,7 +232,9 @@ class RunOps:
         reference (:meth:`add_reader`). Returns the hits."""
         members, policy = self._members, self._policy
         readers, held = self._readers, self._held
-        touch = policy.touch
+        # (under LRU the policy's touch is its order's move_to_end: called directly)
+        touch = members.move_to_end if self._lru_policy else policy.touch
+        heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
         hits = 0
         for block in blocks:
             if block not in members:
@@ -225,10 +242,12 @@ class RunOps:
                 continue
             hits += 1
             touch(block)
-            if self._heap_on:
-                self._stamp(block)
+            if heap_on:  # (_stamp, with the clock as a local: a read never switches the heap on)
+                clock += 1
+                stamps[block] = clock
             readers[block] = readers.get(block, 0) + 1
             held[block] = held.get(block, 0) + 1
+        self._clock = clock
         self.hits += hits
         self._reader_refs += hits
         return hits
@@ -237,7 +256,8 @@ class RunOps:
         """For each of ``blocks`` in order: :meth:`lookup` it, then :meth:`pin` it (the source of
         a load); KeyError, after counting the miss, at the first one not stored."""
         members, pins, held = self._members, self._pins, self._held
-        touch = self._policy.touch
+        touch = members.move_to_end if self._lru_policy else self._policy.touch  # (see read_run)
+        heap_on, stamps, clock = self._heap_on, self._stamps, self._clock
         hits = 0
         try:
             for block in blocks:
@@ -246,11 +266,13 @@ class RunOps:
                     raise KeyError(block)
                 hits += 1
                 touch(block)
-                if self._heap_on:
-                    self._stamp(block)  # (pinned at once: see _stamp)
+                if heap_on:  # (_stamp: pinned at once)
+                    clock += 1
+                    stamps[block] = clock
                 pins[block] = pins.get(block, 0) + 1
                 held[block] = held.get(block, 0) + 1
         finally:
+            self._clock = clock
             self.hits += hits
 
     def add_reader_each(self, blocks: Sequence[Block]) -> None:
@@ -308,20 +330,31 @@ class RunOps:
         # victim is chosen in between, and a rebuild keeps exactly the valid entries)
         heap_on, heap, stamps = self._heap_on, self._unheld, self._stamps
         push = heapq.heappush
-        if len(blocks) > 1 and self._last_holds(counts, blocks):
-            # distinct blocks each held once, by this count (a sequence alone reading its
-            # prompt): every one is let go of, in order
-            for block in blocks:
-                del counts[block]
-                del held[block]
-            if heap_on:
+        if len(blocks) > 1 and held.get(blocks[0]) == 1 and self._held_once(blocks):
+            # each block held once (a sequence alone reading its prompt): every one is let go of,
+            # in order, one delete per block. Where the per-block calls raise -- a block held by
+            # the other kind (not in ``counts``), or named a second time (its count gone) -- the
+            # delete from ``counts`` fails first, the blocks before it released, as there
+            dropped = len(blocks)
+            try:
                 for block in blocks:
-                    push(heap, (stamps[block], block))
-                if len(heap) > 4 * len(stamps) + 1024:
-                    self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
-                    heapq.heapify(self._unheld)
-            if readers:
-                self._reader_refs -= len(blocks)
+                    del counts[block]
+                    del held[block]
+            except KeyError:
+                order = list(blocks)
+                first = order.index(block)
+                # still held: it failed at its first time; let go of: at its second
+                dropped = first if block in held else order.index(block, first + 1)
+                raise ValueError(f"block {block!r} in {self.name} {missing}") from None
+            finally:
+                if heap_on:
+                    for block in blocks[:dropped]:
+                        push(heap, (stamps[block], block))
+                    if len(heap) > 4 * len(stamps) + 1024:
+                        self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
+                        heapq.heapify(self._unheld)
+                if readers:
+                    self._reader_refs -= dropped
             return
         dropped = 0
         try:
@@ -348,11 +381,13 @@ class RunOps:
                 self._unheld = [(s, b) for b, s in stamps.items() if b not in held]
                 heapq.heapify(self._unheld)
 
-    def _last_holds(self, counts: dict, blocks) -> bool:
-        """Whether ``blocks`` are distinct and each has exactly one hold, counted in ``counts``."""
-        one = {1}
-        return (set(map(counts.get, blocks)) == one and set(map(self._held.get, blocks)) == one
-                and len(set(blocks)) == len(blocks))
+    def _held_once(self, blocks) -> bool:
+        """Whether each of ``blocks`` is held exactly once (by a pin or a reader): held counts are
+        at least one, so they sum to ``len(blocks)`` only then; False if one is not held."""
+        try:
+            return sum(map(self._held.__getitem__, blocks)) == len(blocks)
+        except KeyError:
+            return False
 
     def drop_reader_each(self, blocks) -> None:
         """:meth:`drop_reader` for each of ``blocks`` in order (a sequence letting go of its prefix)."""

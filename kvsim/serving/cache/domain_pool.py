@@ -87,9 +87,14 @@ class DomainStore(BlockStore):
         return hit
 
     def lookup_pin_run(self, blocks) -> None:
-        for block in blocks:  # (its hits refresh homes: the per-block calls, which do)
-            self.lookup(block)
-            self.pin(block)
+        # the base run, then the homes of the blocks it hit refreshed in order (homes are apart
+        # from the store's state, so refreshing after each block or after the run ends the same)
+        hits = self.hits
+        try:
+            super().lookup_pin_run(blocks)
+        finally:
+            if self.hits > hits:
+                self.pool.touched_run(blocks[:self.hits - hits], self._members)
 
     def read_run(self, blocks) -> int:
         hits = super().read_run(blocks)

@@ -183,14 +183,14 @@ class InstanceCache(AdmissionHook):
         if self.domain_pool is None:
             return 0
         home, state = self.domain_pool.home, seq.cache
-        remote_from = state.remote_from
+        remote_from, tokens = state.remote_from, self.geometry.block_tokens
         count = 0
         for block in blocks:
             holder = home[block]
             if holder is not self:
-                remote_from[holder] = remote_from.get(holder, 0) + self.geometry.block_tokens
+                remote_from[holder] = remote_from.get(holder, 0) + tokens
                 count += 1
-        seq.remote_tokens += count * self.geometry.block_tokens
+        seq.remote_tokens += count * tokens
         return count
 
     def swap_out(self, seq: Sequence) -> bool:

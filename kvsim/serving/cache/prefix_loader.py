@@ -6,6 +6,8 @@ how they rank is :class:`~kvsim.serving.cache.access.CacheAccess`'s to say."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import compress, count, repeat
+from operator import is_not
 from typing import TYPE_CHECKING, Callable
 
 import simpy
@@ -58,13 +60,15 @@ class PrefixLoader:
         usable, rank = self.access.usable(cache), self.access.rank(cache)
         # at least one token is always computed: the last prompt block is never a hit
         eligible = min(seq.prompt_tokens // g.block_tokens, (seq.prefill_target - 1) // g.block_tokens)
-        hashes = seq.hashes
-        n = index.longest_prefix(hashes[:eligible], usable) if eligible > 0 else 0
+        # the blocks that may hit, as a list of Python ints: the same ids, quicker to walk and to
+        # look up than a NumPy array's scalars (and the same keys the run calls file)
+        hashes = seq.hashes[:max(eligible, 0)]
+        hashes = hashes.tolist() if hasattr(hashes, "tolist") else list(hashes)
+        n = index.longest_prefix(hashes, usable) if eligible > 0 else 0
         sources = index.tier_breakdown(hashes, n, rank, usable) if n else []
         hbm = cache.hbm
-        local = 0
-        while local < n and sources[local] is hbm:
-            local += 1
+        # the leading run already in this HBM: the position of the first other source, if any
+        local = next(compress(count(), map(is_not, sources, repeat(hbm))), n)
         if n > local and system.spec.load_policy == "faster":
             # Recomputing the blocks below HBM costs the extra prefill time they add to the
             # suffix that must be computed anyway; if that beats the uncontended load time,
@@ -81,7 +85,6 @@ class PrefixLoader:
         if local:
             # the leading run already in this HBM: hit and read as one run
             run = hashes[:local]
-            run = run.tolist() if hasattr(run, "tolist") else list(run)
             hbm.read_run(run)
             held.extend(run)
             inflight = cache.inflight
@@ -215,26 +218,41 @@ class PrefixLoader:
 
         return env.process(after_landing())
 
-    def _load(self, state: SeqCache, to_load: list) -> simpy.Event:
-        """Start the flows that bring ``to_load`` into HBM; the returned event fires when all land."""
-        cache, system, access = self.cache, self.system, self.access
-        g = cache.geometry
+    def _groups(self, to_load: list) -> dict:
+        """``to_load``'s source ids grouped by source: ``(id(store), id(holder)) -> (store, holder,
+        kind, ids)`` as :meth:`CacheAccess.source` names each block's source, the groups in the
+        order their first block comes, each one's ids in order. Worked out once per stretch of
+        blocks with one source (one store; for another domain's shared store, one home too)."""
+        cache, access = self.cache, self.access
         groups: dict[tuple[int, int], tuple[BlockStore, object, str, list]] = {}
-        tier_of, pools = system.tier_of, access.pools
+        tier_of, pools = self.system.tier_of, access.pools
         last, group = None, None  # the previous block's store, and its group if every block there has one
+        home = last_home = None  # another domain's shared store: its homes, the previous block's holder
         for block, store, source_id in to_load:
             if store is last:
-                group.append(source_id)
-                continue
+                if home is None:
+                    group.append(source_id)
+                    continue
+                if home[source_id] is last_home:  # (the same store and holder: the same source)
+                    group.append(source_id)
+                    continue
             kind, holder = access.source(cache, store, source_id)
             entry = groups.setdefault((id(store), id(holder)), (store, holder, kind, []))
             entry[3].append(source_id)
             # a store's blocks share one source, but those of another domain's shared store
             # (read in place there) each have their own home, hence their own holder
+            last, group = store, entry[3]
             if tier_of[id(store)] != "hbm" or store is cache.hbm or id(store) not in pools:
-                last, group = store, entry[3]
+                home = None
             else:
-                last = group = None
+                home, last_home = pools[id(store)].home, holder
+        return groups
+
+    def _load(self, state: SeqCache, to_load: list) -> simpy.Event:
+        """Start the flows that bring ``to_load`` into HBM; the returned event fires when all land."""
+        cache, system, access = self.cache, self.system, self.access
+        g = cache.geometry
+        groups = self._groups(to_load)
         events = []
         for store, holder, tier, blocks in groups.values():
             if store is not cache.hbm:  # (a copy inside this HBM pinned its source at admission)
