@@ -182,6 +182,36 @@ def test_runs_cut_by_every_kind_of_event_are_the_same_compiled(tmp_path, rate):
 
 
 @needs_compiled
+@pytest.mark.parametrize("bad", ["nan", "inf", "negative"])
+def test_a_bad_step_time_in_a_run_is_named_the_same_by_both_backends(tmp_path, monkeypatch, bad):
+    """A step-time model whose decode steps come out not positive and finite stops a run with the
+    same message on both backends (the compiled run plans its steps in C arrays, the reference
+    in lists): the value and the shape of the first bad step."""
+    for kernels in (PY, CY):
+        real = kernels.step_time.RooflineStepTime._decode_terms
+
+        def planted(self, seqs, real=real):
+            terms = list(real(self, seqs))
+            if bad == "negative":
+                terms[7] = -1.0  # kernel launches: every step's total below zero
+            else:
+                terms[3] = float(bad)  # the weights' streaming time: the memory phase
+            return tuple(terms)
+
+        monkeypatch.setattr(kernels.step_time.RooflineStepTime, "_decode_terms", planted)
+    path = tmp_path / "bad_step.yaml"
+    path.write_text(CUT.format(rate=3))
+    scenario = kvsim.load_scenario(path)
+    messages = []
+    for name in ("python", "compiled"):
+        with pytest.raises(RuntimeError, match="step-time model returned") as raised:
+            kvsim.run(scenario.with_changes({"engine.backend": name}))
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
+    assert "for BatchShape(" in messages[0], messages[0]
+
+
+@needs_compiled
 @pytest.mark.parametrize("backend_name", ["python", "compiled"])
 def test_a_run_builds_its_live_objects_from_its_backend(built_systems, monkeypatch, backend_name):
     """One run, one backend: the requests, KV pools and schedulers it makes are that backend's
