@@ -11,11 +11,11 @@ Retries: a local worker process that dies (killed, out of memory), or one that c
 without results and how the workers died). A pool that stops answering counts as broken too: a
 worker killed while it sends its result leaves ``concurrent.futures`` waiting for the rest of the
 message for ever (this process holds the pipe's write end, so no end of file comes) and none of
-its tasks would finish; it is watched for (:func:`_stall`) and unblocked (:func:`_abandon`). On Dask the scheduler reschedules a lost worker's task
-(``retries``). A task that *raises* (bad input found while running, or a bug) is not retried: the
-error comes back to this process as the exception the worker raised, its traceback the worker's,
-noting the task (:func:`kvsim.crash.note_where`), so the command line reports it as it reports one
-raised here.
+its tasks would finish; it is watched for (:func:`_stall`) and unblocked (:func:`_abandon`). On
+Dask the scheduler reschedules a lost worker's task (``retries``). A task that *raises* (bad input
+found while running, or a bug) is not retried: the error comes back to this process as the
+exception the worker raised, its traceback the worker's, noting the task
+(:func:`kvsim.crash.note_where`), so the command line reports it as it reports one raised here.
 
 No orphans: local workers exit as soon as the process that started them dies, even by SIGKILL
 (:func:`_tie_to`), so nothing keeps computing, or holds the parent's standard error open (a CI
@@ -191,8 +191,11 @@ def _tie_to(main_pid: int) -> None:
     from its main thread, which lives as long as it does.
     """
     parent = os.getppid()
-    if parent != main_pid and _kill_me_with_parent() and os.getppid() != parent:
-        os._exit(EXIT_ORPHANED)  # the forkserver died before the kernel was asked
+    if parent != main_pid and _kill_me_with_parent() and (os.getppid() != parent
+                                                          or not _parent_is(parent, main_pid)):
+        # the forkserver died before the kernel was asked (even before ``parent`` was read: then it
+        # is the reaper that adopted this process); a worker left alive would hold its pool's pipes
+        os._exit(EXIT_ORPHANED)
     if os.name != "posix":
         return  # os.kill(pid, 0) would terminate the process on Windows
     try:
@@ -216,6 +219,16 @@ def _kill_me_with_parent() -> bool:
                           ctypes.c_ulong(0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _parent_is(pid: int, parent: int) -> bool:
+    """Whether process ``pid``'s parent is ``parent`` (a forkserver's is the main process); true
+    where ``/proc`` does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1]) == parent
+    except (OSError, IndexError, ValueError):
+        return True
 
 
 def _exit_when_gone(main_pid: int, handle: int | None) -> None:
@@ -359,11 +372,12 @@ def _abandon(pool: ProcessPoolExecutor, died: bool, stuck: bool = False) -> str:
             if process.exitcode is None:
                 process.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
-    if stuck and results is not None:
-        # a manager blocked in the middle of a result reads the end of file once no write end is
-        # left: the workers' go with them, this process's is closed here (nothing in this process
-        # writes to it; the manager thread never touches it). A stuck manager left blocked would
-        # hang this process's exit, which joins it.
+    if results is not None:
+        # a manager blocked in the middle of a result (its worker killed, by anyone or by the
+        # terminate() above, while sending it) reads the end of file once no write end is left:
+        # the workers' go with them, this process's is closed here (nothing in this process writes
+        # to it; the manager thread never touches it). A manager left blocked would hang this
+        # process's exit, which joins it.
         writer = getattr(results, "_writer", None)
         if writer is not None:
             writer.close()
