@@ -236,3 +236,36 @@ def test_a_run_whose_output_reader_left_still_writes_its_results(tmp_path, strea
     summary = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
     assert len(summary["points"]) == 3
     assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_whose_forkserver_died_before_it_started_exits_at_once():
+    """A worker whose forkserver is already dead when it ties itself to the main process (adopted
+    by a reaper before it could ask the kernel for SIGKILL with its parent) exits instead of living
+    on, unknown to its pool, holding the pool's pipes. Played by a grandchild of this process whose
+    parent (the "forkserver") exits first."""
+    from kvsim.plan import executor
+
+    main = os.getpid()
+    read, write = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the forkserver: starts the worker, then dies
+        try:
+            server = os.getpid()
+            if os.fork() == 0:  # the worker
+                os.close(read)
+                deadline = time.monotonic() + 10
+                while os.getppid() == server and time.monotonic() < deadline:
+                    time.sleep(0.01)  # until its forkserver has died and it was adopted
+                os.write(write, f"adopted by {os.getppid()};".encode())
+                executor._tie_to(main)
+                os.write(write, b" returned")
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(middle, 0)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    if said.startswith(f"adopted by {main};"):
+        pytest.skip("this process is a subreaper: it adopts the worker, as the main process it is")
+    assert said.startswith("adopted by ") and said.endswith(";"), f"the orphaned worker went on ({said})"

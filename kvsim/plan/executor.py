@@ -8,11 +8,14 @@ needs kvsim installed (same version) but no access to the results folder.
 Retries: a local worker process that dies (killed, out of memory), or one that cannot be started
 (its forkserver was killed), breaks its pool; the tasks not yet finished are sent to a fresh pool
 (up to :data:`MAX_ATTEMPTS` breaks in a row, then :class:`ExecutorError` names the tasks left
-without results and how the workers died). On Dask the scheduler reschedules a lost worker's task
-(``retries``). A task that *raises* (bad input found while running, or a bug) is not retried: the
-error comes back to this process as the exception the worker raised, its traceback the worker's,
-noting the task (:func:`kvsim.crash.note_where`), so the command line reports it as it reports one
-raised here.
+without results and how the workers died). A pool that stops answering counts as broken too: a
+worker killed while it sends its result leaves ``concurrent.futures`` waiting for the rest of the
+message for ever (this process holds the pipe's write end, so no end of file comes) and none of
+its tasks would finish; it is watched for (:func:`_stall`) and unblocked (:func:`_abandon`). On
+Dask the scheduler reschedules a lost worker's task (``retries``). A task that *raises* (bad input
+found while running, or a bug) is not retried: the error comes back to this process as the
+exception the worker raised, its traceback the worker's, noting the task
+(:func:`kvsim.crash.note_where`), so the command line reports it as it reports one raised here.
 
 No orphans: local workers exit as soon as the process that started them dies, even by SIGKILL
 (:func:`_tie_to`), so nothing keeps computing, or holds the parent's standard error open (a CI
@@ -31,6 +34,7 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing.connection import wait as wait_ready
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence
 
@@ -52,6 +56,15 @@ workers has then been reaped, so the fresh pool starts a new one instead of call
 REAP_TIMEOUT_S = 10.0
 """Wall seconds to wait for a broken pool to reap its workers (their exit statuses name the signal
 that killed one); a worker stuck in the kernel must not hang the sweep."""
+
+WATCH_S = 1.0
+"""Wall seconds between checks, while a pool's tasks run and none finishes, that the pool can still
+finish them (:func:`_stall`)."""
+
+STUCK_S = 5.0
+"""Wall seconds a pool may go on with a worker known to have died before it is taken for stuck: the
+pool notices a death within milliseconds unless its manager thread is blocked (a result cut off
+mid-message), and this margin keeps a slow but sound pool from being abandoned."""
 
 SHOWN_TASKS = 20
 """Tasks named, at most, in the message of a sweep that gave up (then "and N more")."""
@@ -178,8 +191,11 @@ def _tie_to(main_pid: int) -> None:
     from its main thread, which lives as long as it does.
     """
     parent = os.getppid()
-    if parent != main_pid and _kill_me_with_parent() and os.getppid() != parent:
-        os._exit(EXIT_ORPHANED)  # the forkserver died before the kernel was asked
+    if parent != main_pid and _kill_me_with_parent() and (os.getppid() != parent
+                                                          or not _parent_is(parent, main_pid)):
+        # the forkserver died before the kernel was asked (even before ``parent`` was read: then it
+        # is the reaper that adopted this process); a worker left alive would hold its pool's pipes
+        os._exit(EXIT_ORPHANED)
     if os.name != "posix":
         return  # os.kill(pid, 0) would terminate the process on Windows
     try:
@@ -203,6 +219,16 @@ def _kill_me_with_parent() -> bool:
                           ctypes.c_ulong(0)) == 0
     except (OSError, AttributeError):
         return False
+
+
+def _parent_is(pid: int, parent: int) -> bool:
+    """Whether process ``pid``'s parent is ``parent`` (a forkserver's is the main process); true
+    where ``/proc`` does not say."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return int(handle.read().rsplit(")", 1)[1].split()[1]) == parent
+    except (OSError, IndexError, ValueError):
+        return True
 
 
 def _exit_when_gone(main_pid: int, handle: int | None) -> None:
@@ -265,7 +291,7 @@ def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int, note:
                      f"(attempt {breaks + 1} of {MAX_ATTEMPTS})")
             time.sleep(RETRY_PAUSE_S * breaks)
         pool = worker_pool(min(workers, len(pending)), _init_worker, (scenario,))
-        why, died = "", False
+        why, died, stuck = "", False, False
         try:
             futures = {}
             try:
@@ -275,8 +301,16 @@ def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int, note:
                 why, died = "a worker process died", True
             except START_ERRORS as exc:
                 why = f"a worker process could not be started ({type(exc).__name__}: {exc})"
+            dead_since = None  # when a dead worker was first seen while the pool was not broken
             while futures and not why:
-                finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+                # bounded: a pool whose manager thread is blocked would never complete a future
+                finished, _ = wait(futures, timeout=WATCH_S, return_when=FIRST_COMPLETED)
+                if not finished:
+                    dead_since, why = _stall(pool, dead_since)
+                    if why and any(f.done() for f in futures):
+                        why = ""  # finished meanwhile: take those results first
+                    died = stuck = bool(why)
+                    continue
                 for future in finished:
                     task = futures.pop(future)
                     try:
@@ -292,26 +326,61 @@ def _execute_processes(scenario, tasks, on_done: Done, seed, workers: int, note:
                     breaks = 0
         finally:
             if why:
-                why += _abandon(pool, died)
+                why += _abandon(pool, died, stuck)
             else:
                 pool.shutdown(wait=True, cancel_futures=True)
         if why:
             breaks += 1
 
 
-def _abandon(pool: ProcessPoolExecutor, died: bool) -> str:
-    """Shut down a pool that broke (``died``: a worker died) or could not start all its workers (its
-    healthy workers are stopped, or their tasks would run twice); how its workers ended, when
-    that says something: ``: killed by signal 9 (SIGKILL)``."""
-    # the pool's own workers and the thread that reaps them (private, hence getattr): a broken
-    # pool has no public way to say how its workers ended
+def _stall(pool: ProcessPoolExecutor, dead_since: float | None) -> tuple[float | None, str]:
+    """Whether a pool with unfinished tasks can no longer finish them by itself: ``(dead_since,
+    why)``, ``why`` empty while it may.
+
+    Its manager thread (the one that completes the futures) has ended; or a worker died (its
+    sentinel is ready: what the manager waits for) at least :data:`STUCK_S` ago, ``dead_since``
+    being when that was first seen, and the manager has not noticed, which it does within
+    milliseconds unless it is blocked reading a result that its worker was killed in the middle
+    of sending.
+    """
+    manager = getattr(pool, "_executor_manager_thread", None)
+    if manager is not None and not manager.is_alive():
+        return dead_since, "the pool of worker processes stopped (its manager thread ended)"
+    # the readiness of the sentinels, not Process.is_alive(): that reads the exit status from the
+    # forkserver's pipe, which the manager thread may be reading at the same time
+    sentinels = [p.sentinel for p in list((getattr(pool, "_processes", None) or {}).values())]
+    if not wait_ready(sentinels, timeout=0):
+        return None, ""
+    now = time.monotonic()
+    if dead_since is None:
+        return now, ""
+    return dead_since, "a worker process died" if now - dead_since >= STUCK_S else ""
+
+
+def _abandon(pool: ProcessPoolExecutor, died: bool, stuck: bool = False) -> str:
+    """Shut down a pool that broke (``died``: a worker died), could not start all its workers (its
+    healthy workers are stopped, or their tasks would run twice) or is ``stuck`` (:func:`_stall`:
+    its workers are stopped and its manager thread unblocked); how its workers ended, when that
+    says something: ``: killed by signal 9 (SIGKILL)``."""
+    # the pool's own workers, its results pipe and the thread that reaps them (private, hence
+    # getattr): a broken pool has no public way to say how its workers ended, nor to be unblocked
     processes = list((getattr(pool, "_processes", None) or {}).values())
     manager = getattr(pool, "_executor_manager_thread", None)
-    if not died:
+    results = getattr(pool, "_result_queue", None)  # shutdown() forgets it
+    if not died or stuck:
         for process in processes:
             if process.exitcode is None:
                 process.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
+    if results is not None:
+        # a manager blocked in the middle of a result (its worker killed, by anyone or by the
+        # terminate() above, while sending it) reads the end of file once no write end is left:
+        # the workers' go with them, this process's is closed here (nothing in this process writes
+        # to it; the manager thread never touches it). A manager left blocked would hang this
+        # process's exit, which joins it.
+        writer = getattr(results, "_writer", None)
+        if writer is not None:
+            writer.close()
     if manager is not None:
         manager.join(timeout=REAP_TIMEOUT_S)
     return _how_they_died(processes) if died else ""
