@@ -395,9 +395,11 @@ def _plan_compiled(instance, batch, first_s, first_parts, now, steps):
                 return None
             steps = left
     room = steps
+    run = DecodeRun.__new__(DecodeRun)  # owns the C arrays from here (freed with it, whatever happens)
     pages = cython.cast(cython.p_long, malloc((2 * (room + 1) + 4 * n) * cython.sizeof(cython.long)))  # noqa: F821
     if pages == cython.NULL:
         raise MemoryError()
+    run.c_new = pages
     per_step, start = pages + room + 1, pages + 2 * (room + 1)
     for i in range(room + 1):
         pages[i] = 0
@@ -411,7 +413,6 @@ def _plan_compiled(instance, batch, first_s, first_parts, now, steps):
         start[k], start[n + k], start[2 * n + k], start[3 * n + k] = kv, seq.generated, blocks, own
         first = blocks * block - own + 2
         if first < 0:
-            free(pages)  # noqa: F821
             raise RuntimeError(f"a decode run's sequence {seq.rid} holds fewer pages than its tokens")
         while first <= room:
             per_step[first] += 1
@@ -425,12 +426,11 @@ def _plan_compiled(instance, batch, first_s, first_parts, now, steps):
             break
         pages[i] = total
     if steps < 2:
-        free(pages)  # noqa: F821
         return None
     ends = _doubles(4 * steps + 1)  # noqa: F821 (a C function of the .pxd, compiled only)
+    run.c_ends = ends
     step_s, compute, memory = ends + steps + 1, ends + 2 * steps + 1, ends + 3 * steps + 1
-    run = DecodeRun.__new__(DecodeRun)
-    run.c_ends, run.c_total, run.c_compute, run.c_memory, run.c_new, run.c_start = ends, step_s, compute, memory, pages, start
+    run.c_total, run.c_compute, run.c_memory, run.c_start = step_s, compute, memory, start
     a, b = first_parts.memory_s, first_parts.remote_s
     step_s[0], compute[0], memory[0] = first_s, first_parts.compute_s, b if b > a else a  # max(a, b)
     context = batch.shape.decode_context_tokens + n
