@@ -426,8 +426,9 @@ def test_value_reuse_is_refused_when_the_copies_in_flight_overflow_the_kv():
                           popularity=zipf_popularity(4, 0.0), adapters=np.full(8, 1 / 8))
     demand = 32 * (1 - (31 / 32) ** 32) * 32768 + 32 * 256
     pool = type("Pool", (), {"kv_tokens_per_instance": 568016})()
-    assert refused_share(shape, pool, 0.0, 18.0, 5.0, 1) == pytest.approx(1 - 568016 / demand)
-    pool.kv_tokens_per_instance = 1.0e6  # room for every copy in flight: never refused
+    assert demand == pytest.approx(677_126, rel=1e-5)
+    assert refused_share(shape, pool, 0.0, 18.0, 5.0, 1) == 1.0  # 677,126 tokens > 568,016: refused
+    pool.kv_tokens_per_instance = 700_000  # room for every copy in flight: never refused
     assert refused_share(shape, pool, 0.0, 18.0, 5.0, 1) == 0.0
     # the base model (no adapters) copies nothing
     from dataclasses import replace

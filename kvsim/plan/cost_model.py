@@ -352,8 +352,8 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         # base model and the other adapters until one holds it (about half of them)
         other = 1.0 - float((shape.adapters ** 2).sum())  # a request's context cached under another adapter
         value_keys = requests * bpr * hit * other * (1.0 + len(shape.adapters) / 2.0)
-        # an admission refused for want of KV room (at every step while the copies in flight
-        # overflow the KV) scans, pins and unpins those blocks again
+        # an admission refused for want of KV room (at a share of the steps while the copies in
+        # flight overflow the KV) scans, pins and unpins those blocks again
         refusals = refused_share(shape, pool_p, requests, duration, latency, n_compute) * iterations
         refused_blocks = refusals * bpr * hit * other
     # the router that places a request on a compute instance: the prefill router when disaggregated

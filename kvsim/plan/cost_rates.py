@@ -26,57 +26,56 @@ PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block",
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/rates-python-3.json --write-
-    # rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit fe79d00,
-    # with uncommitted changes to kvsim/, Python 3.11.7, AMD EPYC, on the project's 2-core machine
-    # while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond what the
-    # other paths carry.
+    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/final-rates-python.json --write-
+    # rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit e300816,
+    # Python 3.11.7, AMD EPYC, on the project's 2-core machine while other jobs shared it
+    # (docs/run_cost.md). Zero: the fit found no cost there beyond what the other paths carry.
     "run": 0.0,
-    "instance": 0.000574,
-    "request": 0.000116,
-    "iteration": 3.34e-08,
-    "prompt_block": 0.0,
-    "hbm_block": 4.65e-07,
+    "instance": 0.000371,
+    "request": 0.000131,
+    "iteration": 3.5e-08,
+    "prompt_block": 4.97e-07,
+    "hbm_block": 4.41e-07,
     "tier_block": 0.0,
-    "flow": 0.000151,
-    "domain_block": 1.63e-06,
-    "handoff": 6.83e-05,
-    "handoff_flow": 2.24e-05,
-    "queued_request": 0.00041,
-    "remote_flow": 3.55e-05,
-    "prewarm_prompt": 7.11e-05,
+    "flow": 0.000145,
+    "domain_block": 1.3e-06,
+    "handoff": 6.68e-05,
+    "handoff_flow": 2.29e-05,
+    "queued_request": 0.000253,
+    "remote_flow": 3.44e-05,
+    "prewarm_prompt": 5.62e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 2.17e-06,
-    "miss_block": 1.74e-06,
-    "value_key": 3.64e-07,
-    "refused_block": 2.67e-05,
+    "routed_candidate": 2.71e-06,
+    "miss_block": 8.94e-07,
+    "value_key": 3.12e-07,
+    "refused_block": 5.62e-07,
 })
 
 _COMPILED = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/rates-compiled-3.json --write-
-    # rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit fe79d00,
-    # with uncommitted changes to kvsim/, Python 3.11.7, AMD EPYC, on the project's 2-core machine
-    # while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond what the
-    # other paths carry.
-    "run": 0.00187,
-    "instance": 0.00029,
-    "request": 5.21e-05,
-    "iteration": 8.76e-08,
-    "prompt_block": 4.84e-07,
-    "hbm_block": 5.49e-07,
+    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/final-rates-compiled.json
+    # --write-rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit
+    # e300816, with uncommitted changes to kvsim/, Python 3.11.7, AMD EPYC, on the project's 2-core
+    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
+    # what the other paths carry.
+    "run": 0.0,
+    "instance": 0.000311,
+    "request": 7e-05,
+    "iteration": 2.03e-07,
+    "prompt_block": 0.0,
+    "hbm_block": 7.26e-07,
     "tier_block": 0.0,
-    "flow": 0.000166,
-    "domain_block": 1.41e-06,
-    "handoff": 4.4e-05,
-    "handoff_flow": 2.18e-05,
-    "queued_request": 0.000326,
-    "remote_flow": 4.63e-05,
-    "prewarm_prompt": 5.8e-05,
+    "flow": 0.000288,
+    "domain_block": 1.36e-06,
+    "handoff": 3.6e-05,
+    "handoff_flow": 2.42e-05,
+    "queued_request": 0.000398,
+    "remote_flow": 3.96e-05,
+    "prewarm_prompt": 7.2e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 2.25e-06,
-    "miss_block": 7.44e-07,
-    "value_key": 3.4e-07,
-    "refused_block": 3.1e-05,
+    "routed_candidate": 3.42e-06,
+    "miss_block": 1.47e-06,
+    "value_key": 5.22e-07,
+    "refused_block": 1.73e-06,
 })
 
 RATES = MappingProxyType({"python": _PYTHON, "compiled": _COMPILED})
