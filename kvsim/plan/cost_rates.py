@@ -26,29 +26,30 @@ PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block",
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/final-rates-python.json --write-
-    # rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit e300816,
-    # Python 3.11.7, AMD EPYC, on the project's 2-core machine while other jobs shared it
-    # (docs/run_cost.md). Zero: the fit found no cost there beyond what the other paths carry.
-    "run": 0.0,
-    "instance": 0.000371,
-    "request": 0.000131,
-    "iteration": 3.5e-08,
-    "prompt_block": 4.97e-07,
-    "hbm_block": 4.41e-07,
+    # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 3 --json
+    # /tmp/ecost/final2-rates-python.json --write-rates --out docs/run_cost.md` (each run the least
+    # CPU time of --repeat) at kvsim commit 2f400ed, Python 3.11.7, AMD EPYC, on the project's 2-core
+    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
+    # what the other paths carry.
+    "run": 0.00286,
+    "instance": 0.000377,
+    "request": 0.000132,
+    "iteration": 3.99e-08,
+    "prompt_block": 1.27e-06,
+    "hbm_block": 4.57e-07,
     "tier_block": 0.0,
-    "flow": 0.000145,
-    "domain_block": 1.3e-06,
-    "handoff": 6.68e-05,
-    "handoff_flow": 2.29e-05,
-    "queued_request": 0.000253,
-    "remote_flow": 3.44e-05,
-    "prewarm_prompt": 5.62e-05,
-    "prewarm_block": 0.0,
-    "routed_candidate": 2.71e-06,
-    "miss_block": 8.94e-07,
-    "value_key": 3.12e-07,
-    "refused_block": 5.62e-07,
+    "flow": 0.000173,
+    "domain_block": 9.83e-07,
+    "handoff": 5.61e-05,
+    "handoff_flow": 3.08e-05,
+    "queued_request": 0.000303,
+    "remote_flow": 3.6e-05,
+    "prewarm_prompt": 5.68e-05,
+    "prewarm_block": 2e-08,
+    "routed_candidate": 3.03e-06,
+    "miss_block": 7.98e-07,
+    "value_key": 3.28e-07,
+    "refused_block": 6.49e-07,
 })
 
 _COMPILED = MappingProxyType({
