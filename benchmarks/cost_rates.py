@@ -21,14 +21,22 @@ instances, for the handoff's flows per card) -- at ``--scale`` of their duration
 ladder-64 again at 3x that scale, the ladder's saturation probe (a closed loop) and
 ``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers) and its
 DRAM-tier system (``dram``: about 22 blocks per local transfer where the offload cases move 27, so
-tier blocks and transfers, which those cases move in step, are told apart). Every system of a case is run alone, in this process, ``--repeat``
+tier blocks and transfers, which those cases move in step, are told apart), ``domains@3``
+(domains three times as long: more of its prompts hit, so computed blocks and looked-up ones are
+told apart), ``lora`` (``scenarios/lora_shared_context.yaml`` at 16K-token documents and 32
+clients: full caches, per-adapter KV, value reuse's lookups; ``lora-refused``, its value-reuse
+system at 24K-token documents and 48 clients, whose copies overflow the KV, so the queue's head
+is refused and scans its keys again at every step) and ``gap-remote``
+(``scenarios/offload_gap.yaml``'s pool over RDMA and GPU-Direct at 8K tokens: 8 cards x 4 pool
+nodes of flows per transfer, 32 blocks per prewarm prompt). Every system of a case is run alone, in this process, ``--repeat``
 times (the least CPU time kept: on a shared machine the others carry noise); its path counts are
 the model's estimate for that run (so the rates fit what the model will be given, not counts
 the model cannot know before a run). The rates are the non-negative least-squares fit of
 
     measured CPU-s = sum(count[path] * rate[path])
 
-weighted by 1 / measured CPU-s (every case counts by its relative error, not its size). The
+weighted by 1 / measured CPU-s (every case counts by its relative error, not its size), with a
+small ridge (``--ridge``) so that paths whose counts move together share their cost. The
 script prints each case's measured and fitted CPU-s and the rates as Python to paste into
 ``kvsim/plan/cost_rates.py`` under that backend's name.
 """
@@ -56,7 +64,8 @@ from kvsim.sim.run import run_point  # noqa: E402
 from speed_measure import machine  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
-         "mooncake-cache_aware", "domains", "domains-local", "pd", "pd-tp4", "probe", "prewarm", "remote", "dram")
+         "mooncake-cache_aware", "domains", "domains-local", "domains@3", "pd", "pd-tp4", "probe", "prewarm", "remote",
+         "dram", "lora", "lora-refused", "gap-remote")
 """The cases fitted, in order; ``CASE@k`` runs ``CASE`` at ``k`` times ``--scale`` (a longer run of
 the same system separates the per-run costs from the per-request ones)."""
 
@@ -81,6 +90,20 @@ def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
         pool = "systems.pd.pools.h20"
         return scenario_for("pd", {"scale": scale}).with_changes(
             {f"{pool}.nodes": 2, f"{pool}.instance.tp": 4, f"{pool}.roles": {"prefill": 2, "decode": 2}})
+    if case == "lora":  # lora_shared_context at 16K-token documents and 32 clients: value reuse, full caches
+        lora = kvsim.load_scenario(HERE.parent / "scenarios" / "lora_shared_context.yaml")
+        return lora.with_changes({"sweep": {}, "study": None, "workload.prefix.document_tokens.value": 16384,
+                                  "workload.arrival.clients": 32, "duration": 180 * scale, "warmup": 60 * scale})
+    if case == "lora-refused":  # its value_reuse system at 24K tokens and 48 clients: the KV overflows
+        lora = case_scenario("lora", scale, capacity)
+        return lora.with_changes({"systems": {"value_reuse": lora.raw["systems"]["value_reuse"]},
+                                  "workload.prefix.document_tokens.value": 24576, "workload.arrival.clients": 48})
+    if case == "gap-remote":  # offload_gap's pool over RDMA and GPU-Direct at 8K tokens, 16 clients
+        gap = kvsim.load_scenario(HERE.parent / "scenarios" / "offload_gap.yaml")
+        keep = {name: gap.raw["systems"][name] for name in ("l20-rdma", "h20-gdr")}
+        return gap.with_changes({"sweep": {}, "study": None, "compare": None, "systems": keep,
+                                 "workload.prefix.document_tokens.value": 7680,
+                                 "workload.prefix.suffix_tokens.value": 512, "workload.arrival.clients": 16, "duration": 1400 * scale, "warmup": 400 * scale})
     if case in ("prewarm", "remote", "dram"):
         name, rate = {"prewarm": ("l20-pool", "1/s"), "remote": ("h20-pool", "8/s"), "dram": ("l20-dram", "4/s")}[case]
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
@@ -140,13 +163,23 @@ def use_backend(choice: str | None) -> str:
     return backend
 
 
-def fit(rows: list[dict]) -> dict[str, float]:
-    """Non-negative least squares of measured CPU-s on the path counts, relative errors."""
+def fit(rows: list[dict], ridge: float = 0.0) -> dict[str, float]:
+    """Non-negative least squares of measured CPU-s on the path counts, relative errors.
+
+    ``ridge`` > 0 adds ``sqrt(ridge) x rate`` (each column scaled to at most 1 per case) as a
+    residual of every path: paths whose counts move together across the cases then share their
+    cost rather than one taking all of it and the other none, so a refit on new noise moves the
+    rates less (it costs a share ``ridge`` of one case's relative error per unit of rate).
+    """
     a = np.array([[row["counts"][p] for p in PATHS] for row in rows], dtype=float)
     b = np.array([row["cpu_s"] for row in rows], dtype=float)
     w = 1.0 / np.maximum(b, 1e-3)
     scale = np.maximum(np.abs(a * w[:, None]).max(axis=0), 1e-30)  # columns of comparable size
-    x, _ = nnls(a * w[:, None] / scale, b * w)
+    design, target = a * w[:, None] / scale, b * w
+    if ridge > 0:
+        design = np.vstack([design, np.sqrt(ridge) * np.eye(len(PATHS))])
+        target = np.concatenate([target, np.zeros(len(PATHS))])
+    x, _ = nnls(design, target)
     return {p: float(v / s) for p, v, s in zip(PATHS, x, scale)}
 
 
@@ -211,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capacity", type=float, default=3.55, help="ladder saturation per instance, requests/s")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", default=",".join(CASES))
+    parser.add_argument("--ridge", type=float, default=0.01, help="share of a case's relative error one unit "
+                        "of (scaled) rate costs: splits the cost of paths that move together (0: plain NNLS)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--out", type=Path, help="a Markdown page to write the fit into (between the backend's "
                         "cost-rates markers)")
@@ -237,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                    **measure_point(scenario, alone, args.repeat, earlier.get((case, name)))}
             rows.append(row)
             print(f"{case:18s} {name:16s} {row['requests']:7,d} requests {row['cpu_s']:8.3f} CPU-s", flush=True)
-    rates = fit(rows)
+    rates = fit(rows, args.ridge)
     how = f"measurements of {args.reuse}" if args.reuse else f"best of {args.repeat}"
     print(f"\nfitted on {len(rows)} runs ({backend} backend, measured at {where}, --scale {args.scale}, {how}):")
     print(f"{'case':18s} {'system':16s} {'measured':>9s} {'fitted':>9s} {'ratio':>6s}")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import pytest
 
 import kvsim
@@ -257,3 +260,177 @@ def test_check_picks_points_and_writes_its_table_between_markers(tmp_path):
     assert text.startswith("The compiled backend: measured by `cmd`")
     assert "| a.yaml | 0, 2 of 3 | 4 | 10 | 12 | 2.00 | 5.00 | 2.50 |" in text
     assert "Within 2x on every scenario: no" in text
+
+
+# --------------------------------------------------------------------------- misses, full caches, the closed loop
+
+def test_misses_are_first_sights_until_the_cache_is_full_then_the_unheld_share():
+    from kvsim.plan.cost_model import distinct_contexts, missed_requests
+
+    four = zipf_popularity(4, 0.0)
+    # a cache that holds every context: only each context's first request misses, 4 (1 - (3/4)^n)
+    assert distinct_contexts(four, 2) == pytest.approx(1.75)
+    assert missed_requests(four, 4, 2) == pytest.approx(1.75)
+    assert missed_requests(four, 10, 1000) == pytest.approx(4.0)
+    # a cache of 2 contexts with a working set of 4: full at the request m where 4 (1 - (3/4)^m) = 2,
+    # m = ln 0.5 / ln 0.75 = 2.409; then every request outside the 2 held (half of them) misses
+    m = math.log(0.5) / math.log(0.75)
+    assert missed_requests(four, 2, 100) == pytest.approx(2 + (100 - m) * 0.5, rel=1e-5)
+    # a cache that holds nothing misses every request; one shared context misses once
+    assert missed_requests(four, 0, 50) == pytest.approx(50)
+    assert missed_requests(np.array([1.0]), 1, 50) == pytest.approx(1.0)
+
+
+DOCUMENT = """\
+name: one-document
+seed: 4
+duration: 20 s
+warmup: 0 s
+model: qwen3-8b
+workload:
+  arrival: {kind: poisson, rate: 5/s}
+  prefix: {kind: shared_documents, documents: DOCS, zipf_s: 0.0, document_tokens: {kind: fixed, value: 1024},
+           suffix_tokens: {kind: fixed, value: 128}}
+  output_tokens: {kind: fixed, value: 16}
+  block_tokens: 16
+systems:
+  a: {node: h20-8x, instances: 1, instance: {tp: 1}, kv_cache: {}}
+"""
+
+
+def test_miss_blocks_count_the_blocks_a_cache_computes_and_files():
+    # one shared 1,024-token document (64 blocks) and 128-token suffixes (8 blocks): the first
+    # request computes all 72 blocks, every later one its 8 suffix blocks
+    cost = run_cost(kvsim.parse_scenario(DOCUMENT.replace("DOCS", "1"), "doc.yaml"))
+    n = cost.requests
+    assert n > 50
+    assert cost.counts.miss_block == pytest.approx(72 + (n - 1) * 8)
+    assert cost.counts.hbm_block == pytest.approx(72 * n)  # every block is looked up
+    # 10,000 documents, each seen about once in the run: nearly every request computes its document
+    many = run_cost(kvsim.parse_scenario(DOCUMENT.replace("DOCS", "10000"), "doc.yaml"))
+    assert many.requests == n
+    assert 0.97 * 72 * n <= many.counts.miss_block <= 72 * n
+    for backend in RATES:  # computing the documents costs more on every backend
+        assert many.counts.cpu_s(backend) > cost.counts.cpu_s(backend)
+
+
+def _sized(scenario):
+    from kvsim.sim.sizing import size_system
+
+    point = scenario.points[0]
+    return size_system(point.spec, "a", scenario.catalogs_for(point))
+
+
+SATURATED = """\
+name: saturated
+seed: 4
+duration: 30 s
+warmup: 0 s
+model: qwen3-8b
+workload:
+  arrival: {kind: closed_loop, clients: 64, think_time: 0 s}
+  input_tokens: {kind: fixed, value: 16384}
+  output_tokens: {kind: fixed, value: 1}
+systems:
+  a: {node: h20-8x, instances: 1, instance: {tp: 1}}
+"""
+
+
+def test_a_saturated_closed_loop_completes_what_its_prefill_time_allows():
+    from kvsim.plan.cost_model import _prefill_s
+
+    # 64 clients with no think time on one instance computing 16K-token prompts (1 output token):
+    # the instance computes one prompt after another, so by Little's law the run completes
+    # duration / (one prompt's compute time), and each client's first request is simulated too
+    scenario = kvsim.parse_scenario(SATURATED, "sat.yaml")
+    pool = _sized(scenario).pools[0]
+    t_prompt = _prefill_s(pool.step_model(), 16384, pool.spec.instance.max_batched_tokens)
+    cost = run_cost(scenario)
+    assert cost.estimated_requests == pytest.approx(64 + 30 / t_prompt, rel=1e-6)
+    simulated = sum(r.records.n for r in kvsim.run(scenario).runs)
+    assert 0.5 <= cost.estimated_requests / simulated <= 2.0
+
+
+def test_a_closed_loop_whose_caches_warm_slower_than_the_run_is_bounded_by_the_cold_prompts():
+    from kvsim.plan.cost_model import _prefill_s
+
+    # lora_shared_context's last point in small: 32 clients over 4 documents of 32K tokens on one
+    # card, each document's first prompt ~8 s of compute. The steady hit share would let the loop
+    # turn over hundreds of times; the run cannot even compute the four documents, so it simulates
+    # little more than the clients' first requests.
+    text = (DOCUMENT.replace("DOCS", "4").replace("value: 1024", "value: 32768").replace("5/s", "1/s")
+            .replace("{kind: poisson, rate: 1/s}", "{kind: closed_loop, clients: 32, think_time: 2 s}")
+            .replace("duration: 20 s", "duration: 18 s"))
+    scenario = kvsim.parse_scenario(text, "cold.yaml")
+    pool = _sized(scenario).pools[0]
+    t_full = _prefill_s(pool.step_model(), 32768 + 128, pool.spec.instance.max_batched_tokens)
+    assert 18 < 4 * t_full  # the four documents take longer than the run
+    cost = run_cost(scenario)
+    # at most the first-sight prompts that fit in 18 s, on top of the 32 first requests
+    assert 32 <= cost.estimated_requests <= 32 + 18 / t_full + 1
+    simulated = sum(r.records.n for r in kvsim.run(scenario).runs)
+    assert 0.5 <= cost.estimated_requests / simulated <= 2.0
+
+
+def test_adapters_that_do_not_share_kv_cache_each_document_per_adapter():
+    from kvsim.plan.cost_model import WorkloadShape, cached_contexts
+
+    # 2 documents x 4 uniform adapters: 8 contexts of 1/8 each without sharing, the 2 documents with it
+    shape = WorkloadShape(10, 1100.0, 10.0, 16, True, shared_fraction=0.9, document_tokens=1000.0,
+                          popularity=zipf_popularity(2, 0.0), adapters=np.full(4, 0.25))
+
+    class System:
+        def __init__(self, sharing):
+            self.lora = type("Lora", (), {"kv_sharing": sharing})()
+
+    assert cached_contexts(shape, System("none")) == pytest.approx([1 / 8] * 8)
+    assert cached_contexts(shape, System("byte_sharing")) == pytest.approx([0.5, 0.5])
+    assert cached_contexts(shape, System("value_reuse")) == pytest.approx([0.5, 0.5])
+
+
+def test_remote_pool_flows_are_one_per_card_per_pool_node_touched():
+    from kvsim.plan.cost_model import _touched
+
+    assert _touched(4, 1) == pytest.approx(1.0)
+    assert _touched(4, 2) == pytest.approx(4 * (1 - 0.75 ** 2))  # 1.75 of the 4 nodes
+    assert _touched(4, 1000) == pytest.approx(4.0)
+    assert _touched(1, 30) == 1.0 and _touched(4, 0) == 0.0
+
+
+def test_the_ridge_splits_the_cost_of_paths_that_move_together():
+    _, cost_rates = _bench()
+    # tier blocks and flows in the same ratio in every case: plain NNLS may put all on one;
+    # the ridge shares it out (in proportion to the columns' scale) and still fits the cases
+    rows = []
+    for n in (100, 400, 900):
+        counts = {p: 0.0 for p in PATHS}
+        counts.update(run=1.0, tier_block=10.0 * n, flow=n)
+        rows.append({"counts": counts, "cpu_s": 1e-3 + 2e-4 * n})
+    plain, ridged = cost_rates.fit(rows), cost_rates.fit(rows, 1e-4)
+    for rates in (plain, ridged):
+        for row in rows:
+            fitted = sum(row["counts"][p] * rates[p] for p in PATHS)
+            assert fitted == pytest.approx(row["cpu_s"], rel=0.02)
+    assert ridged["tier_block"] > 0 and ridged["flow"] > 0
+    assert ridged["tier_block"] * 10 == pytest.approx(ridged["flow"], rel=0.05)  # an equal split of the cost
+
+
+def test_value_reuse_is_refused_when_the_copies_in_flight_overflow_the_kv():
+    from kvsim.plan.cost_model import WorkloadShape, refused_share
+
+    # 4 documents x 8 adapters, uniform: 32 (document, adapter) copies; 32 clients with no think
+    # time all in flight hold 32 (1 - (31/32)^32) = 20.5 distinct copies of 32,768 tokens, and
+    # each its own 128-token suffix and 128 output tokens
+    shape = WorkloadShape(None, 32768.0 + 128, 128.0, 16, True, clients=32, think_s=0.0,
+                          shared_fraction=32768 / (32768 + 128), document_tokens=32768.0,
+                          popularity=zipf_popularity(4, 0.0), adapters=np.full(8, 1 / 8))
+    demand = 32 * (1 - (31 / 32) ** 32) * 32768 + 32 * 256
+    pool = type("Pool", (), {"kv_tokens_per_instance": 568016})()
+    assert demand == pytest.approx(677_126, rel=1e-5)
+    assert refused_share(shape, pool, 0.0, 18.0, 5.0, 1) == 1.0  # 677,126 tokens > 568,016: refused
+    pool.kv_tokens_per_instance = 700_000  # room for every copy in flight: never refused
+    assert refused_share(shape, pool, 0.0, 18.0, 5.0, 1) == 0.0
+    # the base model (no adapters) copies nothing
+    from dataclasses import replace
+
+    assert refused_share(replace(shape, adapters=None), pool, 0.0, 18.0, 5.0, 1) == 0.0

@@ -15,10 +15,14 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   step at a time, plus one per prefill chunk;
 - ``prompt_block``: prompt blocks hashed when the point's requests are drawn (workloads with a
   prefix structure: every request's ``input_tokens / block_tokens``); counted once per point;
-- ``hbm_block``: prompt blocks through an HBM prefix cache (systems with ``kv_cache``);
+- ``hbm_block``: prompt blocks through an HBM prefix cache (systems with ``kv_cache``), every one
+  looked up; ``miss_block``: those of them computed and filed into the cache (the misses: each
+  context's first request, and once the working set outgrows the caches every request outside
+  the contexts they hold; :func:`missed_requests`);
 - ``tier_block``: prompt blocks written to or read from each tier below HBM (DRAM, NVMe, remote
   pool); ``flow``: the transfers to and from the node's own tiers (a write per tier per request
-  and a load per hit) and ``remote_flow`` those to and from a remote pool over the network;
+  and a load per hit) and ``remote_flow`` the flows to and from a remote pool over the network
+  (one per card per pool node a transfer's blocks are spread over, :func:`_touched`);
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
 - ``handoff`` and ``handoff_flow``: prefill-to-decode handoffs (disaggregated systems: one per
@@ -29,6 +33,10 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 - ``routed_candidate``: requests x the instances a cache-aware router scores for each (it
   weighs every candidate's cached prefix and load: ``router`` or, disaggregated,
   ``prefill_router: cache_aware``); the other routers keep ordered boards, O(log n) a request;
+- ``value_key``: LoRA value reuse (``lora.kv_sharing: value_reuse``): keys looked up to find a
+  shared block another adapter computed (about half the adapters' keys per block copied);
+  ``refused_block``: the blocks such an admission scans, pins and unpins again each time it is
+  refused for want of KV room (:func:`refused_share`);
 - ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
   prewarm (``kv_cache.prewarm``), found as
   :meth:`kvsim.serving.cache.tiers.TierCache.prewarm` stops: every lower store fed twice its
@@ -37,8 +45,13 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 The latency of a request is a bound from the model, not a simulation: its uncached prompt
 computed in chunks of ``max_batched_tokens`` plus its output tokens at the decode step time of the
 batch it shares, the batch from Little's law (``arrival rate x latency`` per instance, at most
-``max_num_seqs``) or, in a closed loop, from the clients. The share of a prompt found in cache is
-the shared documents' share of its tokens times the popularity of the documents the caches hold.
+``max_num_seqs``) or, in a closed loop, from the clients. The caches start empty (a prewarmed
+system's lower tiers full): over a run of ``n`` requests the share of prompt tokens found is the
+shared documents' share times the share of requests that find their context
+(:func:`run_hit_fraction`; per adapter where adapters do not share KV). A closed loop completes at
+most what its decode batches serve and what its compute instances can compute in the run: every
+context's first prompt in full, the others' uncached suffixes (so a short run over long cold
+documents simulates little more than the clients' first requests).
 """
 
 from __future__ import annotations
@@ -51,7 +64,8 @@ import numpy as np
 from kvsim.models.step_time import BatchShape
 from kvsim.plan.cost_rates import rates_for
 from kvsim.sim.prewarm import MAX_WARM_REQUESTS
-from kvsim.workload.reuse import FixedHit, SharedDocuments
+from kvsim.plan.cost_hits import (cached_contexts, distinct_contexts, hit_fraction, missed_requests,  # noqa: F401
+                                  refused_share, run_hit_fraction, workload_reuse, zipf_popularity)
 
 __all__ = ["PathCounts", "WorkloadShape", "system_counts", "prewarm_prompts"]
 
@@ -81,6 +95,9 @@ class PathCounts:
     prewarm_prompt: float = 0.0
     prewarm_block: float = 0.0
     routed_candidate: float = 0.0
+    miss_block: float = 0.0
+    value_key: float = 0.0
+    refused_block: float = 0.0
 
     def cpu_s(self, backend: str = "python") -> float:
         """CPU-seconds at the measured rates of ``backend`` (:func:`~kvsim.plan.cost_rates.rates_for`)."""
@@ -116,38 +133,11 @@ class WorkloadShape:
     shared_fraction: float = 0.0
     document_tokens: float = 0.0
     popularity: np.ndarray | None = None
+    adapters: np.ndarray | None = None  # the LoRA adapters' probabilities (None: the base model)
 
     @property
     def blocks_per_request(self) -> float:
         return self.input_tokens / self.block_tokens
-
-
-def zipf_popularity(documents: int, zipf_s: float) -> np.ndarray:
-    """Probabilities of ``documents`` ranked documents, ``P(d) ∝ 1 / (d + 1)**zipf_s``."""
-    weights = 1.0 / np.arange(1, documents + 1, dtype=float) ** zipf_s
-    return weights / weights.sum()
-
-
-def workload_reuse(workload) -> tuple[float, float, np.ndarray | None]:
-    """``(shared_fraction, document_tokens, popularity)`` of ``workload``'s prefix structure."""
-    prefix = workload.prefix
-    if isinstance(prefix, SharedDocuments):
-        doc = prefix.document_tokens.mean
-        return doc / (doc + prefix.suffix_tokens.mean), doc, zipf_popularity(prefix.documents, prefix.zipf_s)
-    if isinstance(prefix, FixedHit):
-        return float(prefix.hit_ratio), 0.0, None
-    return 0.0, 0.0, None
-
-
-def hit_fraction(shape: WorkloadShape, cached_tokens: float) -> float:
-    """Share of prompt tokens found in caches holding ``cached_tokens`` tokens of shared context
-    (the most popular documents first: an upper bound for LRU)."""
-    if shape.shared_fraction <= 0.0:
-        return 0.0
-    if shape.popularity is None:
-        return shape.shared_fraction
-    held = int(min(len(shape.popularity), cached_tokens / max(shape.document_tokens, 1.0)))
-    return shape.shared_fraction * float(shape.popularity[:held].sum())
 
 
 def _prefill_s(step, tokens: float, chunk: int) -> float:
@@ -169,28 +159,35 @@ def _decode_s(step, seqs: float, context: float) -> float:
     return step.iteration_time_s(BatchShape(decode_seqs=b, decode_context_tokens=int(b * context), sampled_seqs=b))
 
 
-def _cache_tokens(spec, sizing, prefill_pools) -> float:
-    """Tokens of shared context the system's caches can hold: the HBM left beside the running
-    sequences (pooled across instances when the router or the domains place by cache) and every
-    lower tier."""
+def _touched(stores: int, blocks: float) -> float:
+    """Expected stores of ``stores`` a transfer of ``blocks`` blocks spread by id touches."""
+    if blocks <= 0.0:
+        return 0.0
+    return stores * -math.expm1(blocks * math.log1p(-1.0 / stores)) if stores > 1 else 1.0
+
+
+def _cache_tokens(spec, sizing, prefill_pools) -> tuple[float, float, bool]:
+    """``(HBM tokens, lower tiers' tokens, pooled)`` of shared context the system's caches hold:
+    the HBM left beside the running sequences (pooled across instances when the router or the
+    domains place by cache, else one instance's) and every lower tier."""
     system = spec.systems[sizing.name]
     cache = system.kv_cache
     if cache is None:
-        return 0.0
+        return 0.0, 0.0, False
     pooled = system.router == "cache_aware" or system.prefill_router == "cache_aware" or cache.peer_hbm != "none"
-    tokens = 0.0
+    hbm = lower = 0.0
     for pool in prefill_pools:
-        hbm = 0.5 * pool.kv_tokens_per_instance  # about half the pool runs sequences
-        tokens += hbm * (pool.instances if pooled else 1)
+        half = 0.5 * pool.kv_tokens_per_instance  # about half the pool runs sequences
+        hbm += half * (pool.instances if pooled else 1)
         per_token = pool.kv_bytes_per_token_per_card * pool.layout.cards
         for tier in (cache.dram, cache.nvme):
             if tier is not None and tier.capacity:
-                tokens += tier.capacity * pool.spec.nodes / max(per_token, 1.0)
+                lower += tier.capacity * pool.spec.nodes / max(per_token, 1.0)
     if cache.remote is not None and sizing.pool_node is not None:
         pool = prefill_pools[0]
         per_token = pool.kv_bytes_per_token_per_card * pool.layout.cards
-        tokens += sizing.pool_node.capacity_bytes * cache.remote.nodes / max(per_token, 1.0)
-    return tokens
+        lower += sizing.pool_node.capacity_bytes * cache.remote.nodes / max(per_token, 1.0)
+    return hbm, lower, pooled
 
 
 def prewarm_prompts(shape: WorkloadShape, store_blocks: list[tuple[float, float]]) -> float:
@@ -225,55 +222,140 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
     n_compute = sum(p.instances for p in compute)
     n_decode = sum(p.instances for p in decode)
     cache = system.kv_cache
-    hit = hit_fraction(shape, _cache_tokens(spec, sizing, compute)) if cache is not None else 0.0
+    local = 0 if cache is None else (cache.dram is not None) + (cache.nvme is not None)
+    remote = cache is not None and cache.remote is not None
+    tiers = local + remote
+    warm = cache is not None and bool(cache.prewarm) and tiers > 0
+    hbm_tokens, lower_tokens, pooled = _cache_tokens(spec, sizing, compute)
+    contexts = cached_contexts(shape, system)
+    fills: dict[int, float] = {}  # contexts held -> the request at which such a cache fills
+
+    def hits(n: float) -> tuple[float, float]:
+        """(share of prompt tokens found in any cache, in HBM) over ``n`` requests; a prewarmed
+        system's lower tiers start full (the steady share), its HBM and every other cache empty."""
+        if cache is None:
+            return 0.0, 0.0
+        draws = n if pooled else n / max(n_compute, 1)  # each instance's own cache sees its share
+        hbm = run_hit_fraction(shape, hbm_tokens, draws, contexts, fills)
+        if warm:
+            return max(hbm, hit_fraction(shape, hbm_tokens + lower_tokens)), hbm
+        return max(hbm, run_hit_fraction(shape, hbm_tokens + lower_tokens, draws, contexts, fills)), hbm
+
     inputs, outputs = shape.input_tokens, max(shape.output_tokens, 1.0)
     pool_p, pool_d = compute[0], decode[0]
     step_p, step_d = pool_p.step_model(), pool_d.step_model()
-    t_prefill = _prefill_s(step_p, inputs * (1.0 - hit), pool_p.spec.instance.max_batched_tokens)
+    chunk = pool_p.spec.instance.max_batched_tokens
     context = inputs + outputs / 2.0
     max_seqs = max(1.0, min(pool_d.spec.instance.max_num_seqs, pool_d.kv_tokens_per_instance / max(context, 1.0)))
 
     def decode_latency(b: float) -> float:
         return (outputs - 1.0) * _decode_s(step_d, b, context)
 
-    # the instances' capacity (requests/s): a prefill instance computes one prompt at a time
-    # (compute-bound), a decode instance runs a full batch of max_seqs sequences
-    capacity = min(n_compute / max(t_prefill, 1e-9), n_decode * max_seqs / max(decode_latency(max_seqs), 1e-9))
-    # Fixed point of the batch b per decode instance (Little's law on the batch): open loop,
-    # b = arrival rate x decode time; closed loop, the clients in the system (not thinking).
-    b = 1.0
-    for _ in range(60):
-        latency = t_prefill + decode_latency(b)
+    by_document = shape.popularity is not None and shape.shared_fraction > 0.0
+    t_full = _prefill_s(step_p, inputs, chunk)
+    t_found = _prefill_s(step_p, inputs * (1.0 - shape.shared_fraction), chunk) if by_document else t_full
+
+    def prefill_s(hit: float) -> float:
+        """Mean seconds to compute a prompt with ``hit`` of the tokens found in cache: a request
+        finds its whole document or none of it (documents), else that share of every prompt."""
+        if by_document:
+            found = min(1.0, hit / shape.shared_fraction)
+            return found * t_found + (1.0 - found) * t_full
+        return _prefill_s(step_p, inputs * (1.0 - hit), chunk)
+
+    # a colocated instance's decode steps share their iteration with the prompts' chunks while
+    # prompts wait (chunked prefill): each then takes a chunk's time too, by the prefill's utilisation
+    t_chunk = 0.0 if sizing.disaggregated else t_full / max(math.ceil(inputs / chunk), 1)
+
+    def requests_at(hit: float, busy_prefill: float = 0.0) -> tuple[float, float, float, float]:
+        """``(requests, batch per decode instance, latency, t_prefill)`` with ``hit`` of each
+        prompt found in cache and the compute instances computing prompts ``busy_prefill`` of
+        the time (a closed loop's, from the previous round)."""
+        t_prefill = prefill_s(hit)
+        stall_s = (outputs - 1.0) * busy_prefill * t_chunk
+        # the decode instances' capacity (requests/s): each runs a full batch of max_seqs sequences
+        capacity = n_decode * max_seqs / max(decode_latency(max_seqs), 1e-9)
+        # Fixed point of the batch b per decode instance (Little's law on the batch): open loop,
+        # b = arrival rate x decode time; closed loop, the clients in the system (not thinking).
+        b = 1.0
+        for _ in range(60):
+            latency = t_prefill + decode_latency(b) + stall_s
+            if shape.requests is not None:
+                new_b = shape.requests / duration / n_decode * decode_latency(b)
+            else:
+                new_b = shape.clients / n_decode * latency / (latency + shape.think_s)
+            new_b = min(max_seqs, max(new_b, 1.0))
+            if abs(new_b - b) < 1e-3 * b:
+                b = new_b
+                break
+            b = 0.5 * (b + new_b)
+        latency = t_prefill + decode_latency(b) + stall_s
         if shape.requests is not None:
-            new_b = shape.requests / duration / n_decode * decode_latency(b)
-        else:
-            new_b = shape.clients / n_decode * latency / (latency + shape.think_s)
-        new_b = min(max_seqs, max(new_b, 1.0))
-        if abs(new_b - b) < 1e-3 * b:
-            b = new_b
-            break
-        b = 0.5 * (b + new_b)
-    latency = t_prefill + decode_latency(b)
+            return float(shape.requests), b, latency, t_prefill
+        # each client sends one at once, then one per latency and think time, at most what the
+        # decode batches and the prefill's compute time can complete (clients beyond that queue:
+        # by Little's law their response time is clients / throughput - think time)
+        completions = min(shape.clients / (latency + shape.think_s), capacity) * duration
+        return min(completions, prefill_completions()) + shape.clients, b, latency, t_prefill
+
+    def prefill_completions() -> float:
+        """Prompts the compute instances can compute in the run: the most whose compute time
+        (the first request of each context in full, :func:`missed_requests`) fits in
+        ``instances x duration``."""
+        budget_s = n_compute * duration
+        if cache is None or not by_document:
+            return budget_s / max(prefill_s(hits(1e12)[0]), 1e-9)
+        lo, hi = 0.0, math.log1p(budget_s / max(t_found, 1e-9))
+        for _ in range(20):
+            mid = 0.5 * (lo + hi)
+            c = math.expm1(mid)
+            lo, hi = (mid, hi) if c * prefill_s(hits(c)[0]) < budget_s else (lo, mid)
+        return math.expm1(lo)
+
+    # a closed loop's requests set the caches' hit share (their first sights miss), which sets its
+    # requests: two rounds of the fixed point, from the steady share
+    hit, hit_hbm = hits(float(shape.requests) if shape.requests is not None else 1e12)
+    requests, b, latency, t_prefill = requests_at(hit)
+    if shape.requests is None:
+        for _ in range(3):
+            hit, hit_hbm = hits(requests)
+            busy_prefill = min(1.0, (requests - shape.clients) / duration * t_prefill / max(n_compute, 1))
+            requests, b, latency, t_prefill = requests_at(hit, busy_prefill)
+        hit, hit_hbm = hits(requests)
     if shape.requests is not None:
-        requests = float(shape.requests)
         # an open loop past its capacity queues too, but no measured case shows such a queue
         # costing per iteration (h20_vs_l20 and pd_ratio_nvidia at their highest loads do not)
         queued = 0.0
-    else:  # each client sends one at once, then one per latency and think time, at most the capacity
+    else:
         queued = max(0.0, 1.0 - n_decode * max_seqs / shape.clients)  # clients beyond the batch slots
-        throughput = min(shape.clients / (latency + shape.think_s), capacity)
-        requests = throughput * duration + shape.clients
     in_instance = requests / duration * latency / max(n_compute, 1)  # requests in an instance on average
     busy = -math.expm1(-in_instance)
     iterations = n_decode * duration * busy / max(_decode_s(step_d, b, context), 1e-9) * (outputs > 1.0) \
-        + requests * math.ceil(inputs * (1.0 - hit) / pool_p.spec.instance.max_batched_tokens)
+        + requests * math.ceil(inputs * (1.0 - hit) / chunk)
     bpr = shape.blocks_per_request
-    local = 0 if cache is None else (cache.dram is not None) + (cache.nvme is not None)
-    remote = cache is not None and cache.remote is not None
-    tiers = local + remote
     prompts = blocks = 0.0
-    if cache is not None and cache.prewarm and tiers:
+    if warm:
         prompts, blocks = _prewarm(spec, sizing, compute, shape)
+    remote_flows = 0.0
+    if remote:
+        # a transfer to or from the pool is one flow per card per pool node its blocks are spread
+        # over: the computed blocks written down, and the ones found below HBM loaded (by the
+        # share of requests that find their context there)
+        nodes, cards = cache.remote.nodes, pool_p.layout.cards
+        below = max(0.0, hit - hit_hbm)
+        loading = min(1.0, below / shape.shared_fraction) if shape.shared_fraction > 0 else 0.0
+        remote_flows = requests * cards * (_touched(nodes, bpr * (1.0 - hit))
+                                           + (loading * _touched(nodes, bpr * below / loading) if loading else 0.0))
+    value_keys = refused_blocks = 0.0
+    if shape.adapters is not None and system.lora is not None and system.lora.kv_sharing == "value_reuse":
+        # the blocks found under another adapter are copied, each after scanning the keys of the
+        # base model and the other adapters until one holds it (about half of them)
+        other = 1.0 - float((shape.adapters ** 2).sum())  # a request's context cached under another adapter
+        value_keys = requests * bpr * hit * other * (1.0 + len(shape.adapters) / 2.0)
+        # an admission refused for want of KV room (at a share of the steps while the copies in
+        # flight overflow the KV) scans, pins and unpins those blocks again
+        refusals = refused_share(shape, pool_p, requests, duration, latency, n_compute) * iterations
+        refused_blocks = refusals * bpr * hit * other
     # the router that places a request on a compute instance: the prefill router when disaggregated
     aware = (system.prefill_router if sizing.disaggregated else system.router) == "cache_aware"
     return PathCounts(
@@ -282,9 +364,10 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         request=requests,
         iteration=iterations,
         hbm_block=requests * bpr if cache is not None else 0.0,
+        miss_block=requests * bpr * (1.0 - hit) if cache is not None else 0.0,
         tier_block=requests * bpr * tiers,
         flow=requests * local * (1.0 + hit),
-        remote_flow=requests * (1.0 + hit) if remote else 0.0,
+        remote_flow=remote_flows,
         domain_block=requests * bpr if cache is not None and cache.peer_hbm != "none" else 0.0,
         handoff=requests if sizing.disaggregated else 0.0,
         handoff_flow=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
@@ -292,6 +375,8 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         prewarm_prompt=prompts,
         prewarm_block=blocks,
         routed_candidate=requests * n_compute if aware else 0.0,
+        value_key=value_keys,
+        refused_block=refused_blocks,
     )
 
 

@@ -21,55 +21,62 @@ __all__ = ["RATES", "PATHS", "rates_for"]
 
 PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block", "tier_block", "flow",
          "domain_block", "handoff", "handoff_flow", "queued_request", "remote_flow", "prewarm_prompt", "prewarm_block",
-         "routed_candidate")
+         "routed_candidate", "miss_block", "value_key",
+         "refused_block")
 """The paths a run's CPU time is split into (the fields of ``PathCounts``)."""
 
 _PYTHON = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 2 --json
-    # /tmp/speed/rates-python.json --write-rates --out docs/run_cost.md` (each run the least CPU time
-    # of --repeat) at kvsim commit 8583298, with uncommitted changes to kvsim/, Python 3.11.7, AMD
-    # EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero: the
-    # fit found no cost there beyond what the other paths carry.
-    "run": 0.00113,
-    "instance": 0.000311,
-    "request": 0.000116,
-    "iteration": 3.15e-08,
-    "prompt_block": 9.23e-07,
-    "hbm_block": 1.01e-06,
+    # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 3 --json
+    # /tmp/ecost/final2-rates-python.json --write-rates --out docs/run_cost.md` (each run the least
+    # CPU time of --repeat) at kvsim commit 2f400ed, Python 3.11.7, AMD EPYC, on the project's 2-core
+    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
+    # what the other paths carry.
+    "run": 0.00286,
+    "instance": 0.000377,
+    "request": 0.000132,
+    "iteration": 3.99e-08,
+    "prompt_block": 1.27e-06,
+    "hbm_block": 4.57e-07,
     "tier_block": 0.0,
-    "flow": 0.000131,
-    "domain_block": 5.39e-07,
-    "handoff": 8.39e-05,
-    "handoff_flow": 1.75e-05,
-    "queued_request": 0.000253,
-    "remote_flow": 0.000211,
-    "prewarm_prompt": 5.14e-05,
-    "prewarm_block": 0.0,
-    "routed_candidate": 2.22e-06,
+    "flow": 0.000173,
+    "domain_block": 9.83e-07,
+    "handoff": 5.61e-05,
+    "handoff_flow": 3.08e-05,
+    "queued_request": 0.000303,
+    "remote_flow": 3.6e-05,
+    "prewarm_prompt": 5.68e-05,
+    "prewarm_block": 2e-08,
+    "routed_candidate": 3.03e-06,
+    "miss_block": 7.98e-07,
+    "value_key": 3.28e-07,
+    "refused_block": 6.49e-07,
 })
 
 _COMPILED = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --backend compiled --scale 0.1 --repeat 2 --json
-    # /tmp/speed/rates-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
-    # time of --repeat) at kvsim commit fc48759, kvsim/ as of 879e86d, Python 3.11.7, AMD EPYC, on the
-    # project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no
-    # cost there beyond what the other paths carry.
-    "run": 0.0019,
-    "instance": 0.000307,
-    "request": 5.83e-05,
-    "iteration": 8.1e-08,
-    "prompt_block": 8.21e-07,
-    "hbm_block": 5.77e-07,
+    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/final-rates-compiled.json
+    # --write-rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit
+    # e300816, with uncommitted changes to kvsim/, Python 3.11.7, AMD EPYC, on the project's 2-core
+    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
+    # what the other paths carry.
+    "run": 0.0,
+    "instance": 0.000311,
+    "request": 7e-05,
+    "iteration": 2.03e-07,
+    "prompt_block": 0.0,
+    "hbm_block": 7.26e-07,
     "tier_block": 0.0,
-    "flow": 0.000154,
-    "domain_block": 7.61e-07,
-    "handoff": 4.5e-05,
-    "handoff_flow": 2.29e-05,
-    "queued_request": 0.000327,
-    "remote_flow": 0.000337,
-    "prewarm_prompt": 4.83e-05,
+    "flow": 0.000288,
+    "domain_block": 1.36e-06,
+    "handoff": 3.6e-05,
+    "handoff_flow": 2.42e-05,
+    "queued_request": 0.000398,
+    "remote_flow": 3.96e-05,
+    "prewarm_prompt": 7.2e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 2.06e-06,
+    "routed_candidate": 3.42e-06,
+    "miss_block": 1.47e-06,
+    "value_key": 5.22e-07,
+    "refused_block": 1.73e-06,
 })
 
 RATES = MappingProxyType({"python": _PYTHON, "compiled": _COMPILED})

@@ -12,9 +12,7 @@ The CPU time is the per-path model of :mod:`kvsim.plan.cost_model`: each system 
 batch, engine iterations, KV blocks per cache tier, transfers, domain lookups, PD handoffs and
 cache prewarm, times the rates ``benchmarks/cost_rates.py`` measured (:mod:`kvsim.plan.cost_rates`).
 ``benchmarks/check_run_cost.py`` compares it with measured runs of every shipped scenario
-(docs/run_cost.md): within 2x on most of them, low (down to a fifth) where a full HBM cache
-evicts a block for every block it files, which no path counts yet. It is an estimate for one
-core of the measuring machine.
+(docs/run_cost.md). It is an estimate for one core of the measuring machine.
 """
 
 from __future__ import annotations
@@ -26,6 +24,7 @@ from kvsim.rng import RandomStreams
 from kvsim.scenario.limits import REQUESTS_PER_CPU_S
 from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.workload import open_loop_requests
+from kvsim.workload.adapters import adapter_probabilities
 from kvsim.workload.arrivals import open_loop_arrival_times
 
 __all__ = ["RunCost", "point_requests", "run_cost", "point_cost", "REQUESTS_PER_CPU_S"]
@@ -95,8 +94,8 @@ class RunCost:
         engine = f"{self.backend} engine" + ("" if self.backend in RATES else
                                              ", at the pure-Python engine's rates: its own are not measured yet")
         lines.append(f"  estimated CPU time: {format_duration(self.cpu_s)} on one core ({engine}; "
-                     f"per-path rates measured by benchmarks/cost_rates.py; docs/run_cost.md: within 2x on "
-                     f"most shipped scenarios, low where a full HBM cache evicts on every insert)"
+                     f"per-path rates measured by benchmarks/cost_rates.py; docs/run_cost.md compares it "
+                     f"with measured runs of every shipped scenario)"
                      + (f"; most of it {top}" if top else ""))
         if self.layout_searches:
             lines.append(f"  {self.layout_searches} run(s) search their layout (layout: best): their pilot "
@@ -110,7 +109,8 @@ _PATH_WORDS = {
     "hbm_block": "HBM cache blocks", "tier_block": "offload tier blocks", "flow": "transfers",
     "domain_block": "domain block lookups", "handoff": "PD handoffs", "handoff_flow": "PD handoff flows", "queued_request": "queued requests", "remote_flow": "remote pool transfers",
     "prewarm_prompt": "cache prewarm prompts", "prewarm_block": "cache prewarm blocks",
-    "routed_candidate": "cache-aware routing",
+    "routed_candidate": "cache-aware routing", "miss_block": "prompt blocks computed and cached",
+    "value_key": "LoRA value-reuse lookups", "refused_block": "refused LoRA value-reuse admissions",
 }
 
 
@@ -170,6 +170,7 @@ def workload_shape(scenario: Scenario, point: ScenarioPoint, n: int | None) -> W
     open-loop request count (None: closed loop or multi-turn)."""
     workload = point.spec.workload
     shared, doc_tokens, popularity = workload_reuse(workload)
+    adapters = adapter_probabilities(workload.adapters) if workload.adapters is not None else None
     block = workload.block_tokens
     hashed = workload.prefix is not None
     if workload.trace or workload.phased:
@@ -201,8 +202,9 @@ def workload_shape(scenario: Scenario, point: ScenarioPoint, n: int | None) -> W
     if n is None:  # closed loop
         arrival = workload.arrival
         return WorkloadShape(None, inputs, workload.output_tokens.mean, block, hashed, arrival.clients,
-                             arrival.think_time, shared, doc_tokens, popularity)
-    return WorkloadShape(n, inputs, workload.output_tokens.mean, block, hashed, 0, 0.0, shared, doc_tokens, popularity)
+                             arrival.think_time, shared, doc_tokens, popularity, adapters)
+    return WorkloadShape(n, inputs, workload.output_tokens.mean, block, hashed, 0, 0.0, shared, doc_tokens, popularity,
+                         adapters)
 
 
 def point_cost(scenario: Scenario, point: ScenarioPoint, shape: WorkloadShape,
