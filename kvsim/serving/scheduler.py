@@ -50,9 +50,8 @@ _NO_SHAPE = BatchShape()  # (immutable: one empty shape shared until schedule() 
 
 
 class Batch:
-    """One iteration's work: prefill chunks ``(sequence, tokens)`` and decode sequences, and
-    their aggregate ``shape`` (a :class:`~kvsim.models.step_time.BatchShape`). Made once per
-    iteration: a plain class whose fields the compiled backend types (``scheduler.pxd``)."""
+    """One iteration's work: prefill chunks ``(sequence, tokens)``, decode sequences and their
+    ``shape`` (a plain class, made once per iteration; typed compiled: ``scheduler.pxd``)."""
 
     __slots__ = ("prefills", "decodes", "shape")
 
@@ -61,9 +60,6 @@ class Batch:
         self.prefills = prefills if prefills is not None else []
         self.decodes = decodes if decodes is not None else []
         self.shape = shape
-
-    def __repr__(self) -> str:
-        return f"Batch(prefills={self.prefills!r}, decodes={self.decodes!r}, shape={self.shape!r})"
 
 
 class SchedulerEvents:
