@@ -27,56 +27,56 @@ PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block",
 
 _PYTHON = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 3 --json
-    # /tmp/ecost/final2-rates-python.json --write-rates --out docs/run_cost.md` (each run the least
-    # CPU time of --repeat) at kvsim commit 2f400ed, Python 3.11.7, AMD EPYC, on the project's 2-core
-    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
-    # what the other paths carry.
-    "run": 0.00286,
-    "instance": 0.000377,
-    "request": 0.000132,
-    "iteration": 3.99e-08,
-    "prompt_block": 1.27e-06,
-    "hbm_block": 4.57e-07,
+    # /tmp/speed/rates-python.json --write-rates --out docs/run_cost.md` (each run the least CPU time
+    # of --repeat) at kvsim commit a28ecf6, Python 3.11.7, AMD EPYC, on the project's 2-core machine
+    # while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond what the
+    # other paths carry.
+    "run": 0.00824,
+    "instance": 0.000178,
+    "request": 0.000125,
+    "iteration": 7.46e-09,
+    "prompt_block": 6.46e-07,
+    "hbm_block": 1.78e-07,
     "tier_block": 0.0,
-    "flow": 0.000173,
-    "domain_block": 9.83e-07,
-    "handoff": 5.61e-05,
-    "handoff_flow": 3.08e-05,
-    "queued_request": 0.000303,
-    "remote_flow": 3.6e-05,
-    "prewarm_prompt": 5.68e-05,
-    "prewarm_block": 2e-08,
-    "routed_candidate": 3.03e-06,
-    "miss_block": 7.98e-07,
-    "value_key": 3.28e-07,
-    "refused_block": 6.49e-07,
+    "flow": 0.000113,
+    "domain_block": 1.29e-06,
+    "handoff": 3.15e-05,
+    "handoff_flow": 2.16e-05,
+    "queued_request": 0.000194,
+    "remote_flow": 2.87e-05,
+    "prewarm_prompt": 3.63e-05,
+    "prewarm_block": 0.0,
+    "routed_candidate": 2.24e-06,
+    "miss_block": 4.4e-07,
+    "value_key": 2.04e-07,
+    "refused_block": 5.48e-07,
 })
 
 _COMPILED = MappingProxyType({
-    # measured by `python benchmarks/cost_rates.py --reuse /tmp/ecost/final-rates-compiled.json
-    # --write-rates --out docs/run_cost.md` (each run the least CPU time of --repeat) at kvsim commit
-    # e300816, with uncommitted changes to kvsim/, Python 3.11.7, AMD EPYC, on the project's 2-core
-    # machine while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond
-    # what the other paths carry.
-    "run": 0.0,
-    "instance": 0.000311,
-    "request": 7e-05,
-    "iteration": 2.03e-07,
-    "prompt_block": 0.0,
-    "hbm_block": 7.26e-07,
+    # measured by `python benchmarks/cost_rates.py --backend compiled --scale 0.1 --repeat 3 --json
+    # /tmp/speed/rates-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
+    # time of --repeat) at kvsim commit a28ecf6, with uncommitted changes to kvsim/, Python 3.11.7,
+    # AMD EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero:
+    # the fit found no cost there beyond what the other paths carry.
+    "run": 0.00121,
+    "instance": 0.000136,
+    "request": 3e-05,
+    "iteration": 3.37e-08,
+    "prompt_block": 6.03e-07,
+    "hbm_block": 3.54e-07,
     "tier_block": 0.0,
-    "flow": 0.000288,
-    "domain_block": 1.36e-06,
+    "flow": 9.62e-05,
+    "domain_block": 7.65e-07,
     "handoff": 3.6e-05,
-    "handoff_flow": 2.42e-05,
-    "queued_request": 0.000398,
-    "remote_flow": 3.96e-05,
-    "prewarm_prompt": 7.2e-05,
+    "handoff_flow": 1.93e-05,
+    "queued_request": 0.000311,
+    "remote_flow": 3.49e-05,
+    "prewarm_prompt": 4.46e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 3.42e-06,
-    "miss_block": 1.47e-06,
-    "value_key": 5.22e-07,
-    "refused_block": 1.73e-06,
+    "routed_candidate": 1.74e-06,
+    "miss_block": 9.19e-07,
+    "value_key": 3.02e-07,
+    "refused_block": 5.39e-07,
 })
 
 RATES = MappingProxyType({"python": _PYTHON, "compiled": _COMPILED})
