@@ -50,6 +50,10 @@ SHORT = LONG.replace("duration: 20000 s", "duration: 400 s").replace(", 7/s]", "
 
 TINY = SHORT.replace("duration: 400 s", "duration: 20 s")
 
+SECONDS = SHORT.replace("duration: 400 s", "duration: 6000 s")
+"""Three points of a wall second or more each (SHORT's finish in under 0.1 s on the compiled
+engine: all three can be done before a kill after the first lands)."""
+
 GONE_WITHIN_S = 15.0
 """Wall seconds the processes of a killed ``kvsim`` get to exit (they exit in well under one)."""
 
@@ -192,7 +196,7 @@ def test_killing_the_forkserver_and_workers_between_points_loses_no_point(tmp_pa
     workers, says so, exits 0 with every point in summary.json, and leaves nothing behind. (It
     once exited 0 with no summary and no word, or 3 on a refused connection to the dead
     forkserver, depending on when the kill landed.)"""
-    _scenario(tmp_path, SHORT)
+    _scenario(tmp_path, SECONDS)
     tree = Tree(tmp_path, ["run", "s.yaml", "--out", "out", "--workers", "2", "--no-progress", "--no-report"])
     try:
         tree.wait_for_line("] point ")  # a point finished

@@ -240,3 +240,47 @@ def test_a_worker_stopped_while_sending_its_result_does_not_hang_the_exit(tmp_pa
     notes = [line for line in err.splitlines() if "fresh worker processes" in line]
     assert len(notes) == 1 and "could not be started (ConnectionRefusedError" in notes[0], err
     assert all(_attempts(tmp_path, i) == 1 for i in range(3)), err
+
+
+WATCHED = """
+import multiprocessing, os, signal, sys
+sys.path.insert(0, {tests!r})
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from kvsim.plan.executor import watched_map
+import test_pool_stalls
+
+
+def work(x):
+    if x == {cut}:
+        test_pool_stalls._send_part_of_a_result()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x * x
+
+
+pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork"))
+got = []
+try:
+    for result in watched_map(pool, work, [0, 1, 2, 3]):
+        got.append(result)
+    print("done", got)
+except BrokenProcessPool as error:
+    print("broken", got, error)
+pool.shutdown(cancel_futures=True)
+"""
+
+
+@needs_fork
+@pytest.mark.parametrize("cut", [-1, 1])
+def test_a_watched_map_says_a_pool_that_stops_answering_is_broken(cut):
+    """``kvsim plan`` and ``kvsim calibrate`` map their probes over a pool (``watched_map``): a
+    worker killed while it sends its result is a broken pool (which ``plan`` reports and resumes
+    from), not a wait for ever; the process exits. Undisturbed, the results come back in order."""
+    code = WATCHED.format(tests=str(Path(__file__).resolve().parent), cut=cut)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr
+    if cut < 0:
+        assert done.stdout.strip() == "done [0, 1, 4, 9]"
+    else:
+        assert done.stdout.startswith("broken ["), done.stdout + done.stderr
+        assert "a worker process died" in done.stdout or "stopped" in done.stdout

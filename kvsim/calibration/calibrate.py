@@ -23,7 +23,7 @@ from kvsim.calibration.parameters import DEFAULT_FIT, PARAMETERS, default_values
 from kvsim.calibration.runs import catalog_model, gpu_node, predict_run
 from kvsim.calibration.steps import STEP_METRICS, predict_step, step_measured, supported
 from kvsim.hardware import accelerator_catalog, node_catalog
-from kvsim.plan.executor import worker_pool
+from kvsim.plan.executor import watched_map, worker_pool
 
 __all__ = ["FIT_METRICS", "Unit", "Calibrated", "load_units", "calibrate", "summarise_errors"]
 
@@ -131,7 +131,7 @@ class _Predictor:
         rest = [j for j in jobs if j[0].kind != "vllm_run"]
         out = dict(map(_predict_one, rest))
         if self.pool is not None and len(sims) > 1:
-            out.update(self.pool.map(_predict_one, sims))
+            out.update(watched_map(self.pool, _predict_one, sims))  # never waits for ever
         else:
             out.update(map(_predict_one, sims))
         return out

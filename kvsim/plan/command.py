@@ -23,7 +23,7 @@ from typing import Any
 
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
-from kvsim.plan.executor import ExecutorError, default_workers, worker_pool
+from kvsim.plan.executor import ExecutorError, default_workers, watched_map, worker_pool
 from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
 from kvsim.crash import note_where
@@ -95,7 +95,7 @@ class _StoredMap:
             else:
                 todo.append(k)
         if self._pool is not None:  # even one probe: other candidates' threads share this process
-            results = self._pool.map(function, [probes[k] for k in todo])
+            results = watched_map(self._pool, function, [probes[k] for k in todo])  # never waits for ever
         else:
             results = map(function, [probes[k] for k in todo])
         results = iter(results)

@@ -36,14 +36,14 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing.connection import wait as wait_ready
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 from kvsim.crash import note_where
 from kvsim.plan.tasks import SweepTask, run_task
 from kvsim.sim.result import SystemRun
 from kvsim.sim.run import RunProgress
 
-__all__ = ["ExecutorError", "execute", "default_workers", "in_process", "worker_pool", "MAX_ATTEMPTS"]
+__all__ = ["ExecutorError", "execute", "default_workers", "in_process", "worker_pool", "watched_map", "MAX_ATTEMPTS"]
 
 MAX_ATTEMPTS = 3
 """Broken pools in a row (a worker died, or could not be started), no task finishing in between,
@@ -169,6 +169,29 @@ def worker_pool(workers: int, initializer: Callable | None = None, initargs: tup
     """
     return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=_start_worker,
                                initargs=(os.getpid(), initializer, initargs))
+
+
+def watched_map(pool: ProcessPoolExecutor, function: Callable, items: Sequence) -> Iterator:
+    """``pool.map(function, items)`` that never waits for ever: its results in order, and
+    ``BrokenProcessPool`` (the pool abandoned, its workers stopped) once the pool stops answering
+    (:func:`_stall`: a worker killed while it sent a result leaves ``pool.map`` waiting for good)."""
+    futures = [pool.submit(function, item) for item in items]
+    dead_since: float | None = None
+    try:
+        for future in futures:
+            while True:
+                try:
+                    result = future.result(timeout=WATCH_S)
+                    break
+                except TimeoutError:
+                    dead_since, why = _stall(pool, dead_since)
+                    if why:
+                        _abandon(pool, died=True, stuck=True)
+                        raise BrokenProcessPool(why) from None
+            yield result
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def _start_worker(main_pid: int, initializer: Callable | None, initargs: tuple) -> None:
