@@ -174,14 +174,22 @@ class WindowCounter:
             times_s, self.window_start_s, side="left")
         self.in_window += amount * int(inside)
 
+    @cython.locals(buf=cython.p_double, n=cython.Py_ssize_t, k=cython.Py_ssize_t)
     def add_at_each(self, times_s: list[float], amount: int) -> None:
         """``add(t, amount)`` at each of the non-decreasing ``times_s``."""
-        ws, we = self.window_start_s, self.window_end_s
-        self.total += amount * len(times_s)
-        if times_s and ws <= times_s[0] and times_s[-1] <= we:
-            self.in_window += amount * len(times_s)
+        n = len(times_s)
+        if n and self.window_start_s <= times_s[0] and times_s[-1] <= self.window_end_s:
+            self.total += amount * n
+            self.in_window += amount * n
             return
-        self.in_window += amount * sum(1 for t in times_s if ws <= t <= we)
+        if cython.compiled:  # the C loop reads a C array: copy the list in
+            buf = _doubles(n)
+            for k in range(n):
+                buf[k] = times_s[k]
+            self.add_at_steps(buf, n, amount)
+            free(buf)  # noqa: F821
+        else:
+            self.add_at_steps(times_s, n, amount)
 
     @cython.locals(ws=cython.double, we=cython.double, t=cython.double, k=cython.Py_ssize_t, inside=cython.Py_ssize_t)
     def add_at_steps(self, times_s, n: int, amount: int) -> None:
