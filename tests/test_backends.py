@@ -188,17 +188,18 @@ def test_a_bad_step_time_in_a_run_is_named_the_same_by_both_backends(tmp_path, m
     same message on both backends (the compiled run plans its steps in C arrays, the reference
     in lists): the value and the shape of the first bad step."""
     for kernels in (PY, CY):
-        real = kernels.step_time.RooflineStepTime._decode_terms
+        real = kernels.step_time.RooflineStepTime
 
-        def planted(self, seqs, real=real):
-            terms = list(real(self, seqs))
-            if bad == "negative":
-                terms[7] = -1.0  # kernel launches: every step's total below zero
-            else:
-                terms[3] = float(bad)  # the weights' streaming time: the memory phase
-            return tuple(terms)
+        class Planted(real):  # the compiled class is a cdef class: subclassed, not patched
+            def _decode_terms(self, seqs):
+                terms = list(super()._decode_terms(seqs))
+                if bad == "negative":
+                    terms[7] = -1.0  # kernel launches: every step's total below zero
+                else:
+                    terms[3] = float(bad)  # the weights' streaming time: the memory phase
+                return tuple(terms)
 
-        monkeypatch.setattr(kernels.step_time.RooflineStepTime, "_decode_terms", planted)
+        monkeypatch.setattr(kernels.step_time, "RooflineStepTime", Planted)
     path = tmp_path / "bad_step.yaml"
     path.write_text(CUT.format(rate=3))
     scenario = kvsim.load_scenario(path)
@@ -269,6 +270,48 @@ def test_the_reference_holds_whole_numbers_where_the_compiled_sequence_has_c_lon
     for seq in seen + copies:
         for name in LONG_FIELDS:
             assert type(getattr(seq, name)) is int, (name, getattr(seq, name))
+
+
+def _pxd_fields(module: str, cls: str, ctype: str) -> list[str]:
+    """The fields a ``.pxd`` declares ``cdef public <ctype>`` in class ``cls``."""
+    text = (REPO / "kvsim" / (module.replace(".", "/") + ".pxd")).read_text()
+    body = text.split(f"cdef class {cls}:", 1)[1].split("\ncdef ", 1)[0]
+    names = []
+    for line in body.splitlines():
+        found = re.match(rf"\s+cdef public {ctype} (.+)$", line)
+        if found:
+            names += [name.strip() for name in found.group(1).split(",")]
+    return names
+
+
+@pytest.mark.parametrize("source", ["h20_vs_l20.yaml", "offload_gap.yaml", "pd_ratio.yaml", 1, 2, 3, 4, 6, 8, 13])
+def test_the_reference_step_time_holds_floats_where_the_compiled_one_has_c_doubles(monkeypatch, source):
+    """The compiled RooflineStepTime keeps its constants as C doubles and counts as C longs: it
+    computes the same only if the reference holds a float (an int would multiply exactly) or an
+    int there in every step-time model a run builds."""
+    monkeypatch.setenv("KVSIM_BACKEND", "python")
+    from kvsim.models import step_time
+
+    built = []
+    real_init = step_time.RooflineStepTime.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(step_time.RooflineStepTime, "__init__", init)
+    if isinstance(source, str):
+        kvsim.run(_shortened(REPO / "scenarios" / source, duration="4 s"))
+    else:
+        kvsim.run(_random(source))
+    doubles = _pxd_fields("models.step_time", "RooflineStepTime", "double")
+    longs = _pxd_fields("models.step_time", "RooflineStepTime", "long")
+    assert built and len(doubles) >= 14 and "tp" in longs
+    for model in built:
+        for name in doubles:
+            assert type(getattr(model, name)) is float, (name, getattr(model, name))
+        for name in longs:
+            assert type(getattr(model, name)) is int, (name, getattr(model, name))
 
 
 def test_a_kernels_field_types_are_part_of_its_digest():

@@ -186,6 +186,13 @@ class RooflineStepTime:
         :meth:`~kvsim.models.llm.ModelSpec.weight_bytes`); compute runs at the ``dtype`` peak.
     """
 
+    # the compiled backend's field types are in step_time.pxd (the same names)
+    __slots__ = ("model", "accelerator", "tp", "dtype", "kv_dtype", "engine", "weight_dtypes", "_rates",
+                 "_kv_bytes_per_token_card", "_body_flops", "_lm_head_flops", "_attn_prefill", "_attn_decode",
+                 "_dense_weights", "_dense_bytes_read", "_allreduces", "_activation_bytes_per_token",
+                 "_hop_latency_s", "_peer_Bps", "_kernels_s", "_remote_Bps", "_decode_cache", "_comm_cache",
+                 "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s")
+
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
                  engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None):
         if tp < 1:
@@ -239,7 +246,7 @@ class RooflineStepTime:
             return self._dense_bytes_read
         return self.model.weight_bytes_read(tokens, self.dtype, self.weight_dtypes)
 
-    def _token_terms(self, tokens: int) -> tuple:
+    def _token_terms(self, tokens):  # a C method compiled (step_time.pxd): no annotations
         """The parts of an iteration over ``tokens`` tokens that depend on nothing else: the
         achieved FLOP/s, the weights' streaming time, the TP all-reduce time (cached: every
         iteration asks, and a batch's token count repeats)."""
