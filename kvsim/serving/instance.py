@@ -14,6 +14,7 @@ import math
 from typing import Callable
 
 import simpy
+from simpy.core import URGENT
 
 from kvsim.backend import Kernels
 from kvsim.backend import kernels as backend_kernels
@@ -86,6 +87,20 @@ class _RecordingEvents(SchedulerEvents):
 
 def _ignore(*_args) -> None:
     return None
+
+
+class _Reaim(simpy.Event):
+    """Urgent event at the current time whose processing aims ``instance``'s sleeping engine at
+    its run's new end (:meth:`Instance._reaim`); made and scheduled as SimPy's ``Interruption`` is,
+    so the event order and ids are what an interrupt gave."""
+
+    def __init__(self, instance: "Instance"):
+        # Event.__init__ inlined as in simpy.events.Interruption (an event triggered at birth)
+        self.env = instance.env
+        self.callbacks = [instance._reaim]
+        self._value = None
+        self._ok = True
+        self.env.schedule(self, URGENT)
 
 
 class Instance:
@@ -197,6 +212,8 @@ class Instance:
         self.engine_time = counters.engine_time()
         self.coalesce = coalesce
         self._decode_run: DecodeRun | None = None  # the coalesced run in progress, if any
+        self._sleeping: DecodeRun | None = None  # the run the engine sleeps through (cut or not)
+        self._final = False  # the engine's wait ends at the sleeping run's end (not halfway)
         self.decode_horizon = FIRST_HORIZON  # steps the next coalesced run is planned for
         self.adapters = adapters
         self.scheduler = self.kernels.scheduler.BatchScheduler(pool, max_batched_tokens, max_num_seqs,
@@ -335,7 +352,7 @@ class Instance:
         self.pool.observer = self.scheduler.observer = None
         run.cut(self.env.now)
         run.account()  # now: the instance lets go of the run, and a summary before its step ends would miss them
-        self.process.interrupt()  # the engine sleeps in _coalesced: it wakes to end the step in progress
+        _Reaim(self)  # the engine sleeps in _coalesced: it wakes to end the step in progress
 
     def submit(self, seq: Sequence) -> None:
         """Hand a request to this instance (at the current simulated time)."""
@@ -346,7 +363,7 @@ class Instance:
                 end_s = run.end_s
                 run.cut(self.env.now, keep=1)
                 if run.end_s != end_s:
-                    self.process.interrupt()  # sleep until the new end instead
+                    _Reaim(self)  # sleep until the new end instead
             else:
                 self.interrupt()
         if self.role == "prefill":
@@ -436,27 +453,43 @@ class Instance:
             if self._idle is not None:
                 self._check_idle()
 
-    def _sleep_until(self, t: float):
-        """Sleep until exactly ``t``, the step-by-step loop's sum of durations: SimPy wakes at
-        ``now + delay``, which lands on ``t`` to the bit once ``now >= t / 2`` (Sterbenz: ``t - now``
-        is then exact); from earlier, first sleep to halfway."""
+    def _aim(self) -> simpy.Timeout:
+        """The wait towards exactly the sleeping run's end ``t``, the step-by-step loop's sum of
+        durations: SimPy wakes at ``now + delay``, which lands on ``t`` to the bit once ``now >= t
+        / 2`` (Sterbenz: ``t - now`` is then exact); from earlier, first sleep to halfway."""
         env = self.env
-        if env.now < t / 2:
-            yield env.timeout((t - env.now) / 2)
-        yield env.timeout(t - env.now)
+        t = self._sleeping.end_s
+        self._final = not env.now < t / 2
+        return env.timeout(t - env.now if self._final else (t - env.now) / 2)
+
+    def _reaim(self, _event: simpy.Event) -> None:
+        """The run's end moved (a cut): the engine's wait is aimed at the new end, from now.
+
+        What ``Process.interrupt`` did, at the same point of the event order (an urgent event
+        now, the new wait made when it is processed), without an exception thrown through the
+        engine's generator frames: the process is taken off the wait it sleeps on and put on
+        the new one (SimPy's own ``Interruption._interrupt`` takes it off the same way)."""
+        process = self.process
+        process._target.callbacks.remove(process._resume)
+        wait = self._aim()
+        wait.callbacks.append(process._resume)
+        process._target = wait
 
     def _coalesced(self, run: DecodeRun):
-        """Sleep through ``run`` until its last step ends (or, interrupted, the step in progress),
+        """Sleep through ``run`` until its last step ends (or, cut short, the step in progress),
         apply and account the steps before it, then account the last; the caller completes it."""
         env = self.env
         self._decode_run = run
         self.pool.observer = self.scheduler.observer = self
+        self._sleeping = run
+        wait = self._aim()
         while True:
-            try:
-                yield from self._sleep_until(run.end_s)
+            yield wait  # a cut may aim the process at another wait meanwhile (_reaim)
+            if self._final:
                 break
-            except simpy.Interrupt:
-                continue  # the run was cut short (interrupt(), submit()): sleep until its new end
+            self._final = True  # halfway: now >= t / 2, so the rest is one exact wait
+            wait = env.timeout(run.end_s - env.now)
+        self._sleeping = None
         if self._decode_run is run:
             self._decode_run = None
             self.pool.observer = self.scheduler.observer = None
