@@ -208,7 +208,8 @@ def report(results: Results, baseline: dict[str, dict[str, Any]] | None, command
              f"{where['python']}, SimPy {where['simpy']}, NumPy {where['numpy']}, {where['cpu']}; each case in its "
              "own process, one at a time, on one core, with each engine backend (`KVSIM_BACKEND`). req / CPU-s: "
              "simulated requests per `time.process_time()` second of `kvsim.run`; process CPU s: the whole "
-             "measuring process (start-up, imports, loading, the run, writing the result files); sim-s / wall-s: "
+             "measuring process (start-up, imports with Python's bytecode cache written and used, as after an "
+             "install; loading, the run, writing the result files); sim-s / wall-s: "
              "simulated seconds (to the last finish) per wall second; events: SimPy events scheduled; peak RSS "
              "after writing the result files, and its growth over the run per million requests (given from "
              "100,000 requests up)."]
