@@ -311,7 +311,10 @@ def test_each_case_runs_in_a_child_on_the_backend_asked(monkeypatch):
     class Done:
         returncode = 0
 
-    def run(command, env):
+    def run(command, env, check=False):
+        assert "PYTHONDONTWRITEBYTECODE" not in env  # the whole-process figure is a user's start-up
+        if "--child-out" not in command:
+            return Done()  # the import that writes the bytecode cache first
         seen.append(env.get("KVSIM_BACKEND"))
         out = Path(command[command.index("--child-out") + 1])
         out.write_text(json.dumps({"case": "pd", "backend": env.get("KVSIM_BACKEND", "auto")}))
@@ -319,6 +322,7 @@ def test_each_case_runs_in_a_child_on_the_backend_asked(monkeypatch):
 
     monkeypatch.setattr(speed.subprocess, "run", run)
     monkeypatch.delenv("KVSIM_BACKEND", raising=False)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     assert speed._run_once("pd", {"scale": 0.1}, "compiled")["backend"] == "compiled"
     assert speed._run_once("pd", {"scale": 0.1}, "python")["backend"] == "python"
     assert speed._run_once("pd", {"scale": 0.1})["backend"] == "auto"  # None: the child resolves auto itself

@@ -393,65 +393,8 @@ class Instance:
                 starts[seq.rid] = now
 
     def _run(self):
-        env = self.env
-        scheduler = self.scheduler
-        step_time = self.step_model.iteration_time_s
-        breakdown = getattr(self.step_model, "breakdown", None)
-        coalesce = self.coalesce and breakdown is not None
-        account = self.engine_time
-        counters = self.counters
-        level = self.kv_utilization
-        pool = self.pool
-        while True:
-            batch = scheduler.schedule(env.now)
-            if batch is None:
-                if self._idle is not None:
-                    self._check_idle()
-                self._wake = env.event()
-                yield self._wake
-                self._wake = None
-                continue
-            level.set(env.now, pool.utilization)
-            if self.on_final_chunk is not None and batch.prefills:
-                self._final_chunks(batch, env.now)
-            elif self.role == "decode" and batch.prefills:
-                self._recompute_starts(batch, env.now)
-            # KV read in place from peers: the hook knows who else reads from them now
-            hook = scheduler.hook
-            remote_Bps = hook.begin_remote_reads(batch) if batch.shape.remote_kv_tokens and hook else None
-            if breakdown is None:
-                parts = None
-            else:
-                parts = breakdown(batch.shape) if remote_Bps is None else breakdown(batch.shape, remote_Bps)
-            duration_s = parts.total_s if parts is not None else step_time(batch.shape)
-            adapter_s = 0.0
-            if self.adapters is not None:
-                adapter_s = self.adapters.activate([seq.adapter for seq, _ in batch.prefills]
-                                                   + [seq.adapter for seq in batch.decodes])
-                duration_s += adapter_s
-            if not duration_s > 0 or math.isinf(duration_s):
-                raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
-            self._in_flight = True
-            run = self._plan_run(self, batch, duration_s, parts, env.now, adapter_s) \
-                if coalesce and not batch.prefills else None
-            if run is not None:
-                yield from self._coalesced(run)
-                self._in_flight = False
-            else:
-                yield env.timeout(duration_s)
-                self._in_flight = False
-                if remote_Bps is not None:
-                    hook.end_remote_reads()
-                counters.iterations += 1
-                if parts is not None:
-                    account.add(env.now, duration_s, parts.compute_s, max(parts.memory_s, parts.remote_s),
-                                parts.comm_s, parts.kernels_s, parts.overhead_s + adapter_s)
-                else:
-                    account.add_time_only(env.now, duration_s)
-            scheduler.complete(batch, env.now)
-            level.set(env.now, pool.utilization)
-            if self._idle is not None:
-                self._check_idle()
+        """The engine loop, a SimPy process generator (:mod:`kvsim.serving.engine_loop`)."""
+        return self.kernels.engine_loop.engine_loop(self)
 
     def _aim(self) -> simpy.Timeout:
         """The wait towards exactly the sleeping run's end ``t``, the step-by-step loop's sum of
@@ -474,25 +417,3 @@ class Instance:
         wait = self._aim()
         wait.callbacks.append(process._resume)
         process._target = wait
-
-    def _coalesced(self, run: DecodeRun):
-        """Sleep through ``run`` until its last step ends (or, cut short, the step in progress),
-        apply and account the steps before it, then account the last; the caller completes it."""
-        env = self.env
-        self._decode_run = run
-        self.pool.observer = self.scheduler.observer = self
-        self._sleeping = run
-        wait = self._aim()
-        while True:
-            yield wait  # a cut may aim the process at another wait meanwhile (_reaim)
-            if self._final:
-                break
-            self._final = True  # halfway: now >= t / 2, so the rest is one exact wait
-            wait = env.timeout(run.end_s - env.now)
-        self._sleeping = None
-        if self._decode_run is run:
-            self._decode_run = None
-            self.pool.observer = self.scheduler.observer = None
-            run.settle(env.now)
-        run.finish_step()
-        self.decode_horizon = run.next_horizon(self.decode_horizon)

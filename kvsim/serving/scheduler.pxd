@@ -14,3 +14,6 @@ cdef class BatchScheduler:
     cdef public long max_batched_tokens, max_num_seqs, stalled, waiting_prompt_tokens, batches_formed
     cdef public bint prefill_only
     cdef public list running
+    # C methods for the compiled engine loop (kvsim/serving/engine_loop.py), Python methods too
+    cpdef schedule(self, now)
+    cpdef complete(self, Batch batch, now)

@@ -439,7 +439,7 @@ class BatchScheduler:
             self.events.first_token(seq, now)
         seq.generated += 1
 
-    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long, batch=Batch)
+    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long)  # batch: a Batch (.pxd)
     def complete(self, batch: Batch, now: float) -> None:
         """Apply the results of ``batch``, which ended at time ``now`` (seconds)."""
         events = self.events

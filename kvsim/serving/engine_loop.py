@@ -1,0 +1,117 @@
+"""The engine loop of one serving instance: form a batch, time it, sleep through it (or through a
+coalesced decode run, :mod:`kvsim.serving.decode_run`), apply it; sleep while there is no work.
+
+A SimPy process per instance (:class:`kvsim.serving.instance.Instance` starts it), and a kernel
+of the compiled backend (:mod:`kvsim.backend`): compiled, the loop is a C generator over the
+typed scheduler, pool, level and engine time, and calls the scheduler's ``schedule`` and
+``complete`` as C methods; in the pure-Python reference the same source runs as it reads.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import cython
+
+from kvsim.kv.block_pool import BlockPool
+from kvsim.metrics.engine_time import EngineTime
+from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.serving.scheduler import Batch, BatchScheduler
+
+if TYPE_CHECKING:
+    from kvsim.serving.decode_run import DecodeRun
+    from kvsim.serving.instance import Instance
+
+__all__ = ["engine_loop", "sleep_through"]
+
+
+@cython.locals(scheduler=BatchScheduler, pool=BlockPool, account=EngineTime, level=TimeWeightedLevel, batch=Batch,
+               coalesce=cython.bint)
+def engine_loop(instance: Instance):
+    """The instance's engine, as a SimPy process generator (it never returns)."""
+    env = instance.env
+    scheduler = instance.scheduler
+    step_time = instance.step_model.iteration_time_s
+    breakdown = getattr(instance.step_model, "breakdown", None)
+    coalesce = instance.coalesce and breakdown is not None
+    account = instance.engine_time
+    counters = instance.counters
+    level = instance.kv_utilization
+    pool = instance.pool
+    while True:
+        batch = scheduler.schedule(env.now)
+        if batch is None:
+            if instance._idle is not None:
+                instance._check_idle()
+            instance._wake = env.event()
+            yield instance._wake
+            instance._wake = None
+            continue
+        level.set(env.now, pool.utilization)
+        if instance.on_final_chunk is not None and batch.prefills:
+            instance._final_chunks(batch, env.now)
+        elif instance.role == "decode" and batch.prefills:
+            instance._recompute_starts(batch, env.now)
+        # KV read in place from peers: the hook knows who else reads from them now
+        hook = scheduler.hook
+        remote_Bps = hook.begin_remote_reads(batch) if batch.shape.remote_kv_tokens and hook else None
+        if breakdown is None:
+            parts = None
+        else:
+            parts = breakdown(batch.shape) if remote_Bps is None else breakdown(batch.shape, remote_Bps)
+        duration_s = parts.total_s if parts is not None else step_time(batch.shape)
+        adapter_s = 0.0
+        if instance.adapters is not None:
+            adapter_s = instance.adapters.activate([seq.adapter for seq, _ in batch.prefills]
+                                                   + [seq.adapter for seq in batch.decodes])
+            duration_s += adapter_s
+        if not duration_s > 0 or math.isinf(duration_s):
+            raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
+        instance._in_flight = True
+        run = instance._plan_run(instance, batch, duration_s, parts, env.now, adapter_s) \
+            if coalesce and not batch.prefills else None
+        if run is not None:
+            yield from sleep_through(instance, run)
+            instance._in_flight = False
+        else:
+            yield env.timeout(duration_s)
+            instance._in_flight = False
+            if remote_Bps is not None:
+                hook.end_remote_reads()
+            counters.iterations += 1
+            if parts is not None:
+                account.add(env.now, duration_s, parts.compute_s, max(parts.memory_s, parts.remote_s),
+                            parts.comm_s, parts.kernels_s, parts.overhead_s + adapter_s)
+            else:
+                account.add_time_only(env.now, duration_s)
+        scheduler.complete(batch, env.now)
+        level.set(env.now, pool.utilization)
+        if instance._idle is not None:
+            instance._check_idle()
+
+
+@cython.locals(pool=BlockPool, scheduler=BatchScheduler)
+def sleep_through(instance: Instance, run: DecodeRun):
+    """Sleep through ``run`` until its last step ends (or, cut short, the step in progress),
+    apply and account the steps before it, then account the last; the caller completes it."""
+    env = instance.env
+    pool = instance.pool
+    scheduler = instance.scheduler
+    instance._decode_run = run
+    pool.observer = scheduler.observer = instance
+    instance._sleeping = run
+    wait = instance._aim()
+    while True:
+        yield wait  # a cut may aim the process at another wait meanwhile (Instance._reaim)
+        if instance._final:
+            break
+        instance._final = True  # halfway: now >= t / 2, so the rest is one exact wait
+        wait = env.timeout(run.end_s - env.now)
+    instance._sleeping = None
+    if instance._decode_run is run:
+        instance._decode_run = None
+        pool.observer = scheduler.observer = None
+        run.settle(env.now)
+    run.finish_step()
+    instance.decode_horizon = run.next_horizon(instance.decode_horizon)
