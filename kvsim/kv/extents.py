@@ -388,6 +388,22 @@ class ExtentStore:
             pos = stop
         return out
 
+    def holds(self, chain, start: int, end: int) -> list[tuple[int, int, int, int]]:
+        """The stored blocks of ``[start, end)`` as ``(s, e, readers, pins)`` stretches, in order
+        (a query: nothing is cut or moved)."""
+        out = []
+        cmap, i = self._find(chain, start)
+        if cmap is None:
+            return out
+        starts, exts = cmap.starts, cmap.extents
+        i = max(i, 0)
+        while i < len(starts) and starts[i] < end:
+            ext = exts[i]
+            if ext.end > start:
+                out.append((max(ext.start, start), min(ext.end, end), ext.readers, ext.pins))
+            i += 1
+        return out
+
     def evict_run(self, n: int) -> list[tuple]:
         """:meth:`BlockStore.evict_run`: up to ``n`` victims, each the least recent unheld block;
         returned as ``(chain, start, stop)`` stretches in the order they were evicted."""

@@ -249,6 +249,34 @@ class ExtentHomes:
         self._remove(one)
         self._append(target, chain, pos)
 
+    def unheld(self, home, count: int, store) -> list[tuple]:
+        """``DomainPool._unheld``: up to ``count`` blocks homed in ``home`` that nothing holds in
+        ``store`` (an :class:`~kvsim.kv.extents.ExtentStore`), least recent first (all of them if
+        ``count`` < 1), as ``(chain, first, count, step)`` stretches of its order."""
+        out: list[tuple] = []
+        head = self._heads.get(home)
+        if head is None:
+            return out
+        left = count if count >= 1 else -1
+        ext = head.next
+        while ext is not head and left:
+            # the store's stretches over this extent's positions, in the extent's own order
+            pieces = [(s, e) for s, e, readers, pins in store.holds(ext.chain, ext.low, ext.low + ext.count)
+                      if not (readers or pins)]
+            if ext.step < 0:
+                pieces = [(e - 1, e - s) for s, e in reversed(pieces)]
+            else:
+                pieces = [(s, e - s) for s, e in pieces]
+            for first, n in pieces:
+                if left > 0:
+                    n = min(n, left)
+                    left -= n
+                out.append((ext.chain, first, n, ext.step if n > 1 else 1))
+                if not left:
+                    break
+            ext = ext.next
+        return out
+
     def order(self, home) -> list[tuple]:
         """``home``'s blocks ``(chain, position)``, least recent first (O(blocks))."""
         out = []
