@@ -24,6 +24,7 @@ class Shadow:
         self.shadows: list[tuple[DomainStore, ExtentStore]] = []
         self.check_every = check_every
         self.calls = 0
+        self.by_name: dict[str, int] = {}  # calls per method: the domain stores' call surface
         self.stretches = 0
         self.blocks = 0
         self.peak_blocks = 0        # the largest store's blocks at its fullest check
@@ -158,6 +159,7 @@ def shadowed(block_tokens: int, check_every: int = 1):
                 want = _outcome(op)
                 assert got[0] == want[0], (name, got, want)
             shadow.calls += 1
+            shadow.by_name[name] = shadow.by_name.get(name, 0) + 1
             if shadow.calls % shadow.check_every == 0:
                 shadow.compare(self, ext)
             if error is not None:

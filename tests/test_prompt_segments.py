@@ -63,8 +63,10 @@ def test_ids_without_a_document_chain_give_none():
     other = BlockChain(16).append(source_id("not a document", 7), 100).hash_ids()
     assert prompt_segments(other, 16) is None
     assert prompt_segments(np.empty(0, dtype=np.int64), 16) is None
-    _, ids = _library(64).prompt(2, 40, ("changed",))
-    ids = ids.copy()
+    # a document no other test hashes (the table is the process's: another length of a shared
+    # document number could start the changed ids, and rightly be found)
+    chain = _document_chain(16, 987_654_321, 64).fork()
+    ids = chain.append(source_id("shared_documents.suffix", "changed"), 40).hash_ids()
     assert prompt_segments(ids, 16) is not None and prompt_segments(ids, 4) is None  # (another block size)
     ids[2] ^= 1  # the prompt's leading ids are not the document's any more
     assert prompt_segments(ids, 16) is None
