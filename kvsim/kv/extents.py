@@ -91,34 +91,13 @@ class ExtentStore:
 
     # -- sizes ----------------------------------------------------------------------------------
 
-    @property
-    def used_blocks(self) -> int:
-        return self._used
-
-    @property
-    def free_blocks(self) -> int:
-        return self.capacity_blocks - self._used
-
-    @property
-    def evictable_blocks(self) -> int:
-        return self._used - self._held
-
-    @property
-    def reader_refs(self) -> int:
-        return self._reader_refs
-
-    @property
-    def read_blocks(self) -> int:
-        return self._read
-
-    @property
-    def pinned_blocks(self) -> int:
-        return self._pinned
-
-    @property
-    def extent_count(self) -> int:
-        """Entries kept (extents), against :attr:`used_blocks` blocks."""
-        return self._extents
+    used_blocks = property(lambda self: self._used, doc="Blocks stored.")
+    free_blocks = property(lambda self: self.capacity_blocks - self._used, doc="Blocks of room left.")
+    evictable_blocks = property(lambda self: self._used - self._held, doc="Blocks with no reader or pin.")
+    reader_refs = property(lambda self: self._reader_refs, doc="Reader references, over all blocks.")
+    read_blocks = property(lambda self: self._read, doc="Blocks with at least one reader.")
+    pinned_blocks = property(lambda self: self._pinned, doc="Blocks with at least one pin.")
+    extent_count = property(lambda self: self._extents, doc="Entries kept (extents), against used_blocks.")
 
     def __len__(self) -> int:
         return self._used
