@@ -15,7 +15,9 @@ import kvsim
 from extent_shadow import shadowed
 from test_domains import PRESSURE
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
 import speed_cases  # noqa: E402
 
 
