@@ -28,7 +28,7 @@ from kvsim.workload.prefix import BlockChain, floor_blocks, source_id
 
 __all__ = [
     "SharedDocuments", "MultiTurn", "FixedHit", "PrefixSpec", "DocumentLibrary", "SharedPrefix",
-    "zipf_probabilities",
+    "zipf_probabilities", "prompt_segments",
 ]
 
 
@@ -111,13 +111,68 @@ class FixedHit(FrozenSpec):
 PrefixSpec = Annotated[Union[SharedDocuments, MultiTurn, FixedHit], Field(discriminator="kind")]
 
 
+_CHAINS: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+"""``(block_tokens, first block id)`` of every document chain hashed in this process -> the
+arguments of
+:func:`_document_chain` that made it (one per length: a document drawn with different lengths in
+two scenarios of one process shares its first blocks). Looked up by :func:`prompt_segments`, never
+iterated; a few dozen bytes per distinct document."""
+
+
 @lru_cache(maxsize=4096)
 def _document_chain(block_tokens: int, document: int, tokens: int) -> BlockChain:
     """The hashed chain of one document; a pure function of its arguments (memoised, never mutated:
     callers fork it). 4,096 chains: ``domains_128`` draws 1,795 distinct documents over its three
     loads, and a smaller memo re-hashed 3,070 of them (8.4 CPU-s against 4.5); a chain keeps 8
     bytes per block (16 KiB for a 32K-token document at 16-token blocks, 64 MiB for 4,096)."""
-    return BlockChain(block_tokens).append(source_id("shared_documents.document", document), tokens)
+    chain = BlockChain(block_tokens).append(source_id("shared_documents.document", document), tokens)
+    ids = chain.full_ids()
+    if len(ids):
+        known = _CHAINS.setdefault((block_tokens, int(ids[0])), [])
+        if (block_tokens, document, tokens) not in known:
+            known.append((block_tokens, document, tokens))
+    return chain
+
+
+def prompt_segments(hashes, block_tokens: int) -> list[tuple[int, np.ndarray, int, int]] | None:
+    """A ``shared_documents`` prompt's block ids as segments of chains: ``(key, ids, start, end)``
+    names blocks ``ids[start:end]``, and the segments' blocks in order are ``hashes``.
+
+    The document's full blocks are one segment of the document's chain (``key`` its first block's
+    id, so every prompt of the document names them alike, whichever array holds them); the rest --
+    the block holding the document's tail and the suffix's head, if any, and the suffix -- is the
+    prompt's own chain, keyed by its first id (a block no other prompt has). So each block has one
+    address ``(key, position)`` (docs/extents.md, "Phase 4: extents"). Found with one lookup and one
+    comparison of the prompt's leading ids with the document's (the longest document chain of this
+    process that starts the prompt, at ``block_tokens``: ids of different block sizes are never
+    mixed, and a partial block can have a smaller size's full block's id).
+
+    Returns
+    -------
+    list or None
+        The segments, or None if ``hashes`` does not start with a document chain hashed in this
+        process (a trace's ids, another workload, or a document shorter than one block): the
+        caller then has ids only.
+    """
+    if not len(hashes):
+        return None
+    known = _CHAINS.get((int(block_tokens), int(hashes[0])))
+    if known is None:
+        return None
+    first = int(hashes[0])
+    best = None
+    for args in known:
+        doc = _document_chain(*args).full_ids()
+        if len(doc) <= len(hashes) and (best is None or len(doc) > len(best)) and \
+                np.array_equal(hashes[:len(doc)], doc):
+            best = doc
+    if best is None:
+        return None
+    segments = [(first, best, 0, len(best))]
+    if len(hashes) > len(best):
+        own = np.asarray(hashes[len(best):])
+        segments.append((int(own[0]), own, 0, len(own)))
+    return segments
 
 
 class DocumentLibrary:
