@@ -31,6 +31,19 @@ from collections.abc import Hashable
 __all__ = ["Extent", "ExtentStore"]
 
 
+
+def link_after(where, ext) -> None:
+    """Put ``ext`` right after ``where`` in a circular doubly linked list (``prev`` / ``next``)."""
+    nxt = where.next
+    ext.prev, ext.next = where, nxt
+    where.next = nxt.prev = ext
+
+
+def unlink(ext) -> None:
+    """Take ``ext`` out of its circular doubly linked list."""
+    ext.prev.next, ext.next.prev = ext.next, ext.prev
+
+
 class Extent:
     """Blocks ``start .. end - 1`` of ``chain``, least recent first, each with ``readers`` reader
     references and ``pins`` pins; ``prev`` / ``next`` link the store's recency list."""
@@ -116,15 +129,6 @@ class ExtentStore:
 
     # -- the recency list and the chains' maps --------------------------------------------------
 
-    def _link_after(self, where: Extent, ext: Extent) -> None:
-        nxt = where.next
-        ext.prev, ext.next = where, nxt
-        where.next = nxt.prev = ext
-
-    @staticmethod
-    def _unlink(ext: Extent) -> None:
-        ext.prev.next, ext.next.prev = ext.next, ext.prev
-
     def _find(self, chain, pos: int) -> tuple[_Chain | None, int]:
         """The chain's map and the index of the last extent starting at or before ``pos``."""
         cmap = self._chains.get(chain)
@@ -149,7 +153,7 @@ class ExtentStore:
         del cmap.starts[i], cmap.extents[i]
         if not cmap.starts:
             del self._chains[ext.chain]
-        self._unlink(ext)
+        unlink(ext)
         self._extents -= 1
 
     def _cut(self, chain, pos: int) -> None:
@@ -165,7 +169,7 @@ class ExtentStore:
             cmap.starts.insert(i + 1, pos)
             cmap.extents.insert(i + 1, tail)
             self._extents += 1
-            self._link_after(ext, tail)
+            link_after(ext, tail)
 
     def _joinable(self, a: Extent, b: Extent) -> bool:
         return (a is not self._head and b is not self._head and a.chain == b.chain and a.end == b.start
@@ -203,7 +207,7 @@ class ExtentStore:
             return
         if ext.prev is None:
             self._add(ext)
-        self._link_after(last, ext)
+        link_after(last, ext)
 
     def _count(self, ext: Extent, readers: int, pins: int) -> None:
         """Add ``readers`` reader references and ``pins`` pins to every block of ``ext``."""
@@ -290,7 +294,7 @@ class ExtentStore:
                     continue
                 hits += stop - pos
                 prev = ext.prev
-                self._unlink(ext)
+                unlink(ext)
                 if prev is not self._head:
                     self._join_next(prev)
                 if readers or pins:
@@ -438,7 +442,7 @@ class ExtentStore:
             if ext is not None:
                 if touch:
                     prev = ext.prev
-                    self._unlink(ext)
+                    unlink(ext)
                     if prev is not self._head:
                         self._join_next(prev)
                     if readers:

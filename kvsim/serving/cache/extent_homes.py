@@ -21,6 +21,8 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
 
+from kvsim.kv.extents import link_after, unlink
+
 __all__ = ["ExtentHomes", "HomeExtent"]
 
 
@@ -88,16 +90,6 @@ class ExtentHomes:
         if not lows:
             del self._chains[ext.chain]
 
-    @staticmethod
-    def _link_after(where: HomeExtent, ext: HomeExtent) -> None:
-        nxt = where.next
-        ext.prev, ext.next = where, nxt
-        where.next = nxt.prev = ext
-
-    @staticmethod
-    def _unlink(ext: HomeExtent) -> None:
-        ext.prev.next, ext.next.prev = ext.next, ext.prev
-
     def _split(self, ext: HomeExtent, k: int) -> HomeExtent:
         """Cut ``ext`` after its ``k`` least recent blocks (0 < k < count); returns the more
         recent piece, linked right after it."""
@@ -106,7 +98,7 @@ class ExtentHomes:
         ext.count = k
         self._enter(ext)
         self._enter(rest)
-        self._link_after(ext, rest)
+        link_after(ext, rest)
         return rest
 
     def _carve(self, ext: HomeExtent, low: int, high: int) -> HomeExtent:
@@ -139,7 +131,7 @@ class ExtentHomes:
             return False
         self._leave(a)
         self._leave(b)
-        self._unlink(b)
+        unlink(b)
         if step < 0:
             a.first, a.count, a.step = a.first, a.count + b.count, -1
         else:
@@ -158,7 +150,7 @@ class ExtentHomes:
         head = self._head(home)
         ext = HomeExtent(chain, pos, 1, 1, home)
         self._enter(ext)
-        self._link_after(head.prev, ext)
+        link_after(head.prev, ext)
         if ext.prev is not head:
             self._join(ext.prev, ext)
 
@@ -166,7 +158,7 @@ class ExtentHomes:
         """Take a home extent out of its order and the map (its neighbours joined if they can)."""
         prev, nxt = ext.prev, ext.next
         self._leave(ext)
-        self._unlink(ext)
+        unlink(ext)
         if prev.chain is not None and nxt.chain is not None:
             self._join(prev, nxt)
 
@@ -207,7 +199,7 @@ class ExtentHomes:
         head = self._head(home)
         ext = HomeExtent(chain, start, end - start, 1, home)
         self._enter(ext)
-        self._link_after(head.prev, ext)
+        link_after(head.prev, ext)
         if ext.prev is not head:
             self._join(ext.prev, ext)
 
@@ -228,7 +220,7 @@ class ExtentHomes:
             piece.first, piece.step = pos, 1
             head = self._head(piece.home)
             self._enter(piece)
-            self._link_after(head.prev, piece)
+            link_after(head.prev, piece)
             if piece.prev is not head:
                 self._join(piece.prev, piece)
             pos = stop
