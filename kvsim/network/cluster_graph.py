@@ -39,11 +39,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
 from kvsim.network.storage_io import MediaIO
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "cluster_graph", "copy_engine", "Edge", "FABRIC", "GPUS_PER_SWITCH", "ROOT_UPLINK_FACTOR",
@@ -212,6 +214,8 @@ def cluster_graph(
             if member not in linked:
                 raise ValueError(f"node {member!r} has cards without a scale-up link; it cannot join a domain")
             domain_of[member] = f"su{k}"
+    import networkx as nx  # here, not at import: only a run that builds a topology needs it
+
     g = nx.DiGraph()
     g.add_node(FABRIC, kind="fabric", owner=None)
     for switch in dict.fromkeys(domain_of.values()):

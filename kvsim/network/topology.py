@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.network.cluster_graph import (  # noqa: F401  (figures re-exported for callers)
     COPY_OVERHEAD_S, FABRIC, GPUS_PER_SWITCH, NVME_READ_LATENCY_S, NVME_WRITE_LATENCY_S, PCIE_HOP_LATENCY_S,
     RDMA_LATENCY_S, ROOT_UPLINK_FACTOR, SCALE_UP_LATENCY_S, Edge, cluster_graph, copy_engine,
 )
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "Topology", "build_topology", "Edge", "FABRIC", "GPUS_PER_SWITCH", "ROOT_UPLINK_FACTOR",
@@ -45,6 +47,8 @@ class Topology:
         self.graph = graph
         self.compute_nodes = compute_nodes
         self.pool_nodes = pool_nodes
+        import networkx as nx  # here, not at import: only a run that builds a topology needs it
+
         # routes never cross scale-up edges (card-to-card copies take peer_path) nor transit a card
         self._routes = nx.subgraph_view(graph, filter_edge=lambda u, v: graph.edges[u, v]["kind"] != "scale_up")
         self._paths: dict[tuple[str, str], tuple[Edge, ...]] = {}
@@ -120,6 +124,8 @@ class Topology:
             if src == dst:
                 self._paths[key] = ()
             else:
+                import networkx as nx
+
                 try:
                     nodes = nx.shortest_path(self._routes, src, dst)
                 except nx.NetworkXNoPath:
