@@ -20,7 +20,7 @@ _API = ("load_scenario", "parse_scenario", "run", "check", "comparison_table", "
 def __getattr__(name: str) -> object:
     if name == "SpecError":
         from kvsim.yaml_io import SpecError as value
-    elif name.startswith("__"):
+    elif name.startswith("_"):  # a probe for a private or special name loads nothing
         raise AttributeError(f"module 'kvsim' has no attribute {name!r}")
     else:
         # the API; and a subpackage read as an attribute (``kvsim.sim`` after ``import kvsim``),

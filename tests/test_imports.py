@@ -82,6 +82,11 @@ def test_lazy_packages_keep_their_names():
     assert loaded["run_cost_is_function"] and all(loaded["same"])
 
 
+def test_probing_a_private_name_loads_nothing():
+    loaded = _loaded("import kvsim\nOUT = {'has': hasattr(kvsim, '_pytest_probe') or hasattr(kvsim, '__wrapped__')}")
+    assert not loaded["has"] and "kvsim.api" not in loaded["modules"]
+
+
 def test_a_submodule_read_as_an_attribute_is_imported():
     """``import kvsim`` then ``kvsim.sim.run_scenario``: the package once imported it eagerly."""
     loaded = _loaded("import kvsim\nOUT = {'sim': kvsim.sim.run_scenario.__module__}")
