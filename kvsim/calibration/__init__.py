@@ -8,8 +8,24 @@ compare kvsim's predictions with them (``kvsim calibrate``, ``docs/validation.md
 - :mod:`.fit` fits them (log-ratio least squares) with leave-one-out errors;
 - :mod:`.calibfile` writes and applies ``calib.yaml`` (a scenario's ``calibration:`` field);
 - :mod:`.report` renders ``docs/validation.md`` from a results table.
+
+The names below are imported when first read (a module ``__getattr__``, PEP 562): loading a
+scenario applies its ``calibration:`` field through :mod:`.calibfile` without loading the
+measurement readers.
 """
 
-from kvsim.calibration.measurements import MeasurementError, StepPoint, VllmRun, read_measurements
-
 __all__ = ["MeasurementError", "StepPoint", "VllmRun", "read_measurements"]
+
+
+def __getattr__(name: str) -> object:
+    if name not in __all__:
+        raise AttributeError(f"module 'kvsim.calibration' has no attribute {name!r}")
+    from kvsim.calibration import measurements
+
+    value = getattr(measurements, name)
+    globals()[name] = value  # later reads are plain lookups (and a patched value stays as set)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

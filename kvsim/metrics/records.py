@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["RequestRecords"]
 
@@ -98,6 +102,8 @@ class RequestRecords:
 
     def to_frame(self) -> pd.DataFrame:
         """The records as a DataFrame (a copy), one row per request, with derived latencies."""
+        import pandas as pd  # only where frames are made: a run itself needs no pandas
+
         frame = pd.DataFrame({name: self.column(name).copy() for name in self.fields})
         frame.insert(0, "request_id", np.arange(self.n, dtype=np.int64))
         frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from kvsim._version import __version__
 from kvsim.metrics.records import RequestRecords
@@ -16,6 +15,8 @@ from kvsim.metrics.replicas import replica_statistics
 from kvsim.metrics.summary import LATENCY_KEYS
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from kvsim.scenario.load import Scenario
     from kvsim.sim.sizing import SystemSizing
 
@@ -197,6 +198,8 @@ class RunResult:
 
         With ``replicas`` every replication has its row, told apart by a ``replica`` column.
         """
+        import pandas as pd  # only where frames are made: a run itself needs no pandas
+
         rows, swept = [], set()
         for run in self.all_runs() if replicas else self.runs:
             row: dict[str, Any] = {"point": run.point_index, "system": run.system}
@@ -230,6 +233,8 @@ class RunResult:
         rows with ``replica`` empty and ``stat`` ``mean``, ``ci_low``, ``ci_high``,
         ``half_width`` (95 % Student t) and ``n``.
         """
+        import pandas as pd
+
         wide = self.summary_frame(replicas=True)
         params = list(dict.fromkeys(k for r in self.runs for k in r.params))
         ids = ["point", *params, "system", "replica"]
@@ -254,6 +259,8 @@ class RunResult:
         return frame.astype({"replica": "Int64"})
 
     def _per_run_frame(self, attribute: str) -> pd.DataFrame:
+        import pandas as pd
+
         frames = []
         for run in self.runs:
             rows = getattr(run, attribute)
@@ -307,6 +314,8 @@ class RunResult:
     def requests_frame(self) -> pd.DataFrame:
         """Every request of every run, with ``system``, ``point`` and swept parameters as columns
         (and ``replica`` after ``point`` when the scenario has replications)."""
+        import pandas as pd
+
         frames = []
         with_replica = bool(self.replicas)
         for run in self.all_runs():

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from kvsim.input_files import InputFileError, open_checked
 from kvsim.workload.trace_csv import read_token_column, token_values
@@ -61,6 +60,8 @@ def _read_numbers(path: Path) -> np.ndarray:
     words = text.split()
     if not words:
         raise InputFileError(path, "holds no token lengths (the file is empty or blank)")
+    import pyarrow as pa  # here, not at import: only a length file needs it
+
     return token_values(pa.chunked_array([pa.array(words, pa.string())]), "value", _WordLines(path, text))
 
 

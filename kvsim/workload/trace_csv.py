@@ -36,18 +36,17 @@ import csv
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 from pydantic import Field, model_validator
 
 from kvsim.input_files import InputFileError, cell_text, open_checked, quote
 from kvsim.spec_types import FrozenSpec
 from kvsim.yaml_io import did_you_mean
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["CsvColumnsSpec", "CsvRows", "read_csv_trace", "read_token_column", "token_values", "split_rows", "BURSTGPT_COLUMNS",
            "AZURE_2023_COLUMNS", "MAX_TOKENS", "TOKEN_TEXT", "TIME_TEXT"]
@@ -215,6 +214,10 @@ def _read_table(path: Path, header: list[str], wanted: list[str]) -> pa.Table:
     cells are checked as written (:data:`TOKEN_TEXT`, :data:`TIME_TEXT`), since pyarrow's own
     number inference would read ``0x10`` in a column of integers as 16. A file pyarrow cannot
     read is explained by the first row whose cell count differs from the header's."""
+    # pyarrow here, not at import: a scenario without a CSV file never loads it
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
     try:
         return pacsv.read_csv(path, read_options=pacsv.ReadOptions(block_size=1 << 24),
                               convert_options=pacsv.ConvertOptions(
@@ -315,6 +318,9 @@ def _shape_problem(path: Path, header: list[str]) -> InputFileError | None:
 def _numbers(column: pa.ChunkedArray, pattern: str) -> tuple[np.ndarray, np.ndarray]:
     """``(float64 values, unreadable mask)`` of a text column: a cell not written as ``pattern``
     allows (empty, too) is NaN and flagged."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     text = column.cast(pa.string()) if not pa.types.is_string(column.type) else column
     readable = pc.fill_null(pc.match_substring_regex(text, pattern), False)
     kept = pc.if_else(readable, pc.utf8_trim(text, " \t"), pa.scalar(None, pa.string()))
@@ -354,6 +360,8 @@ def split_rows(flat: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
 def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _RowLines) -> np.ndarray:
     name = columns.arrival
     if columns.arrival_unit == "datetime":
+        import pandas as pd  # wall-clock stamps only
+
         text = column.to_pandas()
         stamps = pd.to_datetime(text, format="ISO8601", errors="coerce")
         if getattr(stamps.dt, "tz", None) is not None:
@@ -393,6 +401,9 @@ def _is_hash_id(item: str) -> bool:
 
 def _hashes(column: pa.ChunkedArray, inputs: np.ndarray, columns: CsvColumnsSpec, path: Path, rows: _RowLines,
             keep: np.ndarray | None) -> list[np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     name, block = columns.prefix_hashes, columns.hash_block_tokens
     text = pc.utf8_trim_whitespace(pc.replace_substring_regex(column, r"^\s*\[|\]\s*$", ""))
     text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)  # no ids: counted below

@@ -24,9 +24,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.json as pajson
 
 from kvsim.input_files import InputFileError, quote
 from kvsim.workload.trace_csv import MAX_TOKENS, split_rows
@@ -36,9 +33,16 @@ __all__ = ["read_hashed_jsonl", "read_jsonl_tokens", "json_rows", "RowError", "r
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
-_BASE = [("timestamp", pa.float64()), ("input_length", pa.int64()), ("output_length", pa.int64()),
-         ("hash_ids", pa.list_(pa.int64()))]
-_SESSION = [("chat_id", pa.int64()), ("parent_chat_id", pa.int64()), ("type", pa.string()), ("turn", pa.int64())]
+
+
+def _fields(session: bool) -> list:
+    """The schema's fields: the base ones, and Bailian's session fields with ``session``."""
+    import pyarrow as pa
+
+    base = [("timestamp", pa.float64()), ("input_length", pa.int64()), ("output_length", pa.int64()),
+            ("hash_ids", pa.list_(pa.int64()))]
+    return base + ([("chat_id", pa.int64()), ("parent_chat_id", pa.int64()), ("type", pa.string()),
+                    ("turn", pa.int64())] if session else [])
 
 
 class RowError(ValueError):
@@ -91,7 +95,12 @@ def read_hashed_jsonl(path: Path, block: int, units_per_second: float, session: 
     ``turn`` (>= 1) on every row; token counts must be ``1 .. MAX_TOKENS`` and timestamps finite
     and not negative.
     """
-    fields = _BASE + (_SESSION if session else [])
+    # pyarrow here, not at import: a scenario without a JSONL trace never loads it
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pajson
+
+    fields = _fields(session)
     options = pajson.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore")
     try:
         table = pajson.read_json(path, parse_options=options)
@@ -131,6 +140,9 @@ def read_jsonl_tokens(path: Path, field: str) -> np.ndarray:
     InputFileError
         ``"<file>:<line>: <field>: <problem>"``, or a file with no rows.
     """
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
     # int64: pyarrow refuses 40.0, true and "40" there, and the row reader names them
     options = pajson.ParseOptions(explicit_schema=pa.schema([(field, pa.int64())]),
                                   unexpected_field_behavior="ignore")
