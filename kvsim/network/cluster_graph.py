@@ -39,10 +39,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
-from kvsim.network.digraph import DiGraph
 from kvsim.network.storage_io import MediaIO
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "cluster_graph", "copy_engine", "Edge", "FABRIC", "GPUS_PER_SWITCH", "ROOT_UPLINK_FACTOR",
@@ -81,7 +84,7 @@ def copy_engine(gpu: str, direction: str) -> str:
     return f"{gpu}/{direction}"
 
 
-def _link(g: DiGraph, u: str, v: str, cap_uv: float, cap_vu: float, lat_uv: float, lat_vu: float,
+def _link(g: nx.DiGraph, u: str, v: str, cap_uv: float, cap_vu: float, lat_uv: float, lat_vu: float,
           kind: str) -> None:
     """One full-duplex physical link: two directed edges with their own figures."""
     g.add_edge(u, v, capacity_Bps=cap_uv, latency_s=lat_uv, kind=kind)
@@ -93,7 +96,7 @@ def _spread(j: int, count: int, slots: int) -> int:
     return j * slots // count
 
 
-def _add_compute_node(g: DiGraph, node: str, spec: NodeSpec, acc: AcceleratorSpec,
+def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: AcceleratorSpec,
                       scale_up: str | None) -> None:
     pcie = acc.host_link_bandwidth
     root, imc, ddr, dram = f"{node}/root", f"{node}/imc", f"{node}/ddr", f"{node}/dram"
@@ -142,7 +145,7 @@ def _add_compute_node(g: DiGraph, node: str, spec: NodeSpec, acc: AcceleratorSpe
               PCIE_HOP_LATENCY_S + drives.read_latency_s, PCIE_HOP_LATENCY_S + drives.write_latency_s, "nvme")
 
 
-def _add_pool_node(g: DiGraph, pool: str, spec: PoolNodeSpec) -> None:
+def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec) -> None:
     if spec.nics.count < 1:
         raise ValueError(f"pool node {pool!r} has no NIC, so it is unreachable")
     media, io = f"{pool}/media", f"{pool}/pcie"
@@ -166,7 +169,7 @@ def cluster_graph(
     compute_nodes: Sequence[tuple[str, NodeSpec, AcceleratorSpec]],
     pool_nodes: Sequence[tuple[str, PoolNodeSpec]] = (),
     scale_up_domains: Sequence[Sequence[str]] | None = None,
-) -> DiGraph:
+) -> nx.DiGraph:
     """The cluster graph from hardware specs (see :func:`kvsim.network.topology.build_topology`).
 
     Parameters
@@ -182,7 +185,7 @@ def cluster_graph(
 
     Returns
     -------
-    kvsim.network.digraph.DiGraph
+    networkx.DiGraph
         Built in the order given, so routing ties break the same way in every run.
 
     Raises
@@ -211,7 +214,9 @@ def cluster_graph(
             if member not in linked:
                 raise ValueError(f"node {member!r} has cards without a scale-up link; it cannot join a domain")
             domain_of[member] = f"su{k}"
-    g = DiGraph()
+    import networkx as nx  # here, not at import: only a run that builds a topology needs it
+
+    g = nx.DiGraph()
     g.add_node(FABRIC, kind="fabric", owner=None)
     for switch in dict.fromkeys(domain_of.values()):
         g.add_node(switch, kind="scale_up", owner=None)

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.network.cluster_graph import (  # noqa: F401  (figures re-exported for callers)
     COPY_OVERHEAD_S, FABRIC, GPUS_PER_SWITCH, NVME_READ_LATENCY_S, NVME_WRITE_LATENCY_S, PCIE_HOP_LATENCY_S,
     RDMA_LATENCY_S, ROOT_UPLINK_FACTOR, SCALE_UP_LATENCY_S, Edge, cluster_graph, copy_engine,
 )
-from kvsim.network.digraph import DiGraph, NoPath, shortest_path
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = [
     "Topology", "build_topology", "Edge", "FABRIC", "GPUS_PER_SWITCH", "ROOT_UPLINK_FACTOR",
@@ -32,7 +35,7 @@ class Topology:
 
     Attributes
     ----------
-    graph : kvsim.network.digraph.DiGraph
+    graph : networkx.DiGraph
         Nodes carry ``kind`` and ``owner`` (the compute or pool node); edges carry
         ``capacity_Bps`` (bytes/s), ``latency_s`` (seconds) and ``kind``. Read-only: paths are
         cached, so a changed graph needs a new :func:`build_topology`.
@@ -40,12 +43,14 @@ class Topology:
         Names in the order given to :func:`build_topology`.
     """
 
-    def __init__(self, graph: DiGraph, compute_nodes: tuple[str, ...], pool_nodes: tuple[str, ...]):
+    def __init__(self, graph: nx.DiGraph, compute_nodes: tuple[str, ...], pool_nodes: tuple[str, ...]):
         self.graph = graph
         self.compute_nodes = compute_nodes
         self.pool_nodes = pool_nodes
+        import networkx as nx  # here, not at import: only a run that builds a topology needs it
+
         # routes never cross scale-up edges (card-to-card copies take peer_path) nor transit a card
-        self._route_ok = lambda u, v: graph.edges[u, v]["kind"] != "scale_up"
+        self._routes = nx.subgraph_view(graph, filter_edge=lambda u, v: graph.edges[u, v]["kind"] != "scale_up")
         self._paths: dict[tuple[str, str], tuple[Edge, ...]] = {}
         self._kv_paths: dict[tuple[str, str, str, bool], tuple[Edge, ...]] = {}
         self._members: dict[tuple[str, str], list[str]] = {}  # (owner, kind) -> names, index order
@@ -109,7 +114,7 @@ class Topology:
     def path(self, src: str, dst: str) -> list[Edge]:
         """Fewest-hop path from ``src`` to ``dst`` as a list of edges (empty if equal).
 
-        Ties are broken by construction order (the breadth-first search follows adjacency
+        Ties are broken by construction order (networkx breadth-first search follows adjacency
         insertion order), so the same inputs give the same path in every run.
         """
         key = (src, dst)
@@ -119,9 +124,11 @@ class Topology:
             if src == dst:
                 self._paths[key] = ()
             else:
+                import networkx as nx
+
                 try:
-                    nodes = shortest_path(self.graph, src, dst, self._route_ok)
-                except NoPath:
+                    nodes = nx.shortest_path(self._routes, src, dst)
+                except nx.NetworkXNoPath:
                     raise ValueError(f"no path from {src!r} to {dst!r}") from None
                 self._paths[key] = tuple(zip(nodes[:-1], nodes[1:]))
         return list(self._paths[key])
