@@ -13,4 +13,5 @@ KERNELS = (
     "kvsim.kv.block_pool",
     "kvsim.serving.decode_run",
     "kvsim.serving.scheduler",
+    "kvsim.network.flows",
 )

@@ -10,6 +10,11 @@ way in and again on the way out); it then consumes that multiple of its rate on 
 may also consume *resources* that are not byte links, at a weight per byte (a storage medium's
 IOPS ceiling: I/Os per byte; a CPU's staging threads: CPU-seconds per byte), and may carry a rate
 cap of its own (a queue-depth bound); a cap acts as a private link only that flow crosses.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): links are interned to small integers
+when a network is built, a flow keeps its (link, crossings) pairs in two arrays, and the filling
+runs over per-link arrays -- C arrays compiled (``flows.pxd``), lists in the pure-Python
+reference, the same float operations in the same order either way.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 
+import cython
 import simpy
 
 __all__ = ["max_min_fair_rates", "FlowNetwork"]
@@ -27,7 +33,277 @@ __all__ = ["max_min_fair_rates", "FlowNetwork"]
 _DONE_FRACTION = 1e-9
 # Links whose fill levels agree to this relative tolerance saturate together in one filling round;
 # it only merges rounds that rounding split apart, it never moves a rate by more than that much.
+# One tolerance over all links: splitting the filling by connected components would merge other
+# rounds, so it is done over every active flow at once.
 _TIE_REL = 1e-12
+_INF = math.inf
+
+
+def _doubles(n):
+    """Room for ``n`` doubles: a C array compiled (the caller frees it with :func:`_free`), a list
+    of zeros in the pure-Python reference."""
+    if cython.compiled:
+        buf = cython.cast(cython.p_double, malloc((n if n > 0 else 1) * cython.sizeof(cython.double)))  # noqa: F821
+        if buf == cython.NULL:
+            raise MemoryError()
+        return buf
+    else:
+        return [0.0] * n
+
+
+def _indices(n):
+    """Room for ``n`` indices: a C array of ``Py_ssize_t`` compiled, a list of zeros otherwise."""
+    if cython.compiled:
+        buf = cython.cast(cython.p_Py_ssize_t, malloc((n if n > 0 else 1) * cython.sizeof(cython.Py_ssize_t)))  # noqa: F821
+        if buf == cython.NULL:
+            raise MemoryError()
+        return buf
+    else:
+        return [0] * n
+
+
+def _free(buf) -> None:
+    """Give back what :func:`_doubles` or :func:`_indices` returned (nothing to do for a list)."""
+    if cython.compiled:
+        free(buf)  # noqa: F821 (a C function of the .pxd, compiled only)
+
+
+class _Flow:
+    """One active transfer: its links (as indices) and crossings, bytes left, current rate and
+    completion event."""
+
+    __slots__ = ("links", "counts", "k", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event",
+                 "cap")  # C fields compiled (flows.pxd)
+
+    @cython.locals(j=cython.Py_ssize_t)
+    def __init__(self, weights: dict[int, float], nbytes: float, latency_s: float, event, cap: float = _INF):
+        self.k = len(weights)
+        self.links = _indices(self.k)
+        self.counts = _doubles(self.k)
+        j = 0
+        for link, count in weights.items():  # first-appearance order: the order of every scan
+            self.links[j] = link
+            self.counts[j] = count
+            j += 1
+        self.cap = cap
+        self.nbytes = nbytes
+        self.remaining = nbytes
+        self.rate = 0.0  # set by the next solve, which happens before any time passes
+        self.finish_s = _INF
+        self.latency_s = latency_s
+        self.event = event
+
+    def __dealloc__(self):
+        if cython.compiled:  # a compiled flow's arrays (a Python object's are lists)
+            _free(self.links)
+            _free(self.counts)
+
+
+class _Filling:
+    """Progressive filling over interned links ``0 .. n - 1`` of the given capacities (which may
+    be ``inf``), with its per-link work arrays kept between solves (see :meth:`solve`)."""
+
+    __slots__ = ("n_links", "capacity", "spare", "unfrozen", "fill", "left", "stamp", "first", "end",
+                 "order", "n_order", "tick", "room_flows", "room_cross", "off", "lk", "ct", "rates", "caps",
+                 "frozen", "capped", "live", "members")  # C fields compiled (flows.pxd)
+
+    @cython.locals(i=cython.Py_ssize_t, n=cython.Py_ssize_t)
+    def __init__(self, capacity_Bps: list):
+        n = len(capacity_Bps)
+        self.n_links = n
+        self.capacity, self.spare, self.unfrozen, self.fill = _doubles(n), _doubles(n), _doubles(n), _doubles(n)
+        self.left, self.stamp, self.first, self.end, self.order = (_indices(n), _indices(n), _indices(n),
+                                                                   _indices(n), _indices(n))
+        for i in range(n):
+            self.capacity[i] = capacity_Bps[i]
+            self.stamp[i] = 0
+        self.n_order = 0
+        self.tick = 0
+        self.room_flows = self.room_cross = 0
+        self._reserve(16, 64)
+
+    def __dealloc__(self):
+        if cython.compiled:
+            _free(self.capacity)
+            _free(self.spare)
+            _free(self.unfrozen)
+            _free(self.fill)
+            _free(self.left)
+            _free(self.stamp)
+            _free(self.first)
+            _free(self.end)
+            _free(self.order)
+            self._release()
+
+    def _release(self) -> None:
+        if self.room_flows:
+            _free(self.off)
+            _free(self.rates)
+            _free(self.caps)
+            _free(self.frozen)
+            _free(self.capped)
+            _free(self.lk)
+            _free(self.ct)
+            _free(self.live)
+            _free(self.members)
+
+    def _reserve(self, flows: int, crossings: int) -> None:
+        """Make the per-flow and per-crossing arrays hold at least this many."""
+        if flows <= self.room_flows and crossings <= self.room_cross:
+            return
+        self._release()
+        flows, crossings = max(flows, 2 * self.room_flows), max(crossings, 2 * self.room_cross)
+        self.off, self.rates, self.caps = _indices(flows + 1), _doubles(flows), _doubles(flows)
+        self.frozen, self.capped = _indices(flows), _indices(flows)
+        self.lk, self.ct, self.live, self.members = (_indices(crossings), _doubles(crossings), _indices(crossings),
+                                                     _indices(crossings))
+        self.room_flows, self.room_cross = flows, crossings
+
+    @cython.locals(n=cython.Py_ssize_t, total=cython.Py_ssize_t, i=cython.Py_ssize_t, j=cython.Py_ssize_t,
+                   p=cython.Py_ssize_t, q=cython.Py_ssize_t, r=cython.Py_ssize_t, link=cython.Py_ssize_t,
+                   other=cython.Py_ssize_t, n_live=cython.Py_ssize_t, n_capped=cython.Py_ssize_t,
+                   tick=cython.Py_ssize_t, flow=_Flow, count=cython.double, off=cython.p_Py_ssize_t,
+                   lk=cython.p_Py_ssize_t, ct=cython.p_double, rates=cython.p_double, caps=cython.p_double,
+                   frozen=cython.p_Py_ssize_t, capped=cython.p_Py_ssize_t, spare=cython.p_double,
+                   unfrozen=cython.p_double, left=cython.p_Py_ssize_t, live=cython.p_Py_ssize_t, level=cython.double,
+                   cap_level=cython.double, bound=cython.double, s=cython.double, rate=cython.double,
+                   inf=cython.double, tie=cython.double)
+    def solve(self, flows: list) -> None:
+        """Set every flow's ``rate`` to its max-min fair share (see :func:`max_min_fair_rates`; a
+        flow's own cap acts as a private link), and :attr:`order` to the links the flows cross,
+        in order of first appearance.
+
+        Every scan follows the order of the flows and, within a flow, of its links, as the
+        dict-based progressive filling this replaces did (the tests keep that one as the oracle).
+        """
+        inf, tie = _INF, 1.0 + _TIE_REL  # (C doubles compiled; the same values as the expressions)
+        n = len(flows)
+        total = 0
+        for i in range(n):
+            flow = flows[i]
+            total += flow.k
+        self._reserve(n, total)
+        off, lk, ct, rates, caps, frozen, capped = self.off, self.lk, self.ct, self.rates, self.caps, self.frozen, self.capped
+        spare, unfrozen, left, live = self.spare, self.unfrozen, self.left, self.live
+        self.tick += 1
+        tick = self.tick
+        # Per link: capacity not yet claimed by frozen flows, crossings by unfrozen flows (the
+        # weights may be fractional), unfrozen flows on it, its flows in order (first..end).
+        n_live = n_capped = p = 0
+        for i in range(n):
+            flow = flows[i]
+            off[i] = p
+            rates[i] = inf
+            caps[i] = flow.cap
+            if flow.cap < inf:
+                capped[n_capped] = i
+                n_capped += 1
+            frozen[i] = 1 if flow.k == 0 else 0  # an empty path constrains nothing: rate inf
+            for j in range(flow.k):
+                link = flow.links[j]
+                count = flow.counts[j]
+                lk[p] = link
+                ct[p] = count
+                p += 1
+                if self.stamp[link] != tick:
+                    self.stamp[link] = tick
+                    spare[link] = self.capacity[link]
+                    unfrozen[link] = 0.0
+                    left[link] = 0
+                    live[n_live] = link
+                    self.order[n_live] = link
+                    n_live += 1
+                unfrozen[link] += count
+                left[link] += 1
+        off[n] = p
+        self.n_order = n_live
+        q = 0
+        for p in range(n_live):
+            link = live[p]
+            self.first[link] = self.end[link] = q
+            q += left[link]
+        for i in range(n):
+            for p in range(off[i], off[i + 1]):
+                link = lk[p]
+                self.members[self.end[link]] = i
+                self.end[link] += 1
+        while n_live > 0:
+            # Every unfrozen flow runs at the common level; link l saturates when the level reaches
+            # spare / unfrozen crossings. The lowest such level freezes the flows on those links.
+            for p in range(n_live):
+                link = live[p]
+                s = spare[link]
+                if 0.0 > s:  # max(spare, 0.0)
+                    s = 0.0
+                self.fill[p] = s / unfrozen[link]
+            level = self.fill[0]
+            for p in range(1, n_live):  # min(): the first of equals
+                if self.fill[p] < level:
+                    level = self.fill[p]
+            if n_capped > 0:
+                # a flow's own cap is a private link: if it binds before any shared one, freeze it there
+                q = 0
+                for p in range(n_capped):
+                    if not frozen[capped[p]]:
+                        capped[q] = capped[p]
+                        q += 1
+                n_capped = q
+                cap_level = inf
+                if n_capped > 0:
+                    cap_level = caps[capped[0]]
+                    for p in range(1, n_capped):
+                        if caps[capped[p]] < cap_level:
+                            cap_level = caps[capped[p]]
+                if cap_level < level:
+                    for p in range(n_capped):
+                        i = capped[p]
+                        if caps[i] <= cap_level * tie:
+                            frozen[i] = 1
+                            rate = caps[i]
+                            rates[i] = rate
+                            for r in range(off[i], off[i + 1]):
+                                other = lk[r]
+                                spare[other] -= ct[r] * rate
+                                unfrozen[other] -= ct[r]
+                                left[other] -= 1
+                    n_live = self._keep_loaded(n_live)
+                    continue
+            if level == inf:
+                break  # what is left crosses only unbounded links and keeps rate inf
+            bound = level * tie
+            for p in range(n_live):
+                if self.fill[p] > bound:
+                    continue
+                link = live[p]
+                for q in range(self.first[link], self.end[link]):
+                    i = self.members[q]
+                    if frozen[i]:
+                        continue
+                    frozen[i] = 1
+                    rates[i] = level
+                    for r in range(off[i], off[i + 1]):
+                        other = lk[r]
+                        spare[other] -= ct[r] * level
+                        unfrozen[other] -= ct[r]
+                        left[other] -= 1
+            n_live = self._keep_loaded(n_live)
+        for p in range(n_capped):  # flows that crossed only unbounded links still keep their own cap
+            i = capped[p]
+            if caps[i] < rates[i]:  # min(rate, cap)
+                rates[i] = caps[i]
+        for i in range(n):
+            flow = flows[i]
+            flow.rate = rates[i]
+
+    @cython.locals(p=cython.Py_ssize_t, q=cython.Py_ssize_t)
+    def _keep_loaded(self, n_live: int) -> int:
+        """Drop from the live links those no unfrozen flow crosses any more (order kept)."""
+        q = 0
+        for p in range(n_live):
+            if self.left[self.live[p]] > 0:
+                self.live[q] = self.live[p]
+                q += 1
+        return q
 
 
 def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
@@ -38,71 +314,34 @@ def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
     return weights
 
 
+def _intern(links: Sequence[Hashable], index: Mapping[Hashable, int]) -> dict[int, float]:
+    """:func:`_link_weights` by array slot (``index``: link -> slot; KeyError naming an unknown link)."""
+    weights: dict[int, float] = {}
+    for link in links:
+        i = index.get(link)
+        if i is None:
+            raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        weights[i] = weights.get(i, 0) + 1
+    return weights
+
+
+@cython.locals(filling=_Filling)
 def _solve(weights: Sequence[Mapping[Hashable, float]], capacity_Bps: Mapping[Hashable, float],
            caps: Sequence[float] | None = None) -> list[float]:
     """Progressive filling over flows given as link -> crossings (or weight per byte) maps, each
     optionally capped at its own rate (see max_min_fair_rates)."""
-    rates = [math.inf] * len(weights)
-    capped = [i for i, cap in enumerate(caps) if cap < math.inf] if caps is not None else []
-    # Per link: capacity not yet claimed by frozen flows, crossings by unfrozen flows, members.
-    # Dicts keep first-appearance order, so every scan below is deterministic.
-    spare: dict[Hashable, float] = {}
-    unfrozen: dict[Hashable, float] = {}
-    left: dict[Hashable, int] = {}  # unfrozen flows on the link (weights may be fractional)
-    members: dict[Hashable, list[int]] = {}
-    for i, flow in enumerate(weights):
-        for link, count in flow.items():
-            if link not in spare:
+    index: dict[Hashable, int] = {}  # the links crossed, in order of first appearance
+    for flow in weights:
+        for link in flow:
+            if link not in index:
                 if link not in capacity_Bps:
                     raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
-                spare[link] = float(capacity_Bps[link])
-                unfrozen[link] = 0
-                left[link] = 0
-                members[link] = []
-            unfrozen[link] += count
-            left[link] += 1
-            members[link].append(i)
-    frozen = [not flow for flow in weights]  # an empty path constrains nothing: rate inf
-    live = list(spare)
-    while live:
-        # Every unfrozen flow runs at the common level; link l saturates when the level reaches
-        # spare / unfrozen crossings. The lowest such level freezes the flows on those links.
-        fill = {link: max(spare[link], 0.0) / unfrozen[link] for link in live}
-        level = min(fill.values())
-        if capped:
-            # a flow's own cap is a private link: if it binds before any shared one, freeze it there
-            capped = [i for i in capped if not frozen[i]]
-            cap_level = min((caps[i] for i in capped), default=math.inf)
-            if cap_level < level:
-                for i in capped:
-                    if caps[i] <= cap_level * (1.0 + _TIE_REL):
-                        frozen[i] = True
-                        rates[i] = caps[i]
-                        for other, count in weights[i].items():
-                            spare[other] -= count * caps[i]
-                            unfrozen[other] -= count
-                            left[other] -= 1
-                live = [link for link in live if left[link] > 0]
-                continue
-        if level == math.inf:
-            break  # what is left crosses only unbounded links and keeps rate inf
-        bound = level * (1.0 + _TIE_REL)
-        for link in live:
-            if fill[link] > bound:
-                continue
-            for i in members[link]:
-                if frozen[i]:
-                    continue
-                frozen[i] = True
-                rates[i] = level
-                for other, count in weights[i].items():
-                    spare[other] -= count * level
-                    unfrozen[other] -= count
-                    left[other] -= 1
-        live = [link for link in live if left[link] > 0]
-    for i in capped:  # flows that crossed only unbounded links still keep their own cap
-        rates[i] = min(rates[i], caps[i])
-    return rates
+                index[link] = len(index)
+    filling = _Filling([float(capacity_Bps[link]) for link in index])
+    flows = [_Flow({index[link]: count for link, count in flow.items()}, 0.0, 0.0, None,
+                   _INF if caps is None else caps[i]) for i, flow in enumerate(weights)]
+    filling.solve(flows)
+    return [flow.rate for flow in flows]
 
 
 def max_min_fair_rates(
@@ -146,23 +385,6 @@ def max_min_fair_rates(
     return _solve(weights, capacity_Bps)
 
 
-class _Flow:
-    """One active transfer: its links, bytes left, current rate and completion event."""
-
-    __slots__ = ("weights", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event", "cap")
-
-    def __init__(self, weights: dict[Hashable, float], nbytes: float, latency_s: float, event: simpy.Event,
-                 cap: float = math.inf):
-        self.weights = weights
-        self.cap = cap
-        self.nbytes = nbytes
-        self.remaining = nbytes
-        self.rate = 0.0  # set by the next solve, which happens before any time passes
-        self.finish_s = math.inf
-        self.latency_s = latency_s
-        self.event = event
-
-
 class FlowNetwork:
     """Transfers over capacitated links, sharing bandwidth max-min fairly, as SimPy events.
 
@@ -183,6 +405,10 @@ class FlowNetwork:
     number and a superseded one is ignored when it fires.
     """
 
+    __slots__ = ("env", "window_start_s", "window_end_s", "_capacity", "_index", "_filling", "_bytes", "_area",
+                 "_load", "_flows", "_t", "_gen", "_wake_at")  # C fields compiled (flows.pxd)
+
+    @cython.locals(i=cython.Py_ssize_t)
     def __init__(
         self,
         env: simpy.Environment,
@@ -199,13 +425,23 @@ class FlowNetwork:
         self.window_start_s = window_start_s
         self.window_end_s = window_end_s
         self._capacity = {link: float(cap) for link, cap in capacity_Bps.items()}
-        self._bytes = dict.fromkeys(self._capacity, 0.0)
-        self._area = dict.fromkeys(self._capacity, 0.0)  # carried bytes inside the window
-        self._load: dict[Hashable, float] = {}  # carried rate of each link in use, bytes/s
+        self._index = {link: i for i, link in enumerate(self._capacity)}  # link -> its array slot
+        self._filling = _Filling(list(self._capacity.values()))
+        n = len(self._capacity)
+        # per link: bytes carried, carried bytes inside the window, carried rate (0 when unused)
+        self._bytes, self._area, self._load = _doubles(n), _doubles(n), _doubles(n)
+        for i in range(n):
+            self._bytes[i] = self._area[i] = self._load[i] = 0.0
         self._flows: list[_Flow] = []  # start order, so solves and ties are deterministic
         self._t = env.now  # time up to which bytes and areas are accounted
         self._gen = 0
-        self._wake_at: float | None = None
+        self._wake_at = math.nan  # when the armed wake-up fires (NaN: none)
+
+    def __dealloc__(self):
+        if cython.compiled:
+            _free(self._bytes)
+            _free(self._area)
+            _free(self._load)
 
     # ------------------------------------------------------------------ public API
 
@@ -253,14 +489,15 @@ class FlowNetwork:
             raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
         if not rate_cap_Bps > 0.0:
             raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
-        weights: dict[Hashable, float] = _link_weights(links)
-        for resource, weight in (resources or {}).items():
+        for resource, weight in (resources or {}).items():  # (checked before any link is looked up)
             if not (0.0 < weight < math.inf):
                 raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
-            weights[resource] = weights.get(resource, 0) + weight
-        for link in weights:
-            if link not in self._capacity:
-                raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        weights = _intern(links, self._index)
+        for resource, weight in (resources or {}).items():
+            i = self._index.get(resource)
+            if i is None:
+                raise KeyError(f"unknown link {resource!r}: it has no capacity_Bps")
+            weights[i] = weights.get(i, 0) + weight
         event = self.env.event()
         if nbytes == 0.0 or not weights:
             self._complete(event, latency_s)
@@ -272,6 +509,7 @@ class FlowNetwork:
             self._schedule(0.0)
         return event
 
+    @cython.locals(flow=_Flow)
     def cancel(self, event: simpy.Event) -> float | None:
         """Stop the transfer :meth:`transfer` returned ``event`` for, where its bytes are now.
 
@@ -291,12 +529,16 @@ class FlowNetwork:
             bytes (all delivered: it may still be paying its latency, and then its event still
             fires; or it was cancelled already).
         """
-        flow = next((f for f in self._flows if f.event is event), None)
+        flow = None
+        for f in self._flows:
+            if f.event is event:
+                flow = f
+                break
         if flow is None:
             return None
         now = self.env.now
         self._advance(now)  # bytes up to now at the current rates; a flow done by now retires
-        if not any(f is flow for f in self._flows):
+        if flow not in self._flows:  # (identity first: flows compare by identity)
             return None
         self._flows = [f for f in self._flows if f is not flow]
         # its rate stays in the links' load until the re-solve below, at this same instant: no
@@ -311,21 +553,21 @@ class FlowNetwork:
         For a resource that is not a byte link, the amount of it used so far, in its own units
         (weight per byte x bytes: I/Os for an IOPS ceiling, CPU-seconds for staging threads).
         """
-        self._check(link)
-        return self._bytes[link] + self._load.get(link, 0.0) * (self.env.now - self._t)
+        i = self._check(link)
+        return self._bytes[i] + self._load[i] * (self.env.now - self._t)
 
     def utilization_mean(self, link: Hashable) -> float:
         """Time-weighted carried rate / capacity of ``link`` over the window (NaN if empty).
 
         The window is ``[window_start_s, min(now, window_end_s)]``.
         """
-        self._check(link)
+        i = self._check(link)
         now = self.env.now
         end = min(now, self.window_end_s)
         span = end - self.window_start_s
         if span <= 0.0:
             return math.nan
-        area = self._area[link] + self._load.get(link, 0.0) * self._overlap(self._t, now)
+        area = self._area[i] + self._load[i] * self._overlap(self._t, now)
         return area / (self._capacity[link] * span)
 
     def link_report(self) -> dict[Hashable, dict[str, float]]:
@@ -346,13 +588,19 @@ class FlowNetwork:
 
     # ------------------------------------------------------------------ internals
 
-    def _check(self, link: Hashable) -> None:
-        if link not in self._capacity:
+    def _check(self, link: Hashable) -> int:
+        """The array slot of ``link`` (KeyError naming it if unknown)."""
+        i = self._index.get(link)
+        if i is None:
             raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        return i
 
+    @cython.locals(t0=cython.double, t1=cython.double, a=cython.double, b=cython.double)
     def _overlap(self, t0: float, t1: float) -> float:
         """Length of [t0, t1] inside the measurement window, seconds."""
-        return max(0.0, min(t1, self.window_end_s) - max(t0, self.window_start_s))
+        a = self.window_end_s if self.window_end_s < t1 else t1  # min(t1, window_end_s)
+        b = self.window_start_s if self.window_start_s > t0 else t0  # max(t0, window_start_s)
+        return a - b if a - b > 0.0 else 0.0  # max(0.0, a - b)
 
     def _complete(self, event: simpy.Event, latency_s: float) -> None:
         """Succeed ``event`` with the completion time after ``latency_s`` more seconds."""
@@ -361,27 +609,36 @@ class FlowNetwork:
         else:
             event.succeed(self.env.now)
 
+    @cython.locals(now=cython.double, dt=cython.double, in_window=cython.double, load=cython.double,
+                   p=cython.Py_ssize_t, j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow,
+                   filling=_Filling, done_fraction=cython.double)
     def _advance(self, now: float) -> None:
         """Account bytes moved since the last update at the current rates; retire finished flows."""
         dt = now - self._t
         if dt > 0.0:
             in_window = self._overlap(self._t, now)
-            for link, load in self._load.items():
+            filling = self._filling
+            for p in range(filling.n_order):  # the links carrying a load since the last solve
+                link = filling.order[p]
+                load = self._load[link]
                 self._bytes[link] += load * dt
                 self._area[link] += load * in_window
         self._t = now
+        done_fraction = _DONE_FRACTION
         still: list[_Flow] = []
         done: list[_Flow] = []
         for flow in self._flows:
             flow.remaining -= flow.rate * dt
             # finish_s <= now: this is the wake-up computed for the flow, whatever rounding left.
-            if flow.finish_s <= now or flow.remaining <= _DONE_FRACTION * flow.nbytes:
+            if flow.finish_s <= now or flow.remaining <= done_fraction * flow.nbytes:
                 # Credit the rounding residue (either sign) so each link's total is exact.
-                for link, count in flow.weights.items():
-                    self._bytes[link] += count * flow.remaining
+                for j in range(flow.k):
+                    self._bytes[flow.links[j]] += flow.counts[j] * flow.remaining
                 done.append(flow)
             else:
                 still.append(flow)
+        if not done:
+            return
         self._flows = still
         for flow in done:
             self._complete(flow.event, flow.latency_s)
@@ -392,24 +649,30 @@ class FlowNetwork:
         self._wake_at = self.env.now + delay_s  # the same sum SimPy uses for the timeout's time
         self.env.timeout(delay_s).callbacks.append(functools.partial(self._on_wake, self._gen))
 
+    @cython.locals(now=cython.double, dt=cython.double, least=cython.double, p=cython.Py_ssize_t,
+                   j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow, filling=_Filling)
     def _on_wake(self, gen: int, _event: simpy.Event) -> None:
         if gen != self._gen:
             return  # superseded by a later flow change
-        self._wake_at = None
+        self._wake_at = math.nan
         now = self.env.now
         self._advance(now)
-        caps = [flow.cap for flow in self._flows]
-        rates = _solve([flow.weights for flow in self._flows], self._capacity,
-                       caps if any(cap < math.inf for cap in caps) else None)
-        load: dict[Hashable, float] = {}
-        for flow, rate in zip(self._flows, rates):
-            flow.rate = rate
-            for link, count in flow.weights.items():
-                load[link] = load.get(link, 0.0) + count * rate
-        self._load = load
+        filling = self._filling
+        for p in range(filling.n_order):  # the last solve's loads end here
+            self._load[filling.order[p]] = 0.0
+        filling.solve(self._flows)
+        for flow in self._flows:
+            for j in range(flow.k):
+                link = flow.links[j]
+                self._load[link] = self._load[link] + flow.counts[j] * flow.rate
         if not self._flows:
             return
-        dts = [flow.remaining / flow.rate for flow in self._flows]
-        for flow, dt in zip(self._flows, dts):
+        least = 0.0
+        p = 0
+        for flow in self._flows:
+            dt = flow.remaining / flow.rate
             flow.finish_s = now + dt
-        self._schedule(min(dts))
+            if p == 0 or dt < least:  # min(): the first of equals
+                least = dt
+            p += 1
+        self._schedule(least)
