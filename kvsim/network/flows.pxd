@@ -7,6 +7,7 @@ from libc.stdlib cimport malloc, free
 cdef double* _doubles(Py_ssize_t n) except NULL
 cdef Py_ssize_t* _indices(Py_ssize_t n) except NULL
 cdef void _free(void* buf) noexcept
+cdef dict _intern(object links, dict index)
 
 cdef class _Flow:
     cdef public object event
@@ -45,7 +46,7 @@ cdef class _Filling:
 cdef class FlowNetwork:
     cdef public object env
     cdef public double window_start_s, window_end_s
-    cdef object _capacity, _index
+    cdef dict _capacity, _index
     cdef _Filling _filling
     cdef double* _bytes
     cdef double* _area

@@ -450,6 +450,7 @@ class FlowNetwork:
         """Number of transfers whose bytes are still in flight."""
         return len(self._flows)
 
+    @cython.locals(inf=cython.double)
     def transfer(self, links: Sequence[Hashable], nbytes: float, latency_s: float = 0.0,
                  resources: Mapping[Hashable, float] | None = None,
                  rate_cap_Bps: float = math.inf) -> simpy.Event:
@@ -483,21 +484,24 @@ class FlowNetwork:
         ValueError
             ``nbytes`` or ``latency_s`` is negative or not finite.
         """
-        if not (0.0 <= nbytes < math.inf):
+        inf = _INF
+        if not (0.0 <= nbytes < inf):
             raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
-        if not (0.0 <= latency_s < math.inf):
+        if not (0.0 <= latency_s < inf):
             raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
         if not rate_cap_Bps > 0.0:
             raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
-        for resource, weight in (resources or {}).items():  # (checked before any link is looked up)
-            if not (0.0 < weight < math.inf):
-                raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
+        if resources:
+            for resource, weight in resources.items():  # (checked before any link is looked up)
+                if not (0.0 < weight < inf):
+                    raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
         weights = _intern(links, self._index)
-        for resource, weight in (resources or {}).items():
-            i = self._index.get(resource)
-            if i is None:
-                raise KeyError(f"unknown link {resource!r}: it has no capacity_Bps")
-            weights[i] = weights.get(i, 0) + weight
+        if resources:
+            for resource, weight in resources.items():
+                i = self._index.get(resource)
+                if i is None:
+                    raise KeyError(f"unknown link {resource!r}: it has no capacity_Bps")
+                weights[i] = weights.get(i, 0) + weight
         event = self.env.event()
         if nbytes == 0.0 or not weights:
             self._complete(event, latency_s)
