@@ -13,5 +13,6 @@ KERNELS = (
     "kvsim.kv.block_pool",
     "kvsim.serving.decode_run",
     "kvsim.serving.scheduler",
+    "kvsim.network.filling",
     "kvsim.network.flows",
 )
