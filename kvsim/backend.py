@@ -55,6 +55,8 @@ class Kernels(NamedTuple):
     decode_run: ModuleType
     scheduler: ModuleType
     engine_loop: ModuleType
+    filling: ModuleType
+    flows: ModuleType
 
 
 def compiled_name(module: str) -> str:
@@ -78,6 +80,8 @@ def _compiled_modules() -> dict[str, ModuleType]:
         metrics_engine_time,
         metrics_levels,
         models_step_time,
+        network_filling,
+        network_flows,
         serving_decode_run,
         serving_engine_loop,
         serving_scheduler,
@@ -87,19 +91,22 @@ def _compiled_modules() -> dict[str, ModuleType]:
     return {"kvsim.models.step_time": models_step_time, "kvsim.metrics.levels": metrics_levels,
             "kvsim.metrics.engine_time": metrics_engine_time, "kvsim.serving.decode_run": serving_decode_run,
             "kvsim.serving.sequence": serving_sequence, "kvsim.kv.block_pool": kv_block_pool,
-            "kvsim.serving.scheduler": serving_scheduler, "kvsim.serving.engine_loop": serving_engine_loop}
+            "kvsim.serving.scheduler": serving_scheduler, "kvsim.serving.engine_loop": serving_engine_loop,
+            "kvsim.network.filling": network_filling, "kvsim.network.flows": network_flows}
 
 
 def _python_modules() -> dict[str, ModuleType]:
     from kvsim.kv import block_pool
     from kvsim.metrics import engine_time, levels
     from kvsim.models import step_time
+    from kvsim.network import filling, flows
     from kvsim.serving import decode_run, engine_loop, scheduler, sequence
 
     return {"kvsim.models.step_time": step_time, "kvsim.metrics.levels": levels,
             "kvsim.metrics.engine_time": engine_time, "kvsim.serving.decode_run": decode_run,
             "kvsim.serving.sequence": sequence, "kvsim.kv.block_pool": block_pool,
-            "kvsim.serving.scheduler": scheduler, "kvsim.serving.engine_loop": engine_loop}
+            "kvsim.serving.scheduler": scheduler, "kvsim.serving.engine_loop": engine_loop,
+            "kvsim.network.filling": filling, "kvsim.network.flows": flows}
 
 
 @cache

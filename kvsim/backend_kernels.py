@@ -14,4 +14,6 @@ KERNELS = (
     "kvsim.serving.decode_run",
     "kvsim.serving.scheduler",
     "kvsim.serving.engine_loop",
+    "kvsim.network.filling",
+    "kvsim.network.flows",
 )

@@ -233,6 +233,7 @@ def test_a_run_builds_its_live_objects_from_its_backend(built_systems, monkeypat
     want = backend.kernels(backend_name)
     assert seen and set(seen) == {want.sequence.Sequence}
     for system in built_systems:
+        assert type(system.network) is want.flows.FlowNetwork  # the flows of cache loads and handoffs
         for instance in system.instances:
             assert type(instance.scheduler) is want.scheduler.BatchScheduler
             assert type(instance.pool) is want.block_pool.BlockPool

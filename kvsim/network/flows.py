@@ -10,6 +10,11 @@ way in and again on the way out); it then consumes that multiple of its rate on 
 may also consume *resources* that are not byte links, at a weight per byte (a storage medium's
 IOPS ceiling: I/Os per byte; a CPU's staging threads: CPU-seconds per byte), and may carry a rate
 cap of its own (a queue-depth bound); a cap acts as a private link only that flow crosses.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): links are interned to small integers
+when a network is built, a flow keeps its (link, crossings) pairs in two arrays, and the filling
+(:mod:`kvsim.network.filling`) runs over per-link arrays -- C arrays compiled (``flows.pxd``),
+lists in the pure-Python reference, the same float operations in the same order either way.
 """
 
 from __future__ import annotations
@@ -18,16 +23,20 @@ import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 
+import cython
 import simpy
+
+from kvsim.network.filling import _Filling, _Flow
+
+if not cython.compiled:  # compiled, these are C functions of filling.pxd (cimported by flows.pxd)
+    from kvsim.network.filling import _doubles, _free
 
 __all__ = ["max_min_fair_rates", "FlowNetwork"]
 
 # A flow whose undelivered bytes fall below this fraction of its size is complete: floating-point
 # rounding of rate x time must never leave a flow a few bytes short of finishing forever.
 _DONE_FRACTION = 1e-9
-# Links whose fill levels agree to this relative tolerance saturate together in one filling round;
-# it only merges rounds that rounding split apart, it never moves a rate by more than that much.
-_TIE_REL = 1e-12
+_INF = math.inf
 
 
 def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
@@ -38,71 +47,34 @@ def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
     return weights
 
 
+def _intern(links: Sequence[Hashable], index: Mapping[Hashable, int]) -> dict[int, float]:
+    """:func:`_link_weights` by array slot (``index``: link -> slot; KeyError naming an unknown link)."""
+    weights: dict[int, float] = {}
+    for link in links:
+        i = index.get(link)
+        if i is None:
+            raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        weights[i] = weights.get(i, 0) + 1
+    return weights
+
+
+@cython.locals(filling=_Filling)
 def _solve(weights: Sequence[Mapping[Hashable, float]], capacity_Bps: Mapping[Hashable, float],
            caps: Sequence[float] | None = None) -> list[float]:
     """Progressive filling over flows given as link -> crossings (or weight per byte) maps, each
     optionally capped at its own rate (see max_min_fair_rates)."""
-    rates = [math.inf] * len(weights)
-    capped = [i for i, cap in enumerate(caps) if cap < math.inf] if caps is not None else []
-    # Per link: capacity not yet claimed by frozen flows, crossings by unfrozen flows, members.
-    # Dicts keep first-appearance order, so every scan below is deterministic.
-    spare: dict[Hashable, float] = {}
-    unfrozen: dict[Hashable, float] = {}
-    left: dict[Hashable, int] = {}  # unfrozen flows on the link (weights may be fractional)
-    members: dict[Hashable, list[int]] = {}
-    for i, flow in enumerate(weights):
-        for link, count in flow.items():
-            if link not in spare:
+    index: dict[Hashable, int] = {}  # the links crossed, in order of first appearance
+    for flow in weights:
+        for link in flow:
+            if link not in index:
                 if link not in capacity_Bps:
                     raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
-                spare[link] = float(capacity_Bps[link])
-                unfrozen[link] = 0
-                left[link] = 0
-                members[link] = []
-            unfrozen[link] += count
-            left[link] += 1
-            members[link].append(i)
-    frozen = [not flow for flow in weights]  # an empty path constrains nothing: rate inf
-    live = list(spare)
-    while live:
-        # Every unfrozen flow runs at the common level; link l saturates when the level reaches
-        # spare / unfrozen crossings. The lowest such level freezes the flows on those links.
-        fill = {link: max(spare[link], 0.0) / unfrozen[link] for link in live}
-        level = min(fill.values())
-        if capped:
-            # a flow's own cap is a private link: if it binds before any shared one, freeze it there
-            capped = [i for i in capped if not frozen[i]]
-            cap_level = min((caps[i] for i in capped), default=math.inf)
-            if cap_level < level:
-                for i in capped:
-                    if caps[i] <= cap_level * (1.0 + _TIE_REL):
-                        frozen[i] = True
-                        rates[i] = caps[i]
-                        for other, count in weights[i].items():
-                            spare[other] -= count * caps[i]
-                            unfrozen[other] -= count
-                            left[other] -= 1
-                live = [link for link in live if left[link] > 0]
-                continue
-        if level == math.inf:
-            break  # what is left crosses only unbounded links and keeps rate inf
-        bound = level * (1.0 + _TIE_REL)
-        for link in live:
-            if fill[link] > bound:
-                continue
-            for i in members[link]:
-                if frozen[i]:
-                    continue
-                frozen[i] = True
-                rates[i] = level
-                for other, count in weights[i].items():
-                    spare[other] -= count * level
-                    unfrozen[other] -= count
-                    left[other] -= 1
-        live = [link for link in live if left[link] > 0]
-    for i in capped:  # flows that crossed only unbounded links still keep their own cap
-        rates[i] = min(rates[i], caps[i])
-    return rates
+                index[link] = len(index)
+    filling = _Filling([float(capacity_Bps[link]) for link in index])
+    flows = [_Flow({index[link]: count for link, count in flow.items()}, 0.0, 0.0, None,
+                   _INF if caps is None else caps[i]) for i, flow in enumerate(weights)]
+    filling.solve(flows)
+    return [flow.rate for flow in flows]
 
 
 def max_min_fair_rates(
@@ -146,23 +118,6 @@ def max_min_fair_rates(
     return _solve(weights, capacity_Bps)
 
 
-class _Flow:
-    """One active transfer: its links, bytes left, current rate and completion event."""
-
-    __slots__ = ("weights", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event", "cap")
-
-    def __init__(self, weights: dict[Hashable, float], nbytes: float, latency_s: float, event: simpy.Event,
-                 cap: float = math.inf):
-        self.weights = weights
-        self.cap = cap
-        self.nbytes = nbytes
-        self.remaining = nbytes
-        self.rate = 0.0  # set by the next solve, which happens before any time passes
-        self.finish_s = math.inf
-        self.latency_s = latency_s
-        self.event = event
-
-
 class FlowNetwork:
     """Transfers over capacitated links, sharing bandwidth max-min fairly, as SimPy events.
 
@@ -183,6 +138,10 @@ class FlowNetwork:
     number and a superseded one is ignored when it fires.
     """
 
+    __slots__ = ("env", "window_start_s", "window_end_s", "_capacity", "_index", "_filling", "_bytes", "_area",
+                 "_load", "_flows", "_t", "_gen", "_wake_at")  # C fields compiled (flows.pxd)
+
+    @cython.locals(i=cython.Py_ssize_t)
     def __init__(
         self,
         env: simpy.Environment,
@@ -199,13 +158,23 @@ class FlowNetwork:
         self.window_start_s = window_start_s
         self.window_end_s = window_end_s
         self._capacity = {link: float(cap) for link, cap in capacity_Bps.items()}
-        self._bytes = dict.fromkeys(self._capacity, 0.0)
-        self._area = dict.fromkeys(self._capacity, 0.0)  # carried bytes inside the window
-        self._load: dict[Hashable, float] = {}  # carried rate of each link in use, bytes/s
+        self._index = {link: i for i, link in enumerate(self._capacity)}  # link -> its array slot
+        self._filling = _Filling(list(self._capacity.values()))
+        n = len(self._capacity)
+        # per link: bytes carried, carried bytes inside the window, carried rate (0 when unused)
+        self._bytes, self._area, self._load = _doubles(n), _doubles(n), _doubles(n)
+        for i in range(n):
+            self._bytes[i] = self._area[i] = self._load[i] = 0.0
         self._flows: list[_Flow] = []  # start order, so solves and ties are deterministic
         self._t = env.now  # time up to which bytes and areas are accounted
         self._gen = 0
-        self._wake_at: float | None = None
+        self._wake_at = math.nan  # when the armed wake-up fires (NaN: none)
+
+    def __dealloc__(self):
+        if cython.compiled:
+            _free(self._bytes)
+            _free(self._area)
+            _free(self._load)
 
     # ------------------------------------------------------------------ public API
 
@@ -214,6 +183,7 @@ class FlowNetwork:
         """Number of transfers whose bytes are still in flight."""
         return len(self._flows)
 
+    @cython.locals(inf=cython.double)
     def transfer(self, links: Sequence[Hashable], nbytes: float, latency_s: float = 0.0,
                  resources: Mapping[Hashable, float] | None = None,
                  rate_cap_Bps: float = math.inf) -> simpy.Event:
@@ -247,20 +217,24 @@ class FlowNetwork:
         ValueError
             ``nbytes`` or ``latency_s`` is negative or not finite.
         """
-        if not (0.0 <= nbytes < math.inf):
+        inf = _INF
+        if not (0.0 <= nbytes < inf):
             raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
-        if not (0.0 <= latency_s < math.inf):
+        if not (0.0 <= latency_s < inf):
             raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
         if not rate_cap_Bps > 0.0:
             raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
-        weights: dict[Hashable, float] = _link_weights(links)
-        for resource, weight in (resources or {}).items():
-            if not (0.0 < weight < math.inf):
-                raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
-            weights[resource] = weights.get(resource, 0) + weight
-        for link in weights:
-            if link not in self._capacity:
-                raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        if resources:
+            for resource, weight in resources.items():  # (checked before any link is looked up)
+                if not (0.0 < weight < inf):
+                    raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
+        weights = _intern(links, self._index)
+        if resources:
+            for resource, weight in resources.items():
+                i = self._index.get(resource)
+                if i is None:
+                    raise KeyError(f"unknown link {resource!r}: it has no capacity_Bps")
+                weights[i] = weights.get(i, 0) + weight
         event = self.env.event()
         if nbytes == 0.0 or not weights:
             self._complete(event, latency_s)
@@ -272,6 +246,7 @@ class FlowNetwork:
             self._schedule(0.0)
         return event
 
+    @cython.locals(flow=_Flow)
     def cancel(self, event: simpy.Event) -> float | None:
         """Stop the transfer :meth:`transfer` returned ``event`` for, where its bytes are now.
 
@@ -291,12 +266,16 @@ class FlowNetwork:
             bytes (all delivered: it may still be paying its latency, and then its event still
             fires; or it was cancelled already).
         """
-        flow = next((f for f in self._flows if f.event is event), None)
+        flow = None
+        for f in self._flows:
+            if f.event is event:
+                flow = f
+                break
         if flow is None:
             return None
         now = self.env.now
         self._advance(now)  # bytes up to now at the current rates; a flow done by now retires
-        if not any(f is flow for f in self._flows):
+        if flow not in self._flows:  # (identity first: flows compare by identity)
             return None
         self._flows = [f for f in self._flows if f is not flow]
         # its rate stays in the links' load until the re-solve below, at this same instant: no
@@ -311,21 +290,21 @@ class FlowNetwork:
         For a resource that is not a byte link, the amount of it used so far, in its own units
         (weight per byte x bytes: I/Os for an IOPS ceiling, CPU-seconds for staging threads).
         """
-        self._check(link)
-        return self._bytes[link] + self._load.get(link, 0.0) * (self.env.now - self._t)
+        i = self._check(link)
+        return self._bytes[i] + self._load[i] * (self.env.now - self._t)
 
     def utilization_mean(self, link: Hashable) -> float:
         """Time-weighted carried rate / capacity of ``link`` over the window (NaN if empty).
 
         The window is ``[window_start_s, min(now, window_end_s)]``.
         """
-        self._check(link)
+        i = self._check(link)
         now = self.env.now
         end = min(now, self.window_end_s)
         span = end - self.window_start_s
         if span <= 0.0:
             return math.nan
-        area = self._area[link] + self._load.get(link, 0.0) * self._overlap(self._t, now)
+        area = self._area[i] + self._load[i] * self._overlap(self._t, now)
         return area / (self._capacity[link] * span)
 
     def link_report(self) -> dict[Hashable, dict[str, float]]:
@@ -346,13 +325,19 @@ class FlowNetwork:
 
     # ------------------------------------------------------------------ internals
 
-    def _check(self, link: Hashable) -> None:
-        if link not in self._capacity:
+    def _check(self, link: Hashable) -> int:
+        """The array slot of ``link`` (KeyError naming it if unknown)."""
+        i = self._index.get(link)
+        if i is None:
             raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        return i
 
+    @cython.locals(t0=cython.double, t1=cython.double, a=cython.double, b=cython.double)
     def _overlap(self, t0: float, t1: float) -> float:
         """Length of [t0, t1] inside the measurement window, seconds."""
-        return max(0.0, min(t1, self.window_end_s) - max(t0, self.window_start_s))
+        a = self.window_end_s if self.window_end_s < t1 else t1  # min(t1, window_end_s)
+        b = self.window_start_s if self.window_start_s > t0 else t0  # max(t0, window_start_s)
+        return a - b if a - b > 0.0 else 0.0  # max(0.0, a - b)
 
     def _complete(self, event: simpy.Event, latency_s: float) -> None:
         """Succeed ``event`` with the completion time after ``latency_s`` more seconds."""
@@ -361,27 +346,36 @@ class FlowNetwork:
         else:
             event.succeed(self.env.now)
 
+    @cython.locals(now=cython.double, dt=cython.double, in_window=cython.double, load=cython.double,
+                   p=cython.Py_ssize_t, j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow,
+                   filling=_Filling, done_fraction=cython.double)
     def _advance(self, now: float) -> None:
         """Account bytes moved since the last update at the current rates; retire finished flows."""
         dt = now - self._t
         if dt > 0.0:
             in_window = self._overlap(self._t, now)
-            for link, load in self._load.items():
+            filling = self._filling
+            for p in range(filling.n_order):  # the links carrying a load since the last solve
+                link = filling.order[p]
+                load = self._load[link]
                 self._bytes[link] += load * dt
                 self._area[link] += load * in_window
         self._t = now
+        done_fraction = _DONE_FRACTION
         still: list[_Flow] = []
         done: list[_Flow] = []
         for flow in self._flows:
             flow.remaining -= flow.rate * dt
             # finish_s <= now: this is the wake-up computed for the flow, whatever rounding left.
-            if flow.finish_s <= now or flow.remaining <= _DONE_FRACTION * flow.nbytes:
+            if flow.finish_s <= now or flow.remaining <= done_fraction * flow.nbytes:
                 # Credit the rounding residue (either sign) so each link's total is exact.
-                for link, count in flow.weights.items():
-                    self._bytes[link] += count * flow.remaining
+                for j in range(flow.k):
+                    self._bytes[flow.links[j]] += flow.counts[j] * flow.remaining
                 done.append(flow)
             else:
                 still.append(flow)
+        if not done:
+            return
         self._flows = still
         for flow in done:
             self._complete(flow.event, flow.latency_s)
@@ -392,24 +386,30 @@ class FlowNetwork:
         self._wake_at = self.env.now + delay_s  # the same sum SimPy uses for the timeout's time
         self.env.timeout(delay_s).callbacks.append(functools.partial(self._on_wake, self._gen))
 
+    @cython.locals(now=cython.double, dt=cython.double, least=cython.double, p=cython.Py_ssize_t,
+                   j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow, filling=_Filling)
     def _on_wake(self, gen: int, _event: simpy.Event) -> None:
         if gen != self._gen:
             return  # superseded by a later flow change
-        self._wake_at = None
+        self._wake_at = math.nan
         now = self.env.now
         self._advance(now)
-        caps = [flow.cap for flow in self._flows]
-        rates = _solve([flow.weights for flow in self._flows], self._capacity,
-                       caps if any(cap < math.inf for cap in caps) else None)
-        load: dict[Hashable, float] = {}
-        for flow, rate in zip(self._flows, rates):
-            flow.rate = rate
-            for link, count in flow.weights.items():
-                load[link] = load.get(link, 0.0) + count * rate
-        self._load = load
+        filling = self._filling
+        for p in range(filling.n_order):  # the last solve's loads end here
+            self._load[filling.order[p]] = 0.0
+        filling.solve(self._flows)
+        for flow in self._flows:
+            for j in range(flow.k):
+                link = flow.links[j]
+                self._load[link] = self._load[link] + flow.counts[j] * flow.rate
         if not self._flows:
             return
-        dts = [flow.remaining / flow.rate for flow in self._flows]
-        for flow, dt in zip(self._flows, dts):
+        least = 0.0
+        p = 0
+        for flow in self._flows:
+            dt = flow.remaining / flow.rate
             flow.finish_s = now + dt
-        self._schedule(min(dts))
+            if p == 0 or dt < least:  # min(): the first of equals
+                least = dt
+            p += 1
+        self._schedule(least)

@@ -54,6 +54,7 @@ class Topology:
         self._paths: dict[tuple[str, str], tuple[Edge, ...]] = {}
         self._kv_paths: dict[tuple[str, str, str, bool], tuple[Edge, ...]] = {}
         self._members: dict[tuple[str, str], list[str]] = {}  # (owner, kind) -> names, index order
+        self._latencies: dict[Edge, tuple[float, bool]] = {}  # edge -> (latency_s, a host<->device copy)
         for name, attrs in graph.nodes(data=True):
             if attrs["owner"] is not None:
                 self._members.setdefault((attrs["owner"], attrs["kind"]), []).append(name)
@@ -141,12 +142,16 @@ class Topology:
         crosses the GPU's copy-engine edge, and pays :data:`COPY_OVERHEAD_S` once.
         """
         total = 0.0
+        known = self._latencies  # (the graph is read-only: an edge's figures never change)
         for edge in edges:
-            if not self.graph.has_edge(*edge):
-                raise KeyError(f"unknown topology edge {edge!r}")
-            attributes = self.graph.edges[edge]
-            total += attributes["latency_s"]
-            if attributes["kind"] == "copy_engine":
+            entry = known.get(edge)
+            if entry is None:
+                if not self.graph.has_edge(*edge):
+                    raise KeyError(f"unknown topology edge {edge!r}")
+                attributes = self.graph.edges[edge]
+                entry = known[edge] = (attributes["latency_s"], attributes["kind"] == "copy_engine")
+            total += entry[0]
+            if entry[1]:
                 total += COPY_OVERHEAD_S
         return total
 

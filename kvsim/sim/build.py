@@ -262,7 +262,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     system.topology = build_topology([(name, pool.node, pool.accelerator) for pool, name in node_names(sizing)],
                                      pool_nodes, _scale_up_domains(sizing))
     storage = StorageIO(system.topology)
-    system.network = FlowNetwork(env, network_capacities(system.topology, storage), warmup, duration)
+    system.network = system.kernels.flows.FlowNetwork(env, network_capacities(system.topology, storage), warmup,
+                                                      duration)
     system.transfers = Transfers(env, system.topology, system.network, storage)
     system.placements = _placements(sizing)
     control = system_spec.controller

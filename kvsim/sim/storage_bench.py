@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import simpy
 
+from kvsim.backend import kernels, resolve
 from kvsim.network import FlowNetwork, IoRequest, StorageIO, Transfers, build_topology, network_capacities
 from kvsim.network.storage_io import io_count
 from kvsim.rng import RandomStreams
@@ -48,7 +49,9 @@ def run_bench_point(point: BenchPoint) -> dict[str, Any]:
     topology = build_topology([(name, node, point.accelerator) for name in clients],
                               [(name, point.pool_node) for name in pools])
     storage = StorageIO(topology)
-    network = FlowNetwork(env, network_capacities(topology, storage), spec.warmup, spec.duration)
+    # the flow network of the engine backend an ordinary run would use here (auto, or KVSIM_BACKEND)
+    network = kernels(resolve("auto")).flows.FlowNetwork(env, network_capacities(topology, storage), spec.warmup,
+                                                       spec.duration)
     transfers = Transfers(env, topology, network, storage)
     io_size = spec.io_size or spec.block_size
     ios_per_block = io_count(spec.block_size, io_size)

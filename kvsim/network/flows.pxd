@@ -1,0 +1,23 @@
+# Field types of the flow network in the compiled backend, and its C methods over C arrays
+# (Cython reads this beside flows.py; the pure-Python reference ignores it, keeps __slots__ and
+# holds lists where these are C arrays). Links are interned to array slots 0 .. n - 1.
+
+from kvsim.network.filling cimport _Flow, _Filling, _doubles, _free
+
+cdef dict _intern(object links, dict index)
+
+cdef class FlowNetwork:
+    cdef public object env
+    cdef public double window_start_s, window_end_s
+    cdef dict _capacity, _index
+    cdef _Filling _filling
+    cdef double* _bytes
+    cdef double* _area
+    cdef double* _load
+    cdef list _flows
+    cdef double _t, _wake_at
+    cdef long _gen
+    cdef Py_ssize_t _check(self, object link) except -1
+    cdef double _overlap(self, double t0, double t1) noexcept
+    cdef void _advance(self, double now) except *
+    cdef void _schedule(self, double delay_s) except *

@@ -1,0 +1,422 @@
+"""The flow network as it was before it became a kernel of the compiled backend (issue 23): the
+dict-based progressive filling over link ids, kept unchanged as the oracle of
+``tests/test_backend_flows.py`` -- both backends' :mod:`kvsim.network.flows` must give its rates,
+bytes, utilisations and completion times to the bit. Not used by kvsim.
+
+The original module docstring follows.
+
+Flow-level network model: concurrent transfers share link bandwidth max-min fairly.
+
+A transfer is one *flow* of bytes over a list of links. While several flows are active, each
+link's capacity is divided among the flows crossing it by max-min fairness (progressive filling),
+the standard flow-level model of network simulators. Rates are re-solved only when a flow starts
+or finishes, so the cost is one SimPy event per flow change, never one per byte or block.
+
+A flow may list a link more than once (a host-bounce copy crosses the host memory channels on the
+way in and again on the way out); it then consumes that multiple of its rate on the link. A flow
+may also consume *resources* that are not byte links, at a weight per byte (a storage medium's
+IOPS ceiling: I/Os per byte; a CPU's staging threads: CPU-seconds per byte), and may carry a rate
+cap of its own (a queue-depth bound); a cap acts as a private link only that flow crosses.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Hashable, Mapping, Sequence
+
+import simpy
+
+__all__ = ["max_min_fair_rates", "FlowNetwork"]
+
+# A flow whose undelivered bytes fall below this fraction of its size is complete: floating-point
+# rounding of rate x time must never leave a flow a few bytes short of finishing forever.
+_DONE_FRACTION = 1e-9
+# Links whose fill levels agree to this relative tolerance saturate together in one filling round;
+# it only merges rounds that rounding split apart, it never moves a rate by more than that much.
+_TIE_REL = 1e-12
+
+
+def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
+    """How many times each link occurs in a path, in order of first appearance."""
+    weights: dict[Hashable, int] = {}
+    for link in links:
+        weights[link] = weights.get(link, 0) + 1
+    return weights
+
+
+def _solve(weights: Sequence[Mapping[Hashable, float]], capacity_Bps: Mapping[Hashable, float],
+           caps: Sequence[float] | None = None) -> list[float]:
+    """Progressive filling over flows given as link -> crossings (or weight per byte) maps, each
+    optionally capped at its own rate (see max_min_fair_rates)."""
+    rates = [math.inf] * len(weights)
+    capped = [i for i, cap in enumerate(caps) if cap < math.inf] if caps is not None else []
+    # Per link: capacity not yet claimed by frozen flows, crossings by unfrozen flows, members.
+    # Dicts keep first-appearance order, so every scan below is deterministic.
+    spare: dict[Hashable, float] = {}
+    unfrozen: dict[Hashable, float] = {}
+    left: dict[Hashable, int] = {}  # unfrozen flows on the link (weights may be fractional)
+    members: dict[Hashable, list[int]] = {}
+    for i, flow in enumerate(weights):
+        for link, count in flow.items():
+            if link not in spare:
+                if link not in capacity_Bps:
+                    raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+                spare[link] = float(capacity_Bps[link])
+                unfrozen[link] = 0
+                left[link] = 0
+                members[link] = []
+            unfrozen[link] += count
+            left[link] += 1
+            members[link].append(i)
+    frozen = [not flow for flow in weights]  # an empty path constrains nothing: rate inf
+    live = list(spare)
+    while live:
+        # Every unfrozen flow runs at the common level; link l saturates when the level reaches
+        # spare / unfrozen crossings. The lowest such level freezes the flows on those links.
+        fill = {link: max(spare[link], 0.0) / unfrozen[link] for link in live}
+        level = min(fill.values())
+        if capped:
+            # a flow's own cap is a private link: if it binds before any shared one, freeze it there
+            capped = [i for i in capped if not frozen[i]]
+            cap_level = min((caps[i] for i in capped), default=math.inf)
+            if cap_level < level:
+                for i in capped:
+                    if caps[i] <= cap_level * (1.0 + _TIE_REL):
+                        frozen[i] = True
+                        rates[i] = caps[i]
+                        for other, count in weights[i].items():
+                            spare[other] -= count * caps[i]
+                            unfrozen[other] -= count
+                            left[other] -= 1
+                live = [link for link in live if left[link] > 0]
+                continue
+        if level == math.inf:
+            break  # what is left crosses only unbounded links and keeps rate inf
+        bound = level * (1.0 + _TIE_REL)
+        for link in live:
+            if fill[link] > bound:
+                continue
+            for i in members[link]:
+                if frozen[i]:
+                    continue
+                frozen[i] = True
+                rates[i] = level
+                for other, count in weights[i].items():
+                    spare[other] -= count * level
+                    unfrozen[other] -= count
+                    left[other] -= 1
+        live = [link for link in live if left[link] > 0]
+    for i in capped:  # flows that crossed only unbounded links still keep their own cap
+        rates[i] = min(rates[i], caps[i])
+    return rates
+
+
+def max_min_fair_rates(
+    flow_links: Sequence[Sequence[Hashable]], capacity_Bps: Mapping[Hashable, float]
+) -> list[float]:
+    """Max-min fair rates of flows sharing links, by progressive filling (water-filling).
+
+    Parameters
+    ----------
+    flow_links : sequence of sequences of hashable
+        The links each flow crosses. A link listed k times in one flow carries k times the flow's
+        rate (e.g. a copy that passes through host memory on the way in and on the way out).
+    capacity_Bps : mapping
+        Capacity of every link, bytes/s (may be ``inf``; must not be negative).
+
+    Returns
+    -------
+    list of float
+        Rate of each flow, bytes/s, in the order given. A flow with no links, or only links of
+        infinite capacity, gets ``inf``.
+
+    Raises
+    ------
+    KeyError
+        A flow names a link absent from ``capacity_Bps`` (the message names the link).
+    ValueError
+        A capacity is negative or NaN.
+
+    Notes
+    -----
+    The result is the unique allocation in which no flow can be given more without taking from a
+    flow whose rate is no larger: every flow has a saturated bottleneck link on which its rate is
+    the largest among the flows crossing it.
+    """
+    weights = [_link_weights(links) for links in flow_links]
+    for flow in weights:
+        for link in flow:
+            cap = capacity_Bps.get(link)  # an unknown link is reported by _solve
+            if cap is not None and not cap >= 0.0:  # also catches NaN
+                raise ValueError(f"capacity of link {link!r} must be >= 0 bytes/s, got {cap!r}")
+    return _solve(weights, capacity_Bps)
+
+
+class _Flow:
+    """One active transfer: its links, bytes left, current rate and completion event."""
+
+    __slots__ = ("weights", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event", "cap")
+
+    def __init__(self, weights: dict[Hashable, float], nbytes: float, latency_s: float, event: simpy.Event,
+                 cap: float = math.inf):
+        self.weights = weights
+        self.cap = cap
+        self.nbytes = nbytes
+        self.remaining = nbytes
+        self.rate = 0.0  # set by the next solve, which happens before any time passes
+        self.finish_s = math.inf
+        self.latency_s = latency_s
+        self.event = event
+
+
+class FlowNetwork:
+    """Transfers over capacitated links, sharing bandwidth max-min fairly, as SimPy events.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    capacity_Bps : mapping
+        Capacity of every link, bytes/s (finite and positive). Link ids are any hashables, e.g.
+        ``(u, v)`` edges of :class:`kvsim.network.topology.Topology`.
+    window_start_s, window_end_s : float
+        Measurement window for :meth:`utilization_mean`, seconds.
+
+    Notes
+    -----
+    Rates are re-solved once per simulated instant at which flows start or finish: a transfer
+    started now is solved by a zero-delay wake-up, so many transfers started at the same instant
+    cost one solve. SimPy timeouts cannot be cancelled, so each wake-up carries a generation
+    number and a superseded one is ignored when it fires.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacity_Bps: Mapping[Hashable, float],
+        window_start_s: float = 0.0,
+        window_end_s: float = float("inf"),
+    ):
+        for link, cap in capacity_Bps.items():
+            if not (0.0 < cap < math.inf):
+                raise ValueError(f"capacity of link {link!r} must be finite and > 0 bytes/s, got {cap!r}")
+        if not window_start_s <= window_end_s:
+            raise ValueError(f"window_start_s {window_start_s} must not exceed window_end_s {window_end_s}")
+        self.env = env
+        self.window_start_s = window_start_s
+        self.window_end_s = window_end_s
+        self._capacity = {link: float(cap) for link, cap in capacity_Bps.items()}
+        self._bytes = dict.fromkeys(self._capacity, 0.0)
+        self._area = dict.fromkeys(self._capacity, 0.0)  # carried bytes inside the window
+        self._load: dict[Hashable, float] = {}  # carried rate of each link in use, bytes/s
+        self._flows: list[_Flow] = []  # start order, so solves and ties are deterministic
+        self._t = env.now  # time up to which bytes and areas are accounted
+        self._gen = 0
+        self._wake_at: float | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def active_flows(self) -> int:
+        """Number of transfers whose bytes are still in flight."""
+        return len(self._flows)
+
+    def transfer(self, links: Sequence[Hashable], nbytes: float, latency_s: float = 0.0,
+                 resources: Mapping[Hashable, float] | None = None,
+                 rate_cap_Bps: float = math.inf) -> simpy.Event:
+        """Start moving ``nbytes`` over ``links``; returns an event to wait on.
+
+        Parameters
+        ----------
+        links : sequence of hashable
+            The path; a link listed k times carries k times the flow's rate.
+        nbytes : float
+            Bytes to move (>= 0).
+        latency_s : float
+            Path latency, seconds, paid once per flow after its last byte is delivered.
+        resources : mapping, optional
+            Further capacities the flow consumes, each at a weight per byte moved (added to any
+            crossings of the same id in ``links``); e.g. an IOPS ceiling at I/Os per byte.
+        rate_cap_Bps : float
+            The flow's own rate limit, bytes/s (``inf``: none).
+
+        Returns
+        -------
+        simpy.Event
+            Succeeds, with the completion time in seconds as its value, once the bytes have been
+            delivered under fair sharing and ``latency_s`` has passed. A zero-byte or empty-path
+            transfer completes after just the latency.
+
+        Raises
+        ------
+        KeyError
+            A link is unknown (the message names it).
+        ValueError
+            ``nbytes`` or ``latency_s`` is negative or not finite.
+        """
+        if not (0.0 <= nbytes < math.inf):
+            raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
+        if not (0.0 <= latency_s < math.inf):
+            raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
+        if not rate_cap_Bps > 0.0:
+            raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
+        weights: dict[Hashable, float] = _link_weights(links)
+        for resource, weight in (resources or {}).items():
+            if not (0.0 < weight < math.inf):
+                raise ValueError(f"weight of resource {resource!r} must be finite and > 0, got {weight!r}")
+            weights[resource] = weights.get(resource, 0) + weight
+        for link in weights:
+            if link not in self._capacity:
+                raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+        event = self.env.event()
+        if nbytes == 0.0 or not weights:
+            self._complete(event, latency_s)
+            return event
+        now = self.env.now
+        self._advance(now)
+        self._flows.append(_Flow(weights, float(nbytes), latency_s, event, float(rate_cap_Bps)))
+        if self._wake_at != now:  # a wake-up already due now will include this flow in its solve
+            self._schedule(0.0)
+        return event
+
+    def cancel(self, event: simpy.Event) -> float | None:
+        """Stop the transfer :meth:`transfer` returned ``event`` for, where its bytes are now.
+
+        The bytes it has delivered stay counted on its links; the rest never move; the flows
+        left re-share the links at once (one solve at this instant, as a finish would cost);
+        ``event`` never fires.
+
+        Parameters
+        ----------
+        event : simpy.Event
+            The event :meth:`transfer` returned.
+
+        Returns
+        -------
+        float or None
+            Bytes the flow delivered before it was stopped, or None if it is no longer moving
+            bytes (all delivered: it may still be paying its latency, and then its event still
+            fires; or it was cancelled already).
+        """
+        flow = next((f for f in self._flows if f.event is event), None)
+        if flow is None:
+            return None
+        now = self.env.now
+        self._advance(now)  # bytes up to now at the current rates; a flow done by now retires
+        if not any(f is flow for f in self._flows):
+            return None
+        self._flows = [f for f in self._flows if f is not flow]
+        # its rate stays in the links' load until the re-solve below, at this same instant: no
+        # byte is credited to it after now
+        if self._wake_at != now:
+            self._schedule(0.0)
+        return min(flow.nbytes, max(0.0, flow.nbytes - flow.remaining))
+
+    def bytes_moved(self, link: Hashable) -> float:
+        """Bytes that have crossed ``link`` so far (each crossing of a repeated link counts).
+
+        For a resource that is not a byte link, the amount of it used so far, in its own units
+        (weight per byte x bytes: I/Os for an IOPS ceiling, CPU-seconds for staging threads).
+        """
+        self._check(link)
+        return self._bytes[link] + self._load.get(link, 0.0) * (self.env.now - self._t)
+
+    def utilization_mean(self, link: Hashable) -> float:
+        """Time-weighted carried rate / capacity of ``link`` over the window (NaN if empty).
+
+        The window is ``[window_start_s, min(now, window_end_s)]``.
+        """
+        self._check(link)
+        now = self.env.now
+        end = min(now, self.window_end_s)
+        span = end - self.window_start_s
+        if span <= 0.0:
+            return math.nan
+        area = self._area[link] + self._load.get(link, 0.0) * self._overlap(self._t, now)
+        return area / (self._capacity[link] * span)
+
+    def link_report(self) -> dict[Hashable, dict[str, float]]:
+        """Per link: ``capacity_Bps``, ``bytes`` moved and ``utilization_mean`` (capacity order).
+
+        Resources that are not byte links are listed too, with their capacity and use in their
+        own units under the same keys; callers that report them name their units (see
+        :meth:`kvsim.network.storage_io.StorageIO.report`).
+        """
+        return {
+            link: {
+                "capacity_Bps": cap,
+                "bytes": self.bytes_moved(link),
+                "utilization_mean": self.utilization_mean(link),
+            }
+            for link, cap in self._capacity.items()
+        }
+
+    # ------------------------------------------------------------------ internals
+
+    def _check(self, link: Hashable) -> None:
+        if link not in self._capacity:
+            raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
+
+    def _overlap(self, t0: float, t1: float) -> float:
+        """Length of [t0, t1] inside the measurement window, seconds."""
+        return max(0.0, min(t1, self.window_end_s) - max(t0, self.window_start_s))
+
+    def _complete(self, event: simpy.Event, latency_s: float) -> None:
+        """Succeed ``event`` with the completion time after ``latency_s`` more seconds."""
+        if latency_s > 0.0:
+            self.env.timeout(latency_s).callbacks.append(lambda _t: event.succeed(self.env.now))
+        else:
+            event.succeed(self.env.now)
+
+    def _advance(self, now: float) -> None:
+        """Account bytes moved since the last update at the current rates; retire finished flows."""
+        dt = now - self._t
+        if dt > 0.0:
+            in_window = self._overlap(self._t, now)
+            for link, load in self._load.items():
+                self._bytes[link] += load * dt
+                self._area[link] += load * in_window
+        self._t = now
+        still: list[_Flow] = []
+        done: list[_Flow] = []
+        for flow in self._flows:
+            flow.remaining -= flow.rate * dt
+            # finish_s <= now: this is the wake-up computed for the flow, whatever rounding left.
+            if flow.finish_s <= now or flow.remaining <= _DONE_FRACTION * flow.nbytes:
+                # Credit the rounding residue (either sign) so each link's total is exact.
+                for link, count in flow.weights.items():
+                    self._bytes[link] += count * flow.remaining
+                done.append(flow)
+            else:
+                still.append(flow)
+        self._flows = still
+        for flow in done:
+            self._complete(flow.event, flow.latency_s)
+
+    def _schedule(self, delay_s: float) -> None:
+        """Arm a wake-up ``delay_s`` from now; any earlier one becomes stale."""
+        self._gen += 1
+        self._wake_at = self.env.now + delay_s  # the same sum SimPy uses for the timeout's time
+        self.env.timeout(delay_s).callbacks.append(functools.partial(self._on_wake, self._gen))
+
+    def _on_wake(self, gen: int, _event: simpy.Event) -> None:
+        if gen != self._gen:
+            return  # superseded by a later flow change
+        self._wake_at = None
+        now = self.env.now
+        self._advance(now)
+        caps = [flow.cap for flow in self._flows]
+        rates = _solve([flow.weights for flow in self._flows], self._capacity,
+                       caps if any(cap < math.inf for cap in caps) else None)
+        load: dict[Hashable, float] = {}
+        for flow, rate in zip(self._flows, rates):
+            flow.rate = rate
+            for link, count in flow.weights.items():
+                load[link] = load.get(link, 0.0) + count * rate
+        self._load = load
+        if not self._flows:
+            return
+        dts = [flow.remaining / flow.rate for flow in self._flows]
+        for flow, dt in zip(self._flows, dts):
+            flow.finish_s = now + dt
+        self._schedule(min(dts))
