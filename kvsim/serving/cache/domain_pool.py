@@ -25,22 +25,31 @@ reads over the scale-up links (:mod:`kvsim.serving.cache.remote_reads`).
 **Capacity and eviction are domain-wide.** Running sequences' own pages stay in their
 instance's HBM (attention reads them at HBM speed); cached blocks float to wherever the domain
 has room. When an instance is short of pages it frees pages that hold its *unheld* cached
-blocks (:meth:`DomainPool.reclaim`), block by block:
+blocks (:meth:`DomainPool.reclaim`), in runs:
 
-1. if a peer has a free block's worth of pages, one of its unheld blocks *moves* there (to
-   the peer with the most room): a copy over the scale-up links, so the domain keeps it.
-   Moves go in batches of up to :data:`MOVE_BATCH` of the instance's pages (one flow per card
-   and destination), so a sequence growing page by page does not pay one move per page;
-2. otherwise the domain is full: the domain store's policy evicts its victim among all
-   unheld blocks of the domain (for LRU: the least recently used block of the union). If the
-   victim was homed in this instance, that freed its pages; if in a peer, the peer now has
-   room and step 1 moves one of this instance's blocks there.
+1. while peers have free pages, its most recent unheld blocks *move* there (a copy over the
+   scale-up links, so the domain keeps them): up to a batch of :data:`MOVE_BATCH` of the
+   instance's pages (at least what it needs), so a sequence growing page by page does not pay
+   one move per page. Each peer takes one contiguous chunk of the batch, as many blocks as
+   handing them out one at a time to the peer with the most room would give it
+   (:func:`fill_plan`), and each chunk is one flow per card;
+2. if the peers' room does not cover what the instance needs, the domain is full: the domain
+   store's policy evicts the rest as its victims among all unheld blocks of the domain (for
+   LRU: the least recently used blocks of the union). A victim homed in this instance freed
+   its pages; one homed in a peer left room there, which the instance's next most recent
+   unheld blocks take as in step 1.
 
 So blocks leave the domain only when its whole HBM is full, and then in the policy's order over
 the union: with one domain covering every card and nothing held, the cached contents are
 exactly those of a single LRU cache of the union's capacity (the replay test in
 ``tests/test_domain_pool.py``). A request that cannot be met (fewer unheld blocks at home than
 it needs) changes nothing, as :meth:`~kvsim.serving.cache.writer.CacheWriter.reclaim` does.
+
+(Until issue 23's extents, moves went block by block, each to the then roomiest peer, and
+victims were taken one at a time with a move after each: the same counts per peer and the same
+victims, but a batch's blocks interleaved across peers and a block moved in between could no
+longer be a later victim. In runs, a chunk per peer keeps a batch's blocks together in their new
+home, and the victims are chosen before the moves.)
 
 What is approximated: a moved block's source pages are handed back at once (the copy is
 assumed staged, as write-back and swap-out do); readers arriving meanwhile wait for the copy
@@ -61,13 +70,55 @@ if TYPE_CHECKING:
     from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
-__all__ = ["DomainPool", "DomainStore", "MOVE_BATCH"]
+__all__ = ["DomainPool", "DomainStore", "MOVE_BATCH", "fill_plan"]
 
 MOVE_BATCH = 0.01
 """Fraction of an instance's pages that one reclaim frees by moving blocks to peers with room
 (at least what it needs). An assumption, to bound moves to one per batch rather than one per
 page; the figure is borrowed from the free-block watermark vLLM v0 kept when admitting
 (``BlockSpaceManager(..., watermark=0.01)`` in ``vllm/core/block_manager.py``)."""
+
+
+def fill_plan(free_pages: list[int], pages_per_block: int, blocks: int) -> list[tuple[int, int]]:
+    """How ``blocks`` blocks spread over peers with ``free_pages`` free pages each.
+
+    Each peer takes as many as handing the blocks out one at a time, each to the peer with the
+    most free pages (at least one block's; the lowest index on ties), would give it -- the
+    ``blocks`` largest of the peers' successive free levels ``f, f - p, f - 2p, ...`` (each at
+    least ``p = pages_per_block``), ties to the lowest index -- worked out by bisecting on the
+    level instead of block by block. Fewer in all if the peers' room (``sum(f // p)``) runs out.
+
+    Returns
+    -------
+    list of (int, int)
+        ``(peer index, blocks)`` for each peer that takes some, in the order the one-at-a-time
+        hand-out first reaches them (most free pages first, the lowest index on ties).
+    """
+    p = pages_per_block
+    room = [f // p if f >= p else 0 for f in free_pages]
+    if blocks >= sum(room):
+        counts = room
+    elif blocks <= 0:
+        return []
+    else:
+        def offers_at_least(level: int) -> list[int]:
+            return [(f - level) // p + 1 if f >= level else 0 for f in free_pages]
+
+        low, high = p, max(free_pages)  # sum(offers_at_least(low)) > blocks >= ... at high + 1
+        while low < high:  # the highest level at which the offers cover ``blocks``
+            mid = (low + high + 1) // 2
+            if sum(offers_at_least(mid)) >= blocks:
+                low = mid
+            else:
+                high = mid - 1
+        counts = offers_at_least(low + 1)
+        extra = blocks - sum(counts)
+        for k, f in enumerate(free_pages):  # the offers at exactly ``low``, lowest index first
+            if extra and f >= low and (f - low) % p == 0:
+                counts[k] += 1
+                extra -= 1
+    order = sorted((k for k, c in enumerate(counts) if c), key=lambda k: (-free_pages[k], k))
+    return [(k, counts[k]) for k in order]
 
 
 class DomainStore(BlockStore):
@@ -158,33 +209,32 @@ class DomainPool:
                 del at_home[block]
                 at_home[block] = None
 
-    def _forget(self, block):
+    def _forget_home(self, block):
+        """Drop ``block``'s home (it left the store); returns the member that held it."""
         cache = self.home.pop(block)
         del self.resident[id(cache)][block]
-        self.system.index.discard(block, self.store)
         return cache
 
     def _unheld(self, cache: "InstanceCache", count: int) -> list:
         """Up to ``count`` of the blocks homed in ``cache`` that nothing holds, least recent first."""
         return self.store.unheld(self.resident[id(cache)], count)
 
-    def _roomiest(self, cache: "InstanceCache", pages: int) -> "InstanceCache | None":
-        """The member other than ``cache`` with the most free pages (at least ``pages``; lowest
-        index on ties), or None."""
-        best = None
-        for member in self.members:
-            if member is not cache and member.pool.free_blocks >= pages and (
-                    best is None or member.pool.free_blocks > best.pool.free_blocks):
-                best = member
-        return best
+    def _peer_room(self, cache: "InstanceCache") -> tuple[list["InstanceCache"], list[int]]:
+        """The members other than ``cache`` and their free pages now."""
+        peers = [member for member in self.members if member is not cache]
+        return peers, [member.pool.free_blocks for member in peers]
 
     def reclaim(self, cache: "InstanceCache", shortfall_pages: int) -> None:
         """Free ``shortfall_pages`` pages of ``cache``'s pool by moving or evicting its unheld
         cached blocks (see the module docstring); nothing changes if it cannot.
 
-        While peers have room, blocks move in batches of up to :data:`MOVE_BATCH` of the
-        instance's pages (at least what it needs), so that a full domain pays one move per
-        batch and card, not one per page a sequence grows by; evictions free only what is needed.
+        In runs: the instance's most recent unheld blocks (up to a batch of :data:`MOVE_BATCH`
+        of its pages, at least what it needs) go to peers with room, each peer taking one
+        contiguous chunk (:func:`fill_plan`: as many as one-block-at-a-time to the roomiest
+        would give it), so a full domain pays one move per batch and card, not one per page a
+        sequence grows by. If the peers' room does not cover the need, the domain evicts its
+        least recent unheld blocks (its policy's victims) for what is left; a victim homed in a
+        peer leaves room there, which the instance's next most recent blocks take in turn.
         """
         ppb = cache.geometry.pages_per_block
         need = -(-shortfall_pages // ppb)
@@ -192,41 +242,49 @@ class DomainPool:
         candidates = self._unheld(cache, batch)
         if len(candidates) < need:
             return
-        store, freed = self.store, 0
-        resident = self.resident[id(cache)]
-        evicted: dict[int, tuple["InstanceCache", list]] = {}
         moves: dict[int, tuple["InstanceCache", list]] = {}
-        while freed < batch:
-            target = self._roomiest(cache, ppb)
-            if target is None:
-                if freed >= need:
-                    break
-                victim = store.evict_one()
-                if victim is None:
-                    break  # nothing unheld in the domain (cannot happen while cache has some)
-                home = self._forget(victim)
+        taken = self._fill(cache, candidates, batch, moves)
+        freed = taken
+        evicted: dict[int, tuple["InstanceCache", list]] = {}
+        if freed < need:
+            victims = self.store.evict_run(need - freed)
+            self.system.index.discard_run(victims, self.store)
+            for victim in victims:
+                home = self._forget_home(victim)
                 home.pool.give(ppb)
                 evicted.setdefault(id(home), (home, []))[1].append(victim)
                 freed += home is cache
-                continue
-            while candidates and candidates[-1] not in resident:
-                candidates.pop()  # evicted meanwhile
-            if not candidates:
-                break
-            block = candidates.pop()  # the batch's most recent first: the least recent may go soon
-            del resident[block]
-            cache.pool.give(ppb)
-            if not target.pool.take(ppb):
-                raise RuntimeError("a domain member with free pages refused them")
-            self.homed(block, target)
-            self.store.pin(block)  # in flight from now: neither evicted nor moved again
-            moves.setdefault(id(target), (target, []))[1].append(block)
-            freed += 1
+            # the peers that lost victims take the instance's next most recent blocks
+            resident = self.resident[id(cache)]
+            left = [block for block in candidates[:len(candidates) - taken] if block in resident]
+            freed += self._fill(cache, left, batch - freed, moves)
         for target, blocks in moves.values():
             self._move(cache, target, blocks)
         if self.system.spec.write_policy == "write_back":
             for home, victims in evicted.values():
                 home.writer.write_back(victims)
+
+    def _fill(self, cache: "InstanceCache", candidates: list, most: int, moves: dict) -> int:
+        """Move up to ``most`` of ``candidates`` (least recent first; the most recent go first)
+        from ``cache`` to the peers with room, by :func:`fill_plan`; returns how many moved."""
+        ppb = cache.geometry.pages_per_block
+        peers, free = self._peer_room(cache)
+        plan = fill_plan(free, ppb, min(most, len(candidates)))
+        resident = self.resident[id(cache)]
+        end = len(candidates)
+        for k, count in plan:
+            target = peers[k]
+            chunk = candidates[end - count:end][::-1]  # most recent first
+            end -= count
+            for block in chunk:
+                del resident[block]
+            cache.pool.give(count * ppb)
+            if not target.pool.take(count * ppb):
+                raise RuntimeError("a domain member with free pages refused them")
+            self.homed_run(chunk, target)
+            self.store.pin_each(chunk)  # in flight from now: neither evicted nor moved again
+            moves.setdefault(id(target), (target, []))[1].extend(chunk)
+        return len(candidates) - end
 
     def _move(self, source: "InstanceCache", target: "InstanceCache", blocks: list) -> None:
         """Copy ``blocks`` from ``source``'s HBM to ``target``'s (already re-homed and pinned),
@@ -254,7 +312,8 @@ class DomainPool:
         victims = self._unheld(cache, len(self.resident[id(cache)]))
         for block in victims:
             self.store.remove(block)
-            self._forget(block)
+            self._forget_home(block)
+            self.system.index.discard(block, self.store)
         cache.pool.give(len(victims) * cache.geometry.pages_per_block)
         if victims and self.system.spec.write_policy == "write_back":
             cache.writer.write_back(victims)
