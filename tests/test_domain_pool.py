@@ -186,3 +186,39 @@ def test_remote_reads_share_a_holders_link_among_the_steps_reading_it():
     reads.end({holder: 1000})
     assert reads.begin(b, {holder: 1000}) == rate / 2             # c is still reading
     assert reads.pair_bytes[(id(holder), id(a))] == pytest.approx(1000 * 100.0)
+
+
+def _one_at_a_time(free: list[int], pages_per_block: int, blocks: int) -> list[int]:
+    """Blocks per peer when each goes alone to the peer with the most free pages (at least one
+    block's; the lowest index on ties): the rule ``fill_plan`` works out in closed form."""
+    free, counts = list(free), [0] * len(free)
+    for _ in range(blocks):
+        best = None
+        for k, f in enumerate(free):
+            if f >= pages_per_block and (best is None or f > free[best]):
+                best = k
+        if best is None:
+            break
+        free[best] -= pages_per_block
+        counts[best] += 1
+    return counts
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fill_plan_gives_each_peer_what_one_block_at_a_time_to_the_roomiest_would(seed):
+    import random
+
+    from kvsim.serving.cache.domain_pool import fill_plan
+
+    rng = random.Random(seed)
+    for _ in range(2000):
+        p = rng.choice([1, 1, 2, 3, 32])
+        free = [rng.randint(0, 12 * p) for _ in range(rng.randint(1, 7))]
+        blocks = rng.randint(0, 40)
+        plan = fill_plan(free, p, blocks)
+        counts = [0] * len(free)
+        for k, n in plan:
+            counts[k] = n
+        assert counts == _one_at_a_time(free, p, blocks), (free, p, blocks)
+        # one chunk per peer that takes some, roomiest first (lowest index on ties)
+        assert [k for k, _ in plan] == sorted((k for k, n in enumerate(counts) if n), key=lambda k: (-free[k], k))
