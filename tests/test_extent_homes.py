@@ -26,6 +26,9 @@ op_st = st.one_of(
     st.tuples(st.just("forget"), _chain, st.integers(0, LENGTH - 1)),
     st.tuples(st.just("move"), _chain, st.integers(0, LENGTH - 1), _home),
     st.tuples(st.just("move_batch"), _home, st.integers(1, 8), _home),
+    st.tuples(st.just("forget_run"), _chain, _range),
+    st.tuples(st.just("move_run"), _chain, _range, st.sampled_from((1, -1)), _home),
+    st.tuples(st.just("homed_in"), _chain, _range, _home),
 )
 
 
@@ -87,6 +90,33 @@ def step(ref: Reference, ext: ExtentHomes, op: tuple) -> None:
             del ref.resident[source][block]
             ref.homed(block, target)
             ext.move(block[0], block[1], target)
+    elif name in ("forget_run", "move_run"):  # the first stretch of the range that is all homed
+        _, chain, (a, b) = op[:3]
+        while a < b and (chain, a) not in ref.home:
+            a += 1
+        stop = a
+        while stop < b and (chain, stop) in ref.home:
+            stop += 1
+        if name == "forget_run":
+            lost = [(p, ref.home.pop((chain, p))) for p in range(a, stop)]
+            for p, home in lost:
+                del ref.resident[home][(chain, p)]
+            got = ext.forget_run(chain, a, stop)
+            assert [(p, h) for s, e, h in got for p in range(s, e)] == lost
+        else:
+            step_, target = op[3], op[4]
+            order = list(range(a, stop)) if step_ > 0 else list(range(stop - 1, a - 1, -1))
+            for p in order:
+                del ref.resident[ref.home[(chain, p)]][(chain, p)]
+                ref.homed((chain, p), target)
+            if order:
+                ext.move_run(chain, order[0], len(order), step_, target)
+    elif name == "homed_in":
+        _, chain, (a, b), home = op
+        want = [p for p in range(a, b) if ref.home.get((chain, p)) == home]
+        got = ext.homed_in(chain, a, b, home)
+        assert [p for s, e in got for p in range(s, e)] == want
+        assert all(x[1] < y[0] for x, y in zip(got, got[1:]))  # joined where they touch
     for home in HOMES:
         assert ext.order(home) == list(ref.resident[home]), home
     for chain in CHAINS:

@@ -241,6 +241,62 @@ class ExtentHomes:
         self._remove(one)
         self._append(target, chain, pos)
 
+    def _pieces_out(self, chain, low: int, high: int) -> list[tuple[int, int, object]]:
+        """Take the blocks ``low .. high - 1`` (every one homed; KeyError at the first that is not,
+        the blocks before it taken) out of their homes' orders: ``(s, e, home)`` per piece."""
+        out = []
+        pos = low
+        while pos < high:
+            ext = self._find(chain, pos)
+            if ext is None:
+                raise KeyError((chain, pos))
+            stop = min(ext.low + ext.count, high)
+            piece = self._carve(ext, pos, stop)
+            self._remove(piece)
+            out.append((pos, stop, piece.home))
+            pos = stop
+        return out
+
+    def forget_run(self, chain, start: int, end: int) -> list[tuple[int, int, object]]:
+        """:meth:`forget` each block of ``[start, end)``: ``(s, e, home)`` for each stretch of one
+        home that lost its blocks, in position order."""
+        return self._pieces_out(chain, start, end)
+
+    def move_run(self, chain, first: int, count: int, step: int, target) -> None:
+        """Re-home the blocks ``first, first + step, ...`` (``count`` of them, every one homed) in
+        ``target``, appended to its order in that order: ``DomainPool``'s ``del resident[block]``
+        then ``homed(block, target)`` for each in turn."""
+        if count <= 0:
+            return
+        low = first if step > 0 else first - count + 1
+        self._pieces_out(chain, low, low + count)
+        head = self._head(target)
+        ext = HomeExtent(chain, first, count, step if count > 1 else 1, target)
+        self._enter(ext)
+        link_after(head.prev, ext)
+        if ext.prev is not head:
+            self._join(ext.prev, ext)
+
+    def homed_in(self, chain, start: int, end: int, home) -> list[tuple[int, int]]:
+        """The blocks of ``[start, end)`` homed in ``home``, as ``(s, e)`` stretches in order (a
+        query: nothing is cut or moved)."""
+        out: list[list[int]] = []
+        entry = self._chains.get(chain)
+        if entry is None:
+            return []
+        lows, exts = entry
+        i = max(bisect_right(lows, start) - 1, 0)
+        while i < len(lows) and lows[i] < end:
+            ext = exts[i]
+            s, e = max(ext.low, start), min(ext.low + ext.count, end)
+            if s < e and ext.home is home:
+                if out and out[-1][1] == s:
+                    out[-1][1] = e
+                else:
+                    out.append([s, e])
+            i += 1
+        return [(s, e) for s, e in out]
+
     def unheld(self, home, count: int, store) -> list[tuple]:
         """``DomainPool._unheld``: up to ``count`` blocks homed in ``home`` that nothing holds in
         ``store`` (an :class:`~kvsim.kv.extents.ExtentStore`), least recent first (all of them if
