@@ -97,17 +97,18 @@ def observed_run(scenario: kvsim.Scenario, monkeypatch, seed: int | None = None)
                 watch.tiers[id(store)] = tier
                 watch.initial[id(store)] = set()
                 by_store[id(store)] = watch
-            # what the prewarm (inside build_system) already put there
-            for block, where in cache.index._where.items():
-                for store in where:
-                    if id(store) in watch.initial:
-                        watch.initial[id(store)].add(block)
+            if not cache.extents:  # (a cache kept as extents has no tier below HBM to watch)
+                # what the prewarm (inside build_system) already put there
+                for block, where in cache.index._where.items():
+                    for store in where:
+                        if id(store) in watch.initial:
+                            watch.initial[id(store)].add(block)
 
-            def heard(block, store, added, watch=watch):
-                if added and id(store) in watch.tiers:
-                    watch.events.append(("put", id(store), block, True, None))
+                def heard(block, store, added, watch=watch):
+                    if added and id(store) in watch.tiers:
+                        watch.events.append(("put", id(store), block, True, None))
 
-            cache.index.watch(heard)
+                cache.index.watch(heard)
         return system
 
     real_leave = frontend_module.FrontEnd._leave
@@ -359,9 +360,15 @@ def _kv(problems: list[str], name: str, run, watch: SystemWatch, drained: bool) 
     stores = {"hbm": list(cache.hbm), "dram": list(cache.dram.values()), "nvme": list(cache.nvme.values()),
               "remote": list(cache.remote)}
     held: dict[int, int] = {}
-    for _block, where in cache.index._where.items():
-        for store in where:
-            held[id(store)] = held.get(id(store), 0) + 1
+    if cache.extents:  # per stretch of a chain: (starts, ends, location tuples)
+        for stretches in cache.index._maps.values():
+            for start, end, where in zip(stretches.starts, stretches.ends, stretches.values):
+                for store in where:
+                    held[id(store)] = held.get(id(store), 0) + end - start
+    else:
+        for _block, where in cache.index._where.items():
+            for store in where:
+                held[id(store)] = held.get(id(store), 0) + 1
     capacity = {}
     for tier, group in stores.items():
         capacity[tier] = sum(s.capacity_bytes for s in group)

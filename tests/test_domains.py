@@ -235,7 +235,31 @@ def test_a_decode_step_reading_in_place_takes_the_remote_bytes_over_the_scale_up
     assert frame.tpot_s[2] < remote_s / 3
 
 
-def test_a_block_read_by_k_instances_is_held_once_and_counted_k_times(monkeypatch):
+def _readers(pool) -> list[int]:
+    """The reader count of every block of a domain's store that has readers (per block or as
+    extents)."""
+    if hasattr(pool, "home"):
+        return [pool.store.readers(block) for block in pool.home if pool.store.readers(block)]
+    return [e.readers for e in pool.store.extents() for _ in range(e.start, e.end) if e.readers]
+
+
+def _homed_blocks(pool, cache) -> int:
+    """Blocks of a domain homed in ``cache``'s HBM (per block or as extents)."""
+    if hasattr(pool, "resident"):
+        return len(pool.resident[id(cache)])
+    return sum(e.count for e in pool.homes.extents(cache))
+
+
+@pytest.fixture(params=[True, False], ids=["extents", "per-block"])
+def kv_extents(request, monkeypatch):
+    """Domains kept as extents (the default for these workloads) or per block (the reference)."""
+    from kvsim.sim import build
+
+    monkeypatch.setattr(build, "KV_EXTENTS", request.param)
+    return request.param
+
+
+def test_a_block_read_by_k_instances_is_held_once_and_counted_k_times(monkeypatch, kv_extents):
     """Three clients start together on three instances: each computes the document, the first
     to finish files it, the other two give their copies back and read it in place."""
     import kvsim.sim.run as run_module
@@ -249,8 +273,8 @@ def test_a_block_read_by_k_instances_is_held_once_and_counted_k_times(monkeypatc
         def look():
             yield env.timeout(2.0)  # the prompts are done (~1.6 s); 200 tokens are decoding
             pool = system.cache.domain_pools["su0"]
-            readers = [pool.store.readers(block) for block in pool.home if pool.store.readers(block)]
-            seen["readers"] = readers
+            assert system.cache.extents == kv_extents
+            seen["readers"] = _readers(pool)
             seen["levels"] = system.domain_levels.measure("su0")
             seen["running"] = sum(len(inst.scheduler.running) for inst in system.instances)
         env.process(look())
@@ -277,7 +301,7 @@ def _check_pages(system) -> None:
         ppb = cache.geometry.pages_per_block
         held = inst.scheduler.running + list(inst.scheduler.loading.values())
         own = sum(seq.kv_blocks for seq in held)
-        assert inst.pool.used_blocks == own + ppb * len(pool.resident[id(cache)])
+        assert inst.pool.used_blocks == own + ppb * _homed_blocks(pool, cache)
         for seq in held:
             assert seq.shared_tokens % cache.geometry.block_tokens == 0 and seq.kv_tokens >= seq.shared_tokens
             assert seq.remote_tokens <= seq.shared_tokens
@@ -299,7 +323,7 @@ systems:
 """
 
 
-def test_copy_on_write_no_page_is_both_a_sequences_and_shared(monkeypatch, built_systems):
+def test_copy_on_write_no_page_is_both_a_sequences_and_shared(monkeypatch, built_systems, kv_extents):
     from kvsim.serving.scheduler import BatchScheduler
 
     real_schedule = BatchScheduler.schedule

@@ -10,7 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 import kvsim
+from kvsim.sim import build
 
 from extent_shadow import shadowed
 from test_domains import PRESSURE
@@ -19,6 +22,12 @@ BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 import speed_cases  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def per_block(monkeypatch):
+    """The shadow follows the per-block domain stores (the reference): runs keep them per block."""
+    monkeypatch.setattr(build, "KV_EXTENTS", False)
 
 
 def test_extents_follow_a_domain_under_pressure():

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import SHARED
 from kvsim.kv import BlockStore, KVIndex
-from kvsim.metrics.routing_summary import cacheable_blocks, infinite_cache_hit_blocks
+from kvsim.metrics.routing_summary import _hits_by_segments, cacheable_blocks, infinite_cache_hit_blocks
 
 TRACE = SHARED / "traces" / "mooncake_conversation_trace.jsonl"
 needs_trace = pytest.mark.skipif(not TRACE.exists(), reason=f"{TRACE} not present")
@@ -32,6 +32,35 @@ def test_infinite_cache_hits_by_hand():
     assert infinite_cache_hit_blocks(lookups, holds).tolist() == [0, 2, 2, 0, 3, 0]
     # whole blocks only, and never the one holding the last prompt token
     assert cacheable_blocks(np.array([1, 15, 16, 17, 32, 33]), 16).tolist() == [0, 0, 0, 1, 1, 2]
+
+
+@pytest.mark.parametrize("block", [16, 64])
+def test_the_bound_of_document_prompts_by_segments_equals_the_per_block_count(block):
+    """shared_documents prompts (a document's chain, then blocks of their own; zero-token
+    suffixes, repeated documents) counted per segment of a chain give the per-block counts
+    exactly; ids that do not start with a document chain (a trace's; a document shorter than a
+    block) are counted per block."""
+    from kvsim.rng import RandomStreams
+    from kvsim.workload.lengths import UniformLength
+    from kvsim.workload.reuse import DocumentLibrary, SharedDocuments
+
+    rng = np.random.default_rng(block)
+    spec = SharedDocuments(documents=12, zipf_s=1.0,
+                           document_tokens=UniformLength(low=block, high=40 * block),
+                           suffix_tokens=UniformLength(low=1, high=3 * block))
+    library = DocumentLibrary(spec, block, RandomStreams(block).generator("docs"))
+    prompts = []
+    for i, (d, suffix) in enumerate(zip(library.choose(rng, 400).tolist(), rng.integers(0, 3 * block, 400).tolist())):
+        _, ids = library.prompt(d, suffix, ("bound", block, i))
+        prompts.append(ids)
+    prompts[7] = None
+    per_block = infinite_cache_hit_blocks(prompts)
+    assert per_block.sum() > 0
+    assert infinite_cache_hit_blocks(prompts, block_tokens=block).tolist() == per_block.tolist()
+    assert _hits_by_segments(prompts, prompts, block) is not None  # (counted by segments, not per block)
+    # a trace's ids (no document chain) fall back to the per-block count
+    foreign = [np.array([1, 2, 3]), np.array([1, 2, 4])]
+    assert infinite_cache_hit_blocks(foreign, block_tokens=block).tolist() == [0, 2]
 
 
 @needs_trace

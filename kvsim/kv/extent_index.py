@@ -122,6 +122,10 @@ class ExtentIndex:
     def _interned(self, stores: tuple) -> tuple:
         return self._sets.setdefault(stores, stores)
 
+    def blocks(self) -> int:
+        """Distinct blocks held somewhere (O(entries))."""
+        return sum(e - s for m in self._maps.values() for s, e in zip(m.starts, m.ends))
+
     def locations(self, chain, pos: int) -> tuple:
         """Stores holding block ``(chain, pos)``, in the order they acquired it; ``()`` if none."""
         m = self._maps.get(chain)

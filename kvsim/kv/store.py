@@ -38,7 +38,7 @@ from collections.abc import Hashable
 from kvsim.kv.eviction import EVICTION_POLICIES, EvictionPolicy
 from kvsim.kv.runs import RunOps
 
-__all__ = ["BlockStore", "HEAP_AFTER"]
+__all__ = ["BlockStore", "HEAP_AFTER", "whole_blocks"]
 
 HEAP_AFTER = 64
 """Held blocks an LRU victim search may step over before the store switches to its heap (a cost
@@ -47,7 +47,7 @@ threshold only: either way finds the same victim)."""
 Block = Hashable
 
 
-def _whole_blocks(capacity_bytes: float, block_bytes: float) -> int:
+def whole_blocks(capacity_bytes: float, block_bytes: float) -> int:
     """floor(capacity_bytes / block_bytes), forgiving floating-point error just below an integer.
 
     A capacity written as ``n * block_bytes`` can divide to ``n - 1e-15``; it still holds n.
@@ -97,7 +97,7 @@ class BlockStore(RunOps):
             raise ValueError(f"unknown eviction policy {policy!r}; known: {known}")
         self.name = name
         self.block_bytes = float(block_bytes)
-        self.capacity_blocks = _whole_blocks(capacity_bytes, block_bytes)
+        self.capacity_blocks = whole_blocks(capacity_bytes, block_bytes)
         self.policy_kind = policy
         self._policy: EvictionPolicy = EVICTION_POLICIES[policy](self.capacity_blocks)
         # the resident blocks as a dict where the policy keeps one (LRU, LFU): ``in`` and ``len``

@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kvsim.metrics.records import RequestRecords
+from kvsim.workload.reuse import prompt_segments
 
 __all__ = ["infinite_cache_hit_blocks", "cacheable_blocks", "load_ratios", "routing_summary"]
 
@@ -32,7 +33,8 @@ def cacheable_blocks(prompt_tokens: np.ndarray, block_tokens: int) -> np.ndarray
     return np.maximum(np.minimum(prompt // block_tokens, (prompt - 1) // block_tokens), 0)
 
 
-def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | None = None) -> np.ndarray:
+def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | None = None,
+                              block_tokens: int | None = None) -> np.ndarray:
     """Per request, the leading blocks of its prompt already held by an earlier request.
 
     Parameters
@@ -42,6 +44,9 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
         a request without hashes.
     holds : sequence of int arrays, optional
         The blocks each request leaves in the cache (default: its prompt's, ``lookups``).
+    block_tokens : int, optional
+        The ids' block size. Given, prompts made of document chains (``shared_documents``) are
+        counted per segment of a chain (:func:`_hits_by_segments`) instead of per block.
 
     Returns
     -------
@@ -52,6 +57,10 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
     holds = lookups if holds is None else holds
     if len(holds) != n:
         raise ValueError(f"holds has {len(holds)} entries for {n} requests")
+    if block_tokens is not None:
+        by_segments = _hits_by_segments(lookups, holds, block_tokens)
+        if by_segments is not None:
+            return by_segments
 
     def flat(arrays) -> tuple[np.ndarray, np.ndarray]:
         parts = [np.asarray(a, dtype=np.int64).ravel() if a is not None else np.zeros(0, np.int64) for a in arrays]
@@ -82,6 +91,40 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
     ends = starts[nonempty] + asked_len[nonempty]
     out[nonempty] = np.minimum(first_unseen, ends) - starts[nonempty]
     return out
+
+
+def _hits_by_segments(lookups: Sequence[Any], holds: Sequence[Any], block_tokens: int) -> np.ndarray | None:
+    """:func:`infinite_cache_hit_blocks` where every prompt is segments of chains from their start
+    (:func:`kvsim.workload.reuse.prompt_segments`: a document's chain and one of its own) and
+    holds what it looks up: one address per block, so an earlier request holds blocks ``0 ..
+    e - 1`` of a chain when one of its segments of that chain ends at ``e``, and a prompt's
+    leading run of held blocks is read off per segment. None where that does not apply (ids
+    from no document chain, holds other than the prompt's): the caller counts per block."""
+    counts = np.zeros(len(lookups), dtype=np.int64)
+    held_to: dict[Any, int] = {}
+    for r, (ids, kept) in enumerate(zip(lookups, holds)):
+        if ids is None or not len(ids):
+            if kept is not None and len(kept):
+                return None
+            continue
+        if kept is not ids:
+            return None
+        segments = prompt_segments(ids, block_tokens)
+        if segments is None:
+            return None
+        hits = 0
+        for key, _, start, end in segments:
+            if start != 0:
+                return None
+            reach = min(held_to.get(key, 0), end)
+            hits += reach
+            if reach < end:
+                break
+        counts[r] = hits
+        for key, _, _, end in segments:
+            if held_to.get(key, 0) < end:
+                held_to[key] = end
+    return counts
 
 
 def load_ratios(counts: np.ndarray) -> dict[str, float]:
@@ -130,7 +173,8 @@ def routing_summary(records: RequestRecords, window_start_s: float, lookups: Seq
     n = records.n
     measured = records.column("arrival_s") >= window_start_s
     prompt = records.column("input_tokens")
-    hit_blocks = np.minimum(infinite_cache_hit_blocks(list(lookups)[:n], None if holds is None else list(holds)[:n]),
+    hit_blocks = np.minimum(infinite_cache_hit_blocks(list(lookups)[:n], None if holds is None else list(holds)[:n],
+                                                      block_tokens),
                             cacheable_blocks(prompt, block_tokens))
     inputs = float(prompt[measured].sum())
     bound = float((hit_blocks[measured] * block_tokens).sum()) / inputs if inputs else 0.0

@@ -32,8 +32,9 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence as Seq
 
 from kvsim.serving.cache.tiers import SystemCache
-from kvsim.serving.index_view import IndexView
-from kvsim.serving.prefix_reach import CacheLayout, reach
+from kvsim.serving.cache.segments import prompt_address
+from kvsim.serving.index_view import ExtentIndexView, IndexView
+from kvsim.serving.prefix_reach import CacheLayout, reach, reach_segments
 from kvsim.serving.specs import CacheAwareSpec
 
 __all__ = ["CacheAwareRouter"]
@@ -62,8 +63,12 @@ class CacheAwareRouter:
         self.cache = cache
         self.spec = spec
         self.block_tokens = cache.geometry.block_tokens
-        self.view = IndexView(cache.index, clock, spec.staleness) if spec.staleness > 0 else None
-        self.locations = self.view.locations if self.view is not None else cache.index.locations
+        self.extents = cache.extents  # the index is kept per stretch: prompts walked as segments
+        self.view: IndexView | ExtentIndexView | None = None
+        if spec.staleness > 0:
+            self.view = (ExtentIndexView if self.extents else IndexView)(cache.index, clock, spec.staleness)
+        source = self.view if self.view is not None else cache.index
+        self.locations = source.pieces if self.extents else source.locations
         self.assigned: dict[int, int] = {}
         self.guarded = 0
         self._layout: CacheLayout | None = None
@@ -97,7 +102,11 @@ class CacheAwareRouter:
         eligible = max(0, min(seq.prompt_tokens // bt, (seq.prefill_target - 1) // bt))
         if self.view is not None:
             self.view.refresh()
-        blocks, credit = reach(hashes, eligible, self.locations, self.layout(instances))
+        if self.extents:
+            segments = prompt_address(seq, bt)
+            blocks, credit = reach_segments(segments, eligible, self.locations, self.layout(instances))
+        else:
+            blocks, credit = reach(hashes, eligible, self.locations, self.layout(instances))
         # a match of no more than cache_threshold of the prompt is no reason to go there (SGLang)
         floor = self.spec.cache_threshold * seq.prompt_tokens
         # rounded so that credits summed along different paths still tie

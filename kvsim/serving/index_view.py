@@ -21,8 +21,9 @@ from collections import deque
 from collections.abc import Callable, Hashable
 
 from kvsim.kv import BlockStore, KVIndex
+from kvsim.kv.extent_index import ExtentIndex, IntervalMap
 
-__all__ = ["IndexView"]
+__all__ = ["IndexView", "ExtentIndexView"]
 
 
 class IndexView:
@@ -88,3 +89,66 @@ class IndexView:
         :meth:`KVIndex.locations`); call :meth:`refresh` first to bring the view to now."""
         where = self._where.get(block)
         return tuple(where) if where else ()
+
+
+class ExtentIndexView:
+    """:class:`IndexView` of an :class:`~kvsim.kv.extent_index.ExtentIndex`: the same delayed
+    view, kept per stretch (the index tells a stretch's news in one call; the view keeps, per
+    chain, stretches with the stores holding them in the order they acquired them)."""
+
+    def __init__(self, index: ExtentIndex, clock: Callable[[], float], refresh_s: float):
+        if not refresh_s > 0 or not math.isfinite(refresh_s):
+            raise ValueError(f"refresh_s must be positive and finite, got {refresh_s!r}")
+        if index.blocks():
+            raise ValueError("attach the view before anything is cached: it follows the index's changes")
+        self.clock = clock
+        self.refresh_s = refresh_s
+        self._maps: dict[Hashable, IntervalMap] = {}
+        self._sets: dict[tuple, tuple] = {}
+        self._log: deque[tuple[float, Hashable, int, int, BlockStore, bool]] = deque()
+        self.applied = 0  # stretches of changes applied so far
+        index.watch(self._changed)
+
+    def _changed(self, chain: Hashable, start: int, end: int, store: BlockStore, added: bool) -> None:
+        self._log.append((self.clock(), chain, start, end, store, added))
+
+    last_refresh_s = IndexView.last_refresh_s
+
+    def refresh(self) -> None:
+        """Apply every logged change made up to the last refresh instant."""
+        log = self._log
+        if not log:
+            return
+        until = self.last_refresh_s(self.clock())
+        maps, sets = self._maps, self._sets
+        while log and log[0][0] <= until:
+            _, chain, start, end, store, added = log.popleft()
+            m = maps.get(chain)
+            if m is None:
+                m = maps[chain] = IntervalMap()
+            memo: dict[int, tuple | None] = {}
+
+            def change(where, store=store, added=added, memo=memo):
+                key = id(where)
+                if key not in memo:
+                    if added:
+                        memo[key] = sets.setdefault((store,), (store,)) if where is None else (
+                            where if store in where else sets.setdefault(where + (store,), where + (store,)))
+                    elif where is None or store not in where:
+                        memo[key] = where
+                    else:
+                        rest = tuple(s for s in where if s is not store)
+                        memo[key] = sets.setdefault(rest, rest) if rest else None
+                return memo[key]
+
+            m.assign(start, end, change)
+            if not m:
+                del maps[chain]
+            self.applied += 1
+
+    def pieces(self, chain: Hashable, start: int, end: int) -> list[tuple[int, int, tuple]]:
+        """:meth:`ExtentIndex.pieces` as the view holds it (call :meth:`refresh` first)."""
+        m = self._maps.get(chain)
+        if m is None:
+            return [(start, end, ())] if start < end else []
+        return [(s, e, v or ()) for s, e, v in m.pieces(start, end)]

@@ -275,15 +275,11 @@ class Instance:
 
     def cached_prefix_tokens(self, seq: Sequence | None) -> int:
         """Leading prompt tokens of ``seq`` already in this instance's HBM prefix cache."""
-        hbm = getattr(self.scheduler.hook, "hbm", None)
-        if seq is None or seq.hashes is None or hbm is None:
+        hook = self.scheduler.hook
+        cached = getattr(hook, "cached_prefix_blocks", None)
+        if seq is None or cached is None:
             return 0
-        blocks = 0
-        for block in seq.hashes:
-            if block not in hbm:
-                break
-            blocks += 1
-        return blocks * self.scheduler.hook.geometry.block_tokens
+        return cached(seq) * hook.geometry.block_tokens
 
     @property
     def busy(self) -> bool:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from kvsim.kv import BlockStore
 
-__all__ = ["CacheLayout", "reach"]
+__all__ = ["CacheLayout", "reach", "reach_segments"]
 
 _HBM, _NODE, _REMOTE = 0, 1, 2
 
@@ -178,4 +178,70 @@ def reach(hashes: Sequence[Hashable], n: int, locations: Callable[[Hashable], It
         steps = node_steps.get(node_of[k])
         extra = steps[1][bisect_right(steps[0], d) - 1] if steps is not None else 0.0
         credit[k] = base[d] + extra + own.get(k, 0.0)
+    return blocks, credit
+
+
+def _added(total: float, step: float, times: int) -> float:
+    """``total + step`` repeated ``times`` times, as a block-by-block sum rounds it."""
+    if step == int(step) and abs(total) < 2**52 and abs(step) * times < 2**52:
+        return total + step * times  # (whole numbers: every partial sum is exact)
+    for _ in range(times):
+        total += step
+    return total
+
+
+def reach_segments(segments: Sequence[tuple], n: int,
+                   pieces: Callable[[Hashable, int, int], Iterable[tuple[int, int, tuple]]],
+                   layout: CacheLayout) -> tuple[list[int], list[float]]:
+    """:func:`reach` of a prompt given as segments ``(chain, start, end)``, for caches kept as
+    extents (HBM stores only: no node tier, no pool), one step per stretch of blocks that the
+    same stores hold (``pieces(chain, start, end)`` -> ``(s, e, stores)``, the extent index's
+    or its delayed view's).
+
+    Without a pool every block is a cut: a stretch of blocks at one location tuple is as many
+    cuts with the same survivors, so it is one cut here (a candidate that survives its first
+    block survives the stretch, and one that stops stops at its first block); the credit of
+    the candidates' own HBM is summed per stretch as the per-block walk sums it."""
+    if layout.node_stores or layout.remote:
+        raise ValueError("reach_segments is for HBM stores only (no node tiers, no pool)")
+    count = layout.size
+    info, hbm_credit = layout.info, layout.hbm_credit
+    everyone = True
+    alive: dict[int, None] = {}
+    cuts: list[int] = []
+    survived: dict[int, int] = {}
+    own: dict[int, float] = {}
+    depth = 0
+    done = False
+    for chain, start, end in segments:
+        if depth >= n or done:
+            break
+        end = min(end, start + n - depth)
+        for s, e, where in pieces(chain, start, end):
+            owners: list[int] = []
+            for store in where:
+                entry = info.get(id(store))
+                if entry is not None and entry[0] == _HBM:
+                    owners.append(entry[1])
+            survivors: dict[int, None] = {}
+            for k in owners:
+                if everyone or k in alive:
+                    survivors[k] = None
+            cuts.append(depth)
+            for k in survivors:
+                survived[k] = len(cuts) - 1
+            everyone, alive = False, survivors
+            if not alive:
+                done = True
+                break
+            for k in owners:
+                if k in alive:
+                    own[k] = _added(own.get(k, 0.0), hbm_credit, e - s)
+            depth += e - s
+    blocks = [0] * count
+    credit = [0.0] * count
+    for k in range(count):
+        nxt = survived.get(k, -1) + 1
+        blocks[k] = cuts[nxt] if nxt < len(cuts) else depth
+        credit[k] = 0.0 + 0.0 + own.get(k, 0.0)  # (base and node credit: none without tiers)
     return blocks, credit

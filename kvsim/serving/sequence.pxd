@@ -6,4 +6,4 @@ cdef class Sequence:
     cdef public long kv_blocks, shared_tokens, preemptions, queued_tokens, not_before, adapter
     cdef public long remote_tokens, prompt_counted
     cdef public bint admitted, gated, stalled, swapped, aborted
-    cdef public object on_finish, hashes, cache, sequence_hashes, decode_copy, value_keys
+    cdef public object on_finish, hashes, cache, sequence_hashes, decode_copy, value_keys, segments

@@ -20,7 +20,7 @@ class Sequence:
         "rid", "prompt_tokens", "output_tokens", "generated", "kv_tokens", "prefill_target",
         "kv_blocks", "shared_tokens", "preemptions", "admitted", "on_finish", "hashes", "cache",
         "gated", "stalled", "sequence_hashes", "swapped", "queued_tokens", "aborted", "not_before", "adapter",
-        "decode_copy", "remote_tokens", "value_keys", "prompt_counted",
+        "decode_copy", "remote_tokens", "value_keys", "prompt_counted", "segments",
     )
     # a handed-off sequence (decode side) starts with its prompt's KV and ``admitted`` set
 
@@ -51,6 +51,7 @@ class Sequence:
         self.remote_tokens = 0    # of its shared tokens, those read in place from a peer's HBM
         self.value_keys: Any = None  # LoRA value reuse: per shared block, other adapters' ids of its KV
         self.prompt_counted = 0   # prompt tokens counted as processed input (never twice after a recompute)
+        self.segments: Any = None  # the prompt's blocks as segments of chains (caches kept as extents)
 
     @property
     def total_tokens(self) -> int:

@@ -29,6 +29,7 @@ from kvsim.models.lora import adapter_bytes
 from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.cache import SOURCES, TIERS, CacheGeometry, InstanceCache, SystemCache
 from kvsim.serving.cache.access import addressing_domain
+from kvsim.serving.cache.extent_cache import ExtentInstanceCache
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
@@ -39,6 +40,7 @@ from kvsim.serving.scheduler import Sequence
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
 from kvsim.sim.sizing import PoolSizing, SystemSizing, adapter_slots
+from kvsim.workload.reuse import SharedDocuments
 
 __all__ = ["System", "Placement", "WiringError", "build_system"]
 
@@ -273,7 +275,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     # instances that compute prompts cache them; with a controller any instance may come to
     caching = [p.role != "decode" or switchable for p in system.placements]
     if cache_spec is not None:
-        system.cache = _build_cache(env, system, sizing, [(i, p) for i, (p, c) in enumerate(
+        system.cache = _build_cache(env, spec, system, sizing, [(i, p) for i, (p, c) in enumerate(
             zip(system.placements, caching)) if c], block_tokens)
     if sizing.disaggregated:
         system.handoff = KVHandoff(
@@ -356,7 +358,7 @@ def _no_handoff(instance: Instance, seq: Sequence, now: float) -> None:
     raise RuntimeError(f"instance {instance.index} prefilled request {seq.rid} but the system has no handoff")
 
 
-def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing,
+def _build_cache(env: simpy.Environment, scenario: ScenarioSpec, system: System, sizing: SystemSizing,
                  indexed: list[tuple[int, Placement]], block_tokens: int) -> SystemCache:
     spec = sizing.spec.kv_cache
     caching = [p for _, p in indexed]
@@ -376,7 +378,28 @@ def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing,
         nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
-    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks)
+    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks,
+                       extents=kv_extents(scenario, sizing))
+
+
+KV_EXTENTS = True
+"""Keep the caches of the systems :func:`kv_extents` accepts as extents (False: every system per
+block, the reference the tests hold the extents to)."""
+
+
+def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
+    """Whether the system's cache is kept as extents (:mod:`kvsim.serving.cache.extent_pool`):
+    every prompt's blocks have addresses -- a ``shared_documents`` workload, whose prompts are a
+    document's chain and a chain of their own (:mod:`kvsim.serving.cache.segments`) -- and the
+    cache is what the extents keep: each addressing domain's HBM shared in place (``peer_hbm:
+    read_in_place``) under LRU, with no tier below HBM, no LoRA adapter (whose ids are renamed
+    per adapter) and no P/D handoff. The records are the same either way; only the cost differs."""
+    cache = sizing.spec.kv_cache
+    workload = spec.workload
+    return (KV_EXTENTS and cache is not None and cache.peer_hbm == "read_in_place" and cache.hbm_eviction == "lru"
+            and cache.dram is None and cache.nvme is None and cache.remote is None and not cache.prewarm
+            and not sizing.disaggregated and workload.adapters is None and sizing.spec.lora is None
+            and isinstance(workload.prefix, SharedDocuments) and not workload.trace)
 
 
 def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:
@@ -415,6 +438,7 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
     eff = acc.efficiency
     # a copy inside HBM reads and writes every byte: half the achieved paged-KV rate
     local_copy_Bps = acc.memory_bandwidth * (eff.kv_memory if eff.kv_memory is not None else eff.memory) / 2
-    return InstanceCache(system.cache, index, place.node, list(place.gpus), pages,
+    cache_type = ExtentInstanceCache if system.cache.extents else InstanceCache
+    return cache_type(system.cache, index, place.node, list(place.gpus), pages,
                          _geometry(system.sizing, place.pool, block_tokens), recompute_s, record_hits,
                          record_written, read_Bps, local_copy_Bps)

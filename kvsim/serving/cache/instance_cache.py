@@ -74,6 +74,9 @@ class InstanceCache(AdmissionHook):
     ``domain_pool`` that domain's :class:`~kvsim.serving.cache.domain_pool.DomainPool`.
     """
 
+    loader_type = PrefixLoader
+    writer_type = CacheWriter
+
     def __init__(self, system: SystemCache, index: int, node: str, gpus: list[str], pool: BlockPool,
                  geometry: CacheGeometry, recompute_s: Callable[[int, int], float],
                  record_hits: Callable[[Sequence, str, int, float], None],
@@ -102,8 +105,8 @@ class InstanceCache(AdmissionHook):
         self.wake: Callable[[], None] = lambda: None
         self.scheduler: BatchScheduler | None = None
         self._reading: dict | None = None  # remote tokens by holder of the step running now
-        self.writer = CacheWriter(self)
-        self.loader = PrefixLoader(self, recompute_s)
+        self.writer = self.writer_type(self)
+        self.loader = self.loader_type(self, recompute_s)
         self.swapper = Swapper(self)
         pool.reclaim = self.writer.reclaim
 
@@ -192,6 +195,17 @@ class InstanceCache(AdmissionHook):
                 count += 1
         seq.remote_tokens += count * tokens
         return count
+
+    def cached_prefix_blocks(self, seq: Sequence) -> int:
+        """Leading blocks of ``seq``'s prompt already in this instance's HBM store."""
+        if seq.hashes is None:
+            return 0
+        hbm, blocks = self.hbm, 0
+        for block in seq.hashes:
+            if block not in hbm:
+                break
+            blocks += 1
+        return blocks
 
     def swap_out(self, seq: Sequence) -> bool:
         return self.swapper.swap_out(seq)

@@ -77,7 +77,7 @@ class PrefixLoader:
             extra = (n - local) * g.block_tokens
             marginal_s = (self.recompute_s(extra + suffix, local * g.block_tokens)
                           - self.recompute_s(suffix, n * g.block_tokens))
-            if marginal_s <= self._estimated_load_s([s for s in sources[local:n] if s is not hbm]):
+            if marginal_s <= self._estimated_load_s([(s, 1) for s in sources[local:n] if s is not hbm]):
                 n = local
         held = []
         pending: dict[int, simpy.Event] = {}
@@ -150,8 +150,15 @@ class PrefixLoader:
         waits = list(pending.values())
         if to_load:
             waits.append(self._load(state, to_load))
+        return self._wait(seq, state, waits)
+
+    def _wait(self, seq: Sequence, state: SeqCache, waits: list) -> str:
+        """What the admission of ``seq`` waits for (``waits``: the loads and copies still landing
+        that its prefix needs): ``run`` at once, ``load`` once they land (``load_mode: before``),
+        or ``run`` gated, its first token after the last layer's share (layer by layer)."""
         if not waits:
             return "run"
+        cache, system = self.cache, self.system
         env = system.env
         done = waits[0] if len(waits) == 1 else simpy.AllOf(env, waits)
         if system.spec.load_mode == "before":
@@ -159,10 +166,11 @@ class PrefixLoader:
             return "load"
         seq.gated = True
         started = env.now
+        num_layers = cache.geometry.num_layers
 
         def layer_tail(_event):
             # layer-by-layer: the last layer's compute waits for that layer's share of the load
-            tail_s = (env.now - started) / g.num_layers
+            tail_s = (env.now - started) / num_layers
             env.process(self._ungate_after(seq, state, tail_s))
 
         done.callbacks.append(layer_tail)
@@ -191,13 +199,14 @@ class PrefixLoader:
         yield self.system.env.timeout(delay_s)
         self.cache.after_load(seq, state, ungate=True)
 
-    def _estimated_load_s(self, sources: list[BlockStore]) -> float:
-        """Uncontended time to load blocks from ``sources``: every card's flow at once, so a
-        link the ``tp`` flows share (a NIC) carries all of them; the slowest source decides."""
+    def _estimated_load_s(self, sources: list[tuple[BlockStore, int]]) -> float:
+        """Uncontended time to load blocks from ``sources`` (``(store, blocks)`` stretches):
+        every card's flow at once, so a link the ``tp`` flows share (a NIC) carries all of them;
+        the slowest source decides."""
         counts: dict[int, tuple[BlockStore, int]] = {}
-        for store in sources:
+        for store, blocks in sources:
             entry = counts.get(id(store))
-            counts[id(store)] = (store, (entry[1] if entry else 0) + 1)
+            counts[id(store)] = (store, (entry[1] if entry else 0) + blocks)
         worst = 0.0
         for store, count in counts.values():
             worst = max(worst, self.access.block_load_s(self.cache, store, count))

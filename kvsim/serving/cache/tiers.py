@@ -14,11 +14,13 @@ from dataclasses import dataclass
 import simpy
 
 from kvsim.kv import BlockStore, KVIndex
+from kvsim.kv.extent_index import ExtentIndex
 from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
 from kvsim.network.transfers import Transfers
 from kvsim.serving.cache.access import SOURCES, CacheAccess
 from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
+from kvsim.serving.cache.extent_pool import ExtentDomainPool, ExtentDomainStore
 from kvsim.serving.cache.remote_reads import RemoteReads
 from kvsim.serving.cache.spec import KVCacheSpec
 
@@ -64,13 +66,17 @@ class SystemCache:
 
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
                  transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
-                 pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None):
+                 pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None,
+                 extents: bool = False):
         self.env = env
         self.spec = spec
         self.geometry = geometry
         self.transfers = transfers
         self.topology: Topology = transfers.topology
-        self.index = KVIndex()
+        # extents: the domains' stores, homes and this index are kept per stretch of blocks
+        # (kvsim.serving.cache.extent_pool); the instances are then ExtentInstanceCaches
+        self.extents = extents
+        self.index = ExtentIndex() if extents else KVIndex()
         topology = self.topology
         self.rank: dict[int, int] = {}       # id(store) -> tier position
         self.endpoint: dict[int, str] = {}   # id(store) -> topology endpoint of its medium
@@ -106,7 +112,7 @@ class SystemCache:
         self.access = CacheAccess(self)
         # read in place: each addressing domain's HBM is one pool (capacity in blocks, by domain)
         self.domain_blocks = dict(domain_blocks or {})
-        self.domain_pools: dict[str, DomainPool] = {}
+        self.domain_pools: dict[str, DomainPool | ExtentDomainPool] = {}
         self.remote_reads = RemoteReads(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
@@ -127,18 +133,23 @@ class SystemCache:
         self.hbm.append(store)
         return store
 
-    def domain_pool(self, domain: str) -> DomainPool:
+    def domain_pool(self, domain: str) -> DomainPool | ExtentDomainPool:
         """The shared HBM pool of addressing domain ``domain`` (``peer_hbm: read_in_place``)."""
         pool = self.domain_pools.get(domain)
         if pool is None:
             g = self.geometry
-            store = DomainStore(f"{domain}.hbm", self.domain_blocks[domain] * g.block_bytes, g.block_bytes,
-                                self.spec.hbm_eviction, None)
+            capacity = self.domain_blocks[domain] * g.block_bytes
+            store: DomainStore | ExtentDomainStore
+            if self.extents:
+                store = ExtentDomainStore(f"{domain}.hbm", capacity, g.block_bytes)
+                pool = store.pool = ExtentDomainPool(domain, self, store)
+            else:
+                store = DomainStore(f"{domain}.hbm", capacity, g.block_bytes, self.spec.hbm_eviction, None)
+                pool = store.pool = DomainPool(domain, self, store)
             self.rank[id(store)] = TIERS.index("hbm")
             self.endpoint[id(store)] = ""
             self.tier_of[id(store)] = "hbm"
             self.hbm.append(store)
-            pool = store.pool = DomainPool(domain, self, store)
             self.domain_pools[domain] = pool
         return pool
 
