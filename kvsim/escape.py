@@ -8,7 +8,8 @@ alike. :func:`terminal_text` shows control characters (ANSI escape sequences, bi
 overrides) as ``\\x1b``-style escapes, so a name printed on a terminal cannot move its cursor,
 recolour it or reorder the text around it. :func:`literal_figure_text` draws a figure's text as
 written: a ``$...$`` in a name is not parsed as matplotlib mathtext (which refused ``$\\x{$``
-and ended the run).
+and ended the run); a log axis drawn so needs :func:`plain_log_ticks`, since matplotlib's own
+log tick labels are mathtext.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["markdown_text", "terminal_text", "literal_figure_text"]
+__all__ = ["markdown_text", "terminal_text", "literal_figure_text", "plain_log_ticks"]
 
 _F = TypeVar("_F", bound=Callable)
 
@@ -85,3 +86,15 @@ def literal_figure_text(draw: _F) -> _F:
         with matplotlib.rc_context({"text.parse_math": False}):
             return draw(*args, **kwargs)
     return literally  # type: ignore[return-value]
+
+
+def plain_log_ticks(axis) -> None:
+    """Ticks of a base-10 log ``axis`` at 1, 2, 5 x 10^k, written as plain numbers (200, not
+    2 x 10^2), no minor labels. Matplotlib writes log tick labels as mathtext
+    (``$\\mathdefault{10^{2}}$``), which a figure drawn by :func:`literal_figure_text` would
+    show as those characters."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())

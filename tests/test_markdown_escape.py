@@ -231,3 +231,32 @@ def test_validate_and_the_progress_lines_show_control_characters_escaped(tmp_pat
     rc, stdout, err = _main("run", path, "--out", tmp_path / "out", "--workers", "1", "--no-progress", "--no-report")
     assert rc == 0, err
     assert "\x1b" not in err and "point 0 [description=a\\x1b[31m] done" in err
+
+
+def test_log_axes_of_figures_drawn_literally_write_their_ticks_as_numbers():
+    """Matplotlib writes log tick labels as mathtext (``$\\mathdefault{10^{0}}$``); in a figure
+    whose text is drawn as written they would show as those characters. plain_log_ticks writes
+    plain numbers."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvsim.escape import literal_figure_text, plain_log_ticks
+
+    @literal_figure_text
+    def draw(plain: bool) -> list[str]:
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [1.0, 6.5])
+        ax.set_yscale("log")
+        if plain:
+            plain_log_ticks(ax.yaxis)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.yaxis.get_ticklabels(which="both") if t.get_text()]
+        plt.close(fig)
+        return labels
+
+    assert any("$" in label for label in draw(False))  # (what the figures showed before)
+    labels = draw(True)
+    assert labels and not any("$" in label for label in labels)
+    assert {"1", "2", "5"} <= set(labels)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.escape import literal_figure_text, markdown_text as md
+from kvsim.escape import literal_figure_text, markdown_text as md, plain_log_ticks
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
@@ -228,6 +228,7 @@ def _lines(axes, frame: pd.DataFrame, panels, study) -> None:
                         ax.annotate(">=", (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
         if column == "ttft_speedup" and positive:  # no request finished at any point: no log axis
             ax.set_yscale("log")
+            plain_log_ticks(ax.yaxis)
         else:
             top = top if top > 0 else 1.0
             ax.set_ylim(-0.06 * top if column == "capacity" else 0.0, top * 1.15)

@@ -8,7 +8,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Document, Figure
-from kvsim.escape import literal_figure_text
+from kvsim.escape import literal_figure_text, plain_log_ticks
 
 __all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
 
@@ -139,6 +139,7 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     for limit in ttft_limits:
         ax.axhline(limit, color="black", ls="--", lw=1, label="SLO: TTFT p99")
     ax.set_yscale("log")
+    plain_log_ticks(ax.yaxis)
     ax.set_xlabel("clients of one unit" if _by_clients(answer) else "arrival rate on one unit (requests/s)")
     ax.set_ylabel("TTFT p99 (s)")
     ax.grid(alpha=0.3, which="both")

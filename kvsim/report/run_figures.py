@@ -9,7 +9,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Figure
-from kvsim.escape import literal_figure_text
+from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.run_data import LoadAxis, Row, metric, saturation
 
 __all__ = ["load_series", "figure_throughput", "figure_latency", "figure_cdf", "figure_hit_rates", "figure_cost",
@@ -86,15 +86,6 @@ def _draw(ax: Any, all_rows: list[Row], name: str, scale: float = 1.0) -> None:
             ax.axvline(saturated[key].load, color=color, ls=":", lw=1.2)
 
 
-def _plain_log_ticks(axis: Any) -> None:
-    """Ticks of a log axis at 1, 2, 5 x 10^k, written as plain numbers (200, not 2 x 10^2)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
-    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(NullFormatter())
-
-
 def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, str, float, float | None]],
                  name: str, caption: str, log: bool) -> Figure:
     plt = _plt()
@@ -108,7 +99,7 @@ def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, st
             ax.plot(loads, loads, color="gray", lw=0.8, ls="-.", label="offered load")
         if log:
             ax.set_yscale("log")
-            _plain_log_ticks(ax.yaxis)
+            plain_log_ticks(ax.yaxis)
         ax.set_xlabel(axis.label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
@@ -178,7 +169,7 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
         if limit is not None:
             ax.axvline(limit * scale, color="black", ls="--", lw=1, label="SLO (p99)")
         ax.set_xscale("log")
-        _plain_log_ticks(ax.xaxis)
+        plain_log_ticks(ax.xaxis)
         ax.set_xlabel(title)
         ax.set_ylabel("share of requests")
         ax.grid(alpha=0.3, which="both")
