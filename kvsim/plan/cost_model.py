@@ -25,6 +25,11 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   (one per card per pool node a transfer's blocks are spread over, :func:`_touched`);
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
+- ``extent_request`` and ``extent_miss``: for a system whose cache is kept as extents
+  (:func:`kvsim.sim.build.kv_extents`: its HBM shared in place per domain, a few entries per
+  stretch of blocks however long), the requests through it and the share of each request's
+  prompt it misses (computed, filed and made room for), in requests, in place of
+  ``hbm_block``, ``miss_block`` and ``domain_block``;
 - ``handoff`` and ``handoff_flow``: prefill-to-decode handoffs (disaggregated systems: one per
   request) and their flows (one per card of the decode instance);
 - ``queued_request``: requests x the share of them that wait for a batch slot: closed-loop
@@ -63,6 +68,7 @@ import numpy as np
 
 from kvsim.models.step_time import BatchShape
 from kvsim.plan.cost_rates import rates_for
+from kvsim.sim.build import kv_extents
 from kvsim.sim.prewarm import MAX_WARM_REQUESTS
 from kvsim.plan.cost_hits import (cached_contexts, distinct_contexts, hit_fraction, missed_requests,  # noqa: F401
                                   refused_share, run_hit_fraction, workload_reuse, zipf_popularity)
@@ -98,6 +104,8 @@ class PathCounts:
     miss_block: float = 0.0
     value_key: float = 0.0
     refused_block: float = 0.0
+    extent_request: float = 0.0
+    extent_miss: float = 0.0
 
     def cpu_s(self, backend: str = "python") -> float:
         """CPU-seconds at the measured rates of ``backend`` (:func:`~kvsim.plan.cost_rates.rates_for`)."""
@@ -358,17 +366,20 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         refused_blocks = refusals * bpr * hit * other
     # the router that places a request on a compute instance: the prefill router when disaggregated
     aware = (system.prefill_router if sizing.disaggregated else system.router) == "cache_aware"
+    per_block = cache is not None and not kv_extents(spec, sizing)  # (else its cache is kept as extents)
     return PathCounts(
         run=1.0,
         instance=float(sizing.instances),
         request=requests,
         iteration=iterations,
-        hbm_block=requests * bpr if cache is not None else 0.0,
-        miss_block=requests * bpr * (1.0 - hit) if cache is not None else 0.0,
+        hbm_block=requests * bpr if per_block else 0.0,
+        miss_block=requests * bpr * (1.0 - hit) if per_block else 0.0,
+        extent_request=requests if cache is not None and not per_block else 0.0,
+        extent_miss=requests * (1.0 - hit) if cache is not None and not per_block else 0.0,
         tier_block=requests * bpr * tiers,
         flow=requests * local * (1.0 + hit),
         remote_flow=remote_flows,
-        domain_block=requests * bpr if cache is not None and cache.peer_hbm != "none" else 0.0,
+        domain_block=requests * bpr if per_block and cache.peer_hbm != "none" else 0.0,
         handoff=requests if sizing.disaggregated else 0.0,
         handoff_flow=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
         queued_request=requests * queued,
