@@ -70,7 +70,7 @@ if TYPE_CHECKING:
     from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
-__all__ = ["DomainPool", "DomainStore", "MOVE_BATCH", "fill_plan"]
+__all__ = ["DomainPool", "DomainPoolBase", "DomainStore", "MOVE_BATCH", "fill_plan"]
 
 MOVE_BATCH = 0.01
 """Fraction of an instance's pages that one reclaim frees by moving blocks to peers with room
@@ -154,8 +154,135 @@ class DomainStore(BlockStore):
         return hits
 
 
-class DomainPool:
-    """The shared HBM cache of one addressing domain (see the module docstring).
+class DomainPoolBase:
+    """What every keeping of a domain's pool shares: its members, the reclaim policy (see the
+    module docstring) and the moves between members. How blocks, homes and bytes in flight are
+    kept is the subclass's: :class:`DomainPool` per block, and
+    :class:`~kvsim.serving.cache.extent_pool.ExtentDomainPool` per stretch of blocks. The
+    methods marked "kept" below are theirs; ``candidates`` and ``items`` are lists of their own
+    units (blocks; stretches)."""
+
+    def __init__(self, name: str, system: "SystemCache", store):
+        self.name = name
+        self.system = system
+        self.store = store
+        self.members: list["InstanceCache"] = []
+        self.moves = 0          # blocks moved between members' HBM
+        self.moved_bytes = 0.0  # their bytes (all cards), inside the window
+
+    def join(self, cache: "InstanceCache") -> None:
+        """``cache``'s instance holds part of the domain's HBM from now on."""
+        self.members.append(cache)
+
+    def _peer_room(self, cache: "InstanceCache") -> tuple[list["InstanceCache"], list[int]]:
+        """The members other than ``cache`` and their free pages now."""
+        peers = [member for member in self.members if member is not cache]
+        return peers, [member.pool.free_blocks for member in peers]
+
+    def reclaim(self, cache: "InstanceCache", shortfall_pages: int) -> None:
+        """Free ``shortfall_pages`` pages of ``cache``'s pool by moving or evicting its unheld
+        cached blocks (see the module docstring); nothing changes if it cannot.
+
+        In runs: the instance's most recent unheld blocks (up to a batch of :data:`MOVE_BATCH`
+        of its pages, at least what it needs) go to peers with room, each peer taking one
+        contiguous chunk (:func:`fill_plan`: as many as one-block-at-a-time to the roomiest
+        would give it), so a full domain pays one move per batch and card, not one per page a
+        sequence grows by. If the peers' room does not cover the need, the domain evicts its
+        least recent unheld blocks (its policy's victims) for what is left; a victim homed in a
+        peer leaves room there, which the instance's next most recent blocks take in turn.
+        """
+        ppb = cache.geometry.pages_per_block
+        need = -(-shortfall_pages // ppb)
+        batch = max(need, int(MOVE_BATCH * cache.pool.num_blocks) // ppb)
+        candidates = self._unheld(cache, batch)
+        if self._blocks(candidates) < need:
+            return
+        moves: dict[int, tuple["InstanceCache", list]] = {}
+        freed = self._fill(cache, candidates, batch, moves)  # (takes the moved off ``candidates``)
+        evicted: dict[int, tuple["InstanceCache", list]] = {}
+        if freed < need:
+            freed += self._evict(cache, need - freed, evicted)
+            # the peers that lost victims take the instance's next most recent blocks
+            freed += self._fill(cache, self._still_homed(cache, candidates), batch - freed, moves)
+        for target, items in moves.values():
+            self._move(cache, target, items)
+        if self.system.spec.write_policy == "write_back":
+            for home, victims in evicted.values():
+                home.writer.write_back(victims)
+
+    def _fill(self, cache: "InstanceCache", candidates: list, most: int, moves: dict) -> int:
+        """Move up to ``most`` blocks of ``candidates`` (least recent first; the most recent go
+        first, and are taken off the list) from ``cache`` to the peers with room, by
+        :func:`fill_plan`; returns how many moved."""
+        ppb = cache.geometry.pages_per_block
+        peers, free = self._peer_room(cache)
+        plan = fill_plan(free, ppb, min(most, self._blocks(candidates)))
+        moved = 0
+        for k, count in plan:
+            target = peers[k]
+            chunk = self._take_recent(candidates, count)
+            cache.pool.give(count * ppb)
+            if not target.pool.take(count * ppb):
+                raise RuntimeError("a domain member with free pages refused them")
+            # in flight from now on: pinned, neither evicted nor moved again until they land
+            moves.setdefault(id(target), (target, []))[1].extend(self._rehome(chunk, cache, target))
+            moved += count
+        return moved
+
+    def _move(self, source: "InstanceCache", target: "InstanceCache", items: list) -> None:
+        """Copy ``items`` from ``source``'s HBM to ``target``'s (already re-homed and pinned),
+        card by card; they stay pinned and in flight until the copy lands."""
+        system = self.system
+        g = source.geometry
+        blocks = self._blocks(items)
+        nbytes = blocks * g.block_bytes_per_card
+        self.moves += blocks
+        if system.window[0] <= system.env.now <= system.window[1]:
+            self.moved_bytes += nbytes * g.tp
+        done = system.transfers.move(system.access.peer_paths(source, target), nbytes, "cache_move")
+        self._in_flight(items, done)
+        done.callbacks.insert(0, lambda _event: self._landed(items, done))
+
+    # -- kept by the subclass ------------------------------------------------------------------
+
+    def _unheld(self, cache: "InstanceCache", count: int) -> list:
+        """Up to ``count`` blocks homed in ``cache`` that nothing holds, least recent first."""
+        raise NotImplementedError
+
+    def _blocks(self, items: list) -> int:
+        """Blocks in ``items``."""
+        raise NotImplementedError
+
+    def _take_recent(self, candidates: list, count: int) -> list:
+        """The last ``count`` blocks of ``candidates``, taken off it, most recent first."""
+        raise NotImplementedError
+
+    def _rehome(self, chunk: list, source: "InstanceCache", target: "InstanceCache") -> list:
+        """``chunk`` (most recent first) leaves ``source``'s order for the end of ``target``'s,
+        in that order, and is pinned; returns the items :meth:`_move` takes."""
+        raise NotImplementedError
+
+    def _evict(self, cache: "InstanceCache", count: int, evicted: dict) -> int:
+        """Evict ``count`` blocks, the store's victims: out of the index and their homes, their
+        pages given back (each home's victims added to ``evicted``); returns those homed in
+        ``cache``."""
+        raise NotImplementedError
+
+    def _still_homed(self, cache: "InstanceCache", candidates: list) -> list:
+        """``candidates`` that are still homed in ``cache`` (not evicted), in order."""
+        raise NotImplementedError
+
+    def _in_flight(self, items: list, done) -> None:
+        """``items``' bytes land with event ``done``."""
+        raise NotImplementedError
+
+    def _landed(self, items: list, done) -> None:
+        """``done`` fired: ``items`` are unpinned and no longer in flight."""
+        raise NotImplementedError
+
+
+class DomainPool(DomainPoolBase):
+    """The shared HBM cache of one addressing domain, kept per block (see the module docstring).
 
     Parameters
     ----------
@@ -167,19 +294,13 @@ class DomainPool:
     """
 
     def __init__(self, name: str, system: "SystemCache", store: DomainStore):
-        self.name = name
-        self.system = system
-        self.store = store
-        self.members: list["InstanceCache"] = []
+        super().__init__(name, system, store)
         self.home: dict = {}                       # block -> instance whose HBM holds it
         self.resident: dict[int, dict] = {}        # id(instance) -> its blocks, least recent first
         self.inflight: dict = {}                   # block -> event: bytes still landing (any member)
-        self.moves = 0                             # blocks moved between members' HBM
-        self.moved_bytes = 0.0                     # their bytes (all cards), inside the window
 
     def join(self, cache: "InstanceCache") -> None:
-        """``cache``'s instance holds part of the domain's HBM from now on."""
-        self.members.append(cache)
+        super().join(cache)
         self.resident[id(cache)] = {}
 
     def homed(self, block, cache: "InstanceCache") -> None:
@@ -216,96 +337,50 @@ class DomainPool:
         return cache
 
     def _unheld(self, cache: "InstanceCache", count: int) -> list:
-        """Up to ``count`` of the blocks homed in ``cache`` that nothing holds, least recent first."""
         return self.store.unheld(self.resident[id(cache)], count)
 
-    def _peer_room(self, cache: "InstanceCache") -> tuple[list["InstanceCache"], list[int]]:
-        """The members other than ``cache`` and their free pages now."""
-        peers = [member for member in self.members if member is not cache]
-        return peers, [member.pool.free_blocks for member in peers]
+    def _blocks(self, items: list) -> int:
+        return len(items)
 
-    def reclaim(self, cache: "InstanceCache", shortfall_pages: int) -> None:
-        """Free ``shortfall_pages`` pages of ``cache``'s pool by moving or evicting its unheld
-        cached blocks (see the module docstring); nothing changes if it cannot.
+    def _take_recent(self, candidates: list, count: int) -> list:
+        chunk = candidates[len(candidates) - count:][::-1]
+        del candidates[len(candidates) - count:]
+        return chunk
 
-        In runs: the instance's most recent unheld blocks (up to a batch of :data:`MOVE_BATCH`
-        of its pages, at least what it needs) go to peers with room, each peer taking one
-        contiguous chunk (:func:`fill_plan`: as many as one-block-at-a-time to the roomiest
-        would give it), so a full domain pays one move per batch and card, not one per page a
-        sequence grows by. If the peers' room does not cover the need, the domain evicts its
-        least recent unheld blocks (its policy's victims) for what is left; a victim homed in a
-        peer leaves room there, which the instance's next most recent blocks take in turn.
-        """
+    def _rehome(self, chunk: list, source: "InstanceCache", target: "InstanceCache") -> list:
+        resident = self.resident[id(source)]
+        for block in chunk:
+            del resident[block]
+        self.homed_run(chunk, target)
+        self.store.pin_each(chunk)
+        return chunk
+
+    def _evict(self, cache: "InstanceCache", count: int, evicted: dict) -> int:
         ppb = cache.geometry.pages_per_block
-        need = -(-shortfall_pages // ppb)
-        batch = max(need, int(MOVE_BATCH * cache.pool.num_blocks) // ppb)
-        candidates = self._unheld(cache, batch)
-        if len(candidates) < need:
-            return
-        moves: dict[int, tuple["InstanceCache", list]] = {}
-        taken = self._fill(cache, candidates, batch, moves)
-        freed = taken
-        evicted: dict[int, tuple["InstanceCache", list]] = {}
-        if freed < need:
-            victims = self.store.evict_run(need - freed)
-            self.system.index.discard_run(victims, self.store)
-            for victim in victims:
-                home = self._forget_home(victim)
-                home.pool.give(ppb)
-                evicted.setdefault(id(home), (home, []))[1].append(victim)
-                freed += home is cache
-            # the peers that lost victims take the instance's next most recent blocks
-            resident = self.resident[id(cache)]
-            left = [block for block in candidates[:len(candidates) - taken] if block in resident]
-            freed += self._fill(cache, left, batch - freed, moves)
-        for target, blocks in moves.values():
-            self._move(cache, target, blocks)
-        if self.system.spec.write_policy == "write_back":
-            for home, victims in evicted.values():
-                home.writer.write_back(victims)
+        victims = self.store.evict_run(count)
+        self.system.index.discard_run(victims, self.store)
+        freed = 0
+        for victim in victims:
+            home = self._forget_home(victim)
+            home.pool.give(ppb)
+            evicted.setdefault(id(home), (home, []))[1].append(victim)
+            freed += home is cache
+        return freed
 
-    def _fill(self, cache: "InstanceCache", candidates: list, most: int, moves: dict) -> int:
-        """Move up to ``most`` of ``candidates`` (least recent first; the most recent go first)
-        from ``cache`` to the peers with room, by :func:`fill_plan`; returns how many moved."""
-        ppb = cache.geometry.pages_per_block
-        peers, free = self._peer_room(cache)
-        plan = fill_plan(free, ppb, min(most, len(candidates)))
+    def _still_homed(self, cache: "InstanceCache", candidates: list) -> list:
         resident = self.resident[id(cache)]
-        end = len(candidates)
-        for k, count in plan:
-            target = peers[k]
-            chunk = candidates[end - count:end][::-1]  # most recent first
-            end -= count
-            for block in chunk:
-                del resident[block]
-            cache.pool.give(count * ppb)
-            if not target.pool.take(count * ppb):
-                raise RuntimeError("a domain member with free pages refused them")
-            self.homed_run(chunk, target)
-            self.store.pin_each(chunk)  # in flight from now: neither evicted nor moved again
-            moves.setdefault(id(target), (target, []))[1].extend(chunk)
-        return len(candidates) - end
+        return [block for block in candidates if block in resident]
 
-    def _move(self, source: "InstanceCache", target: "InstanceCache", blocks: list) -> None:
-        """Copy ``blocks`` from ``source``'s HBM to ``target``'s (already re-homed and pinned),
-        card by card; they stay pinned and in flight until the copy lands."""
-        system = self.system
-        g = source.geometry
-        nbytes = len(blocks) * g.block_bytes_per_card
-        self.moves += len(blocks)
-        if system.window[0] <= system.env.now <= system.window[1]:
-            self.moved_bytes += nbytes * g.tp
-        done = system.transfers.move(system.access.peer_paths(source, target), nbytes, "cache_move")
-        for block in blocks:
+    def _in_flight(self, items: list, done) -> None:
+        for block in items:
             self.inflight[block] = done
 
-        def landed(_event):
-            for block in blocks:
-                self.store.unpin(block)
-                if self.inflight.get(block) is done:
-                    del self.inflight[block]
-
-        done.callbacks.insert(0, landed)
+    def _landed(self, items: list, done) -> None:
+        inflight = self.inflight
+        for block in items:
+            self.store.unpin(block)
+            if inflight.get(block) is done:
+                del inflight[block]
 
     def flush(self, cache: "InstanceCache") -> None:
         """Evict every unheld block homed in ``cache`` (its instance leaves a caching role)."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from kvsim.kv.extent_index import IntervalMap
 from kvsim.kv.extents import ExtentStore
 from kvsim.kv.store import whole_blocks
-from kvsim.serving.cache.domain_pool import MOVE_BATCH, fill_plan
+from kvsim.serving.cache.domain_pool import DomainPoolBase
 from kvsim.serving.cache.extent_homes import ExtentHomes
 
 if TYPE_CHECKING:
@@ -117,9 +117,12 @@ def _span(first: int, count: int, step: int) -> tuple[int, int]:
     return low, low + count
 
 
-class ExtentDomainPool:
+class ExtentDomainPool(DomainPoolBase):
     """The shared HBM cache of one addressing domain, kept as extents (see the module docstring
-    and :class:`~kvsim.serving.cache.domain_pool.DomainPool`, whose calls these are).
+    and :class:`~kvsim.serving.cache.domain_pool.DomainPoolBase`, whose policy this keeps on
+    stretches). Reclaim's candidates and what :meth:`_move` takes are stretches ``(chain,
+    first, count, step)``: blocks ``first, first + step, ...`` (``step`` -1 where a home's order
+    runs backwards).
 
     Parameters
     ----------
@@ -131,103 +134,65 @@ class ExtentDomainPool:
     """
 
     def __init__(self, name: str, system: "SystemCache", store: ExtentDomainStore):
-        self.name = name
-        self.system = system
-        self.store = store
-        self.members: list["InstanceCache"] = []
+        super().__init__(name, system, store)
         self.homes = ExtentHomes()
         self.inflight = InflightMap()
-        self.moves = 0            # blocks moved between members' HBM
-        self.moved_bytes = 0.0    # their bytes (all cards), inside the window
-
-    def join(self, cache: "InstanceCache") -> None:
-        """``cache``'s instance holds part of the domain's HBM from now on."""
-        self.members.append(cache)
 
     def homed_run(self, chain, start: int, end: int, cache: "InstanceCache") -> None:
         """Blocks ``[start, end)`` (just inserted in the store) live in ``cache``'s HBM."""
         self.homes.homed_run(chain, start, end, cache)
 
-    def _peer_room(self, cache: "InstanceCache") -> tuple[list["InstanceCache"], list[int]]:
-        peers = [member for member in self.members if member is not cache]
-        return peers, [member.pool.free_blocks for member in peers]
+    def _unheld(self, cache: "InstanceCache", count: int) -> list:
+        return self.homes.unheld(cache, count, self.store)
 
-    def reclaim(self, cache: "InstanceCache", shortfall_pages: int) -> None:
-        """:meth:`DomainPool.reclaim`, stretch by stretch."""
+    def _blocks(self, items: list) -> int:
+        return sum(count for _, _, count, _ in items)
+
+    def _take_recent(self, candidates: list, count: int) -> list:
+        return _from_end(candidates, count)
+
+    def _rehome(self, chunk: list, source: "InstanceCache", target: "InstanceCache") -> list:
+        for chain, first, n, step in chunk:
+            self.homes.move_run(chain, first, n, step, target)
+        for chain, first, n, step in chunk:
+            self.store.pin_each(chain, *_span(first, n, step))
+        return chunk
+
+    def _evict(self, cache: "InstanceCache", count: int, evicted: dict) -> int:
         ppb = cache.geometry.pages_per_block
-        need = -(-shortfall_pages // ppb)
-        batch = max(need, int(MOVE_BATCH * cache.pool.num_blocks) // ppb)
-        candidates = self.homes.unheld(cache, batch, self.store)
-        if sum(c[2] for c in candidates) < need:
-            return
-        moves: dict[int, tuple["InstanceCache", list]] = {}
-        freed = self._fill(cache, candidates, batch, moves)  # (takes the moved off ``candidates``)
-        if freed < need:
-            store, index = self.store, self.system.index
-            victims = store.evict_run(need - freed)
-            for chain, start, end in victims:
-                index.discard_run(chain, start, end, store)
-            for chain, start, end in victims:
-                for s, e, home in self.homes.forget_run(chain, start, end):
-                    home.pool.give((e - s) * ppb)
-                    if home is cache:
-                        freed += e - s
-            # the peers that lost victims take the instance's next most recent blocks
-            left = []
-            for chain, first, count, step in candidates:
-                low, high = _span(first, count, step)
-                pieces = self.homes.homed_in(chain, low, high, cache)
-                if step < 0:
-                    pieces = [(e - 1, e - s) for s, e in reversed(pieces)]
-                else:
-                    pieces = [(s, e - s) for s, e in pieces]
-                left += [(chain, f, n, step if n > 1 else 1) for f, n in pieces]
-            freed += self._fill(cache, left, batch - freed, moves)
-        for target, stretches in moves.values():
-            self._move(cache, target, stretches)
+        store, index = self.store, self.system.index
+        victims = store.evict_run(count)
+        for chain, start, end in victims:
+            index.discard_run(chain, start, end, store)
+        freed = 0
+        for chain, start, end in victims:
+            for s, e, home in self.homes.forget_run(chain, start, end):
+                home.pool.give((e - s) * ppb)
+                evicted.setdefault(id(home), (home, []))[1].append((chain, s, e))
+                if home is cache:
+                    freed += e - s
+        return freed
 
-    def _fill(self, cache: "InstanceCache", candidates: list, most: int, moves: dict) -> int:
-        """:meth:`DomainPool._fill`: up to ``most`` of ``candidates`` (stretches, least recent
-        first; the moved ones are taken off its end) to the peers with room; returns how many."""
-        ppb = cache.geometry.pages_per_block
-        peers, free = self._peer_room(cache)
-        plan = fill_plan(free, ppb, min(most, sum(c[2] for c in candidates)))
-        moved = 0
-        for k, count in plan:
-            target = peers[k]
-            chunk = _from_end(candidates, count)  # most recent first
-            cache.pool.give(count * ppb)
-            if not target.pool.take(count * ppb):
-                raise RuntimeError("a domain member with free pages refused them")
-            for chain, first, n, step in chunk:
-                self.homes.move_run(chain, first, n, step, target)
-            entry = moves.setdefault(id(target), (target, []))[1]
-            for chain, first, n, step in chunk:
-                low, high = _span(first, n, step)
-                self.store.pin_each(chain, low, high)  # in flight from now: neither evicted nor moved again
-                entry.append((chain, low, high))
-            moved += count
-        return moved
+    def _still_homed(self, cache: "InstanceCache", candidates: list) -> list:
+        left = []
+        for chain, first, count, step in candidates:
+            low, high = _span(first, count, step)
+            pieces = self.homes.homed_in(chain, low, high, cache)
+            if step < 0:
+                left += [(chain, e - 1, e - s, -1 if e - s > 1 else 1) for s, e in reversed(pieces)]
+            else:
+                left += [(chain, s, e - s, 1) for s, e in pieces]
+        return left
 
-    def _move(self, source: "InstanceCache", target: "InstanceCache", stretches: list) -> None:
-        """:meth:`DomainPool._move` of the blocks of ``stretches``."""
-        system = self.system
-        g = source.geometry
-        blocks = sum(e - s for _, s, e in stretches)
-        nbytes = blocks * g.block_bytes_per_card
-        self.moves += blocks
-        if system.window[0] <= system.env.now <= system.window[1]:
-            self.moved_bytes += nbytes * g.tp
-        done = system.transfers.move(system.access.peer_paths(source, target), nbytes, "cache_move")
-        for chain, start, end in stretches:
-            self.inflight.set(chain, start, end, done)
+    def _in_flight(self, items: list, done) -> None:
+        for chain, first, count, step in items:
+            self.inflight.set(chain, *_span(first, count, step), done)
 
-        def landed(_event):
-            for chain, start, end in stretches:
-                self.store.unpin_each(chain, start, end)
-                self.inflight.clear(chain, start, end, done)
-
-        done.callbacks.insert(0, landed)
+    def _landed(self, items: list, done) -> None:
+        for chain, first, count, step in items:
+            low, high = _span(first, count, step)
+            self.store.unpin_each(chain, low, high)
+            self.inflight.clear(chain, low, high, done)
 
     def flush(self, cache: "InstanceCache") -> None:
         """:meth:`DomainPool.flush`: evict every unheld block homed in ``cache``."""
