@@ -89,6 +89,20 @@ class CacheLayout:
         return len(self.hbm)
 
 
+def _cut(depth: int, holders: list[int], everyone: bool, alive: dict[int, None], cuts: list[int],
+         survived: dict[int, int]) -> dict[int, None]:
+    """A cut at ``depth``: the candidates among ``holders`` (in order) that are still alive
+    (all are while ``everyone``) survive it; returns them, the new live set."""
+    survivors: dict[int, None] = {}
+    for k in holders:
+        if everyone or k in alive:
+            survivors[k] = None
+    cuts.append(depth)
+    for k in survivors:
+        survived[k] = len(cuts) - 1
+    return survivors
+
+
 def reach(hashes: Sequence[Hashable], n: int, locations: Callable[[Hashable], Iterable[BlockStore]],
           layout: CacheLayout) -> tuple[list[int], list[float]]:
     """Each candidate's reachable leading blocks of ``hashes[:n]`` and their credit.
@@ -143,18 +157,9 @@ def reach(hashes: Sequence[Hashable], n: int, locations: Callable[[Hashable], It
         if remote is None:
             # a cut: only the block's holders go on, listed from the holders, never by scanning
             # the candidates; the others stop at this depth (found at the end, from ``cuts``)
-            survivors: dict[int, None] = {}
-            for k in owners:
-                if everyone or k in alive:
-                    survivors[k] = None
-            for node in node_tier:
-                for k in members[node]:
-                    if everyone or k in alive:
-                        survivors[k] = None
-            cuts.append(depth)
-            for k in survivors:
-                survived[k] = len(cuts) - 1
-            everyone, alive = False, survivors
+            alive = _cut(depth, owners + [k for node in node_tier for k in members[node]], everyone, alive,
+                         cuts, survived)
+            everyone = False
             if not alive:
                 break
         step = remote if remote is not None else 0.0
@@ -223,14 +228,8 @@ def reach_segments(segments: Sequence[tuple], n: int,
                 entry = info.get(id(store))
                 if entry is not None and entry[0] == _HBM:
                     owners.append(entry[1])
-            survivors: dict[int, None] = {}
-            for k in owners:
-                if everyone or k in alive:
-                    survivors[k] = None
-            cuts.append(depth)
-            for k in survivors:
-                survived[k] = len(cuts) - 1
-            everyone, alive = False, survivors
+            alive = _cut(depth, owners, everyone, alive, cuts, survived)
+            everyone = False
             if not alive:
                 done = True
                 break

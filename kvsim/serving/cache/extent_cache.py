@@ -229,16 +229,9 @@ class ExtentInstanceCache(InstanceCache):
     loader_type = ExtentPrefixLoader
     writer_type = ExtentCacheWriter
 
-    def released(self, seq: Sequence, finished: bool) -> None:
-        state = seq.cache
-        if state is None:
-            return
-        if finished and seq.sequence_hashes is not None:
-            self.writer.cache_decoded(seq)
-        for chain, s, e in state.blocks:
+    def _drop_readers(self, blocks) -> None:
+        for chain, s, e in blocks:
             self.hbm.drop_reader_each(chain, s, e)
-        seq.cache = None
-        seq.remote_tokens = 0
 
     def read_remote_run(self, seq: Sequence, blocks) -> int:
         """:meth:`InstanceCache.read_remote_run` of the segments ``blocks``."""

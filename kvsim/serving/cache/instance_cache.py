@@ -145,9 +145,13 @@ class InstanceCache(AdmissionHook):
             return
         if finished and seq.sequence_hashes is not None:
             self.writer.cache_decoded(seq)
-        self.hbm.drop_reader_each(state.blocks)
+        self._drop_readers(state.blocks)
         seq.cache = None
         seq.remote_tokens = 0
+
+    def _drop_readers(self, blocks) -> None:
+        """Let go of the reader references of ``blocks`` (what a sequence's admission read)."""
+        self.hbm.drop_reader_each(blocks)
 
     def begin_remote_reads(self, batch) -> float | None:
         """A step of ``batch`` starts: its per-card rate of reads from peers' HBM (bytes/s), or
