@@ -89,12 +89,46 @@ def literal_figure_text(draw: _F) -> _F:
 
 
 def plain_log_ticks(axis) -> None:
-    """Ticks of a base-10 log ``axis`` at 1, 2, 5 x 10^k, written as plain numbers (200, not
-    2 x 10^2), no minor labels. Matplotlib writes log tick labels as mathtext
-    (``$\\mathdefault{10^{2}}$``), which a figure drawn by :func:`literal_figure_text` would
-    show as those characters."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    """Ticks of a base-10 log ``axis`` at 1, 2, 5 x 10^k -- or, on an axis spanning less than
+    about three such steps (0.9 to 1.6, as a speed-up near 1 often does), at round linear
+    steps -- written as plain numbers (200, not 2 x 10^2), no minor labels. Matplotlib writes
+    log tick labels as mathtext (``$\\mathdefault{10^{2}}$``), which a figure drawn by
+    :func:`literal_figure_text` would show as those characters."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_locator(_PlainLogLocator(LogLocator(subs=(1.0, 2.0, 5.0)), LogLocator(subs=(1.0,)),
+                                            MaxNLocator(nbins=4)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def _PlainLogLocator(log, decades, linear):
+    """A locator that gives ``log``'s ticks inside the view where they are 3 to 10, the
+    ``decades``' where ``log`` would give more, and ``linear``'s (positive ones) where fewer."""
+    from matplotlib.ticker import Locator
+
+    class PlainLogLocator(Locator):
+        def set_axis(self, axis):
+            super().set_axis(axis)
+            for locator in (log, decades, linear):
+                locator.set_axis(axis)
+
+        def __call__(self):
+            low, high = sorted(self.axis.get_view_interval())
+            return self.tick_values(low, high)
+
+        def tick_values(self, vmin, vmax):
+            low, high = sorted((vmin, vmax))
+            slack = 1e-9 * (high - low)
+
+            def inside(ticks):
+                return [t for t in ticks if low - slack <= t <= high + slack]
+
+            ticks = inside(log.tick_values(low, high))
+            if len(ticks) > 10:
+                return inside(decades.tick_values(low, high))
+            if len(ticks) >= 3:
+                return ticks
+            return [t for t in inside(linear.tick_values(low, high)) if t > 0]
+
+    return PlainLogLocator()

@@ -186,6 +186,9 @@ def test_copy_in_runs_are_deterministic():
     ("pools: {a: {node: h20-8x, instance: {tp: 1}}, b: {node: h20-8x, instance: {tp: 2}}}\n"
      "    kv_cache: {peer_hbm: copy_in}", "same cards per instance", "systems.s.kv_cache.peer_hbm"),
     ("node: h20-8x\n    kv_cache: {peer_hbm: borrow}", "copy_in", "systems.s.kv_cache.peer_hbm"),
+    ("pools: {a: {node: h20-8x, instance: {block_size_tokens: 16}}, b: {node: h20-8x, instance: "
+     "{block_size_tokens: 64}}}\n    scale_up_domain_nodes: 2\n    kv_cache: {peer_hbm: read_in_place}",
+     "one engine page size", "systems.s.kv_cache.peer_hbm"),
 ])
 def test_bad_domains_and_peer_access_are_refused_with_the_field(refused, system, fragment, field):
     err = refused(system)

@@ -260,3 +260,29 @@ def test_log_axes_of_figures_drawn_literally_write_their_ticks_as_numbers():
     labels = draw(True)
     assert labels and not any("$" in label for label in labels)
     assert {"1", "2", "5"} <= set(labels)
+
+
+@pytest.mark.parametrize("low, high, expect", [(0.9, 1.6, {"1", "1.2", "1.4"}), (1.0, 6.5, {"1", "2", "5"}),
+                                               (0.01, 300.0, {"0.01", "1", "100"})])
+def test_plain_log_ticks_label_narrow_and_wide_axes(low, high, expect):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from kvsim.escape import literal_figure_text, plain_log_ticks
+
+    @literal_figure_text
+    def labels() -> list[str]:
+        fig, ax = plt.subplots()
+        ax.plot([1, 2], [low, high])
+        ax.set_yscale("log")
+        ax.set_ylim(low, high)
+        plain_log_ticks(ax.yaxis)
+        fig.canvas.draw()
+        shown = [t.get_text() for t in ax.yaxis.get_ticklabels() if t.get_text()]
+        plt.close(fig)
+        return shown
+
+    shown = labels()
+    assert expect <= set(shown) and len(shown) <= 12 and not any("$" in s for s in shown), shown

@@ -30,15 +30,17 @@ def _store(name: str) -> BlockStore:
 
 def _random_cluster(rng: random.Random):
     """Nodes with instances, optional DRAM/NVMe per node, an optional pool; random holdings of
-    one prompt's blocks; a random subset of instances as the router's candidates."""
+    one prompt's blocks; a random subset of instances as the router's candidates. Some nodes'
+    instances share one HBM store (an addressing domain read in place): each of them owns it."""
     index = KVIndex()
     tier_of: dict[int, str] = {}
     nodes = [f"n{i}" for i in range(rng.randint(1, 4))]
     instances = []  # (hbm store, node)
     node_stores: dict[str, list] = {}
     for node in nodes:
+        shared = _store(f"{node}.hbm") if rng.random() < 0.3 else None
         for j in range(rng.randint(1, 3)):
-            hbm = _store(f"{node}.i{j}.hbm")
+            hbm = shared if shared is not None else _store(f"{node}.i{j}.hbm")
             tier_of[id(hbm)] = "hbm"
             instances.append((hbm, node))
         for tier in ("dram", "nvme"):

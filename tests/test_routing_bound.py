@@ -58,6 +58,17 @@ def test_the_bound_of_document_prompts_by_segments_equals_the_per_block_count(bl
     assert per_block.sum() > 0
     assert infinite_cache_hit_blocks(prompts, block_tokens=block).tolist() == per_block.tolist()
     assert _hits_by_segments(prompts, prompts, block) is not None  # (counted by segments, not per block)
+    # documents shorter than a block: such a prompt is a chain of its own (told it is one of
+    # shared documents), or per block (not told)
+    short = DocumentLibrary(spec.model_copy(update={"document_tokens": UniformLength(low=1, high=3 * block)}),
+                            block, RandomStreams(block + 1).generator("docs"))
+    prompts = [short.prompt(d, suffix, ("short", block, i))[1]
+               for i, (d, suffix) in enumerate(zip(short.choose(rng, 300).tolist(),
+                                                   rng.integers(1, 3 * block, 300).tolist()))]
+    per_block = infinite_cache_hit_blocks(prompts)
+    assert min(len(short.prompt(d, 1, ("x",))[1]) for d in range(12)) >= 1 and per_block.sum() > 0
+    assert _hits_by_segments(prompts, prompts, block) is None
+    assert _hits_by_segments(prompts, prompts, block, documents=True).tolist() == per_block.tolist()
     # a trace's ids (no document chain) fall back to the per-block count
     foreign = [np.array([1, 2, 3]), np.array([1, 2, 4])]
     assert infinite_cache_hit_blocks(foreign, block_tokens=block).tolist() == [0, 2]

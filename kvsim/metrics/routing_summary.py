@@ -34,7 +34,7 @@ def cacheable_blocks(prompt_tokens: np.ndarray, block_tokens: int) -> np.ndarray
 
 
 def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | None = None,
-                              block_tokens: int | None = None) -> np.ndarray:
+                              block_tokens: int | None = None, documents: bool = False) -> np.ndarray:
     """Per request, the leading blocks of its prompt already held by an earlier request.
 
     Parameters
@@ -47,6 +47,9 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
     block_tokens : int, optional
         The ids' block size. Given, prompts made of document chains (``shared_documents``) are
         counted per segment of a chain (:func:`_hits_by_segments`) instead of per block.
+    documents : bool
+        Every prompt is a ``shared_documents`` one: a prompt that starts with no document chain
+        (its document is shorter than a block) is a chain of its own.
 
     Returns
     -------
@@ -58,7 +61,7 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
     if len(holds) != n:
         raise ValueError(f"holds has {len(holds)} entries for {n} requests")
     if block_tokens is not None:
-        by_segments = _hits_by_segments(lookups, holds, block_tokens)
+        by_segments = _hits_by_segments(lookups, holds, block_tokens, documents)
         if by_segments is not None:
             return by_segments
 
@@ -93,13 +96,15 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
     return out
 
 
-def _hits_by_segments(lookups: Sequence[Any], holds: Sequence[Any], block_tokens: int) -> np.ndarray | None:
+def _hits_by_segments(lookups: Sequence[Any], holds: Sequence[Any], block_tokens: int,
+                      documents: bool = False) -> np.ndarray | None:
     """:func:`infinite_cache_hit_blocks` where every prompt is segments of chains from their start
     (:func:`kvsim.workload.reuse.prompt_segments`: a document's chain and one of its own) and
     holds what it looks up: one address per block, so an earlier request holds blocks ``0 ..
     e - 1`` of a chain when one of its segments of that chain ends at ``e``, and a prompt's
     leading run of held blocks is read off per segment. None where that does not apply (ids
-    from no document chain, holds other than the prompt's): the caller counts per block."""
+    from no document chain, unless ``documents`` says the prompt is then a chain of its own;
+    holds other than the prompt's): the caller counts per block."""
     counts = np.zeros(len(lookups), dtype=np.int64)
     held_to: dict[Any, int] = {}
     for r, (ids, kept) in enumerate(zip(lookups, holds)):
@@ -111,7 +116,9 @@ def _hits_by_segments(lookups: Sequence[Any], holds: Sequence[Any], block_tokens
             return None
         segments = prompt_segments(ids, block_tokens)
         if segments is None:
-            return None
+            if not documents:
+                return None
+            segments = [(int(ids[0]), ids, 0, len(ids))]  # (no other prompt has its first block)
         hits = 0
         for key, _, start, end in segments:
             if start != 0:
@@ -138,7 +145,7 @@ def load_ratios(counts: np.ndarray) -> dict[str, float]:
 
 def routing_summary(records: RequestRecords, window_start_s: float, lookups: Sequence[Any],
                     holds: Sequence[Any] | None, block_tokens: int, instance_column: str,
-                    instances: Sequence[int], token_hit_rate: float) -> dict[str, Any]:
+                    instances: Sequence[int], token_hit_rate: float, documents: bool = False) -> dict[str, Any]:
     """Routing metrics of one system run.
 
     Parameters
@@ -161,6 +168,8 @@ def routing_summary(records: RequestRecords, window_start_s: float, lookups: Seq
     token_hit_rate : float
         The run's achieved token hit rate (``cache.hit_rate.total``; 0 for a system without a KV
         cache), for the gap.
+    documents : bool
+        The prompts are ``shared_documents`` ones (see :func:`infinite_cache_hit_blocks`).
 
     Returns
     -------
@@ -174,7 +183,7 @@ def routing_summary(records: RequestRecords, window_start_s: float, lookups: Seq
     measured = records.column("arrival_s") >= window_start_s
     prompt = records.column("input_tokens")
     hit_blocks = np.minimum(infinite_cache_hit_blocks(list(lookups)[:n], None if holds is None else list(holds)[:n],
-                                                      block_tokens),
+                                                      block_tokens, documents),
                             cacheable_blocks(prompt, block_tokens))
     inputs = float(prompt[measured].sum())
     bound = float((hit_blocks[measured] * block_tokens).sum()) / inputs if inputs else 0.0

@@ -44,7 +44,9 @@ class CacheLayout:
     Parameters
     ----------
     hbm : list of BlockStore or None
-        Candidate ``k``'s own HBM store (None: it caches nothing of its own).
+        Candidate ``k``'s own HBM store (None: it caches nothing of its own). Candidates that
+        share one (the members of an addressing domain whose HBM is one pool, ``peer_hbm:
+        read_in_place``) each own what it holds: any of them reads it without a load.
     nodes : list of str or None
         Candidate ``k``'s compute node (its DRAM and NVMe tiers).
     node_stores : dict
@@ -72,11 +74,15 @@ class CacheLayout:
         for k, node in enumerate(self.nodes):
             if node is not None:
                 self.members.setdefault(node, []).append(k)
-        # id(store) -> (kind, key, rank, credit); only stores some candidate reads
+        # id(store) -> (kind, key, rank, credit); only stores some candidate reads. An HBM
+        # store's key is the candidates it belongs to, in order (several: a domain's shared store)
         self.info = {}
+        owners: dict[int, list[int]] = {}
         for k, store in enumerate(self.hbm):
             if store is not None:
-                self.info[id(store)] = (_HBM, k, 0, self.hbm_credit)
+                owners.setdefault(id(store), []).append(k)
+        for key, ks in owners.items():
+            self.info[key] = (_HBM, tuple(ks), 0, self.hbm_credit)
         for node, stores in self.node_stores.items():
             if node in self.members:
                 for store, rank, credit in stores:
@@ -147,7 +153,7 @@ def reach(hashes: Sequence[Hashable], n: int, locations: Callable[[Hashable], It
                 continue
             kind, key, rank, weight = entry
             if kind == _HBM:
-                owners.append(key)
+                owners.extend(key)
             elif kind == _NODE:
                 best = node_tier.get(key)
                 if best is None or rank < best[0]:
@@ -227,7 +233,7 @@ def reach_segments(segments: Sequence[tuple], n: int,
             for store in where:
                 entry = info.get(id(store))
                 if entry is not None and entry[0] == _HBM:
-                    owners.append(entry[1])
+                    owners.extend(entry[1])
             alive = _cut(depth, owners, everyone, alive, cuts, survived)
             everyone = False
             if not alive:

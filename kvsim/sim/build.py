@@ -109,6 +109,7 @@ class System:
         self.domain_levels: DomainLevels | None = None  # HBM bytes per addressing domain (with a cache)
         self.timeseries: list[dict] = []
         self.block_tokens = 0
+        self.documents = False  # its prompts are shared_documents ones (a document's chain, then their own)
         self.topology: Topology
         self.network: FlowNetwork
         self.transfers: Transfers
@@ -256,6 +257,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     system = System(env, sizing.name, sizing, warmup, duration, records,
                     backend_kernels(resolve(spec.system_engine(sizing.name).backend)))
     system.block_tokens = block_tokens
+    system.documents = isinstance(spec.workload.prefix, SharedDocuments) and not spec.workload.trace
     system_spec = sizing.spec
     pool_nodes = []
     cache_spec = system_spec.kv_cache

@@ -93,7 +93,8 @@ def _routing(system: System, window_start_s: float, token_hit_rate: float) -> di
     out = routing_summary(system.records, window_start_s, front.prompt_hashes, front.held_hashes,
                           system.block_tokens,
                           "prefill_instance" if entry == "prefill" else "instance",
-                          [k for k, p in enumerate(system.placements) if p.role == entry], token_hit_rate)
+                          [k for k, p in enumerate(system.placements) if p.role == entry], token_hit_rate,
+                          documents=system.documents)
     router = front.router
     out["router"] = type(router).__name__
     if hasattr(router, "guarded"):

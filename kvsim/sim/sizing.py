@@ -273,6 +273,13 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
         if switchable:
             raise SizingError(where, "read_in_place with a controller that switches roles is not modelled "
                                      "(a switching instance's HBM would leave the shared pool): use copy_in")
+        pages = {p.spec.instance.block_size_tokens for p in caching}
+        if len(pages) > 1:
+            # one domain store counts every member's blocks in one size of pages
+            raise SizingError(where, "read_in_place makes the caching pools' HBM one store, which needs one engine "
+                                     "page size (instance.block_size_tokens); pools " + ", ".join(
+                                         f"{p.name} ({p.spec.instance.block_size_tokens} tokens)" for p in caching)
+                              + " differ: give them the same, or use copy_in")
     shapes = {(p.layout.cards, p.kv_bytes_per_token_per_card) for p in caching}
     if len(shapes) > 1:
         raise SizingError(where, "peer HBM access needs every caching pool to have the same cards per instance "

@@ -20,7 +20,7 @@ import simpy
 
 from kvsim.serving.cache.instance_cache import InstanceCache
 from kvsim.serving.cache.prefix_loader import PrefixLoader, SeqCache
-from kvsim.serving.cache.segments import count, prompt_address, take
+from kvsim.serving.cache.segments import prompt_address, segment_blocks, segment_range
 from kvsim.serving.cache.writer import CacheWriter
 from kvsim.serving.scheduler import Sequence
 
@@ -39,7 +39,7 @@ class ExtentPrefixLoader(PrefixLoader):
         usable, rank = self.access.usable(cache), self.access.rank(cache)
         # at least one token is always computed: the last prompt block is never a hit
         eligible = max(min(seq.prompt_tokens // bt, (seq.prefill_target - 1) // bt), 0)
-        prefix = take(prompt_address(seq, bt), 0, eligible)
+        prefix = segment_range(prompt_address(seq, bt), 0, eligible)
         n = index.longest_prefix(prefix, usable) if eligible > 0 else 0
         sources = index.tier_breakdown(prefix, n, rank, usable) if n else []
         hbm = cache.hbm
@@ -59,7 +59,7 @@ class ExtentPrefixLoader(PrefixLoader):
         for store, blocks in sources:
             if pos >= n:
                 break
-            piece = take(prefix, pos, pos + blocks)
+            piece = segment_range(prefix, pos, pos + blocks)
             pos += blocks
             if store is not hbm:
                 to_load += [(store, chain, s, e) for chain, s, e in piece]
@@ -92,8 +92,9 @@ class ExtentPrefixLoader(PrefixLoader):
             # the copies land in this domain, homed here and read by the sequence; the transfer
             # pins them until the bytes are there
             for _, chain, s, e in to_load:
-                if index.insert_run(hbm, chain, s, e, read=True)[0] < e - s:
-                    raise RuntimeError("HBM cache index refused a block it had pages for")
+                done, _, evicted = index.insert_run(hbm, chain, s, e, read=True)
+                if done < e - s or evicted:
+                    raise RuntimeError("a domain store refused or evicted on filing blocks it had pages for")
             for _, chain, s, e in to_load:
                 cache.domain_pool.homed_run(chain, s, e, cache)
             for _, chain, s, e in to_load:
@@ -146,7 +147,7 @@ class ExtentPrefixLoader(PrefixLoader):
         for store, holder, tier, stretches in self._source_groups(to_load).values():
             for chain, s, e in stretches:
                 store.lookup_pin_run(chain, s, e)
-            blocks = count(stretches)
+            blocks = segment_blocks(stretches)
             nbytes = blocks * g.block_bytes_per_card
             state.hits[tier] = state.hits.get(tier, 0) + blocks * g.block_tokens
             state.loaded_bytes += nbytes * g.tp
@@ -189,14 +190,15 @@ class ExtentCacheWriter(CacheWriter):
         if full <= first_new:
             return
         hbm, index, domain = cache.hbm, self.system.index, cache.domain_pool
-        run = take(prompt_address(seq, g.block_tokens), first_new, full)
+        run = segment_range(prompt_address(seq, g.block_tokens), first_new, full)
         # as CacheWriter.file_prompt: a block the domain holds already was computed twice and
         # its cached copy is read in place from now on; the others are stored and homed here
         pieces = []  # (chain, start, end, new)
         for chain, start, end in run:
-            done, new, _ = index.insert_run(hbm, chain, start, end, read=True, touch=False)
-            if done < end - start:
-                raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
+            done, new, evicted = index.insert_run(hbm, chain, start, end, read=True, touch=False)
+            if done < end - start or evicted:
+                # (a domain store holds what its members' pages hold: it never evicts on filing)
+                raise RuntimeError("a domain store refused or evicted on filing blocks whose pages the sequence held")
             pos = start
             for a, b in new:
                 if pos < a:

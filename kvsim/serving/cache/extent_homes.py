@@ -139,12 +139,6 @@ class ExtentHomes:
         self._enter(a)
         return True
 
-    def _settle(self, ext: HomeExtent) -> None:
-        prev = ext.prev
-        if self._join(prev, ext):
-            ext = prev
-        self._join(ext, ext.next)
-
     def _append(self, home, chain, pos: int) -> None:
         """Block ``pos`` (homed nowhere) goes to the end of ``home``'s order."""
         head = self._head(home)

@@ -37,7 +37,10 @@ class ExtentDomainStore(ExtentStore):
     does; hits refresh the blocks' places in their homes' orders, as
     :class:`~kvsim.serving.cache.domain_pool.DomainStore`'s do."""
 
-    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, pool: "ExtentDomainPool | None" = None):
+    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru",
+                 pool: "ExtentDomainPool | None" = None):
+        if policy != "lru":
+            raise ValueError(f"a store kept as extents evicts least recently used blocks, not by {policy!r}")
         super().__init__(name, whole_blocks(capacity_bytes, block_bytes))
         self.block_bytes = float(block_bytes)
         self.policy_kind = "lru"
@@ -167,8 +170,7 @@ class ExtentDomainPool(DomainPoolBase):
         freed = 0
         for chain, start, end in victims:
             for s, e, home in self.homes.forget_run(chain, start, end):
-                home.pool.give((e - s) * ppb)
-                evicted.setdefault(id(home), (home, []))[1].append((chain, s, e))
+                home.pool.give((e - s) * ppb)  # (nothing to write back: no tier below such a domain)
                 if home is cache:
                     freed += e - s
         return freed
@@ -195,14 +197,7 @@ class ExtentDomainPool(DomainPoolBase):
             self.inflight.clear(chain, low, high, done)
 
     def flush(self, cache: "InstanceCache") -> None:
-        """:meth:`DomainPool.flush`: evict every unheld block homed in ``cache``."""
-        store, index = self.store, self.system.index
-        freed = 0
-        for chain, first, count, step in self.homes.unheld(cache, 0, store):
-            for k in range(count):
-                pos = first + k * step
-                store.remove((chain, pos))
-                self.homes.forget_run(chain, pos, pos + 1)
-                index.discard_run(chain, pos, pos + 1, store)
-            freed += count
-        cache.pool.give(freed * cache.geometry.pages_per_block)
+        """An instance leaving a caching role: never one of a domain kept as extents (the
+        validator refuses read_in_place with a controller that switches roles, and P/D systems
+        stay per block)."""
+        raise RuntimeError(f"domain {self.name} is kept as extents: no instance of it leaves a caching role")

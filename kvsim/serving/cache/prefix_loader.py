@@ -140,7 +140,8 @@ class PrefixLoader:
             # the copies land in this HBM, read by the sequence; the transfer pins them until the
             # bytes are there
             run = [block for block, _, _ in to_load]
-            if index.insert_run(hbm, run, read=True).done < len(run):
+            filed = index.insert_run(hbm, run, read=True)
+            if filed.done < len(run) or (filed.evicted and domain is not None):
                 raise RuntimeError("HBM cache index refused a block it had pages for")
             if domain is not None:
                 domain.homed_run(run, cache)

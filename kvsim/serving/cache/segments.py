@@ -5,7 +5,7 @@ A block is addressed as ``(chain, position)``. A ``shared_documents`` prompt is 
 document's full blocks, ``(document key, 0, L)``, which every prompt of that document names
 alike, and the rest, ``(own key, 0, S)``, blocks no other prompt has
 (:func:`kvsim.workload.reuse.prompt_segments`). A segment list names blocks ``0 ..
-n - 1`` of the prompt in order; :func:`take` cuts the list to a range of those positions, so a
+n - 1`` of the prompt in order; `segment_range` cuts the list to a range of those positions, so a
 cache layer that used to slice a prompt's block ids slices its segments instead, and a stretch
 of a thousand blocks is one tuple.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from kvsim.workload.reuse import prompt_segments
 
-__all__ = ["Segment", "prompt_address", "take", "count"]
+__all__ = ["Segment", "prompt_address", "segment_range", "segment_blocks"]
 
 Segment = tuple[Any, int, int]
 """``(chain key, start, end)``: blocks ``start .. end - 1`` of one chain."""
@@ -41,7 +41,7 @@ def prompt_address(seq: Any, block_tokens: int) -> list[Segment]:
     return segments
 
 
-def take(segments: list[Segment], start: int, end: int) -> list[Segment]:
+def segment_range(segments: list[Segment], start: int, end: int) -> list[Segment]:
     """The blocks at prompt positions ``start .. end - 1`` of ``segments``, as segments."""
     out = []
     pos = 0
@@ -56,6 +56,6 @@ def take(segments: list[Segment], start: int, end: int) -> list[Segment]:
     return out
 
 
-def count(segments: list[Segment]) -> int:
+def segment_blocks(segments: list[Segment]) -> int:
     """Blocks the segments name."""
     return sum(e - s for _, s, e in segments)

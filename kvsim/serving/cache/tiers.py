@@ -141,7 +141,7 @@ class SystemCache:
             capacity = self.domain_blocks[domain] * g.block_bytes
             store: DomainStore | ExtentDomainStore
             if self.extents:
-                store = ExtentDomainStore(f"{domain}.hbm", capacity, g.block_bytes)
+                store = ExtentDomainStore(f"{domain}.hbm", capacity, g.block_bytes, self.spec.hbm_eviction)
                 pool = store.pool = ExtentDomainPool(domain, self, store)
             else:
                 store = DomainStore(f"{domain}.hbm", capacity, g.block_bytes, self.spec.hbm_eviction, None)

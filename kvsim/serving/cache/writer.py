@@ -58,8 +58,9 @@ class CacheWriter:
         # one run: a block already cached was computed twice, so the cached copy is kept (one per
         # domain: it may be a peer's, then this sequence reads it in place from now on); the
         # others are stored; the sequence reads every one of them
-        done, new_at, _ = index.insert_run(hbm, run, read=True, touch=False)
-        if done < len(run):
+        done, new_at, evicted = index.insert_run(hbm, run, read=True, touch=False)
+        if done < len(run) or (evicted and domain is not None):
+            # (a domain store holds what its members' pages hold: it never evicts on filing)
             raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
         new_blocks = [run[pos] for pos in new_at]
         twice = len(run) - len(new_blocks)
