@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
+import cython
+
 from kvsim.kv.store import BlockStore
 
 __all__ = ["KVIndex"]
@@ -84,6 +86,7 @@ class KVIndex:
         only ``store`` (the block is then held nowhere)."""
         return self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
 
+    @cython.locals(where_of=dict)
     def _drop(self, block: Block, store: BlockStore) -> bool:
         """Forget that ``store`` holds ``block``; False if it was not recorded."""
         where_of = self._where
@@ -103,6 +106,7 @@ class KVIndex:
         for watcher in self._watchers:
             watcher(block, store, False)
 
+    @cython.locals(where_of=dict, watchers=list)
     def discard_run(self, blocks: Sequence[Block], store: BlockStore) -> None:
         """:meth:`discard` each of ``blocks`` in order (a store's victims), with the same watcher
         calls in the same order. Blocks at one location tuple (most of a run's) share its
@@ -149,6 +153,7 @@ class KVIndex:
         self.add(block, store)
         return evicted
 
+    @cython.locals(where_of=dict, new_at=list, evicted=list, j=cython.Py_ssize_t, n_evicted=cython.Py_ssize_t, pos=cython.Py_ssize_t)
     def insert_run(self, store: BlockStore, blocks: Sequence[Block], read: bool = False,
                    touch: bool = True):
         """:meth:`BlockStore.insert_run` (see there) mirrored in the index: the same changes, and
@@ -238,6 +243,7 @@ class KVIndex:
 
     # -- prefix queries -------------------------------------------------------------------------
 
+    @cython.locals(where_of=dict, seen=set, i=cython.Py_ssize_t)
     def longest_prefix(
         self,
         hashes: Sequence[Block],
@@ -283,6 +289,7 @@ class KVIndex:
             seen.add(where)
         return len(hashes)
 
+    @cython.locals(where_of=dict, best=list, best_at=dict)
     def tier_breakdown(
         self,
         hashes: Sequence[Block],

@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Sequence
 
+import cython
+
 __all__ = ["RunOps", "RunInsert"]
 
 Block = Hashable
@@ -53,6 +55,7 @@ class RunInsert(tuple):
 class RunOps:
     """Run operations of :class:`~kvsim.kv.store.BlockStore` (see the module docstring)."""
 
+    @cython.locals(readers=dict, held=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, capacity=cython.Py_ssize_t)
     def insert_run(self, blocks: Sequence[Block], read: bool = False, touch: bool = True) -> RunInsert:
         """For each of ``blocks`` in order: :meth:`insert` it (or, if it is resident and ``touch``
         is False, leave it as it is), then, if ``read``, :meth:`add_reader` it.
@@ -115,6 +118,7 @@ class RunOps:
             self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
+    @cython.locals(readers=dict, held=dict, stamps=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, free=cython.Py_ssize_t, clock=cython.longlong, heap_on=cython.bint)
     def _file_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
         """:meth:`insert_run` with ``read`` and not ``touch`` under LRU (a prompt filed where it
         was computed, the hottest call of a cached run), the steps written out: a new block goes
@@ -179,6 +183,7 @@ class RunOps:
         self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
+    @cython.locals(held=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, free=cython.Py_ssize_t)
     def _insert_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
         """:meth:`insert_run` under LRU, neither read nor held, while the heap is off (copies
         filed in a lower tier), the steps written out: a resident block moves to the end of the
@@ -227,6 +232,7 @@ class RunOps:
         self._clock += 1
         self._stamps[block] = self._clock
 
+    @cython.locals(readers=dict, held=dict, stamps=dict, hits=cython.Py_ssize_t, clock=cython.longlong, heap_on=cython.bint)
     def read_run(self, blocks: Sequence[Block]) -> int:
         """For each of ``blocks`` in order: :meth:`lookup` it, and if it is stored take a reader
         reference (:meth:`add_reader`). Returns the hits."""
@@ -252,6 +258,7 @@ class RunOps:
         self._reader_refs += hits
         return hits
 
+    @cython.locals(pins=dict, held=dict, stamps=dict, hits=cython.Py_ssize_t, clock=cython.longlong, heap_on=cython.bint)
     def lookup_pin_run(self, blocks: Sequence[Block]) -> None:
         """For each of ``blocks`` in order: :meth:`lookup` it, then :meth:`pin` it (the source of
         a load); KeyError, after counting the miss, at the first one not stored."""
@@ -275,6 +282,7 @@ class RunOps:
             self._clock = clock
             self.hits += hits
 
+    @cython.locals(readers=dict, held=dict, taken=cython.Py_ssize_t)
     def add_reader_each(self, blocks: Sequence[Block]) -> None:
         """:meth:`add_reader` each of ``blocks`` in order (KeyError at the first one not stored;
         the blocks before it keep their references)."""
@@ -296,6 +304,7 @@ class RunOps:
         members = self._members
         return [block for block in blocks if block not in members]
 
+    @cython.locals(held=dict, found=list)
     def unheld(self, blocks, count: int) -> list:
         """Up to ``count`` of ``blocks`` (any iterable of stored blocks), in order, that are
         evictable: neither pinned nor read (:meth:`is_evictable` for each until ``count`` are
@@ -309,6 +318,7 @@ class RunOps:
                     break
         return found
 
+    @cython.locals(pins=dict, held=dict)
     def pin_each(self, blocks) -> None:
         """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
         members, pins, held = self._members, self._pins, self._held
@@ -322,6 +332,7 @@ class RunOps:
         """:meth:`unpin` each of ``blocks`` in order."""
         self._release_each(self._pins, blocks, "is not pinned")
 
+    @cython.locals(counts=dict, held=dict, stamps=dict, heap=list, heap_on=cython.bint, readers=cython.bint, dropped=cython.Py_ssize_t)
     def _release_each(self, counts: dict, blocks, missing: str) -> None:
         """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
         ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""

@@ -35,6 +35,8 @@ import heapq
 import math
 from collections.abc import Hashable
 
+import cython
+
 from kvsim.kv.eviction import EVICTION_POLICIES, EvictionPolicy
 from kvsim.kv.runs import RunOps
 
@@ -248,6 +250,7 @@ class BlockStore(RunOps):
         self._evict(victim)
         return victim
 
+    @cython.locals(victims=list, held=dict, stepped=cython.Py_ssize_t, switch=cython.bint)
     def evict_run(self, n: int) -> list[Block]:
         """:meth:`evict_one` up to ``n`` times, stopping at the first that finds no victim.
 
@@ -295,6 +298,7 @@ class BlockStore(RunOps):
             victims.append(victim)
         return victims
 
+    @cython.locals(held=dict, stamps=dict, heap=list, steps=cython.Py_ssize_t)
     def _victim(self) -> Block | None:
         if not self._heap_on:
             if not self._lru_policy:
@@ -326,7 +330,10 @@ class BlockStore(RunOps):
         self._heap_on = True
 
     def _evict(self, victim: Block) -> None:
-        self._policy.evict(victim)
+        if self._lru_policy:
+            del self._members[victim]  # type: ignore[union-attr]  # (LRUPolicy.evict: it leaves the order)
+        else:
+            self._policy.evict(victim)
         self.evictions += 1
         if self._heap_on:
             del self._stamps[victim]

@@ -376,7 +376,8 @@ def _build_cache(env: simpy.Environment, system: System, sizing: SystemSizing,
         nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
-    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks)
+    return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks,
+                       kernels=system.kernels)
 
 
 def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import simpy
 
+from kvsim.backend import Kernels
+from kvsim.backend import kernels as backend_kernels
 from kvsim.kv import BlockStore, KVIndex
 from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
@@ -64,13 +66,17 @@ class SystemCache:
 
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
                  transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
-                 pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None):
+                 pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None,
+                 kernels: Kernels | None = None):
         self.env = env
         self.spec = spec
         self.geometry = geometry
         self.transfers = transfers
         self.topology: Topology = transfers.topology
-        self.index = KVIndex()
+        # the block stores and the index come from the run's engine backend (compiled or reference)
+        kernels = kernels if kernels is not None else backend_kernels("python")
+        self._block_store: type[BlockStore] = kernels.store.BlockStore
+        self.index: KVIndex = kernels.index.KVIndex()
         topology = self.topology
         self.rank: dict[int, int] = {}       # id(store) -> tier position
         self.endpoint: dict[int, str] = {}   # id(store) -> topology endpoint of its medium
@@ -111,7 +117,7 @@ class SystemCache:
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None, write_limit: int | None = None) -> BlockStore:
-        store = BlockStore(name, capacity, block_bytes, policy)
+        store = self._block_store(name, capacity, block_bytes, policy)
         self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
