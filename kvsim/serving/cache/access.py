@@ -80,6 +80,7 @@ class CacheAccess:
         self.members: dict[str, list["InstanceCache"]] = {}  # domain -> its caching instances
         self._usable: dict[int, Callable[[BlockStore], bool]] = {}
         self._rank: dict[int, Callable[[BlockStore], float]] = {}
+        self._load_s: dict[tuple, float] = {}  # (id(reader), id(store), blocks) -> block_load_s
 
     def register(self, cache: "InstanceCache") -> str:
         """Enter ``cache``'s instance (its cards and HBM store); returns its domain's name."""
@@ -172,7 +173,17 @@ class CacheAccess:
                 for gpu in reader.gpus]
 
     def block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int = 1) -> float:
-        """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds."""
+        """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds.
+
+        A function of the three alone (paths, media and capacities never change during a run):
+        worked out once for each."""
+        key = (id(reader), id(store), blocks)
+        known = self._load_s.get(key)
+        if known is None:
+            known = self._load_s[key] = self._block_load_s(reader, store, blocks)
+        return known
+
+    def _block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int) -> float:
         system = self.system
         per_card = blocks * reader.geometry.block_bytes_per_card
         kind, holder = self.source(reader, store)

@@ -90,6 +90,7 @@ class SystemCache:
         # write flows in flight to each lower store, and the most it may have (see write())
         self.write_limit: dict[int, int | None] = {}
         self.writing: dict[int, int] = {}
+        self._io_requests: dict[tuple, IoRequest | None] = {}  # see io()
         for node, capacity in dram_bytes.items():
             self.dram[node] = self._store(f"{node}.dram", capacity, g.block_bytes, spec.dram.eviction, "dram",
                                           topology.dram(node), node, spec.dram.max_write_flows)
@@ -157,14 +158,24 @@ class SystemCache:
         set). A card's transfer is staged by the CPU of ``node`` unless GPU-Direct; a transfer
         from another ``source`` store (write-back between tiers) is always the host's.
         """
+        # one request per distinct access, made once: it depends on these arguments alone (an
+        # immutable value; the stores live as long as the system, so their ids name them)
+        key = (id(store), write, node, unit_bytes, None if source is None else id(source))
+        try:
+            return self._io_requests[key]
+        except KeyError:
+            pass
         endpoint = self.endpoint[id(store)]
-        if not self.transfers.storage.is_storage(endpoint):
-            return None
-        size = self.spec.io_size or unit_bytes
-        if source is not None:
-            return IoRequest(self.endpoint[id(source)], endpoint, size, node)
-        host = None if self.spec.gpu_direct else node
-        return IoRequest(None, endpoint, size, host) if write else IoRequest(endpoint, None, size, host)
+        request = None
+        if self.transfers.storage.is_storage(endpoint):
+            size = self.spec.io_size or unit_bytes
+            if source is not None:
+                request = IoRequest(self.endpoint[id(source)], endpoint, size, node)
+            else:
+                host = None if self.spec.gpu_direct else node
+                request = IoRequest(None, endpoint, size, host) if write else IoRequest(endpoint, None, size, host)
+        self._io_requests[key] = request
+        return request
 
     def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
         """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
