@@ -46,6 +46,11 @@ class KVIndex:
         # run of blocks filed in one store shares one ``(store,)`` (stores hash by identity).
         self._where: dict[Block, tuple[BlockStore, ...]] = {}
         self._sets: dict[tuple[BlockStore, ...], tuple[BlockStore, ...]] = {}
+        # a tuple with a store added or removed, by (tuple, store): a function of the two (the
+        # interned tuples are never dropped, so the answer is always the same object), worked
+        # out once for each -- a cluster's blocks sit at a few thousand distinct tuples
+        self._plus_of: dict[tuple, tuple[BlockStore, ...] | None] = {}
+        self._less_of: dict[tuple, tuple[BlockStore, ...]] = {}
         self._watchers: list[Callable[[Block, BlockStore, bool], None]] = []
 
     def __len__(self) -> int:
@@ -66,11 +71,17 @@ class KVIndex:
 
     def _plus(self, where: tuple[BlockStore, ...] | None, store: BlockStore) -> tuple[BlockStore, ...] | None:
         """The location tuple of a block at ``where`` once ``store`` holds it too; None if it did."""
+        key = (where, store)
+        try:
+            return self._plus_of[key]
+        except KeyError:
+            pass
         if where is None:
-            return self._interned((store,))
-        if store in where:
-            return None
-        return self._interned(where + (store,))
+            more = self._interned((store,))
+        else:
+            more = None if store in where else self._interned(where + (store,))
+        self._plus_of[key] = more
+        return more
 
     def add(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` holds ``block`` (idempotent)."""
@@ -84,7 +95,13 @@ class KVIndex:
     def _less(self, where: tuple[BlockStore, ...], store: BlockStore) -> tuple[BlockStore, ...] | None:
         """The location tuple ``where`` (which holds ``store``) without ``store``; None if it held
         only ``store`` (the block is then held nowhere)."""
-        return self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+        if len(where) <= 1:
+            return None
+        key = (where, store)
+        less = self._less_of.get(key)
+        if less is None:
+            less = self._less_of[key] = self._interned(tuple([s for s in where if s is not store]))
+        return less
 
     @cython.locals(where_of=dict)
     def _drop(self, block: Block, store: BlockStore) -> bool:
@@ -96,7 +113,7 @@ class KVIndex:
         if len(where) == 1:
             del where_of[block]
         else:
-            where_of[block] = self._interned(tuple(s for s in where if s is not store))
+            where_of[block] = self._less(where, store)
         return True
 
     def discard(self, block: Block, store: BlockStore) -> None:

@@ -183,7 +183,8 @@ class RunOps:
         self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
-    @cython.locals(held=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, free=cython.Py_ssize_t)
+    @cython.locals(held=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, free=cython.Py_ssize_t,
+                   heap_on=cython.bint)
     def _insert_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
         """:meth:`insert_run` under LRU, neither read nor held, while the heap is off (copies
         filed in a lower tier), the steps written out: a resident block moves to the end of the
@@ -192,13 +193,14 @@ class RunOps:
         order, held = self._members, self._held  # the LRU policy's order, least recent first
         free = self.capacity_blocks - len(order)  # (an eviction then an insertion keeps it)
         move = order.move_to_end
+        heap_on = self._heap_on  # (only a victim search can switch it on: read again after one)
         new_at: list[int] = []
         evicted: list[tuple[int, Block]] = []
         done = 0
         for done, block in enumerate(blocks):
             if block in order:
                 move(block)
-                if self._heap_on:
+                if heap_on:
                     self._use(block)
                 continue
             if free > 0:
@@ -206,17 +208,22 @@ class RunOps:
             else:
                 if not order:
                     victim = None
-                elif held or self._heap_on:
+                elif held or heap_on:
                     victim = self._victim()  # (may switch the heap on)
+                    heap_on = self._heap_on
                 else:
                     victim = next(iter(order))
                 if victim is None:
                     self.rejections += 1
                     break
-                self._evict(victim)
+                if heap_on:
+                    self._evict(victim)
+                else:  # (_evict under LRU with the heap off: the victim leaves the order)
+                    del order[victim]
+                    self.evictions += 1
                 evicted.append((done, victim))
             order[block] = None
-            if self._heap_on:
+            if heap_on:
                 self._use(block)
             new_at.append(done)
         else:

@@ -101,20 +101,22 @@ class CacheAccess:
         if known is not None:
             return known
         system = self.system
-        tier_of = system.tier_of
-        own_hbm, dram, nvme = reader.hbm, system.dram.get(reader.node), system.nvme.get(reader.node)
         peers = self.peer_mode != "none"
-
-        def usable(store: BlockStore) -> bool:
-            tier = tier_of[id(store)]
-            if tier == "hbm":
-                return store is own_hbm or peers
-            if tier == "remote":
-                return True
-            return store is dram or store is nvme
-
+        # the stores it may use, as a set's membership test (a C call, asked for every location
+        # tuple a prompt meets): every HBM store with peer access, else its own; its node's DRAM
+        # and NVMe; every pool node. The system's stores are all made while it is built, and
+        # adding one forgets these sets (stores_changed)
+        allowed = [store for store in self.system.hbm if peers or store is reader.hbm]
+        allowed += [store for store in (system.dram.get(reader.node), system.nvme.get(reader.node)) if store is not None]
+        allowed += system.remote
+        usable = frozenset(allowed).__contains__
         self._usable[id(reader)] = usable
         return usable
+
+    def stores_changed(self) -> None:
+        """A store was added to the system (while it is built): work out usable() and rank() anew."""
+        self._usable.clear()
+        self._rank.clear()
 
     def rank(self, reader: "InstanceCache") -> Callable[[BlockStore], float]:
         """``rank(store)``, lower is better: the tier's position without peer access, else the
@@ -124,10 +126,9 @@ class CacheAccess:
             return known
         system = self.system
         if self.peer_mode == "none":
-            positions = system.rank
-
-            def rank(store: BlockStore) -> float:
-                return positions[id(store)]
+            # the tier's position of every store of the system, looked up by the store (a C call)
+            stores = [*system.hbm, *system.dram.values(), *system.nvme.values(), *system.remote]
+            rank = {store: system.rank[id(store)] for store in stores}.__getitem__
         else:
             estimates: dict[int, float] = {}
 

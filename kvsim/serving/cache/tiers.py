@@ -132,6 +132,7 @@ class SystemCache:
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
                             self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node)
         self.hbm.append(store)
+        self.access.stores_changed()
         return store
 
     def domain_pool(self, domain: str) -> DomainPool:
@@ -145,6 +146,7 @@ class SystemCache:
             self.endpoint[id(store)] = ""
             self.tier_of[id(store)] = "hbm"
             self.hbm.append(store)
+            self.access.stores_changed()
             pool = store.pool = DomainPool(domain, self, store)
             self.domain_pools[domain] = pool
         return pool
