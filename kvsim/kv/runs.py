@@ -325,9 +325,34 @@ class RunOps:
                     break
         return found
 
-    @cython.locals(pins=dict, held=dict)
+    @cython.locals(held=dict)
     def pin_each(self, blocks) -> None:
-        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
+        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks).
+
+        A store made with ``whole_pins`` keeps the pins of a run whose blocks are all held
+        already (a sequence writing down the blocks it reads) as one entry for the run, not a
+        count per block, until one of its blocks is let go of otherwise (:meth:`_pin_whole`).
+        While kept whole its blocks are held anyway, so no decision can tell the difference.
+        """
+        whole = self._whole_pins
+        if whole is not None and len(blocks):
+            held = self._held
+            for block in blocks:
+                if block not in held:
+                    break
+            else:
+                key = tuple(blocks)
+                entry = whole.get(key)
+                if entry is None:
+                    whole[key] = [1, frozenset(key)]
+                else:
+                    entry[0] += 1
+                return
+        self._pin_blocks(blocks)
+
+    @cython.locals(pins=dict, held=dict)
+    def _pin_blocks(self, blocks) -> None:
+        """:meth:`pin_each`, a count per block."""
         members, pins, held = self._members, self._pins, self._held
         for block in blocks:
             if block not in members:
@@ -336,13 +361,35 @@ class RunOps:
             held[block] = held.get(block, 0) + 1
 
     def unpin_each(self, blocks) -> None:
-        """:meth:`unpin` each of ``blocks`` in order."""
+        """:meth:`unpin` each of ``blocks`` in order (a run kept whole is let go of as one)."""
+        whole = self._whole_pins
+        if whole:
+            key = tuple(blocks)
+            entry = whole.get(key)
+            if entry is not None:
+                if entry[0] == 1:
+                    del whole[key]
+                else:
+                    entry[0] -= 1
+                return
         self._release_each(self._pins, blocks, "is not pinned")
+
+    def _pin_whole(self, blocks) -> None:
+        """Before a hold on any of ``blocks`` is let go of: the runs whose pins are kept whole and
+        share a block with them are pinned block by block (as many times as they were pinned),
+        so every count is then what pinning block by block had made it."""
+        whole = self._whole_pins
+        touching = [key for key, entry in whole.items() if not entry[1].isdisjoint(blocks)]
+        for key in touching:
+            for _ in range(whole.pop(key)[0]):
+                self._pin_blocks(key)
 
     @cython.locals(counts=dict, held=dict, stamps=dict, heap=list, heap_on=cython.bint, readers=cython.bint, dropped=cython.Py_ssize_t)
     def _release_each(self, counts: dict, blocks, missing: str) -> None:
         """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
         ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
+        if self._whole_pins:
+            self._pin_whole(blocks)
         held, readers = self._held, counts is self._readers
         # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
         # victim is chosen in between, and a rebuild keeps exactly the valid entries)

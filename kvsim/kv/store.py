@@ -89,7 +89,8 @@ class BlockStore(RunOps):
         Inserts refused because the store was full of held blocks.
     """
 
-    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru"):
+    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru",
+                 whole_pins: bool = False):
         if not block_bytes > 0 or not math.isfinite(block_bytes):
             raise ValueError(f"block_bytes must be positive and finite, got {block_bytes}")
         if not capacity_bytes >= 0 or not math.isfinite(capacity_bytes):
@@ -110,6 +111,9 @@ class BlockStore(RunOps):
         self._readers: dict[Block, int] = {}
         self._reader_refs = 0
         self._held: dict[Block, int] = {}  # pins + readers per held block, to count evictables in O(1)
+        # with ``whole_pins``: runs pinned while all their blocks were held, kept as one entry each
+        # (tuple of blocks -> [times pinned, its blocks as a set]) instead of counts (RunOps.pin_each)
+        self._whole_pins: dict[tuple, list] | None = {} if whole_pins else None
         # LRU: the victim is the least recently inserted or hit block that nothing holds. Scanning
         # the recency order for it steps over every held block older than the first free one
         # (quadratic when running sequences hold most of a full store). Once a scan steps over
@@ -180,7 +184,9 @@ class BlockStore(RunOps):
     @property
     def pinned_blocks(self) -> int:
         """Distinct blocks with at least one pin."""
-        return len(self._pins)
+        if not self._whole_pins:
+            return len(self._pins)
+        return len(set(self._pins).union(*(entry[1] for entry in self._whole_pins.values())))
 
     # -- membership and hits --------------------------------------------------------------------
 
@@ -400,6 +406,8 @@ class BlockStore(RunOps):
 
     def unpin(self, block: Block) -> None:
         """Release one pin of ``block`` (ValueError if it has none)."""
+        if self._whole_pins:
+            self._pin_whole((block,))
         count = self._pins.get(block, 0)
         if count == 0:
             raise ValueError(f"block {block!r} in {self.name} is not pinned")
@@ -411,7 +419,8 @@ class BlockStore(RunOps):
 
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
-        return self._pins.get(block, 0)
+        whole = sum(entry[0] * key.count(block) for key, entry in self._whole_pins.items()) if self._whole_pins else 0
+        return self._pins.get(block, 0) + whole
 
     def add_reader(self, block: Block) -> None:
         """Take a reader reference to stored ``block`` (KeyError if absent)."""
@@ -423,6 +432,8 @@ class BlockStore(RunOps):
 
     def drop_reader(self, block: Block) -> None:
         """Give back one reader reference to ``block`` (ValueError if it has none)."""
+        if self._whole_pins:
+            self._pin_whole((block,))
         count = self._readers.get(block, 0)
         if count == 0:
             raise ValueError(f"block {block!r} in {self.name} has no readers")

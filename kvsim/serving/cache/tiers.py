@@ -117,8 +117,9 @@ class SystemCache:
         self.remote_reads = RemoteReads(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
-               endpoint: str, node: str | None, write_limit: int | None = None) -> BlockStore:
-        store = self._block_store(name, capacity, block_bytes, policy)
+               endpoint: str, node: str | None, write_limit: int | None = None,
+               whole_pins: bool = False) -> BlockStore:
+        store = self._block_store(name, capacity, block_bytes, policy, whole_pins)
         self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
@@ -129,8 +130,9 @@ class SystemCache:
 
     def add_instance_hbm(self, instance: int, node: str, capacity_blocks: int) -> BlockStore:
         """The HBM store of instance ``instance`` (on compute node ``node``), ``capacity_blocks`` blocks."""
+        # (its write-downs pin runs the writing sequence reads: kept whole, see BlockStore.pin_each)
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node)
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True)
         self.hbm.append(store)
         self.access.stores_changed()
         return store
