@@ -256,7 +256,8 @@ class BlockStore(RunOps):
         self._evict(victim)
         return victim
 
-    @cython.locals(victims=list, held=dict, stepped=cython.Py_ssize_t, switch=cython.bint)
+    @cython.locals(victims=list, held=dict, stepped=cython.Py_ssize_t, switch=cython.bint, heap=list, stamps=dict,
+                   evicted_before=cython.Py_ssize_t)
     def evict_run(self, n: int) -> list[Block]:
         """:meth:`evict_one` up to ``n`` times, stopping at the first that finds no victim.
 
@@ -269,6 +270,7 @@ class BlockStore(RunOps):
         victims: list[Block] = []
         if n <= 0:
             return victims
+        evicted_before = 0  # (victims the walk below counted already)
         if self._lru_policy and not self._heap_on:
             # One walk of the recency order finds what the repeated searches would. Each search
             # restarts at the front, where only held blocks are left (the unheld ones before were
@@ -294,7 +296,26 @@ class BlockStore(RunOps):
             self.evictions += len(victims)
             if not switch:
                 return victims
+            evicted_before = len(victims)
             self._start_heap()
+        if self._lru_policy:  # (the heap is on) _victim and _evict written out, as a store under
+            # pressure calls them for every block it frees: the least recent unheld block is the
+            # smallest valid heap entry; it leaves the order and its stamp, its entry left to go stale
+            heap, stamps, held, order = self._unheld, self._stamps, self._held, self._members
+            pop = heapq.heappop
+            while len(victims) < n and len(order):
+                while heap:
+                    stamp, block = heap[0]
+                    if stamps.get(block) == stamp and block not in held:
+                        break
+                    pop(heap)  # stale, or held now (it is pushed again when released)
+                else:
+                    break
+                del order[block]
+                del stamps[block]
+                victims.append(block)
+            self.evictions += len(victims) - evicted_before
+            return victims
         victim_of, evict, members = self._victim, self._evict, self._members
         while len(victims) < n:
             victim = victim_of() if len(members) else None
