@@ -52,6 +52,9 @@ class Kernels(NamedTuple):
     engine_time: ModuleType
     sequence: ModuleType
     block_pool: ModuleType
+    runs: ModuleType
+    store: ModuleType
+    index: ModuleType  # type: ignore[assignment]  # (kvsim.kv.index; shadows tuple.index, which no one calls)
     decode_run: ModuleType
     scheduler: ModuleType
     engine_loop: ModuleType
@@ -77,6 +80,9 @@ def _compiled_modules() -> dict[str, ModuleType]:
     """The compiled kernel modules by source module name (ImportError where not built)."""
     from kvsim._compiled import (  # type: ignore[attr-defined]  # built by setup.py
         kv_block_pool,
+        kv_index,
+        kv_runs,
+        kv_store,
         metrics_engine_time,
         metrics_levels,
         models_step_time,
@@ -91,12 +97,13 @@ def _compiled_modules() -> dict[str, ModuleType]:
     return {"kvsim.models.step_time": models_step_time, "kvsim.metrics.levels": metrics_levels,
             "kvsim.metrics.engine_time": metrics_engine_time, "kvsim.serving.decode_run": serving_decode_run,
             "kvsim.serving.sequence": serving_sequence, "kvsim.kv.block_pool": kv_block_pool,
+            "kvsim.kv.runs": kv_runs, "kvsim.kv.store": kv_store, "kvsim.kv.index": kv_index,
             "kvsim.serving.scheduler": serving_scheduler, "kvsim.serving.engine_loop": serving_engine_loop,
             "kvsim.network.filling": network_filling, "kvsim.network.flows": network_flows}
 
 
 def _python_modules() -> dict[str, ModuleType]:
-    from kvsim.kv import block_pool
+    from kvsim.kv import block_pool, index, runs, store
     from kvsim.metrics import engine_time, levels
     from kvsim.models import step_time
     from kvsim.network import filling, flows
@@ -105,6 +112,7 @@ def _python_modules() -> dict[str, ModuleType]:
     return {"kvsim.models.step_time": step_time, "kvsim.metrics.levels": levels,
             "kvsim.metrics.engine_time": engine_time, "kvsim.serving.decode_run": decode_run,
             "kvsim.serving.sequence": sequence, "kvsim.kv.block_pool": block_pool,
+            "kvsim.kv.runs": runs, "kvsim.kv.store": store, "kvsim.kv.index": index,
             "kvsim.serving.scheduler": scheduler, "kvsim.serving.engine_loop": engine_loop,
             "kvsim.network.filling": filling, "kvsim.network.flows": flows}
 

@@ -241,6 +241,7 @@ def _scenarios():
 
 @pytest.mark.parametrize("name, scenario", list(_scenarios()), ids=lambda v: v if isinstance(v, str) else "")
 def test_runs_equal_the_per_block_reference(name, scenario, monkeypatch):
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's classes are the ones patched below
     by_run = kvsim.run(scenario).records_digest()
     # CacheWriter.reclaim is the pool's reclaim hook, bound when an instance is built: patched
     # on the class before the run, it is the reference's that gets bound

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 
+import cython
+
 from kvsim.kv.store import BlockStore
 
 __all__ = ["KVIndex"]
@@ -44,6 +46,11 @@ class KVIndex:
         # run of blocks filed in one store shares one ``(store,)`` (stores hash by identity).
         self._where: dict[Block, tuple[BlockStore, ...]] = {}
         self._sets: dict[tuple[BlockStore, ...], tuple[BlockStore, ...]] = {}
+        # a tuple with a store added or removed, by (tuple, store): a function of the two (the
+        # interned tuples are never dropped, so the answer is always the same object), worked
+        # out once for each -- a cluster's blocks sit at a few thousand distinct tuples
+        self._plus_of: dict[tuple, tuple[BlockStore, ...] | None] = {}
+        self._less_of: dict[tuple, tuple[BlockStore, ...]] = {}
         self._watchers: list[Callable[[Block, BlockStore, bool], None]] = []
 
     def __len__(self) -> int:
@@ -64,11 +71,17 @@ class KVIndex:
 
     def _plus(self, where: tuple[BlockStore, ...] | None, store: BlockStore) -> tuple[BlockStore, ...] | None:
         """The location tuple of a block at ``where`` once ``store`` holds it too; None if it did."""
+        key = (where, store)
+        try:
+            return self._plus_of[key]
+        except KeyError:
+            pass
         if where is None:
-            return self._interned((store,))
-        if store in where:
-            return None
-        return self._interned(where + (store,))
+            more = self._interned((store,))
+        else:
+            more = None if store in where else self._interned(where + (store,))
+        self._plus_of[key] = more
+        return more
 
     def add(self, block: Block, store: BlockStore) -> None:
         """Record that ``store`` holds ``block`` (idempotent)."""
@@ -82,8 +95,15 @@ class KVIndex:
     def _less(self, where: tuple[BlockStore, ...], store: BlockStore) -> tuple[BlockStore, ...] | None:
         """The location tuple ``where`` (which holds ``store``) without ``store``; None if it held
         only ``store`` (the block is then held nowhere)."""
-        return self._interned(tuple(s for s in where if s is not store)) if len(where) > 1 else None
+        if len(where) <= 1:
+            return None
+        key = (where, store)
+        less = self._less_of.get(key)
+        if less is None:
+            less = self._less_of[key] = self._interned(tuple([s for s in where if s is not store]))
+        return less
 
+    @cython.locals(where_of=dict)
     def _drop(self, block: Block, store: BlockStore) -> bool:
         """Forget that ``store`` holds ``block``; False if it was not recorded."""
         where_of = self._where
@@ -93,7 +113,7 @@ class KVIndex:
         if len(where) == 1:
             del where_of[block]
         else:
-            where_of[block] = self._interned(tuple(s for s in where if s is not store))
+            where_of[block] = self._less(where, store)
         return True
 
     def discard(self, block: Block, store: BlockStore) -> None:
@@ -103,6 +123,7 @@ class KVIndex:
         for watcher in self._watchers:
             watcher(block, store, False)
 
+    @cython.locals(where_of=dict, watchers=list)
     def discard_run(self, blocks: Sequence[Block], store: BlockStore) -> None:
         """:meth:`discard` each of ``blocks`` in order (a store's victims), with the same watcher
         calls in the same order. Blocks at one location tuple (most of a run's) share its
@@ -149,6 +170,7 @@ class KVIndex:
         self.add(block, store)
         return evicted
 
+    @cython.locals(where_of=dict, new_at=list, evicted=list, j=cython.Py_ssize_t, n_evicted=cython.Py_ssize_t, pos=cython.Py_ssize_t)
     def insert_run(self, store: BlockStore, blocks: Sequence[Block], read: bool = False,
                    touch: bool = True):
         """:meth:`BlockStore.insert_run` (see there) mirrored in the index: the same changes, and
@@ -238,6 +260,7 @@ class KVIndex:
 
     # -- prefix queries -------------------------------------------------------------------------
 
+    @cython.locals(where_of=dict, seen=set, i=cython.Py_ssize_t)
     def longest_prefix(
         self,
         hashes: Sequence[Block],
@@ -283,6 +306,7 @@ class KVIndex:
             seen.add(where)
         return len(hashes)
 
+    @cython.locals(where_of=dict, best=list, best_at=dict)
     def tier_breakdown(
         self,
         hashes: Sequence[Block],

@@ -18,6 +18,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable, Sequence
 
+import cython
+
 __all__ = ["RunOps", "RunInsert"]
 
 Block = Hashable
@@ -53,6 +55,7 @@ class RunInsert(tuple):
 class RunOps:
     """Run operations of :class:`~kvsim.kv.store.BlockStore` (see the module docstring)."""
 
+    @cython.locals(readers=dict, held=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, capacity=cython.Py_ssize_t)
     def insert_run(self, blocks: Sequence[Block], read: bool = False, touch: bool = True) -> RunInsert:
         """For each of ``blocks`` in order: :meth:`insert` it (or, if it is resident and ``touch``
         is False, leave it as it is), then, if ``read``, :meth:`add_reader` it.
@@ -115,6 +118,7 @@ class RunOps:
             self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
+    @cython.locals(readers=dict, held=dict, stamps=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, free=cython.Py_ssize_t, clock=cython.longlong, heap_on=cython.bint)
     def _file_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
         """:meth:`insert_run` with ``read`` and not ``touch`` under LRU (a prompt filed where it
         was computed, the hottest call of a cached run), the steps written out: a new block goes
@@ -179,6 +183,8 @@ class RunOps:
         self._reader_refs += done
         return RunInsert(done, new_at, evicted)
 
+    @cython.locals(held=dict, new_at=list, evicted=list, done=cython.Py_ssize_t, free=cython.Py_ssize_t,
+                   heap_on=cython.bint)
     def _insert_run_lru(self, blocks: Sequence[Block]) -> RunInsert:
         """:meth:`insert_run` under LRU, neither read nor held, while the heap is off (copies
         filed in a lower tier), the steps written out: a resident block moves to the end of the
@@ -187,13 +193,14 @@ class RunOps:
         order, held = self._members, self._held  # the LRU policy's order, least recent first
         free = self.capacity_blocks - len(order)  # (an eviction then an insertion keeps it)
         move = order.move_to_end
+        heap_on = self._heap_on  # (only a victim search can switch it on: read again after one)
         new_at: list[int] = []
         evicted: list[tuple[int, Block]] = []
         done = 0
         for done, block in enumerate(blocks):
             if block in order:
                 move(block)
-                if self._heap_on:
+                if heap_on:
                     self._use(block)
                 continue
             if free > 0:
@@ -201,17 +208,22 @@ class RunOps:
             else:
                 if not order:
                     victim = None
-                elif held or self._heap_on:
+                elif held or heap_on:
                     victim = self._victim()  # (may switch the heap on)
+                    heap_on = self._heap_on
                 else:
                     victim = next(iter(order))
                 if victim is None:
                     self.rejections += 1
                     break
-                self._evict(victim)
+                if heap_on:
+                    self._evict(victim)
+                else:  # (_evict under LRU with the heap off: the victim leaves the order)
+                    del order[victim]
+                    self.evictions += 1
                 evicted.append((done, victim))
             order[block] = None
-            if self._heap_on:
+            if heap_on:
                 self._use(block)
             new_at.append(done)
         else:
@@ -227,6 +239,7 @@ class RunOps:
         self._clock += 1
         self._stamps[block] = self._clock
 
+    @cython.locals(readers=dict, held=dict, stamps=dict, hits=cython.Py_ssize_t, clock=cython.longlong, heap_on=cython.bint)
     def read_run(self, blocks: Sequence[Block]) -> int:
         """For each of ``blocks`` in order: :meth:`lookup` it, and if it is stored take a reader
         reference (:meth:`add_reader`). Returns the hits."""
@@ -252,6 +265,7 @@ class RunOps:
         self._reader_refs += hits
         return hits
 
+    @cython.locals(pins=dict, held=dict, stamps=dict, hits=cython.Py_ssize_t, clock=cython.longlong, heap_on=cython.bint)
     def lookup_pin_run(self, blocks: Sequence[Block]) -> None:
         """For each of ``blocks`` in order: :meth:`lookup` it, then :meth:`pin` it (the source of
         a load); KeyError, after counting the miss, at the first one not stored."""
@@ -275,6 +289,7 @@ class RunOps:
             self._clock = clock
             self.hits += hits
 
+    @cython.locals(readers=dict, held=dict, taken=cython.Py_ssize_t)
     def add_reader_each(self, blocks: Sequence[Block]) -> None:
         """:meth:`add_reader` each of ``blocks`` in order (KeyError at the first one not stored;
         the blocks before it keep their references)."""
@@ -296,6 +311,7 @@ class RunOps:
         members = self._members
         return [block for block in blocks if block not in members]
 
+    @cython.locals(held=dict, found=list)
     def unheld(self, blocks, count: int) -> list:
         """Up to ``count`` of ``blocks`` (any iterable of stored blocks), in order, that are
         evictable: neither pinned nor read (:meth:`is_evictable` for each until ``count`` are
@@ -309,8 +325,34 @@ class RunOps:
                     break
         return found
 
+    @cython.locals(held=dict)
     def pin_each(self, blocks) -> None:
-        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks)."""
+        """:meth:`pin` each of ``blocks`` in order (one call for a transfer's blocks).
+
+        A store made with ``whole_pins`` keeps the pins of a run whose blocks are all held
+        already (a sequence writing down the blocks it reads) as one entry for the run, not a
+        count per block, until one of its blocks is let go of otherwise (:meth:`_pin_whole`).
+        While kept whole its blocks are held anyway, so no decision can tell the difference.
+        """
+        whole = self._whole_pins
+        if whole is not None and len(blocks):
+            held = self._held
+            for block in blocks:
+                if block not in held:
+                    break
+            else:
+                key = tuple(blocks)
+                entry = whole.get(key)
+                if entry is None:
+                    whole[key] = [1, frozenset(key)]
+                else:
+                    entry[0] += 1
+                return
+        self._pin_blocks(blocks)
+
+    @cython.locals(pins=dict, held=dict)
+    def _pin_blocks(self, blocks) -> None:
+        """:meth:`pin_each`, a count per block."""
         members, pins, held = self._members, self._pins, self._held
         for block in blocks:
             if block not in members:
@@ -319,12 +361,35 @@ class RunOps:
             held[block] = held.get(block, 0) + 1
 
     def unpin_each(self, blocks) -> None:
-        """:meth:`unpin` each of ``blocks`` in order."""
+        """:meth:`unpin` each of ``blocks`` in order (a run kept whole is let go of as one)."""
+        whole = self._whole_pins
+        if whole:
+            key = tuple(blocks)
+            entry = whole.get(key)
+            if entry is not None:
+                if entry[0] == 1:
+                    del whole[key]
+                else:
+                    entry[0] -= 1
+                return
         self._release_each(self._pins, blocks, "is not pinned")
 
+    def _pin_whole(self, blocks) -> None:
+        """Before a hold on any of ``blocks`` is let go of: the runs whose pins are kept whole and
+        share a block with them are pinned block by block (as many times as they were pinned),
+        so every count is then what pinning block by block had made it."""
+        whole = self._whole_pins
+        touching = [key for key, entry in whole.items() if not entry[1].isdisjoint(blocks)]
+        for key in touching:
+            for _ in range(whole.pop(key)[0]):
+                self._pin_blocks(key)
+
+    @cython.locals(counts=dict, held=dict, stamps=dict, heap=list, heap_on=cython.bint, readers=cython.bint, dropped=cython.Py_ssize_t)
     def _release_each(self, counts: dict, blocks, missing: str) -> None:
         """Take one pin (``counts`` is the pins) or reader reference (the readers) off each of
         ``blocks`` in order; ValueError, saying the block ``missing``, at one that has none."""
+        if self._whole_pins:
+            self._pin_whole(blocks)
         held, readers = self._held, counts is self._readers
         # (releasing never switches the heap on; its rebuild, if due, waits for the end: no
         # victim is chosen in between, and a rebuild keeps exactly the valid entries)

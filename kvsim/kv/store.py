@@ -35,6 +35,8 @@ import heapq
 import math
 from collections.abc import Hashable
 
+import cython
+
 from kvsim.kv.eviction import EVICTION_POLICIES, EvictionPolicy
 from kvsim.kv.runs import RunOps
 
@@ -87,7 +89,8 @@ class BlockStore(RunOps):
         Inserts refused because the store was full of held blocks.
     """
 
-    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru"):
+    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru",
+                 whole_pins: bool = False):
         if not block_bytes > 0 or not math.isfinite(block_bytes):
             raise ValueError(f"block_bytes must be positive and finite, got {block_bytes}")
         if not capacity_bytes >= 0 or not math.isfinite(capacity_bytes):
@@ -108,6 +111,9 @@ class BlockStore(RunOps):
         self._readers: dict[Block, int] = {}
         self._reader_refs = 0
         self._held: dict[Block, int] = {}  # pins + readers per held block, to count evictables in O(1)
+        # with ``whole_pins``: runs pinned while all their blocks were held, kept as one entry each
+        # (tuple of blocks -> [times pinned, its blocks as a set]) instead of counts (RunOps.pin_each)
+        self._whole_pins: dict[tuple, list] | None = {} if whole_pins else None
         # LRU: the victim is the least recently inserted or hit block that nothing holds. Scanning
         # the recency order for it steps over every held block older than the first free one
         # (quadratic when running sequences hold most of a full store). Once a scan steps over
@@ -178,7 +184,9 @@ class BlockStore(RunOps):
     @property
     def pinned_blocks(self) -> int:
         """Distinct blocks with at least one pin."""
-        return len(self._pins)
+        if not self._whole_pins:
+            return len(self._pins)
+        return len(set(self._pins).union(*(entry[1] for entry in self._whole_pins.values())))
 
     # -- membership and hits --------------------------------------------------------------------
 
@@ -248,6 +256,8 @@ class BlockStore(RunOps):
         self._evict(victim)
         return victim
 
+    @cython.locals(victims=list, held=dict, stepped=cython.Py_ssize_t, switch=cython.bint, heap=list, stamps=dict,
+                   evicted_before=cython.Py_ssize_t)
     def evict_run(self, n: int) -> list[Block]:
         """:meth:`evict_one` up to ``n`` times, stopping at the first that finds no victim.
 
@@ -260,6 +270,7 @@ class BlockStore(RunOps):
         victims: list[Block] = []
         if n <= 0:
             return victims
+        evicted_before = 0  # (victims the walk below counted already)
         if self._lru_policy and not self._heap_on:
             # One walk of the recency order finds what the repeated searches would. Each search
             # restarts at the front, where only held blocks are left (the unheld ones before were
@@ -285,7 +296,26 @@ class BlockStore(RunOps):
             self.evictions += len(victims)
             if not switch:
                 return victims
+            evicted_before = len(victims)
             self._start_heap()
+        if self._lru_policy:  # (the heap is on) _victim and _evict written out, as a store under
+            # pressure calls them for every block it frees: the least recent unheld block is the
+            # smallest valid heap entry; it leaves the order and its stamp, its entry left to go stale
+            heap, stamps, held, order = self._unheld, self._stamps, self._held, self._members
+            pop = heapq.heappop
+            while len(victims) < n and len(order):
+                while heap:
+                    stamp, block = heap[0]
+                    if stamps.get(block) == stamp and block not in held:
+                        break
+                    pop(heap)  # stale, or held now (it is pushed again when released)
+                else:
+                    break
+                del order[block]
+                del stamps[block]
+                victims.append(block)
+            self.evictions += len(victims) - evicted_before
+            return victims
         victim_of, evict, members = self._victim, self._evict, self._members
         while len(victims) < n:
             victim = victim_of() if len(members) else None
@@ -295,6 +325,7 @@ class BlockStore(RunOps):
             victims.append(victim)
         return victims
 
+    @cython.locals(held=dict, stamps=dict, heap=list, steps=cython.Py_ssize_t)
     def _victim(self) -> Block | None:
         if not self._heap_on:
             if not self._lru_policy:
@@ -326,7 +357,10 @@ class BlockStore(RunOps):
         self._heap_on = True
 
     def _evict(self, victim: Block) -> None:
-        self._policy.evict(victim)
+        if self._lru_policy:
+            del self._members[victim]  # type: ignore[union-attr]  # (LRUPolicy.evict: it leaves the order)
+        else:
+            self._policy.evict(victim)
         self.evictions += 1
         if self._heap_on:
             del self._stamps[victim]
@@ -393,6 +427,8 @@ class BlockStore(RunOps):
 
     def unpin(self, block: Block) -> None:
         """Release one pin of ``block`` (ValueError if it has none)."""
+        if self._whole_pins:
+            self._pin_whole((block,))
         count = self._pins.get(block, 0)
         if count == 0:
             raise ValueError(f"block {block!r} in {self.name} is not pinned")
@@ -404,7 +440,8 @@ class BlockStore(RunOps):
 
     def pins(self, block: Block) -> int:
         """Pins currently held on ``block``."""
-        return self._pins.get(block, 0)
+        whole = sum(entry[0] * key.count(block) for key, entry in self._whole_pins.items()) if self._whole_pins else 0
+        return self._pins.get(block, 0) + whole
 
     def add_reader(self, block: Block) -> None:
         """Take a reader reference to stored ``block`` (KeyError if absent)."""
@@ -416,6 +453,8 @@ class BlockStore(RunOps):
 
     def drop_reader(self, block: Block) -> None:
         """Give back one reader reference to ``block`` (ValueError if it has none)."""
+        if self._whole_pins:
+            self._pin_whole((block,))
         count = self._readers.get(block, 0)
         if count == 0:
             raise ValueError(f"block {block!r} in {self.name} has no readers")

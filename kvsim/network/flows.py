@@ -25,6 +25,7 @@ from collections.abc import Hashable, Mapping, Sequence
 
 import cython
 import simpy
+from simpy.events import NORMAL
 
 from kvsim.network.filling import _Filling, _Flow
 
@@ -340,11 +341,23 @@ class FlowNetwork:
         return a - b if a - b > 0.0 else 0.0  # max(0.0, a - b)
 
     def _complete(self, event: simpy.Event, latency_s: float) -> None:
-        """Succeed ``event`` with the completion time after ``latency_s`` more seconds."""
+        """Succeed ``event`` with the completion time after ``latency_s`` more seconds.
+
+        With a latency the event is triggered now and scheduled ``latency_s`` ahead, with the
+        time SimPy will process it at (``now + latency_s``, the sum it gives a timeout of that
+        delay) as its value: one SimPy event per flow where a timeout whose callback succeeded
+        the event made two. The event takes the timeout's place among the events of its
+        instant, ahead of any scheduled for exactly the same float time while the latency ran
+        -- events no flow's completion is tied to (flows finishing together, each with its own
+        latency, keep their order, and what their callbacks schedule follows them as before).
+        """
+        env = self.env
         if latency_s > 0.0:
-            self.env.timeout(latency_s).callbacks.append(lambda _t: event.succeed(self.env.now))
+            event._ok = True
+            event._value = env.now + latency_s
+            env.schedule(event, NORMAL, latency_s)
         else:
-            event.succeed(self.env.now)
+            event.succeed(env.now)
 
     @cython.locals(now=cython.double, dt=cython.double, in_window=cython.double, load=cython.double,
                    p=cython.Py_ssize_t, j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow,

@@ -16,6 +16,7 @@ the per-I/O latency).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import simpy
@@ -57,6 +58,11 @@ class Transfers:
         self.capacity_Bps = network_capacities(topology, self.storage)
         self.bytes_by_purpose: dict[str, float] = {}
         self.transfers_by_purpose: dict[str, int] = {}
+        # what one flow of a path costs besides its links -- (latency, resources, rate cap) --
+        # by (path, storage access, bytes): a function of the three (the topology and the media
+        # never change), worked out once for each (an access is keyed by its id, and the entry
+        # keeps the access alive, so the id cannot come back as another's)
+        self._flow_costs: dict[tuple, tuple] = {}
         # cancellable transfers in flight: their event -> (flow events, bytes each, purpose, counted)
         self._cancellable: dict[simpy.Event, tuple[list[simpy.Event], float, str, bool]] = {}
 
@@ -87,13 +93,18 @@ class Transfers:
         """
         counted = self._count(purpose, nbytes_each * len(paths))
         flows = []
+        costs, transfer = self._flow_costs, self.network.transfer
         for links in paths:
-            cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
-            if cost is None:
-                flows.append(self.network.transfer(links, nbytes_each, self.topology.path_latency_s(links)))
-            else:
-                flows.append(self.network.transfer(links, nbytes_each, cost.latency_s, cost.resources,
-                                                   cost.rate_cap_Bps))
+            key = (tuple(links), id(io), nbytes_each)
+            entry = costs.get(key)
+            if entry is None:
+                cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
+                if cost is None:
+                    entry = (io, self.topology.path_latency_s(links), None, math.inf)
+                else:
+                    entry = (io, cost.latency_s, cost.resources, cost.rate_cap_Bps)
+                costs[key] = entry
+            flows.append(transfer(links, nbytes_each, entry[1], entry[2], entry[3]))
         done = flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
         if cancellable:
             self._cancellable[done] = (flows, nbytes_each, purpose, counted)

@@ -381,7 +381,7 @@ def _build_cache(env: simpy.Environment, scenario: ScenarioSpec, system: System,
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
     return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks,
-                       extents=kv_extents(scenario, sizing))
+                       kernels=system.kernels, extents=kv_extents(scenario, sizing))
 
 
 KV_EXTENTS = True

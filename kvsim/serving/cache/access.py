@@ -80,6 +80,7 @@ class CacheAccess:
         self.members: dict[str, list["InstanceCache"]] = {}  # domain -> its caching instances
         self._usable: dict[int, Callable[[BlockStore], bool]] = {}
         self._rank: dict[int, Callable[[BlockStore], float]] = {}
+        self._load_s: dict[tuple, float] = {}  # (id(reader), id(store), blocks) -> block_load_s
 
     def register(self, cache: "InstanceCache") -> str:
         """Enter ``cache``'s instance (its cards and HBM store); returns its domain's name."""
@@ -100,20 +101,22 @@ class CacheAccess:
         if known is not None:
             return known
         system = self.system
-        tier_of = system.tier_of
-        own_hbm, dram, nvme = reader.hbm, system.dram.get(reader.node), system.nvme.get(reader.node)
         peers = self.peer_mode != "none"
-
-        def usable(store: BlockStore) -> bool:
-            tier = tier_of[id(store)]
-            if tier == "hbm":
-                return store is own_hbm or peers
-            if tier == "remote":
-                return True
-            return store is dram or store is nvme
-
+        # the stores it may use, as a set's membership test (a C call, asked for every location
+        # tuple a prompt meets): every HBM store with peer access, else its own; its node's DRAM
+        # and NVMe; every pool node. The system's stores are all made while it is built, and
+        # adding one forgets these sets (stores_changed)
+        allowed = [store for store in self.system.hbm if peers or store is reader.hbm]
+        allowed += [store for store in (system.dram.get(reader.node), system.nvme.get(reader.node)) if store is not None]
+        allowed += system.remote
+        usable = frozenset(allowed).__contains__
         self._usable[id(reader)] = usable
         return usable
+
+    def stores_changed(self) -> None:
+        """A store was added to the system (while it is built): work out usable() and rank() anew."""
+        self._usable.clear()
+        self._rank.clear()
 
     def rank(self, reader: "InstanceCache") -> Callable[[BlockStore], float]:
         """``rank(store)``, lower is better: the tier's position without peer access, else the
@@ -123,10 +126,9 @@ class CacheAccess:
             return known
         system = self.system
         if self.peer_mode == "none":
-            positions = system.rank
-
-            def rank(store: BlockStore) -> float:
-                return positions[id(store)]
+            # the tier's position of every store of the system, looked up by the store (a C call)
+            stores = [*system.hbm, *system.dram.values(), *system.nvme.values(), *system.remote]
+            rank = {store: system.rank[id(store)] for store in stores}.__getitem__
         else:
             estimates: dict[int, float] = {}
 
@@ -172,7 +174,17 @@ class CacheAccess:
                 for gpu in reader.gpus]
 
     def block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int = 1) -> float:
-        """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds."""
+        """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds.
+
+        A function of the three alone (paths, media and capacities never change during a run):
+        worked out once for each."""
+        key = (id(reader), id(store), blocks)
+        known = self._load_s.get(key)
+        if known is None:
+            known = self._load_s[key] = self._block_load_s(reader, store, blocks)
+        return known
+
+    def _block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int) -> float:
         system = self.system
         per_card = blocks * reader.geometry.block_bytes_per_card
         kind, holder = self.source(reader, store)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import simpy
 
+from kvsim.backend import Kernels
+from kvsim.backend import kernels as backend_kernels
 from kvsim.kv import BlockStore, KVIndex
 from kvsim.kv.extent_index import ExtentIndex
 from kvsim.network.storage_io import IoRequest
@@ -67,16 +69,19 @@ class SystemCache:
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
                  transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
                  pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None,
-                 extents: bool = False):
+                 kernels: Kernels | None = None, extents: bool = False):
         self.env = env
         self.spec = spec
         self.geometry = geometry
         self.transfers = transfers
         self.topology: Topology = transfers.topology
+        # the block stores and the index come from the run's engine backend (compiled or reference)
+        kernels = kernels if kernels is not None else backend_kernels("python")
+        self._block_store: type[BlockStore] = kernels.store.BlockStore
         # extents: the domains' stores, homes and this index are kept per stretch of blocks
         # (kvsim.serving.cache.extent_pool); the instances are then ExtentInstanceCaches
         self.extents = extents
-        self.index = ExtentIndex() if extents else KVIndex()
+        self.index: KVIndex | ExtentIndex = ExtentIndex() if extents else kernels.index.KVIndex()
         topology = self.topology
         self.rank: dict[int, int] = {}       # id(store) -> tier position
         self.endpoint: dict[int, str] = {}   # id(store) -> topology endpoint of its medium
@@ -90,6 +95,7 @@ class SystemCache:
         # write flows in flight to each lower store, and the most it may have (see write())
         self.write_limit: dict[int, int | None] = {}
         self.writing: dict[int, int] = {}
+        self._io_requests: dict[tuple, IoRequest | None] = {}  # see io()
         for node, capacity in dram_bytes.items():
             self.dram[node] = self._store(f"{node}.dram", capacity, g.block_bytes, spec.dram.eviction, "dram",
                                           topology.dram(node), node, spec.dram.max_write_flows)
@@ -116,8 +122,9 @@ class SystemCache:
         self.remote_reads = RemoteReads(self)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
-               endpoint: str, node: str | None, write_limit: int | None = None) -> BlockStore:
-        store = BlockStore(name, capacity, block_bytes, policy)
+               endpoint: str, node: str | None, write_limit: int | None = None,
+               whole_pins: bool = False) -> BlockStore:
+        store = self._block_store(name, capacity, block_bytes, policy, whole_pins)
         self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
@@ -128,9 +135,11 @@ class SystemCache:
 
     def add_instance_hbm(self, instance: int, node: str, capacity_blocks: int) -> BlockStore:
         """The HBM store of instance ``instance`` (on compute node ``node``), ``capacity_blocks`` blocks."""
+        # (its write-downs pin runs the writing sequence reads: kept whole, see BlockStore.pin_each)
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node)
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True)
         self.hbm.append(store)
+        self.access.stores_changed()
         return store
 
     def domain_pool(self, domain: str) -> DomainPool | ExtentDomainPool:
@@ -150,6 +159,7 @@ class SystemCache:
             self.endpoint[id(store)] = ""
             self.tier_of[id(store)] = "hbm"
             self.hbm.append(store)
+            self.access.stores_changed()
             self.domain_pools[domain] = pool
         return pool
 
@@ -162,14 +172,24 @@ class SystemCache:
         set). A card's transfer is staged by the CPU of ``node`` unless GPU-Direct; a transfer
         from another ``source`` store (write-back between tiers) is always the host's.
         """
+        # one request per distinct access, made once: it depends on these arguments alone (an
+        # immutable value; the stores live as long as the system, so their ids name them)
+        key = (id(store), write, node, unit_bytes, None if source is None else id(source))
+        try:
+            return self._io_requests[key]
+        except KeyError:
+            pass
         endpoint = self.endpoint[id(store)]
-        if not self.transfers.storage.is_storage(endpoint):
-            return None
-        size = self.spec.io_size or unit_bytes
-        if source is not None:
-            return IoRequest(self.endpoint[id(source)], endpoint, size, node)
-        host = None if self.spec.gpu_direct else node
-        return IoRequest(None, endpoint, size, host) if write else IoRequest(endpoint, None, size, host)
+        request = None
+        if self.transfers.storage.is_storage(endpoint):
+            size = self.spec.io_size or unit_bytes
+            if source is not None:
+                request = IoRequest(self.endpoint[id(source)], endpoint, size, node)
+            else:
+                host = None if self.spec.gpu_direct else node
+                request = IoRequest(None, endpoint, size, host) if write else IoRequest(endpoint, None, size, host)
+        self._io_requests[key] = request
+        return request
 
     def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
         """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
