@@ -13,7 +13,10 @@ KERNELS = (
     "kvsim.kv.block_pool",
     "kvsim.serving.decode_run",
     "kvsim.serving.scheduler",
+    "kvsim.serving.instance",
+    "kvsim.serving.load_board",
     "kvsim.serving.engine_loop",
+    "kvsim.sim.frontend",
     "kvsim.network.filling",
     "kvsim.network.flows",
 )

@@ -3,8 +3,9 @@ coalesced decode run, :mod:`kvsim.serving.decode_run`), apply it; sleep while th
 
 A SimPy process per instance (:class:`kvsim.serving.instance.Instance` starts it), and a kernel
 of the compiled backend (:mod:`kvsim.backend`): compiled, the loop is a C generator over the
-typed scheduler, pool, level and engine time, and calls the scheduler's ``schedule`` and
-``complete`` as C methods; in the pure-Python reference the same source runs as it reads.
+typed instance, scheduler, pool, level and engine time, and calls the scheduler's ``schedule``
+and ``complete`` and the instance's methods as C methods; in the pure-Python reference the same
+source runs as it reads.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import cython
 from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.engine_time import EngineTime
 from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.serving.instance import Instance
 from kvsim.serving.scheduler import Batch, BatchScheduler
 
 if TYPE_CHECKING:
     from kvsim.serving.decode_run import DecodeRun
-    from kvsim.serving.instance import Instance
 
 __all__ = ["engine_loop", "sleep_through"]
 
 
-@cython.locals(scheduler=BatchScheduler, pool=BlockPool, account=EngineTime, level=TimeWeightedLevel, batch=Batch,
-               coalesce=cython.bint)
+@cython.locals(instance=Instance, scheduler=BatchScheduler, pool=BlockPool, account=EngineTime,
+               level=TimeWeightedLevel, batch=Batch, coalesce=cython.bint)
 def engine_loop(instance: Instance):
     """The instance's engine, as a SimPy process generator (it never returns)."""
     env = instance.env
@@ -91,7 +92,7 @@ def engine_loop(instance: Instance):
             instance._check_idle()
 
 
-@cython.locals(pool=BlockPool, scheduler=BatchScheduler)
+@cython.locals(instance=Instance, pool=BlockPool, scheduler=BatchScheduler)
 def sleep_through(instance: Instance, run: DecodeRun):
     """Sleep through ``run`` until its last step ends (or, cut short, the step in progress),
     apply and account the steps before it, then account the last; the caller completes it."""
