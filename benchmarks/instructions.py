@@ -6,7 +6,8 @@ simulator speed, where CPU time on a shared machine drifts by 10-20 % within the
 
 For each case (see ``speed_cases.py``) it runs ``kvsim.run`` under callgrind twice, at ``--scale``
 and at a near-empty scale, with ``PYTHONHASHSEED=0``, and prints the difference: the instructions
-of the simulation itself, without start-up and scenario loading. ``--against REV`` counts the same
+of the simulation itself, without start-up and scenario loading (Arrow's readers on one thread,
+``OMP_NUM_THREADS=1``, so that a count repeats exactly). ``--against REV`` counts the same
 in a temporary git worktree of ``REV`` (the scenarios and traces come from this checkout) and
 prints the change. ``--ceiling`` also counts the case with decode runs' per-step work removed
 (``run_ceiling.py``): the most that closed-form run sums could save. Each count takes a minute or
@@ -50,7 +51,9 @@ def count(root: Path, case: str, scale: float, capacity_per_s: float = 3.55, cei
     backend, None for the one ``auto`` resolves to)."""
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, "-c", _CHILD,
                str(root), str(HERE), case, repr(scale), repr(capacity_per_s), "ceiling" if ceiling else "-"]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    # one Arrow thread: the CSV reader's thread pool spins a varying number of instructions under
+    # valgrind (+-2-3 % of rr_conv_80 at --scale 0.05 from count to count); one thread repeats exactly
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
     if backend is not None:
         env["KVSIM_BACKEND"] = backend
     if ceiling:

@@ -42,6 +42,7 @@ measurements; ``--render`` reports saved ones without running; a saved file give
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -102,6 +103,7 @@ def _run_once(case: str, params: dict[str, Any], backend: str | None = None) -> 
 
 
 def _child(case: str, params: dict[str, Any], out: Path) -> None:
+    gc.disable()  # as `kvsim run` loads: no collector passes over what loading makes (measure() freezes it)
     scenario = scenario_for(case, params)
     result = measure_plan(scenario) if case == "plan" else measure(scenario)
     # the whole process, read last: start-up, imports, loading, the run, writing the result files

@@ -29,6 +29,7 @@ Definitions (what the speed report prints):
 
 from __future__ import annotations
 
+import gc
 import math
 import platform
 import resource
@@ -78,8 +79,8 @@ def process_cpu_s() -> float:
 
 def _import_what_a_run_uses() -> None:
     """Import the modules a run loads on first use (kvsim imports them lazily since session 10),
-    so that *CPU s* times the run, as before, and start-up stays in *process CPU s*."""
-    import pandas  # noqa: F401  (trace readers' time stamps, result frames)
+    so that *CPU s* times the run, as before, and start-up stays in *process CPU s*. Not pandas:
+    a run reads its CSV trace and writes its records without it (kvsim/arrow_numpy.py)."""
     import pyarrow.csv  # noqa: F401  (CSV traces)
 
     import networkx  # noqa: F401  (a system's topology graph)
@@ -95,6 +96,10 @@ def measure(scenario: kvsim.Scenario, write: bool = True) -> dict[str, Any]:
     results to check that a faster engine still gives the same answers."""
     _keep_environments()
     _import_what_a_run_uses()
+    # as `kvsim run` starts its run (kvsim/cli.py): what loading made frozen out of the cyclic
+    # collector's reach, the collector on (a caller may have held it off while loading)
+    gc.freeze()
+    gc.enable()
     first_env = len(_ENVIRONMENTS)
     rss_before = _max_rss_bytes()
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -157,6 +162,8 @@ def measure_plan(scenario: kvsim.Scenario) -> dict[str, Any]:
     from kvsim.plan.command import run_plan
 
     _keep_environments()
+    gc.freeze()  # as measure(): loading frozen, the collector on
+    gc.enable()
     first_env = len(_ENVIRONMENTS)
     runs: list = []
     real = sim_run.run_scenario

@@ -57,7 +57,10 @@ class Kernels(NamedTuple):
     index: ModuleType  # type: ignore[assignment]  # (kvsim.kv.index; shadows tuple.index, which no one calls)
     decode_run: ModuleType
     scheduler: ModuleType
+    instance: ModuleType
+    load_board: ModuleType
     engine_loop: ModuleType
+    frontend: ModuleType
     filling: ModuleType
     flows: ModuleType
 
@@ -90,15 +93,20 @@ def _compiled_modules() -> dict[str, ModuleType]:
         network_flows,
         serving_decode_run,
         serving_engine_loop,
+        serving_instance,
+        serving_load_board,
         serving_scheduler,
         serving_sequence,
+        sim_frontend,
     )
 
     return {"kvsim.models.step_time": models_step_time, "kvsim.metrics.levels": metrics_levels,
             "kvsim.metrics.engine_time": metrics_engine_time, "kvsim.serving.decode_run": serving_decode_run,
             "kvsim.serving.sequence": serving_sequence, "kvsim.kv.block_pool": kv_block_pool,
             "kvsim.kv.runs": kv_runs, "kvsim.kv.store": kv_store, "kvsim.kv.index": kv_index,
-            "kvsim.serving.scheduler": serving_scheduler, "kvsim.serving.engine_loop": serving_engine_loop,
+            "kvsim.serving.scheduler": serving_scheduler, "kvsim.serving.instance": serving_instance,
+            "kvsim.serving.load_board": serving_load_board, "kvsim.serving.engine_loop": serving_engine_loop,
+            "kvsim.sim.frontend": sim_frontend,
             "kvsim.network.filling": network_filling, "kvsim.network.flows": network_flows}
 
 
@@ -107,13 +115,16 @@ def _python_modules() -> dict[str, ModuleType]:
     from kvsim.metrics import engine_time, levels
     from kvsim.models import step_time
     from kvsim.network import filling, flows
-    from kvsim.serving import decode_run, engine_loop, scheduler, sequence
+    from kvsim.serving import decode_run, engine_loop, instance, load_board, scheduler, sequence
+    from kvsim.sim import frontend
 
     return {"kvsim.models.step_time": step_time, "kvsim.metrics.levels": levels,
             "kvsim.metrics.engine_time": engine_time, "kvsim.serving.decode_run": decode_run,
             "kvsim.serving.sequence": sequence, "kvsim.kv.block_pool": block_pool,
             "kvsim.kv.runs": runs, "kvsim.kv.store": store, "kvsim.kv.index": index,
-            "kvsim.serving.scheduler": scheduler, "kvsim.serving.engine_loop": engine_loop,
+            "kvsim.serving.scheduler": scheduler, "kvsim.serving.instance": instance,
+            "kvsim.serving.load_board": load_board, "kvsim.serving.engine_loop": engine_loop,
+            "kvsim.sim.frontend": frontend,
             "kvsim.network.filling": filling, "kvsim.network.flows": flows}
 
 

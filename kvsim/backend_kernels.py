@@ -16,7 +16,10 @@ KERNELS = (
     "kvsim.kv.index",
     "kvsim.serving.decode_run",
     "kvsim.serving.scheduler",
+    "kvsim.serving.instance",
+    "kvsim.serving.load_board",
     "kvsim.serving.engine_loop",
+    "kvsim.sim.frontend",
     "kvsim.network.filling",
     "kvsim.network.flows",
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import re
 import sys
@@ -349,6 +350,17 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Loading (modules, the scenario, its trace) makes objects that live as long as the process:
+    # the cyclic collector is held off while they are made (its passes, full ones included, would
+    # find no garbage) and they are frozen out of its reach before the run (docs/speed.md)
+    gc.disable()
+    try:
+        return _run_loaded(args)
+    finally:
+        gc.enable()
+
+
+def _run_loaded(args: argparse.Namespace) -> int:
     from kvsim.plan import ExecutorError, run_sweep
     from kvsim.report import comparison_table, write_results
     from kvsim.report.manifest import RUN_OUTPUTS, finish_results
@@ -364,6 +376,8 @@ def _run(args: argparse.Namespace) -> int:
     if refused is not None:
         return refused
     show_progress = not args.no_progress and sys.stderr.isatty()
+    gc.freeze()  # what loading made: out of the collector's reach for the run
+    gc.enable()
     try:
         result = run_sweep(scenario, out, seed=args.seed, workers=args.workers, dask=args.dask,
                            scheduler=args.scheduler, bar=show_progress)

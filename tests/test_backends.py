@@ -220,21 +220,31 @@ def test_a_run_builds_its_live_objects_from_its_backend(built_systems, monkeypat
     monkeypatch.setenv("KVSIM_BACKEND", backend_name)
     seen = []
     scenario = _shortened(REPO / "scenarios" / "pd_ratio.yaml", duration="4 s")
-    import kvsim.sim.frontend as frontend_module
+    import kvsim.sim.run as run_module
 
-    real_submit = frontend_module.FrontEnd.route
+    real_build = run_module.build_system
 
-    def route(self, seq):
-        seen.append(type(seq))
-        return real_submit(self, seq)
+    def build(*args, **kwargs):  # every sequence the front end makes, seen as it is made
+        system = real_build(*args, **kwargs)
+        make = system.front.sequence_type
 
-    monkeypatch.setattr(frontend_module.FrontEnd, "route", route)
+        def sequence(*a, **k):
+            seen.append(make(*a, **k))
+            return seen[-1]
+
+        system.front.sequence_type = sequence
+        return system
+
+    monkeypatch.setattr(run_module, "build_system", build)
     kvsim.run(scenario)
     want = backend.kernels(backend_name)
-    assert seen and set(seen) == {want.sequence.Sequence}
+    assert seen and {type(seq) for seq in seen} == {want.sequence.Sequence}
     for system in built_systems:
         assert type(system.network) is want.flows.FlowNetwork  # the flows of cache loads and handoffs
+        assert type(system.front) is want.frontend.FrontEnd and type(system.board) is want.load_board.LoadBoard
+        assert type(system.board.router()) is want.load_board.LeastOutstandingRouter
         for instance in system.instances:
+            assert type(instance) is want.instance.Instance
             assert type(instance.scheduler) is want.scheduler.BatchScheduler
             assert type(instance.pool) is want.block_pool.BlockPool
     typed = want.name == "compiled"

@@ -195,6 +195,7 @@ def test_an_instance_leaving_prefill_gives_back_every_cached_page(built_systems,
         return real_set_role(self, role, hook, on_final_chunk)
 
     monkeypatch.setattr(Instance, "set_role", set_role)
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's Instance (compiled: a cdef class)
     result = kvsim.run(kvsim.parse_scenario(CACHED, "c.yaml"))
     assert len(result.switches_frame()) > 2 and left_behind
     # write-through copies had landed and the cache was flushed before the instance turned decode

@@ -103,6 +103,30 @@ def test_a_run_loads_no_frames_reports_or_calibration():
     assert _heavy(loaded["modules"], NOT_FOR_A_RUN) == []
 
 
+def test_a_run_of_a_csv_trace_and_its_result_files_load_no_pandas(tmp_path):
+    """A trace read by pyarrow, the records written to Parquet and the summary to CSV: pyarrow's
+    own conversions would import pandas (kvsim/arrow_numpy.py), a run's process does not."""
+    trace = tmp_path / "azure.csv"
+    rows = [f"2023-11-16 18:{m:02d}:{s:02d}.{s * 7919 % 10**7:07d},{100 + s},{2 + s % 9}"
+            for m in range(2) for s in range(0, 60, 3)]
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    loaded = _loaded(f"""
+        import kvsim
+        from kvsim.report import write_results
+        scenario = kvsim.load_scenario("scenarios/h20_vs_l20.yaml").with_changes(
+            {{"duration": "200 s", "warmup": "5 s", "sweep": {{}}, "workload.input_tokens": None,
+              "workload.output_tokens": None,
+              "workload.arrival": {{"kind": "trace", "format": "azure_2023", "file": {str(trace)!r}}}}})
+        result = kvsim.run(scenario)
+        write_results(result, {str(tmp_path / "out")!r})
+        OUT = {{"requests": int(sum(run.records.n for run in result.runs))}}
+    """)
+    assert loaded["requests"] == 2 * len(rows)  # each of the two systems served the trace
+    assert "pyarrow.csv" in loaded["modules"] and "pyarrow.parquet" in loaded["modules"]
+    assert _heavy(loaded["modules"], ("pandas", "matplotlib", "kvsim.report.run_report", "kvsim.plan.store")) == []
+    assert {p.name for p in (tmp_path / "out").iterdir()} >= {"requests.parquet", "summary.csv", "table.txt"}
+
+
 def test_validate_loads_no_frames_nor_the_sweep_nor_a_graph():
     loaded = _loaded("""
         import contextlib, io

@@ -50,6 +50,7 @@ def _break_submit(monkeypatch) -> None:
         return real(self, seq)
 
     monkeypatch.setattr(instance_module.Instance, "submit", submit)
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's Instance (compiled: a cdef class)
 
 
 def _report(err: str) -> dict[str, str]:
@@ -186,7 +187,7 @@ def test_a_bug_in_a_sweep_worker_process_is_reported_with_its_point(tmp_path):
     path = tmp_path / "bug.yaml"
     path.write_text(SWEPT, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
-           "TMPDIR": str(tmp_path)}
+           "TMPDIR": str(tmp_path), "KVSIM_BACKEND": "python"}  # the reference's Instance: compiled, a cdef class
     env.pop("KVSIM_DEBUG", None)
     done = subprocess.run([sys.executable, "-m", "kvsim.cli", "run", str(path), "--out", str(tmp_path / "out"),
                            "--workers", "2", "--no-progress"], capture_output=True, text=True, env=env,

@@ -196,6 +196,8 @@ from DRAM in four simulated seconds."""
 def _finished_twice(monkeypatch):
     from kvsim.serving import instance
 
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's recording events (compiled: a cdef class)
+
     real = instance._RecordingEvents.finished
 
     def twice(self, seq, now):
@@ -209,6 +211,8 @@ def _finished_twice(monkeypatch):
 def _early_first_token(monkeypatch):
     from kvsim.serving import instance
 
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's recording events (compiled: a cdef class)
+
     real = instance._RecordingEvents.first_token
     monkeypatch.setattr(instance._RecordingEvents, "first_token",
                         lambda self, seq, now: real(self, seq, now - 10.0 if seq.rid == 2 else now))
@@ -216,6 +220,8 @@ def _early_first_token(monkeypatch):
 
 def _token_lost(monkeypatch):
     from kvsim.serving import instance
+
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's recording events (compiled: a cdef class)
 
     real = instance._RecordingEvents.tokens_emitted
     lost = []

@@ -10,9 +10,13 @@ import random
 import pytest
 
 import kvsim
+from kvsim import backend
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.router import LeastOutstandingRouter, least_outstanding_scan, make_router
-from kvsim.sim.build import System
+
+BACKENDS = ["python"] + (["compiled"] if backend.compiled_problem() is None else [])
+"""The board and its router are kernels: each backend's is held to the scan (the compiled board
+reads any object that has what the reference reads)."""
 
 
 class _Fake:
@@ -40,17 +44,19 @@ def _scan_members(instances, role):
     return [inst for inst in instances if inst.role == role and inst.accepting]
 
 
+@pytest.mark.parametrize("backend_name", BACKENDS)
 @pytest.mark.parametrize("seed", range(12))
-def test_the_board_chooses_as_the_scan_on_random_arrivals_finishes_and_role_switches(seed):
+def test_the_board_chooses_as_the_scan_on_random_arrivals_finishes_and_role_switches(seed, backend_name):
     rng = random.Random(seed)
     n = rng.choice([1, 2, 3, 5, 8, 17, 64])
     roles = ["mixed"] if rng.random() < 0.4 else ["prefill", "decode"]
     fakes = [_Fake(i, rng.choice(roles)) for i in range(n)]
-    board = LoadBoard()
+    kernel = backend.kernels(backend_name).load_board
+    board = kernel.LoadBoard()
     for inst in fakes:
         board.add(inst)
     router = make_router("least_outstanding", board=board)
-    assert isinstance(router, LeastOutstandingRouter) and router.board is board
+    assert type(router) is kernel.LeastOutstandingRouter and router.board is board
     pending = []  # instances whose count moved, to be notified before the next decision
     decisions = heap_max = 0
     for _ in range(3000):
@@ -101,23 +107,27 @@ def test_the_board_chooses_as_the_scan_on_random_arrivals_finishes_and_role_swit
     assert heap_max <= 2 * n + 64 + 2  # stale entries are compacted away
 
 
-def test_a_list_that_is_not_the_boards_is_scanned():
-    board = LoadBoard()
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_a_list_that_is_not_the_boards_is_scanned(backend_name):
+    kernel = backend.kernels(backend_name).load_board
+    board = kernel.LoadBoard()
     fakes = [_Fake(i, "mixed") for i in range(6)]
     for inst, load in zip(fakes, [3, 1, 4, 1, 5, 9]):
         board.add(inst)
         inst.outstanding = load
         board.changed(inst)
-    router = LeastOutstandingRouter(board)
+    router = kernel.LeastOutstandingRouter(board)
     assert router.choose(board.members("mixed")) == 1  # fewest, lowest index on ties
     assert board.least_outstanding(fakes[2:]) is None  # a copy or a slice: the board does not know it
     assert router.choose(fakes[2:]) == 1  # scanned: position of instance 3 in the slice
-    assert LeastOutstandingRouter().choose(fakes) == 1
+    assert kernel.LeastOutstandingRouter().choose(fakes) == 1
+    assert LeastOutstandingRouter is backend.kernels("python").load_board.LeastOutstandingRouter  # re-exported
 
 
-def test_a_change_the_board_is_not_told_of_leads_it_astray():
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_a_change_the_board_is_not_told_of_leads_it_astray(backend_name):
     """What the contract protects: the board reads counts only of instances it was told about."""
-    board = LoadBoard()
+    board = backend.kernels(backend_name).load_board.LoadBoard()
     fakes = [_Fake(i, "mixed") for i in range(4)]
     for inst in fakes:
         board.add(inst)
@@ -223,13 +233,14 @@ def _scan_everything(monkeypatch):
     """The routing as it was: the role's list built on every arrival, and scanned."""
     monkeypatch.setattr(LeastOutstandingRouter, "choose", lambda self, instances, seq=None:
                         least_outstanding_scan(instances))
-    monkeypatch.setattr(System, "role_instances", lambda self, role:
+    monkeypatch.setattr(LoadBoard, "members", lambda self, role:
                         [inst for inst in self.instances if inst.role == role and inst.accepting])
 
 
 @pytest.mark.parametrize("name", ["h20_vs_l20", "h20_vs_l20_timeouts", "mixed_cached_timeouts", "pd_switching",
                                   "pd_switching_timeouts", "pd_cached_switching"])
 def test_whole_runs_route_as_the_scan_and_keep_their_records(repo_root, monkeypatch, built_systems, name):
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's router and board (compiled: cdef classes)
     scenario = _scenarios(repo_root)[name]
     checked = {"decisions": 0, "fast": 0}
     real_choose = LeastOutstandingRouter.choose

@@ -69,6 +69,7 @@ def _unlink_trace(err: str) -> None:
 
 
 def test_a_run_stuck_at_one_instant_is_stopped_with_its_state(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's Instance (compiled: a cdef class)
     monkeypatch.setattr(instance_module.Instance, "_run", _spin)
     started = time.monotonic()
     code, err = _run(tmp_path, capsys, "--watchdog-s", "0.5")
@@ -85,6 +86,7 @@ def test_a_run_stuck_at_one_instant_is_stopped_with_its_state(tmp_path, capsys, 
 
 
 def test_a_run_creeping_forward_is_stopped_by_the_event_bound(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's Instance (compiled: a cdef class)
     monkeypatch.setattr(instance_module.Instance, "_run", _creep)
     monkeypatch.setattr(watchdog_module, "BASE_EVENTS", 100_000)  # the default takes ~10 s of events
     code, err = _run(tmp_path, capsys)

@@ -8,9 +8,11 @@ cdef double* _doubles(Py_ssize_t n)
 
 cdef class TimeWeightedLevel:
     cdef public double window_start_s, window_end_s, value, _t, _area, _peak
+    cpdef set(self, double t, double value)  # a C method for the kernels, a Python method too
     cdef void set_steps(self, double* times_s, double* first, double* then, Py_ssize_t n) noexcept
 
 cdef class WindowCounter:
     cdef public double window_start_s, window_end_s
     cdef public object total, in_window  # Python ints: a count never overflows
+    cpdef add(self, double t, amount)  # a C method for the kernels, a Python method too
     cdef void add_at_steps(self, double* times_s, Py_ssize_t n, long amount) except *

@@ -43,7 +43,7 @@ class TimeWeightedLevel:
         end = min(t, self.window_end_s)
         return self.value * (end - start) if end > start else 0.0
 
-    @cython.locals(t=cython.double, value=cython.double, start=cython.double, end=cython.double)
+    @cython.locals(start=cython.double, end=cython.double)  # t, value: C doubles (levels.pxd)
     def set(self, t: float, value: float) -> None:
         """The signal becomes ``value`` at time ``t`` (seconds, non-decreasing)."""
         # _area_until(t), written out: every engine iteration sets a level twice
@@ -158,8 +158,7 @@ class WindowCounter:
         self.total = 0
         self.in_window = 0
 
-    @cython.locals(t=cython.double)
-    def add(self, t: float, amount: int) -> None:
+    def add(self, t: float, amount: int) -> None:  # t: a C double (levels.pxd)
         self.total += amount
         if self.window_start_s <= t <= self.window_end_s:
             self.in_window += amount

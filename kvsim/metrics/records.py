@@ -100,14 +100,23 @@ class RequestRecords:
         """A view of the filled part of one field."""
         return getattr(self, name)[: self.n]
 
+    def columns(self) -> dict[str, np.ndarray]:
+        """The records as columns (copies), one entry per request: ``request_id``, every field,
+        and the derived latencies ``ttft_s``, ``e2e_s`` and ``tpot_s`` (NaN where a milestone
+        was not reached; ``tpot_s`` also for a single output token): the columns of
+        :meth:`to_frame` and of ``requests.parquet``."""
+        out: dict[str, np.ndarray] = {"request_id": np.arange(self.n, dtype=np.int64)}
+        out.update((name, self.column(name).copy()) for name in self.fields)
+        out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
+        out["e2e_s"] = out["finish_s"] - out["arrival_s"]
+        outputs = out["output_tokens"]
+        decode_steps = np.where(outputs > 1, outputs - 1, np.nan)  # float64, as pandas' where() makes it
+        out["tpot_s"] = (out["finish_s"] - out["first_token_s"]) / decode_steps
+        return out
+
     def to_frame(self) -> pd.DataFrame:
-        """The records as a DataFrame (a copy), one row per request, with derived latencies."""
+        """The records as a DataFrame (a copy), one row per request, with derived latencies
+        (:meth:`columns`)."""
         import pandas as pd  # only where frames are made: a run itself needs no pandas
 
-        frame = pd.DataFrame({name: self.column(name).copy() for name in self.fields})
-        frame.insert(0, "request_id", np.arange(self.n, dtype=np.int64))
-        frame["ttft_s"] = frame["first_token_s"] - frame["arrival_s"]
-        frame["e2e_s"] = frame["finish_s"] - frame["arrival_s"]
-        decode_steps = (frame["output_tokens"] - 1).where(frame["output_tokens"] > 1)
-        frame["tpot_s"] = (frame["finish_s"] - frame["first_token_s"]) / decode_steps
-        return frame
+        return pd.DataFrame(self.columns())

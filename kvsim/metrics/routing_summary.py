@@ -66,10 +66,16 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
             return by_segments
 
     def flat(arrays) -> tuple[np.ndarray, np.ndarray]:
-        parts = [np.asarray(a, dtype=np.int64).ravel() if a is not None else np.zeros(0, np.int64) for a in arrays]
-        lengths = np.fromiter((p.size for p in parts), dtype=np.int64, count=n)
+        # a request without hashes adds nothing to the values: no empty array made for it (a
+        # workload without hashes has only those, tens of thousands of them)
+        parts, lengths = [], [0] * n
+        for index, array in enumerate(arrays):
+            if array is not None:
+                part = np.asarray(array, dtype=np.int64).ravel()
+                parts.append(part)
+                lengths[index] = part.size
         values = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        return values, lengths
+        return values, np.array(lengths, dtype=np.int64)
 
     held, held_len = flat(holds)
     asked, asked_len = flat(lookups)

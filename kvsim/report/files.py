@@ -1,8 +1,17 @@
 """Result files: ``summary.json``, ``summary.csv``, ``requests.parquet``, the resolved scenario and the
-table (docs/results.md)."""
+table (docs/results.md).
+
+A run's own files are written without pandas (its import is about 0.15 CPU-s, a tenth of a short
+run's whole process): ``requests.parquet`` from an Arrow table of the records
+(:meth:`~kvsim.sim.result.RunResult.requests_table`), and ``summary.csv`` by the csv module where
+its cells' types are fixed (one point, no replications), with the bytes pandas wrote. A sweep's
+``summary.csv`` and the tables of links, storage, tier occupancy and role switches (lists of rows
+of varying fields) are still made by pandas, and only when there is something to write.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -80,20 +89,45 @@ def write_results(result: RunResult, out_dir: str | Path, source_text: str | Non
         write_text_atomic(out / name, content)
         written.append(out / name)
 
-    parquet("requests.parquet", result.requests_frame())
-    write_atomic(out / "summary.csv", lambda path: result.summary_long_frame().to_csv(path, index=False))
+    write_atomic(out / "requests.parquet", lambda path: _write_table(result.requests_table(), path))
+    written.append(out / "requests.parquet")
+    write_atomic(out / "summary.csv", lambda path: _write_summary_csv(result, path))
     written.append(out / "summary.csv")
     header = ("# Resolved by kvsim " + __version__ + ": every field explicit, quantities in SI units, catalog\n"
               "# parts in full. Run it again with: kvsim run scenario.yaml\n")
     text("scenario.yaml", header + yaml.safe_dump(resolved_scenario(result), sort_keys=False, allow_unicode=True))
     if source_text is not None:
         text("scenario.source.yaml", source_text)
-    for name, frame in (("links.parquet", result.links_frame()), ("storage.parquet", result.storage_frame()),
-                        ("timeseries.parquet", result.timeseries_frame()),
-                        ("decisions.parquet", result.decisions_frame()), ("switches.parquet", result.switches_frame())):
-        if len(frame):
-            parquet(name, frame)
+    for name, rows in (("links.parquet", "links"), ("storage.parquet", "storage"), ("timeseries.parquet", "timeseries"),
+                       ("decisions.parquet", "decisions"), ("switches.parquet", "switches")):
+        if any(getattr(run, rows) for run in result.runs):  # the frame has rows (made only then)
+            parquet(name, getattr(result, f"{rows}_frame")())
     text("table.txt", comparison_table(result))
     # the summary last of the data files: a reader that finds it finds the records it describes
     text("summary.json", json.dumps(result.summary_dict(), indent=2, allow_nan=False) + "\n")
     return written
+
+
+def _write_table(table, path: Path) -> None:
+    """An Arrow table as a Parquet file, as pandas' ``to_parquet`` writes (snappy)."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, path, compression="snappy")
+
+
+SUMMARY_CSV_HEADER = ["point", "system", "replica", "metric", "stat", "value"]
+"""``summary.csv``'s columns without swept parameters."""
+
+
+def _write_summary_csv(result: RunResult, path: Path) -> None:
+    """``summary.csv``: by the csv module where its cells' types are fixed, as pandas wrote them
+    (integers as digits, floats as ``repr``, no quoting unless needed, ``\\n`` line ends); by
+    pandas for a sweep or replications (swept parameters of any type, empty replica cells)."""
+    rows = result.summary_value_rows()
+    if rows is None:
+        result.summary_long_frame().to_csv(path, index=False)
+        return
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(SUMMARY_CSV_HEADER)
+        writer.writerows(rows)

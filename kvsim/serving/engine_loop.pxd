@@ -5,3 +5,4 @@ from kvsim.kv.block_pool cimport BlockPool
 from kvsim.metrics.engine_time cimport EngineTime
 from kvsim.metrics.levels cimport TimeWeightedLevel
 from kvsim.serving.scheduler cimport Batch, BatchScheduler
+from kvsim.serving.instance cimport Instance

@@ -3,8 +3,9 @@ coalesced decode run, :mod:`kvsim.serving.decode_run`), apply it; sleep while th
 
 A SimPy process per instance (:class:`kvsim.serving.instance.Instance` starts it), and a kernel
 of the compiled backend (:mod:`kvsim.backend`): compiled, the loop is a C generator over the
-typed scheduler, pool, level and engine time, and calls the scheduler's ``schedule`` and
-``complete`` as C methods; in the pure-Python reference the same source runs as it reads.
+typed instance, scheduler, pool, level and engine time, and calls the scheduler's ``schedule``
+and ``complete`` and the instance's methods as C methods; in the pure-Python reference the same
+source runs as it reads.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ import cython
 from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.engine_time import EngineTime
 from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.serving.instance import Instance
 from kvsim.serving.scheduler import Batch, BatchScheduler
 
 if TYPE_CHECKING:
     from kvsim.serving.decode_run import DecodeRun
-    from kvsim.serving.instance import Instance
 
 __all__ = ["engine_loop", "sleep_through"]
 
 
-@cython.locals(scheduler=BatchScheduler, pool=BlockPool, account=EngineTime, level=TimeWeightedLevel, batch=Batch,
-               coalesce=cython.bint)
+@cython.locals(instance=Instance, scheduler=BatchScheduler, pool=BlockPool, account=EngineTime,
+               level=TimeWeightedLevel, batch=Batch, coalesce=cython.bint)
 def engine_loop(instance: Instance):
     """The instance's engine, as a SimPy process generator (it never returns)."""
     env = instance.env
@@ -40,7 +41,9 @@ def engine_loop(instance: Instance):
     level = instance.kv_utilization
     pool = instance.pool
     while True:
-        batch = scheduler.schedule(env.now)
+        # simulated time moves only between events: one reading of the clock after each wait
+        now = env.now
+        batch = scheduler.schedule(now)
         if batch is None:
             if instance._idle is not None:
                 instance._check_idle()
@@ -48,11 +51,11 @@ def engine_loop(instance: Instance):
             yield instance._wake
             instance._wake = None
             continue
-        level.set(env.now, pool.utilization)
+        level.set(now, pool.utilization)
         if instance.on_final_chunk is not None and batch.prefills:
-            instance._final_chunks(batch, env.now)
+            instance._final_chunks(batch, now)
         elif instance.role == "decode" and batch.prefills:
-            instance._recompute_starts(batch, env.now)
+            instance._recompute_starts(batch, now)
         # KV read in place from peers: the hook knows who else reads from them now
         hook = scheduler.hook
         remote_Bps = hook.begin_remote_reads(batch) if batch.shape.remote_kv_tokens and hook else None
@@ -69,29 +72,31 @@ def engine_loop(instance: Instance):
         if not duration_s > 0 or math.isinf(duration_s):
             raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
         instance._in_flight = True
-        run = instance._plan_run(instance, batch, duration_s, parts, env.now, adapter_s) \
+        run = instance._plan_run(instance, batch, duration_s, parts, now, adapter_s) \
             if coalesce and not batch.prefills else None
         if run is not None:
             yield from sleep_through(instance, run)
             instance._in_flight = False
+            now = env.now
         else:
             yield env.timeout(duration_s)
             instance._in_flight = False
+            now = env.now
             if remote_Bps is not None:
                 hook.end_remote_reads()
             counters.iterations += 1
             if parts is not None:
-                account.add(env.now, duration_s, parts.compute_s, max(parts.memory_s, parts.remote_s),
+                account.add(now, duration_s, parts.compute_s, max(parts.memory_s, parts.remote_s),
                             parts.comm_s, parts.kernels_s, parts.overhead_s + adapter_s)
             else:
-                account.add_time_only(env.now, duration_s)
-        scheduler.complete(batch, env.now)
-        level.set(env.now, pool.utilization)
+                account.add_time_only(now, duration_s)
+        scheduler.complete(batch, now)
+        level.set(now, pool.utilization)
         if instance._idle is not None:
             instance._check_idle()
 
 
-@cython.locals(pool=BlockPool, scheduler=BatchScheduler)
+@cython.locals(instance=Instance, pool=BlockPool, scheduler=BatchScheduler)
 def sleep_through(instance: Instance, run: DecodeRun):
     """Sleep through ``run`` until its last step ends (or, cut short, the step in progress),
     apply and account the steps before it, then account the last; the caller completes it."""

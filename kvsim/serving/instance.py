@@ -6,12 +6,18 @@ for (a load, pages) arrives.
 
 An instance has a *role*: ``mixed`` serves whole requests; ``prefill`` computes prompts and
 hands each prompt's KV to a decode instance; ``decode`` generates from handed-off KV.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): ``instance.pxd`` beside this file types
+the instance's fields and its recording events (``cdef`` classes over the compiled pool,
+scheduler, level and engine time), so the engine loop, the load board and the front end read
+and call it in C; the pure-Python reference ignores it and keeps ``__slots__``. A run makes its
+instances from its backend's module (``kernels.instance.Instance``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import simpy
 from simpy.core import URGENT
@@ -25,8 +31,11 @@ from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import StepTimeModel
 from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.decode_run import FIRST_HORIZON, DecodeRun
-from kvsim.serving.load_board import LoadBoard
-from kvsim.serving.scheduler import AdmissionHook, Batch, SchedulerEvents, Sequence
+from kvsim.serving.scheduler import AdmissionHook, Batch, SchedulerEvents
+from kvsim.serving.sequence import Sequence
+
+if TYPE_CHECKING:  # the board's kernel reads instances: importing it here would be a cycle compiled
+    from kvsim.serving.load_board import LoadBoard
 
 __all__ = ["Instance"]
 
@@ -39,11 +48,17 @@ class _RecordingEvents(SchedulerEvents):
     Input tokens count chunk by chunk as a prompt is prefilled, when each chunk's batch ends (the
     first chunk also counts the cached prefix under it: that part of the prompt was served by a
     load, not recomputed); the rest, if any, when the prompt completes (a prompt served whole from
-    the cache). A prompt recomputed after a preemption counts only past what was counted."""
+    the cache). A prompt recomputed after a preemption counts only past what was counted.
+
+    Compiled, a ``cdef`` class whose methods the scheduler calls in C (``instance.pxd``)."""
+
+    __slots__ = ("records", "counters", "input_tokens", "output_tokens", "instance")
 
     def __init__(self, records: RequestRecords, counters: SystemCounters, instance: "Instance"):
         self.records = records
         self.counters = counters
+        self.input_tokens = counters.input_tokens  # the counters' own (typed compiled)
+        self.output_tokens = counters.output_tokens
         self.instance = instance
 
     def admitted(self, seq: Sequence, now: float) -> None:
@@ -55,11 +70,11 @@ class _RecordingEvents(SchedulerEvents):
 
     def prompt_done(self, seq: Sequence, now: float) -> None:
         if self.instance.role != "decode" and seq.prompt_counted < seq.prompt_tokens:
-            self.counters.input_tokens.add(now, seq.prompt_tokens - seq.prompt_counted)
+            self.input_tokens.add(now, seq.prompt_tokens - seq.prompt_counted)
             seq.prompt_counted = seq.prompt_tokens
 
     def tokens_emitted(self, count: int, now: float) -> None:
-        self.counters.output_tokens.add(now, count)
+        self.output_tokens.add(now, count)
 
     def preempted(self, seq: Sequence) -> None:
         self.records.preemptions[seq.rid] += 1
@@ -69,7 +84,7 @@ class _RecordingEvents(SchedulerEvents):
         if seq.generated == 0 and self.instance.role != "decode":
             served = seq.kv_tokens if seq.kv_tokens < seq.prompt_tokens else seq.prompt_tokens
             if served > seq.prompt_counted:
-                self.counters.input_tokens.add(now, served - seq.prompt_counted)
+                self.input_tokens.add(now, served - seq.prompt_counted)
                 seq.prompt_counted = served
 
     def finished(self, seq: Sequence, now: float) -> None:
@@ -166,6 +181,11 @@ class Instance:
     and nothing routes to that role from inside those events (a detached prompt is routed to
     a decode instance).
     """
+
+    __slots__ = ("env", "index", "role", "step_model", "pool", "records", "counters", "on_finish", "on_prefilled",
+                 "on_final_chunk", "gpus", "output_s", "async_scheduling", "_in_flight", "kernels", "_plan_run",
+                 "kv_utilization", "engine_time", "coalesce", "_decode_run", "_sleeping", "_final",
+                 "decode_horizon", "adapters", "scheduler", "board", "_accepting", "_idle", "_wake", "process")
 
     def __init__(
         self,

@@ -18,6 +18,16 @@ instance keeps (see :class:`~kvsim.serving.instance.Instance`): a change is noti
 is made, or before it with no routing decision in that role in between. Heap entries are never
 updated in place: a stale one (its count or its instance's role moved on) is dropped when it
 reaches the top, and the heap is rebuilt when stale entries outnumber live ones.
+
+The least-outstanding router (:class:`LeastOutstandingRouter`, re-exported by
+:mod:`kvsim.serving.router`) lives here, beside the board it reads.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): ``load_board.pxd`` types the board, its
+role views and the router (``cdef`` classes), so the front end asks the router, and the instances
+tell the board, in C; the pure-Python reference ignores it (and also serves any object that has
+what the board reads: ``index``, ``role``, ``accepting``, ``outstanding``). A system makes its board
+from its backend's module (``kernels.load_board.LoadBoard``) and the router from the board
+(:meth:`LoadBoard.router`).
 """
 
 from __future__ import annotations
@@ -25,7 +35,9 @@ from __future__ import annotations
 import heapq
 from typing import Any, Sequence as Seq
 
-__all__ = ["LoadBoard"]
+import cython
+
+__all__ = ["LoadBoard", "LeastOutstandingRouter", "least_outstanding_scan"]
 
 _ROLES = ("mixed", "prefill", "decode")
 _UNSEEN = -1  # a count no instance has: the next refresh pushes a fresh entry
@@ -49,6 +61,8 @@ class _RoleHeap:
 class LoadBoard:
     """The instances of one system by role, and the least loaded in each (see the module docstring)."""
 
+    __slots__ = ("instances", "_roles")
+
     def __init__(self) -> None:
         self.instances: list[Any] = []
         self._roles = {role: _RoleHeap(role) for role in _ROLES}
@@ -64,7 +78,12 @@ class LoadBoard:
         instance.board = self
         self.moved(instance)
 
+    def router(self) -> LeastOutstandingRouter:
+        """A least-outstanding router reading this board (of the board's own backend)."""
+        return LeastOutstandingRouter(self)
+
     # -- notifications ----------------------------------------------------------------------
+    @cython.locals(view=_RoleHeap, i=cython.Py_ssize_t)
     def changed(self, instance: Any) -> None:
         """``instance``'s outstanding count may have changed."""
         view = self._roles.get(instance.role)
@@ -74,6 +93,7 @@ class LoadBoard:
                 view.flagged[i] = 1
                 view.dirty.append(i)
 
+    @cython.locals(view=_RoleHeap, i=cython.Py_ssize_t)
     def moved(self, instance: Any) -> None:
         """``instance`` may have joined or left a role (its ``role`` or ``accepting`` changed)."""
         i = instance.index
@@ -85,6 +105,7 @@ class LoadBoard:
                 view.dirty.append(i)
 
     # -- questions --------------------------------------------------------------------------
+    @cython.locals(view=_RoleHeap)
     def members(self, role: str) -> list[Any]:
         """The instances serving in ``role`` now, in index order. The same list object is returned
         until membership changes: callers must not modify it."""
@@ -94,6 +115,7 @@ class LoadBoard:
             view.position = {inst.index: k for k, inst in enumerate(view.members)}
         return view.members
 
+    @cython.locals(view=_RoleHeap, i=cython.Py_ssize_t, count=cython.long)
     def least_outstanding(self, instances: Seq[Any]) -> int | None:
         """Position in ``instances`` of the one with the fewest outstanding requests (lowest
         position on ties), if ``instances`` is the current :meth:`members` list of a role;
@@ -114,6 +136,7 @@ class LoadBoard:
             heapq.heappop(heap)
         return None
 
+    @cython.locals(i=cython.Py_ssize_t, count=cython.long)
     def _refresh(self, view: _RoleHeap) -> None:
         """Read again the counts of the role's dirty instances; compact the heap if it is mostly stale."""
         if view.dirty:
@@ -134,3 +157,35 @@ class LoadBoard:
             keys = view.keys
             view.heap = [(keys[inst.index], inst.index) for inst in members]
             heapq.heapify(view.heap)
+
+
+def least_outstanding_scan(instances: Seq[Any]) -> int:
+    """Position of the instance with the fewest unfinished requests, lowest on ties, by a scan."""
+    best, best_load = 0, instances[0].outstanding
+    for index in range(1, len(instances)):
+        load = instances[index].outstanding
+        if load < best_load:
+            best, best_load = index, load
+    return best
+
+
+class LeastOutstandingRouter:
+    """The instance with the fewest unfinished requests (lowest index on ties).
+
+    With a :class:`LoadBoard` and the board's member list of a role as ``instances`` (what the
+    front end and the handoff pass), the answer comes from the board's heap in O(log n); given
+    any other list, or without a board, it scans. Both give the same choice
+    (``tests/test_load_board.py``).
+    """
+
+    __slots__ = ("board",)
+
+    def __init__(self, board: LoadBoard | None = None) -> None:
+        self.board = board
+
+    def choose(self, instances: Seq[Any], seq: Any = None) -> int:
+        if self.board is not None:
+            best = self.board.least_outstanding(instances)
+            if best is not None:
+                return best
+        return least_outstanding_scan(instances)

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Protocol, Sequence as Seq
 
 from kvsim.serving.cache_router import CacheAwareRouter
-from kvsim.serving.load_board import LoadBoard
+from kvsim.serving.load_board import LeastOutstandingRouter, LoadBoard, least_outstanding_scan
 from kvsim.serving.specs import CacheAwareSpec
 
 __all__ = [
@@ -61,36 +61,6 @@ class RoundRobinRouter:
         index = self._next % len(instances)
         self._next = index + 1
         return index
-
-
-def least_outstanding_scan(instances: Seq[Routable]) -> int:
-    """Position of the instance with the fewest unfinished requests, lowest on ties, by a scan."""
-    best, best_load = 0, instances[0].outstanding
-    for index in range(1, len(instances)):
-        load = instances[index].outstanding
-        if load < best_load:
-            best, best_load = index, load
-    return best
-
-
-class LeastOutstandingRouter:
-    """The instance with the fewest unfinished requests (lowest index on ties).
-
-    With a :class:`~kvsim.serving.load_board.LoadBoard` and the board's member list of a role as
-    ``instances`` (what the front end and the handoff pass), the answer comes from the board's
-    heap in O(log n); given any other list, or without a board, it scans. Both give the same
-    choice (``tests/test_load_board.py``).
-    """
-
-    def __init__(self, board: LoadBoard | None = None) -> None:
-        self.board = board
-
-    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
-        if self.board is not None:
-            best = self.board.least_outstanding(instances)
-            if best is not None:
-                return best
-        return least_outstanding_scan(instances)
 
 
 class LeastPromptTokensRouter:
@@ -141,5 +111,6 @@ def make_router(kind: str, cache: Any = None, spec: Any = None, clock: Any = Non
             raise ValueError("the cache_aware router reads the cluster KV index: the system needs a kv_cache")
         return CacheAwareRouter(cache, spec if spec is not None else CacheAwareSpec(), clock)
     if kind == "least_outstanding":
-        return LeastOutstandingRouter(board)
+        # the board's own: compiled, a C class reading the compiled board
+        return board.router() if board is not None else LeastOutstandingRouter()
     return ROUTERS[kind]()

@@ -4,13 +4,27 @@
 from kvsim.kv.block_pool cimport BlockPool
 from kvsim.serving.sequence cimport Sequence
 
+cdef class SchedulerEvents:
+    # C methods the scheduler calls (a subclass overrides them: the instance's recording events
+    # in C, a test's log in Python); Python methods too
+    cpdef admitted(self, Sequence seq, double now)
+    cpdef first_token(self, Sequence seq, double now)
+    cpdef prompt_done(self, Sequence seq, double now)
+    cpdef tokens_emitted(self, long count, double now)
+    cpdef preempted(self, Sequence seq)
+    cpdef prefill_computed(self, Sequence seq, long tokens, double now)
+    cpdef finished(self, Sequence seq, double now)
+    cpdef prefilled(self, Sequence seq, double now)
+    cpdef decode_started(self, Sequence seq, double now)
+
 cdef class Batch:
     cdef public list prefills, decodes
     cdef public object shape
 
 cdef class BatchScheduler:
     cdef public BlockPool pool
-    cdef public object adapters, events, hook, span, waiting, loading, detached, observer
+    cdef public SchedulerEvents events
+    cdef public object adapters, hook, span, waiting, loading, detached, observer
     cdef public long max_batched_tokens, max_num_seqs, stalled, waiting_prompt_tokens, batches_formed
     cdef public bint prefill_only
     cdef public list running

@@ -63,7 +63,11 @@ class Batch:
 
 
 class SchedulerEvents:
-    """Callbacks the scheduler reports milestones to (the instance wires them to metrics)."""
+    """Callbacks the scheduler reports milestones to (the instance wires them to metrics).
+
+    Compiled (``scheduler.pxd``), a ``cdef`` class whose methods the scheduler calls in C; a
+    subclass overrides them, in C (:class:`kvsim.serving.instance.Instance`'s recording events)
+    or in Python."""
 
     def admitted(self, seq: Sequence, now: float) -> None: ...
     def first_token(self, seq: Sequence, now: float) -> None: ...
@@ -439,7 +443,8 @@ class BatchScheduler:
             self.events.first_token(seq, now)
         seq.generated += 1
 
-    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long)  # batch: a Batch (.pxd)
+    @cython.locals(seq=Sequence, chunk=cython.long, finished=cython.bint, emitted=cython.long,
+                   events=SchedulerEvents)  # batch: a Batch (.pxd)
     def complete(self, batch: Batch, now: float) -> None:
         """Apply the results of ``batch``, which ended at time ``now`` (seconds)."""
         events = self.events

@@ -100,7 +100,7 @@ class System:
         self.in_system = self.kernels.levels.TimeWeightedLevel(window_start_s, window_end_s)
         self.cache: SystemCache | None = None
         self.instances: list[Instance] = []
-        self.board = LoadBoard()  # the instances by role, and the least loaded of each
+        self.board: LoadBoard = self.kernels.load_board.LoadBoard()  # the instances by role, the least loaded of each
         self.placements: list[Placement] = []
         self.handoff: KVHandoff | None = None
         self.controller: RoleController | None = None
@@ -293,15 +293,14 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                          system_spec.cache_aware, lambda: env.now, system.board)
     if cache_spec is not None and cache_spec.prewarm:
         system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
-    system.front = FrontEnd(env, records, system.in_system, router,
-                            lambda: system.role_instances(entry), with_hashes=cache_spec is not None,
-                            engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
-                            holder=lambda index: system.instances[index],
-                            abort_handoff=handoff.abort if handoff is not None else None,
-                            lora_sharing=system_spec.lora.kv_sharing if system_spec.lora is not None else "none",
-                            block_tokens=block_tokens,
-                            adapter_count=spec.workload.adapters.count if spec.workload.adapters is not None else 0,
-                            sequence_type=system.kernels.sequence.Sequence)
+    system.front = system.kernels.frontend.FrontEnd(
+        env, records, system.in_system, router, system.board, entry, with_hashes=cache_spec is not None,
+        engine=spec.system_engine(sizing.name), timeout_s=spec.workload.timeout,
+        holder=lambda index: system.instances[index], abort_handoff=handoff.abort if handoff is not None else None,
+        lora_sharing=system_spec.lora.kv_sharing if system_spec.lora is not None else "none",
+        block_tokens=block_tokens,
+        adapter_count=spec.workload.adapters.count if spec.workload.adapters is not None else 0,
+        sequence_type=system.kernels.sequence.Sequence)
     for index, place in enumerate(system.placements):
         pool = place.pool
         inst_spec = pool.spec.instance
@@ -315,7 +314,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             system.hooks[(index, "decode")] = HandoffReceiver(handoff)
         cache_hook = system.hooks.get((index, cache_role))
         hook = system.hooks.get((index, place.role))
-        instance = Instance(
+        instance = system.kernels.instance.Instance(
             env, index, place.role, pool.step_model(system.kernels), pages, inst_spec.max_batched_tokens, inst_spec.max_num_seqs,
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,

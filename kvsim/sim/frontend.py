@@ -4,13 +4,20 @@
 an instance of the entry role (mixed, or prefill when disaggregated); :meth:`FrontEnd.finished`
 is called when its last token is emitted, wherever that happens. The workload drivers below
 (open loop, closed-loop clients, multi-turn sessions) are SimPy processes that only call these.
+
+A kernel of the compiled backend (:mod:`kvsim.backend`): ``frontend.pxd`` beside this file types
+the front end (a ``cdef`` class over the compiled level, load board, instances and sequences)
+and the open loop's arrivals (a C generator), so a request is recorded, routed and handed to its
+instance by C calls; the pure-Python reference ignores it and keeps ``__slots__``. A system makes
+its front end from its backend's module (``kernels.frontend.FrontEnd``).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+import cython
 import simpy
 
 from kvsim.metrics.levels import TimeWeightedLevel
@@ -18,9 +25,12 @@ from kvsim.models.engine import EngineSpec
 from kvsim.metrics.records import RequestRecords
 from kvsim.serving.adapters import adapter_block_ids, value_keys
 from kvsim.serving.instance import Instance
-from kvsim.serving.router import Router
-from kvsim.serving.scheduler import Sequence
-from kvsim.workload import ClientStream, RequestArrays
+from kvsim.serving.load_board import LoadBoard
+from kvsim.serving.sequence import Sequence
+
+if TYPE_CHECKING:
+    from kvsim.serving.router import Router
+    from kvsim.workload import ClientStream, RequestArrays
 
 __all__ = ["FrontEnd", "open_loop", "client", "session_starts"]
 
@@ -36,8 +46,11 @@ class FrontEnd:
         Requests arrived and not finished (for Little's law and the drain).
     router : Router
         Picks among the entry instances.
-    entry_instances : callable
-        Returns the instances currently taking new requests (mixed, or prefill).
+    board : LoadBoard
+        The system's instances by role.
+    entry_role : str
+        The role that takes new requests (``mixed``, or ``prefill``): the board's members of it
+        are the instances a request is routed among.
     with_hashes : bool
         Pass prompts' block ids to the instances (the system caches prefixes).
     holder : callable, optional
@@ -63,8 +76,13 @@ class FrontEnd:
         ``engine.output_s`` after its last step (none by default).
     """
 
+    __slots__ = ("env", "sequence_type", "holder", "abort_handoff", "timeout_s", "aborted", "request_in_s",
+                 "output_s", "records", "in_system", "router", "board", "entry_role", "with_hashes", "lora_sharing",
+                 "block_tokens", "adapter_count", "prompt_hashes", "held_hashes", "submitted", "completed",
+                 "rejected")
+
     def __init__(self, env: simpy.Environment, records: RequestRecords, in_system: TimeWeightedLevel,
-                 router: Router, entry_instances: Callable[[], list[Instance]], with_hashes: bool,
+                 router: Router, board: LoadBoard, entry_role: str, with_hashes: bool,
                  engine: EngineSpec | None = None, timeout_s: float | None = None,
                  lora_sharing: str = "none", block_tokens: int = 16, adapter_count: int = 0,
                  holder: Callable[[int], Instance] | None = None,
@@ -81,7 +99,8 @@ class FrontEnd:
         self.records = records
         self.in_system = in_system
         self.router = router
-        self.entry_instances = entry_instances
+        self.board = board
+        self.entry_role = entry_role
         self.with_hashes = with_hashes
         self.lora_sharing = lora_sharing
         self.block_tokens = block_tokens
@@ -95,6 +114,7 @@ class FrontEnd:
         self.completed = 0
         self.rejected = 0
 
+    @cython.locals(seq=Sequence)
     def submit(self, input_tokens: int, output_tokens: int, arrival_s: float | None = None, hashes: Any = None,
                sequence_hashes: Any = None, on_finish: Callable[[Sequence, float], None] | None = None,
                adapter: int = -1, shared_tokens: int = 0, rejected: bool = False) -> int:
@@ -115,12 +135,12 @@ class FrontEnd:
             self.records.rejected_s[rid] = self.env.now
             self.rejected += 1
             return rid
+        base, shared_blocks = hashes, 0
         if not self.with_hashes:
             hashes = sequence_hashes = None
         elif adapter >= 0:
             shared_blocks = shared_tokens // self.block_tokens
             keep = shared_blocks if self.lora_sharing == "byte_sharing" else 0
-            base = hashes
             hashes = adapter_block_ids(hashes, adapter, keep)
             sequence_hashes = adapter_block_ids(sequence_hashes, adapter, keep)
         seq = self.sequence_type(rid, input_tokens, output_tokens, on_finish=on_finish, hashes=hashes,
@@ -133,21 +153,23 @@ class FrontEnd:
         self.in_system.set(self.env.now, self.in_system.value + 1)
         self.submitted += 1
         if self.timeout_s is not None:
-            self.env.timeout(self.timeout_s).callbacks.append(lambda _event: self._give_up(seq))
+            self.env.timeout(self.timeout_s).callbacks.append(_GiveUp(self, seq))
         delay_s = self.request_in_s(input_tokens) if self.request_in_s is not None else 0.0
         if delay_s > 0:
-            self.env.timeout(delay_s).callbacks.append(lambda _event: self.route(seq))
+            self.env.timeout(delay_s).callbacks.append(_Route(self, seq))
         else:
             self.route(seq)
         return rid
 
+    @cython.locals(instance=Instance)
     def route(self, seq: Sequence) -> None:
         """Send a request to an entry instance: on arrival, or again when one it had not started
         on leaves the role."""
         if seq.aborted:
             return  # its client gave up before the API server passed it on
-        instances = self.entry_instances()
-        instances[self.router.choose(instances, seq)].submit(seq)
+        instances = self.board.members(self.entry_role)
+        instance = instances[self.router.choose(instances, seq)]
+        instance.submit(seq)
 
     def submit_and_wait(self, input_tokens: int, output_tokens: int, hashes: Any = None,
                         sequence_hashes: Any = None, adapter: int = -1, shared_tokens: int = 0) -> simpy.Event:
@@ -160,7 +182,7 @@ class FrontEnd:
     def finished(self, seq: Sequence, now: float) -> None:
         """The request's last token was emitted at ``now``; its client has it ``output_s`` later."""
         if self.output_s > 0:
-            self.env.timeout(self.output_s).callbacks.append(lambda _event: self._leave(seq))
+            self.env.timeout(self.output_s).callbacks.append(_Leave(self, seq))
         else:
             self._leave(seq)
 
@@ -210,6 +232,46 @@ class FrontEnd:
             seq.on_finish(seq, now)
 
 
+class _Route:
+    """A request's arrival at the engine (a SimPy callback): the front end routes it."""
+
+    __slots__ = ("front", "seq")
+
+    def __init__(self, front: FrontEnd, seq: Sequence):
+        self.front = front
+        self.seq = seq
+
+    def __call__(self, _event: simpy.Event) -> None:
+        self.front.route(self.seq)
+
+
+class _Leave:
+    """A request's last token reaching its client (a SimPy callback)."""
+
+    __slots__ = ("front", "seq")
+
+    def __init__(self, front: FrontEnd, seq: Sequence):
+        self.front = front
+        self.seq = seq
+
+    def __call__(self, _event: simpy.Event) -> None:
+        self.front._leave(self.seq)
+
+
+class _GiveUp:
+    """A request's client timeout expiring (a SimPy callback)."""
+
+    __slots__ = ("front", "seq")
+
+    def __init__(self, front: FrontEnd, seq: Sequence):
+        self.front = front
+        self.seq = seq
+
+    def __call__(self, _event: simpy.Event) -> None:
+        self.front._give_up(self.seq)
+
+
+@cython.locals(front=FrontEnd, rid=cython.Py_ssize_t)
 def open_loop(env: simpy.Environment, front: FrontEnd, requests: RequestArrays, rejected=None):
     """Submit pre-drawn requests at their arrival times (those ``rejected``, a boolean array, are
     refused at arrival: they could never fit an instance's KV pool)."""

@@ -1,4 +1,4 @@
-"""Results of a scenario run, as plain dictionaries and pandas DataFrames."""
+"""Results of a scenario run, as plain dictionaries, pandas DataFrames and Arrow tables."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from kvsim.metrics.summary import LATENCY_KEYS
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
     from kvsim.scenario.load import Scenario
     from kvsim.sim.sizing import SystemSizing
@@ -202,24 +203,8 @@ class RunResult:
 
         rows, swept = [], set()
         for run in self.all_runs() if replicas else self.runs:
-            row: dict[str, Any] = {"point": run.point_index, "system": run.system}
             swept.update(run.params)
-            if replicas:
-                row["replica"] = run.replica
-            row.update(run.params)
-            for key, value in run.summary.items():
-                if key == "cache":
-                    row.update(_flat_cache(value))
-                elif key in LATENCY_KEYS:
-                    for stat, number in value.items():
-                        row[f"{key}_{stat}"] = number
-                elif key == "slo_met":
-                    for name, ok in value.items():
-                        row[f"slo_met_{name}"] = ok
-                else:
-                    row[key] = value
-            row["cards"] = run.sizing.cards
-            rows.append(row)
+            rows.append(_flat_row(run, replicas))
         frame = pd.DataFrame(rows)
         # statistics only: a swept field may end the same way (slo.ttft_p99: [2 s, 3 s]) and holds text
         return frame.astype({c: float for c in frame.columns
@@ -257,6 +242,48 @@ class RunResult:
                             rows.append(key + [metric, stat, float(stats[stat])])
         frame = pd.DataFrame(rows, columns=[*ids, "metric", "stat", "value"])
         return frame.astype({"replica": "Int64"})
+
+    def summary_value_rows(self) -> list[list[Any]] | None:
+        """``summary.csv``'s rows made without pandas where every cell's type is fixed -- no swept
+        parameter, no replications: ``[point, system, replica, metric, "value", value]``, the rows
+        of :meth:`summary_long_frame` (``tests/test_result_tables.py``); None otherwise."""
+        if self.replicas or any(run.params for run in self.runs):
+            return None
+        flat = [_flat_row(run, True) for run in self.all_runs()]
+        # the wide frame's columns: every run's keys, in the order first seen; a run without one
+        # has nothing to give there (the frame's NaN)
+        metrics = [key for key in dict.fromkeys(key for row in flat for key in row)
+                   if key not in ("point", "system", "replica")]
+        rows = []
+        for row in flat:
+            for metric in metrics:
+                value = row.get(metric)
+                if _numeric(value):
+                    rows.append([row["point"], row["system"], row["replica"], metric, "value", float(value)])
+        return rows
+
+    def requests_table(self) -> pa.Table:
+        """:meth:`requests_frame` as an Arrow table made without pandas: the columns, types and
+        nulls ``pa.Table.from_pandas(requests_frame(), preserve_index=False)`` gives (a NaN is a
+        null, text a ``large_string``), without pandas' schema metadata (``requests.parquet``)."""
+        import pyarrow as pa
+
+        from kvsim.arrow_numpy import constant_strings, from_numpy
+
+        tables = []
+        with_replica = bool(self.replicas)
+        for run in self.all_runs():
+            n = run.records.n
+            columns = {"system": constant_strings(run.system, n),
+                       "point": from_numpy(np.full(n, run.point_index, dtype=np.int64))}
+            if with_replica:
+                columns["replica"] = from_numpy(np.full(n, run.replica, dtype=np.int64))
+            for key, value in run.params.items():
+                columns[key] = constant_strings(str(value), n)
+            for name, values in run.records.columns().items():
+                columns[name] = from_numpy(values)
+            tables.append(pa.Table.from_arrays(list(columns.values()), names=list(columns)))
+        return pa.concat_tables(tables)
 
     def _per_run_frame(self, attribute: str) -> pd.DataFrame:
         import pandas as pd
@@ -328,6 +355,27 @@ class RunResult:
                 frame.insert(2 + with_replica + col, key, str(value))
             frames.append(frame)
         return pd.concat(frames, ignore_index=True)
+
+
+def _flat_row(run: SystemRun, replicas: bool) -> dict[str, Any]:
+    """One run's row of :meth:`RunResult.summary_frame`: ids, swept parameters, flat metrics."""
+    row: dict[str, Any] = {"point": run.point_index, "system": run.system}
+    if replicas:
+        row["replica"] = run.replica
+    row.update(run.params)
+    for key, value in run.summary.items():
+        if key == "cache":
+            row.update(_flat_cache(value))
+        elif key in LATENCY_KEYS:
+            for stat, number in value.items():
+                row[f"{key}_{stat}"] = number
+        elif key == "slo_met":
+            for name, ok in value.items():
+                row[f"slo_met_{name}"] = ok
+        else:
+            row[key] = value
+    row["cards"] = run.sizing.cards
+    return row
 
 
 def _numeric(value: Any) -> bool:

@@ -20,7 +20,6 @@ from kvsim.rng import RandomStreams, replica_seed
 from kvsim.scenario.load import Scenario, ScenarioPoint
 from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.schema import ScenarioSpec
-from kvsim.sim import frontend
 from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
 from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
@@ -221,6 +220,7 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
         spec.workload.block_tokens
     system = build_system(env, spec, sizing, records, streams, block_tokens)
     front = system.front
+    frontend = system.kernels.frontend  # the workload drivers of the run's backend (the open loop is a kernel)
     rejected = None
     if requests is not None:
         rejected = too_long(sizing, requests.input_tokens, requests.output_tokens)

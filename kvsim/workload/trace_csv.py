@@ -1,7 +1,10 @@
-"""Vectorised reading of CSV traces (pyarrow + pandas): generic column mapping, BurstGPT, Azure 2023.
+"""Vectorised reading of CSV traces (pyarrow): generic column mapping, BurstGPT, Azure 2023.
 
 A multi-million-row trace is read by pyarrow's multithreaded CSV reader and checked column by
 column with numpy, so loading costs seconds, not minutes (``benchmarks/bench_trace_load.py``).
+Columns reach numpy through their buffers (:mod:`kvsim.arrow_numpy`), not pyarrow's conversions,
+which import pandas; pandas reads wall-clock stamps only when they are not all plain
+``YYYY-MM-DD HH:MM:SS[.fffffffff]`` (time zones, other ISO 8601 forms) or a stamp is refused.
 The row-by-row work happens only once a problem is found: to name the file's line (1-based, the
 header is line 1; blank lines are skipped by the reader and counted here) and the offending value.
 
@@ -41,6 +44,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from kvsim.arrow_numpy import to_numpy
 from kvsim.input_files import InputFileError, cell_text, open_checked, quote
 from kvsim.spec_types import FrozenSpec
 from kvsim.yaml_io import did_you_mean
@@ -322,10 +326,11 @@ def _numbers(column: pa.ChunkedArray, pattern: str) -> tuple[np.ndarray, np.ndar
     import pyarrow.compute as pc
 
     text = column.cast(pa.string()) if not pa.types.is_string(column.type) else column
-    readable = pc.fill_null(pc.match_substring_regex(text, pattern), False)
-    kept = pc.if_else(readable, pc.utf8_trim(text, " \t"), pa.scalar(None, pa.string()))
-    values = pc.cast(kept, pa.float64()).to_numpy(zero_copy_only=False)  # not readable: None -> NaN
-    return values, ~readable.to_numpy(zero_copy_only=False)
+    matched = pc.match_substring_regex(text, pattern)
+    readable = pc.and_kleene(matched, pc.is_valid(matched))  # a null cell is not readable
+    kept = pc.if_else(readable, pc.utf8_trim(text, " \t"), pa.nulls(len(text), pa.string()))
+    values = to_numpy(pc.cast(kept, pa.float64()))  # not readable: null -> NaN
+    return values, ~to_numpy(readable)
 
 
 def token_values(column: pa.ChunkedArray, name: str, rows, minimum: int = 1) -> np.ndarray:
@@ -357,10 +362,33 @@ def split_rows(flat: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
     return [flat[a:b] for a, b in zip(starts, ends)]
 
 
+_PLAIN_STAMP = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?$"
+"""A wall-clock stamp pyarrow reads as pandas does (``2023-11-16 18:15:46.6805900``): no zone, at
+most nanoseconds; pyarrow refuses an impossible one (``2023-02-30``, ``24:00:00``), and pandas
+then reads the column and names the stamp."""
+
+
+def _plain_stamps_ns(column: pa.ChunkedArray) -> np.ndarray | None:
+    """The stamps as int64 nanoseconds if all are plain (:data:`_PLAIN_STAMP`) and pyarrow reads
+    them, else None."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if column.null_count or not pc.all(pc.match_substring_regex(column, _PLAIN_STAMP)).as_py():
+        return None
+    try:
+        return to_numpy(column.cast(pa.timestamp("ns")))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 def _times(column: pa.ChunkedArray, columns: CsvColumnsSpec, path: Path, rows: _RowLines) -> np.ndarray:
     name = columns.arrival
     if columns.arrival_unit == "datetime":
-        import pandas as pd  # wall-clock stamps only
+        ns = _plain_stamps_ns(column)
+        if ns is not None:
+            return (ns - ns.min()) / 1e9  # exact integer difference, then one rounding
+        import pandas as pd  # other forms of stamps, and the one refused
 
         text = column.to_pandas()
         stamps = pd.to_datetime(text, format="ISO8601", errors="coerce")
