@@ -61,6 +61,7 @@ from kvsim.plan.cost_rates import PATHS  # noqa: E402
 from kvsim.plan.run_cost import point_cost, point_requests, workload_shape  # noqa: E402
 from kvsim.scenario.load import ScenarioPoint  # noqa: E402
 from kvsim.sim.run import run_point  # noqa: E402
+from kvsim.workload.reuse import forget_document_chains  # noqa: E402
 from speed_measure import machine  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
@@ -129,6 +130,7 @@ def measure_point(scenario: kvsim.Scenario, point: ScenarioPoint, repeat: int = 
     else:
         cpu = []
         for _ in range(repeat):
+            forget_document_chains()  # (hashed once per process: each run starts as a new one would)
             start = time.process_time()
             runs = run_point(scenario, point)
             cpu.append(time.process_time() - start)

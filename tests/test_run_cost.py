@@ -434,3 +434,18 @@ def test_value_reuse_is_refused_when_the_copies_in_flight_overflow_the_kv():
     from dataclasses import replace
 
     assert refused_share(replace(shape, adapters=None), pool, 0.0, 18.0, 5.0, 1) == 0.0
+
+
+def test_every_path_of_the_cost_model_has_words_and_rates():
+    """``kvsim validate`` names the paths a run's cost goes to: each path of the model has its
+    words and a rate on every backend (a path added without them ended validate in a traceback)."""
+    from dataclasses import fields
+
+    from kvsim.plan.cost_model import PathCounts
+    from kvsim.plan.cost_rates import PATHS, RATES
+    from kvsim.plan.run_cost import _PATH_WORDS
+
+    assert [f.name for f in fields(PathCounts)] == list(PATHS)
+    assert set(_PATH_WORDS) == set(PATHS)
+    for rates in RATES.values():
+        assert set(rates) == set(PATHS)

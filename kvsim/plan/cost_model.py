@@ -14,7 +14,9 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   (the share of time it does, ``1 - exp(-L)`` for ``L`` requests in it on average), one decode
   step at a time, plus one per prefill chunk;
 - ``prompt_block``: prompt blocks hashed when the point's requests are drawn (workloads with a
-  prefix structure: every request's ``input_tokens / block_tokens``); counted once per point;
+  prefix structure: every request's ``input_tokens / block_tokens``, but a shared document's
+  blocks once per distinct document drawn, as its chain is memoised:
+  :func:`kvsim.plan.run_cost.hashed_blocks`); counted once per point;
 - ``hbm_block``: prompt blocks through an HBM prefix cache (systems with ``kv_cache``), every one
   looked up; ``miss_block``: those of them computed and filed into the cache (the misses: each
   context's first request, and once the working set outgrows the caches every request outside

@@ -28,58 +28,58 @@ PATHS = ("run", "instance", "request", "iteration", "prompt_block", "hbm_block",
 _PYTHON = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --backend python --scale 0.1 --repeat 3 --json
     # /tmp/speed/rates-python.json --write-rates --out docs/run_cost.md` (each run the least CPU time
-    # of --repeat) at kvsim commit a28ecf6, Python 3.11.7, AMD EPYC, on the project's 2-core machine
-    # while other jobs shared it (docs/run_cost.md). Zero: the fit found no cost there beyond what the
-    # other paths carry.
-    "run": 0.00824,
-    "instance": 0.000178,
-    "request": 0.000125,
-    "iteration": 7.46e-09,
-    "prompt_block": 6.46e-07,
-    "hbm_block": 1.78e-07,
+    # of --repeat) at kvsim commit 92fe2f0, with uncommitted changes to kvsim/, Python 3.11.7,
+    # Intel(R) Xeon(R) Processor, on the project's 2-core machine while other jobs shared it
+    # (docs/run_cost.md). Zero: the fit found no cost there beyond what the other paths carry.
+    "run": 0.00163,
+    "instance": 0.000295,
+    "request": 0.000123,
+    "iteration": 2.17e-08,
+    "prompt_block": 8.57e-07,
+    "hbm_block": 3.09e-07,
     "tier_block": 0.0,
-    "flow": 0.000113,
-    "domain_block": 1.29e-06,
-    "handoff": 3.15e-05,
-    "handoff_flow": 2.16e-05,
-    "queued_request": 0.000194,
-    "remote_flow": 2.87e-05,
-    "prewarm_prompt": 3.63e-05,
+    "flow": 0.000127,
+    "domain_block": 0.0,
+    "handoff": 6.12e-05,
+    "handoff_flow": 1.87e-05,
+    "queued_request": 0.000271,
+    "remote_flow": 2.18e-05,
+    "prewarm_prompt": 5.25e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 2.24e-06,
-    "miss_block": 4.4e-07,
-    "value_key": 2.04e-07,
-    "refused_block": 5.48e-07,
-    "extent_request": 0.0,  # (not fitted yet: the paths came after this fit)
+    "routed_candidate": 2.39e-06,
+    "miss_block": 7.94e-07,
+    "value_key": 2.39e-07,
+    "refused_block": 4.73e-07,
+    "extent_request": 0.000319,
     "extent_miss": 0.0,
 })
 
 _COMPILED = MappingProxyType({
     # measured by `python benchmarks/cost_rates.py --backend compiled --scale 0.1 --repeat 3 --json
     # /tmp/speed/rates-compiled.json --write-rates --out docs/run_cost.md` (each run the least CPU
-    # time of --repeat) at kvsim commit a28ecf6, with uncommitted changes to kvsim/, Python 3.11.7,
-    # AMD EPYC, on the project's 2-core machine while other jobs shared it (docs/run_cost.md). Zero:
-    # the fit found no cost there beyond what the other paths carry.
-    "run": 0.00121,
-    "instance": 0.000136,
-    "request": 3e-05,
-    "iteration": 3.37e-08,
-    "prompt_block": 6.03e-07,
-    "hbm_block": 3.54e-07,
+    # time of --repeat) at kvsim commit 92fe2f0, with uncommitted changes to kvsim/, Python 3.11.7,
+    # Intel(R) Xeon(R) Processor, on the project's 2-core machine while other jobs shared it
+    # (docs/run_cost.md). Zero: the fit found no cost there beyond what the other paths carry.
+    "run": 0.00196,
+    "instance": 0.000122,
+    "request": 2.56e-05,
+    "iteration": 1.65e-08,
+    "prompt_block": 8.38e-07,
+    "hbm_block": 3.07e-07,
     "tier_block": 0.0,
-    "flow": 9.62e-05,
-    "domain_block": 7.65e-07,
-    "handoff": 3.6e-05,
-    "handoff_flow": 1.93e-05,
-    "queued_request": 0.000311,
-    "remote_flow": 3.49e-05,
-    "prewarm_prompt": 4.46e-05,
+    "flow": 6.82e-05,
+    "domain_block": 0.0,
+    "handoff": 3.04e-05,
+    "handoff_flow": 7.38e-06,
+    "queued_request": 0.000344,
+    "remote_flow": 8.87e-06,
+    "prewarm_prompt": 5.37e-05,
     "prewarm_block": 0.0,
-    "routed_candidate": 1.74e-06,
-    "miss_block": 9.19e-07,
-    "value_key": 3.02e-07,
-    "refused_block": 5.39e-07,
-    "extent_request": 0.0,  # (not fitted yet: the paths came after this fit)
+    "routed_candidate": 1.76e-06,
+    "miss_block": 6.07e-07,
+    "value_key": 2.5e-07,
+    "refused_block": 4.95e-07,
+    "extent_request": 9.35e-05,
     "extent_miss": 0.0,
 })
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from kvsim.plan.cost_hits import distinct_contexts
 from kvsim.plan.cost_model import PathCounts, WorkloadShape, system_counts, workload_reuse
 from kvsim.rng import RandomStreams
 from kvsim.scenario.limits import REQUESTS_PER_CPU_S
@@ -111,6 +112,7 @@ _PATH_WORDS = {
     "prewarm_prompt": "cache prewarm prompts", "prewarm_block": "cache prewarm blocks",
     "routed_candidate": "cache-aware routing", "miss_block": "prompt blocks computed and cached",
     "value_key": "LoRA value-reuse lookups", "refused_block": "refused LoRA value-reuse admissions",
+    "extent_request": "the domains' KV cache", "extent_miss": "prompts computed and cached in the domains",
 }
 
 
@@ -219,7 +221,7 @@ def point_cost(scenario: Scenario, point: ScenarioPoint, shape: WorkloadShape,
     total = PathCounts()
     searched = 0
     if shape.hashed and shape.requests:
-        total = total + PathCounts(prompt_block=shape.requests * shape.blocks_per_request)  # drawn once per point
+        total = total + PathCounts(prompt_block=hashed_blocks(shape))  # drawn once per point
     for name in spec.systems:
         try:
             if searches_layout(spec, name):
@@ -237,6 +239,18 @@ def point_cost(scenario: Scenario, point: ScenarioPoint, shape: WorkloadShape,
             continue  # validate reports it
         total = total + system_counts(spec, sizing, shape).scaled(passes)
     return total, searched
+
+
+def hashed_blocks(shape: WorkloadShape) -> float:
+    """Prompt blocks hashed when an open loop's requests are drawn: a shared document's blocks
+    once for the process (its chain is memoised, :func:`kvsim.workload.reuse._document_chain`),
+    so once per distinct document drawn, and each request's own blocks; every block of every
+    prompt otherwise."""
+    if shape.popularity is None or shape.document_tokens <= 0 or not shape.requests:
+        return shape.requests * shape.blocks_per_request if shape.requests else 0.0
+    documents = distinct_contexts(shape.popularity, shape.requests)
+    own = max(shape.input_tokens - shape.document_tokens, 0.0) / shape.block_tokens + 1.0
+    return documents * shape.document_tokens / shape.block_tokens + shape.requests * own
 
 
 def _shorter(shape: WorkloadShape, k: float) -> WorkloadShape:

@@ -28,7 +28,7 @@ from kvsim.workload.prefix import BlockChain, floor_blocks, source_id
 
 __all__ = [
     "SharedDocuments", "MultiTurn", "FixedHit", "PrefixSpec", "DocumentLibrary", "SharedPrefix",
-    "zipf_probabilities", "prompt_segments",
+    "zipf_probabilities", "prompt_segments", "forget_document_chains",
 ]
 
 
@@ -132,6 +132,14 @@ def _document_chain(block_tokens: int, document: int, tokens: int) -> BlockChain
         if (block_tokens, document, tokens) not in known:
             known.append((block_tokens, document, tokens))
     return chain
+
+
+def forget_document_chains() -> None:
+    """Drop every document chain hashed in this process (the memo and its table), as a new
+    process starts: for benchmarks that time a run's hashing (it happens once per document and
+    process)."""
+    _document_chain.cache_clear()
+    _CHAINS.clear()
 
 
 def prompt_segments(hashes, block_tokens: int) -> list[tuple[int, np.ndarray, int, int]] | None:
