@@ -82,7 +82,8 @@ def test_one_node_by_hand():
     assert out["amortisation_h"] == 35_040 and out["pue"] == 1.3 and out["energy_usd_per_kwh"] == 0.10
     assert out["nodes_charged"] == 1
     assert out["bill"] == [{"label": "pool main: test-node", "part": "test-node", "count": 1, "share": 1.0,
-                            "price_usd": 100_000, "power_w": 10_000}]
+                            "price_usd": 100_000, "power_w": 10_000, "kind": "compute",
+                            "cost_per_hour_usd": pytest.approx(per_hour, rel=1e-12)}]
 
 
 def test_cost_section_sets_the_model_and_is_no_longer_assumed():
@@ -221,6 +222,11 @@ def test_offload_gap_systems_by_hand(offload_gap, system, parts):
         assert out["it_power_w"] == pytest.approx(power_w, rel=1e-12)
         assert out["cost_per_hour_usd"] == pytest.approx(per_hour, rel=1e-12)
         assert out["usd_per_million_prompt_tokens"] == pytest.approx(per_hour / (4000 * 3600) * 1e6, rel=1e-12)
+        # each bill line's own hourly cost: the server alone, the pool (whole, the default share) alone
+        lines = [(line["kind"], line["cost_per_hour_usd"]) for line in out["bill"]]
+        assert lines == [(kind, pytest.approx(price / 35_040 + watts / 1000 * 1.3 * 0.10, rel=1e-12))
+                         for kind, (price, watts) in zip(("compute", "kv_pool"), parts)]
+        assert sum(cost for _, cost in lines) == pytest.approx(out["cost_per_hour_usd"], rel=1e-12)
         json.dumps(out, allow_nan=False)
 
 

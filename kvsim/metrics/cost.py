@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the cost model reads a sizing; it never builds one
     from kvsim.sim.sizing import SystemSizing
 
 __all__ = [
-    "BillLine", "bill_of_materials", "capex_per_hour_usd", "energy_per_hour_usd", "opex_per_hour_usd",
+    "BillLine", "bill_of_materials", "line_cost_per_hour_usd", "capex_per_hour_usd", "energy_per_hour_usd", "opex_per_hour_usd",
     "usd_per_million_tokens", "requests_per_usd", "cost_summary", "OUTPUT_TOKENS_KEYS", "PROMPT_TOKENS_KEYS",
     "GOODPUT_KEYS",
 ]
@@ -258,6 +258,22 @@ def _model_assumptions(spec: CostSpec, remote_pool: bool) -> list[str]:
     return [text for field, text in texts.items() if field not in given]
 
 
+def line_cost_per_hour_usd(line: BillLine, cost_spec: CostSpec) -> float | None:
+    """What one bill line costs per hour: its charged machines' capital, energy and other running
+    cost (the terms of ``cost_per_hour_usd`` restricted to them), US dollars per hour.
+
+    The lines' costs add up to the system's ``cost_per_hour_usd`` (to rounding): a study can
+    then price a system with or without the KV pool bought for it. None where the line's price
+    or power is unknown.
+    """
+    if line.price_usd is None or line.power_w is None:
+        return None
+    charged = line.count * line.share
+    return (capex_per_hour_usd(charged * line.price_usd, cost_spec.amortisation)
+            + energy_per_hour_usd(charged * line.power_w, cost_spec.pue, cost_spec.energy_usd_per_kwh)
+            + opex_per_hour_usd(charged, cost_spec.opex_usd_per_node_year))
+
+
 def _total(values: list[float | None]) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))
 
@@ -326,7 +342,9 @@ def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: 
         "opex_usd_per_node_year": cost_spec.opex_usd_per_node_year,
         "remote_pool_share": cost_spec.remote_pool_share,
         "bill": [{"label": line.label, "part": line.part, "count": line.count, "share": line.share,
-                  "price_usd": line.price_usd, "power_w": line.power_w} for line in lines],
+                  "price_usd": line.price_usd, "power_w": line.power_w,
+                  "kind": "kv_pool" if line.label.startswith("kv pool") else "compute",
+                  "cost_per_hour_usd": line_cost_per_hour_usd(line, cost_spec)} for line in lines],
         "assumptions": assumptions,
         "unknown": unknown,
     }

@@ -9,6 +9,7 @@ A gap either of whose systems is flagged as not steady state (``summary["flags"]
 
 from __future__ import annotations
 
+import math
 import numbers
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from kvsim.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 
-__all__ = ["gap_frame", "gap_markdown", "gap_figure"]
+__all__ = ["ERASED_WITHIN", "best_frame", "gap_figure", "gap_frame", "gap_markdown"]
 
 
 def _layout(run) -> str:
@@ -45,6 +46,37 @@ def _cell(summary: dict[str, Any], metric: str) -> dict[str, Any]:
     }
 
 
+def _money(run) -> dict[str, Any]:
+    """What the system is bought with: cards (every card of its servers, used or not) and its hourly
+    cost with and without the KV pool bought for it (``summary["cost"]``, :mod:`kvsim.metrics.cost`;
+    None where a price or power is unknown)."""
+    cost = run.summary.get("cost") or {}
+    servers = [line.get("cost_per_hour_usd") for line in cost.get("bill") or [] if line.get("kind") == "compute"]
+    return {
+        "cards": sum(p.spec.nodes * p.node.accelerators_per_node for p in run.sizing.pools),
+        "server_usd_per_h": None if not servers or None in servers else float(sum(servers)),
+        "usd_per_h": cost.get("cost_per_hour_usd"),
+    }
+
+
+def _per(value: Any, divisor: Any) -> float | None:
+    """``value / divisor``, or None where either is missing or the divisor is not positive."""
+    if value is None or divisor is None or not divisor > 0:
+        return None
+    return float(value) / float(divisor)
+
+
+def _ratio(high: float | None, low: float | None) -> float | None:
+    if high is None or low is None or not low > 0:
+        return None
+    return high / low
+
+
+PER = {"card": "cards", "server_usd": "server_usd_per_h", "usd": "usd_per_h"}
+"""The buyer's measures of a gap: the metric per card bought, per dollar-hour of the servers, and
+per dollar-hour of the servers with the KV pool bought for them (``gap_per_<key>``)."""
+
+
 def gap_frame(result: RunResult) -> pd.DataFrame:
     """One row per (sweep point, option): both systems' figures, the gap and the narrowing."""
     study = result.scenario.spec.study
@@ -64,6 +96,11 @@ def gap_frame(result: RunResult) -> pd.DataFrame:
             row.update({f"{study.high}_{k}": v for k, v in h.items()})
             row.update({f"{study.low}_{k}": v for k, v in lo.items()})
             row["gap"] = gap
+            for side, run in ((study.high, result.run(high, point)), (study.low, result.run(low, point))):
+                row.update({f"{side}_{k}": v for k, v in _money(run).items()})
+            for key, divisor in PER.items():
+                row[f"gap_per_{key}"] = _ratio(_per(h[study.metric], row[f"{study.high}_{divisor}"]),
+                                               _per(lo[study.metric], row[f"{study.low}_{divisor}"]))
             row["flagged"] = bool(h["flags"] or lo["flags"])
             if label == reference:
                 reference_flagged = row["flagged"]
@@ -74,8 +111,66 @@ def gap_frame(result: RunResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+ERASED_WITHIN = 1.10
+"""A gap counts as erased, in the sense a buyer means, when it is within 10 % of parity."""
+
+
+def _pick(rows: pd.DataFrame, side: str, score: pd.Series) -> pd.Series | None:
+    """The option row where ``side`` scores best, among its steady-state cells if it has any
+    (a flagged cell's figure is not a rate it can sustain); None where no cell has a score."""
+    steady = rows[rows[f"{side}_flags"] == ""]
+    pool = steady if steady[score.name].notna().any() else rows
+    pool = pool[pool[score.name].notna()]
+    return None if pool.empty else pool.loc[pool[score.name].idxmax()]
+
+
+def best_frame(result: RunResult, frame: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per sweep point: each server at its own best option, and the gaps between them.
+
+    ``{side}_option`` is the option with the side's highest metric, ``{side}_option_per_usd`` the
+    one with its highest metric per dollar-hour with the KV pool bought for it; ``gap``,
+    ``gap_per_card`` and ``gap_per_server_usd`` compare the throughput-best options,
+    ``gap_per_usd`` the per-dollar-best ones. ``flagged``: a chosen cell is not steady state.
+    """
+    study = result.scenario.spec.study
+    frame = gap_frame(result) if frame is None else frame
+    params = list(result.runs[0].params) if result.runs else []
+    metric, sides = study.metric, (study.high, study.low)
+    out = []
+    for point, rows in frame.groupby("point", sort=True):
+        rows = rows.copy()
+        row: dict[str, Any] = {"point": point, **{k: rows.iloc[0][k] for k in params}}
+        picks, money_picks = {}, {}
+        for side in sides:
+            rows[f"{side}_{metric}_per_usd"] = [_per(v, d) for v, d in zip(rows[f"{side}_{metric}"],
+                                                                           rows[f"{side}_usd_per_h"])]
+            picks[side] = _pick(rows, side, rows[f"{side}_{metric}"])
+            money_picks[side] = _pick(rows, side, rows[f"{side}_{metric}_per_usd"])
+            row[f"{side}_option"] = None if picks[side] is None else picks[side]["option"]
+            row[f"{side}_{metric}"] = None if picks[side] is None else picks[side][f"{side}_{metric}"]
+            row[f"{side}_option_per_usd"] = None if money_picks[side] is None else money_picks[side]["option"]
+        hi, lo = picks[study.high], picks[study.low]
+        measured = hi is not None and lo is not None
+        row["gap"] = _ratio(hi[f"{study.high}_{metric}"], lo[f"{study.low}_{metric}"]) if measured else None
+        for key in ("card", "server_usd"):
+            divisor = PER[key]
+            row[f"gap_per_{key}"] = _ratio(_per(hi[f"{study.high}_{metric}"], hi[f"{study.high}_{divisor}"]),
+                                           _per(lo[f"{study.low}_{metric}"], lo[f"{study.low}_{divisor}"])) \
+                if measured else None
+        mh, ml = money_picks[study.high], money_picks[study.low]
+        row["gap_per_usd"] = _ratio(mh[f"{study.high}_{metric}_per_usd"], ml[f"{study.low}_{metric}_per_usd"]) \
+            if mh is not None and ml is not None else None
+        chosen = [(side, r) for side, r in ((study.high, hi), (study.low, lo), (study.high, mh), (study.low, ml))
+                  if r is not None]
+        row["flagged"] = any(bool(r[f"{side}_flags"]) for side, r in chosen)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
 def _fmt(value: Any) -> str:
     """A cell: a number as read, a text (an option, a link, from the scenario's names) escaped for Markdown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"  # unknown: a price or power the catalog lacks, or no steady cell to choose
     if isinstance(value, float):
         return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
     return md(value, cell=True)
@@ -88,11 +183,13 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     metric = study.metric
     h, lo = study.high, study.low
     columns = ["option", f"{h}_layout", f"{lo}_layout", f"{h}_{metric}", f"{lo}_{metric}", "gap", "narrowed_pct",
+               "gap_per_card", "gap_per_server_usd", "gap_per_usd",
                f"{h}_ttft_p50_s", f"{h}_ttft_p99_s", f"{lo}_ttft_p50_s", f"{lo}_ttft_p99_s",
                f"{h}_hit_rate_hbm", f"{h}_hit_rate_lower", f"{lo}_hit_rate_hbm", f"{lo}_hit_rate_lower",
                f"{h}_remote_read_GBps", f"{lo}_remote_read_GBps", f"{h}_busiest_link", f"{lo}_busiest_link",
                f"{h}_bound", f"{lo}_bound"]
     header = ["option", f"{h} layout", f"{lo} layout", f"{h} {metric}", f"{lo} {metric}", "gap (x)", "narrowed (%)",
+              "gap per card (x)", "gap per server $ (x)", "gap per $ with KV pool (x)",
               f"{h} TTFT p50 (s)", f"{h} TTFT p99 (s)", f"{lo} TTFT p50 (s)", f"{lo} TTFT p99 (s)",
               f"{h} hit HBM", f"{h} hit below HBM", f"{lo} hit HBM", f"{lo} hit below HBM",
               f"{h} pool read (GB/s)", f"{lo} pool read (GB/s)", f"{h} busiest link", f"{lo} busiest link",
@@ -104,7 +201,11 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
              "pool read counts bytes delivered to the cards (each card loads its copy of replicated "
              "KV heads); link utilisation is the time-weighted mean over the window. Layout: each "
              "server's instance layout (tp x pp, ep, data-parallel attention ranks; kvsim.models.parallel), "
-             "the best of its pilots where the system asks for layout: best.", ""]
+             "the best of its pilots where the system asks for layout: best. The buyer's gaps divide each "
+             f"side's {md(metric)} by what it is bought with first: per card (every card of its servers), per "
+             "server dollar (the servers' cost per hour: capital, energy, running cost; kvsim.metrics.cost) "
+             "and per dollar with the KV pool (the servers plus the remote KV pool's nodes charged to them, "
+             "cost.remote_pool_share of them; host DRAM is part of the server's price).", ""]
     params = list(result.runs[0].params) if result.runs else []
     for point, rows in frame.groupby("point", sort=True):
         label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
@@ -116,10 +217,46 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
             lines.append("| " + " | ".join(_fmt(row[c]) + (FLAG_MARK if marked.get(c) else "") for c in columns)
                          + " |")
         lines.append("")
+    lines += _best_markdown(result, frame)
     flags = {f for side in (h, lo) for cell in frame[f"{side}_flags"] for f in cell.split(", ") if f}
     if flags:
         lines += [md(flag_note(flags)), ""]  # escaped: a literal mark, not a list item
     return "\n".join(lines)
+
+
+def _best_markdown(result: RunResult, frame: pd.DataFrame) -> list[str]:
+    """The buyer's view: each server at its best option per point, the gaps, and where they close."""
+    study = result.scenario.spec.study
+    best = best_frame(result, frame)
+    h, lo, metric = study.high, study.low, study.metric
+    params = list(result.runs[0].params) if result.runs else []
+    header = [*params, f"{h} best", f"{lo} best", "gap (x)", "gap per card (x)", "gap per server $ (x)",
+              f"{h} best per $", f"{lo} best per $", "gap per $ with KV pool (x)"]
+    columns = [*params, f"{h}_option", f"{lo}_option", "gap", "gap_per_card", "gap_per_server_usd",
+               f"{h}_option_per_usd", f"{lo}_option_per_usd", "gap_per_usd"]
+    lines = ["## Each server at its best option", "",
+             f"Per point, each server's option with its highest {md(metric)} (steady-state cells first), and "
+             "separately its option with the most per dollar with its KV pool; the gaps compare those "
+             f"choices. A gap of at most {ERASED_WITHIN:g}x counts as erased.", "",
+             "| " + " | ".join(md(cell, cell=True) for cell in header) + " |", "|" + "---|" * len(header)]
+    for _, row in best.iterrows():
+        lines.append("| " + " | ".join(_fmt(row[c]) + (FLAG_MARK if row["flagged"] and c.startswith("gap") else "")
+                                       for c in columns) + " |")
+    lines.append("")
+    for column, words in (("gap", "per server"), ("gap_per_server_usd", "per server dollar"),
+                          ("gap_per_usd", "per dollar with the KV pool")):
+        values = [(v, flagged) for v, flagged in zip(best[column], best["flagged"]) if pd.notna(v)]
+        if not values:
+            continue
+        erased = sum(1 for v, _ in values if v <= ERASED_WITHIN)
+        reversed_ = sum(1 for v, _ in values if v < 1.0)
+        lines.append(f"- Gap {words}, each at its best: {min(v for v, _ in values):.3g}-"
+                     f"{max(v for v, _ in values):.3g}x; erased (at most {ERASED_WITHIN:g}x) at {erased} of "
+                     f"{len(values)} points" + (f", reversed (the low end ahead) at {reversed_}" if reversed_ else "")
+                     + (f" ({sum(f for _, f in values)} with a flagged cell)" if any(f for _, f in values) else "")
+                     + ".")
+    lines.append("")
+    return lines
 
 
 @literal_figure_text
@@ -133,29 +270,35 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
     study = result.scenario.spec.study
     frame = gap_frame(result) if frame is None else frame
     panels = list(dict.fromkeys(frame[study.panel])) if study.panel else [None]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False, sharey=True)
-    for ax, panel in zip(axes[0], panels):
-        rows = frame if panel is None else frame[frame[study.panel] == panel]
-        for option in study.configs:
-            sub = rows[rows.option == option]
-            x = sub[study.x] if study.x else range(len(sub))
-            ax.plot(list(x), sub.gap.tolist(), marker="", label=option)
-            color = ax.lines[-1].get_color()
-            for xv, yv, flagged in zip(list(x), sub.gap.tolist(), sub.flagged.tolist()):
-                ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flagged else color)
-        ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
-        values = list(set(rows[study.x])) if study.x else []
-        # loads and lengths double from point to point: a log axis; text values ("100 Gbit/s"), zeros
-        # and negative values have none and keep matplotlib's linear one
-        if values and all(isinstance(t, numbers.Real) and not isinstance(t, bool) and t > 0 for t in values):
-            ax.set_xscale("log", base=2)
-            ticks = sorted(values)
-            ax.set_xticks(ticks, [str(t) for t in ticks])
-        if study.x:
-            ax.set_xlabel(study.x.split(".")[-1])
-        name = study.panel_label or (study.panel or "").split(".")[-1]
-        ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name, fontsize=10)
-    axes[0][0].set_ylabel(f"gap: {study.high} / {study.low}\n{study.metric}")
+    measures = [("gap", "per server")]
+    if frame["gap_per_usd"].notna().any():  # the buyer's view where every part is priced
+        measures.append(("gap_per_usd", "per $ with KV pool"))
+    fig, axes = plt.subplots(len(measures), len(panels), figsize=(4.2 * len(panels), 3.4 * len(measures)),
+                             squeeze=False, sharey="row")
+    for (measure, words), ax_row in zip(measures, axes):
+        for ax, panel in zip(ax_row, panels):
+            rows = frame if panel is None else frame[frame[study.panel] == panel]
+            for option in study.configs:
+                sub = rows[rows.option == option]
+                x = list(sub[study.x]) if study.x else list(range(len(sub)))
+                y = [float("nan") if v is None else v for v in sub[measure].tolist()]
+                ax.plot(x, y, marker="", label=option)
+                color = ax.lines[-1].get_color()
+                for xv, yv, flagged in zip(x, y, sub.flagged.tolist()):
+                    ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flagged else color)
+            ax.axhline(1.0, color="grey", linewidth=0.8, linestyle=":")
+            values = list(set(rows[study.x])) if study.x else []
+            # loads and lengths double from point to point: a log axis; text values ("100 Gbit/s"), zeros
+            # and negative values have none and keep matplotlib's linear one
+            if values and all(isinstance(t, numbers.Real) and not isinstance(t, bool) and t > 0 for t in values):
+                ax.set_xscale("log", base=2)
+                ticks = sorted(values)
+                ax.set_xticks(ticks, [str(t) for t in ticks])
+            if study.x:
+                ax.set_xlabel(study.x.split(".")[-1])
+            name = study.panel_label or (study.panel or "").split(".")[-1]
+            ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name, fontsize=10)
+        ax_row[0].set_ylabel(f"gap {words}: {study.high} / {study.low}\n{study.metric}")
     axes[0][-1].legend(title="KV cache")
     if frame.flagged.any():
         fig.suptitle("hollow: a system flagged as not steady state (see the table)", fontsize=8)
