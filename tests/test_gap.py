@@ -110,6 +110,7 @@ def test_buyer_gaps_divide_by_cards_and_dollars_and_best_picks_each_side_alone()
     text = gap_markdown(result, frame)
     assert "## Each server at its best option" in text and "gap per $ with KV pool (x)" in text
     assert f"erased (at most {ERASED_WITHIN:g}x) at" in text
+    assert "## prompt 2,176 tokens (mean): workload.arrival.clients = 2" in text  # 2,048 + 128
 
 
 def test_best_option_prefers_steady_cells_and_a_pool_counts_in_the_dollar_gap():

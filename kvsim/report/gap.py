@@ -167,6 +167,24 @@ def best_frame(result: RunResult, frame: pd.DataFrame | None = None) -> pd.DataF
     return pd.DataFrame(out)
 
 
+def _prompt_tokens_mean(result: RunResult, point: int) -> float | None:
+    """Mean prompt tokens of the point's workload (document + suffix) where it is written as shared
+    documents: a panel swept over the document length is then labelled in prompt tokens too."""
+    spec = next((p.spec for p in result.scenario.points if p.index == point), None)
+    prefix = getattr(getattr(spec, "workload", None), "prefix", None)
+    document, suffix = getattr(prefix, "document_tokens", None), getattr(prefix, "suffix_tokens", None)
+    if document is None or suffix is None:
+        return None
+    return float(document.mean + suffix.mean)
+
+
+def _prompt_note(result: RunResult, points: Any) -> str:
+    means = {_prompt_tokens_mean(result, int(p)) for p in points}
+    if len(means) != 1 or None in means:
+        return ""
+    return f"prompt {means.pop():,.0f} tokens (mean)"
+
+
 def _fmt(value: Any) -> str:
     """A cell: a number as read, a text (an option, a link, from the scenario's names) escaped for Markdown."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -209,6 +227,8 @@ def gap_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
     params = list(result.runs[0].params) if result.runs else []
     for point, rows in frame.groupby("point", sort=True):
         label = ", ".join(f"{k} = {rows.iloc[0][k]}" for k in params)
+        prompt = _prompt_note(result, [point])
+        label = f"{prompt}: {label}" if prompt and label else (prompt or label)
         lines += [f"## {md(label)}" if label else "## run", "",
                   "| " + " | ".join(md(cell, cell=True) for cell in header) + " |", "|" + "---|" * len(header)]
         for _, row in rows.iterrows():
@@ -297,7 +317,9 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
             if study.x:
                 ax.set_xlabel(study.x.split(".")[-1])
             name = study.panel_label or (study.panel or "").split(".")[-1]
-            ax.set_title(f"{name} = {panel}" if panel is not None else result.scenario.name, fontsize=10)
+            title = f"{name} = {panel}" if panel is not None else result.scenario.name
+            prompt = _prompt_note(result, rows.point.unique())
+            ax.set_title(f"{prompt}\n({title})" if prompt else title, fontsize=10)
         ax_row[0].set_ylabel(f"gap {words}: {study.high} / {study.low}\n{study.metric}")
     axes[0][-1].legend(title="KV cache")
     if frame.flagged.any():
