@@ -33,8 +33,9 @@ def main() -> None:
     args = parser.parse_args()
     warmup = f"{parse_quantity(args.duration, 'time') / 4:g} s"
     point = {"duration": args.duration, "warmup": warmup, "sweep": {
-        "workload.prefix.document_tokens.value, workload.prefix.suffix_tokens.value":
-            [[args.document, SUFFIX[args.document]]],
+        # the scenarios' suffixes: uniform on [1/2, 3/2] of SUFFIX
+        "workload.prefix.document_tokens.value, workload.prefix.suffix_tokens.low, workload.prefix.suffix_tokens.high":
+            [[args.document, SUFFIX[args.document] // 2, SUFFIX[args.document] * 3 // 2]],
         "workload.arrival.clients": [args.clients]}}
     for name in ("offload_gap.yaml", "offload_gap_layouts.yaml"):
         scenario = kvsim.load_scenario(f"scenarios/{name}").with_changes(point)

@@ -104,7 +104,8 @@ def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
         keep = {name: gap.raw["systems"][name] for name in ("l20-rdma", "h20-gdr")}
         return gap.with_changes({"sweep": {}, "study": None, "compare": None, "systems": keep,
                                  "workload.prefix.document_tokens.value": 7680,
-                                 "workload.prefix.suffix_tokens.value": 512, "workload.arrival.clients": 16, "duration": 1400 * scale, "warmup": 400 * scale})
+                                 "workload.prefix.suffix_tokens.low": 256, "workload.prefix.suffix_tokens.high": 768,
+                                 "workload.arrival.clients": 16, "duration": 1400 * scale, "warmup": 400 * scale})
     if case in ("prewarm", "remote", "dram"):
         name, rate = {"prewarm": ("l20-pool", "1/s"), "remote": ("h20-pool", "8/s"), "dram": ("l20-dram", "4/s")}[case]
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
