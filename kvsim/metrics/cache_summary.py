@@ -105,7 +105,8 @@ _CAUSE_NAMES = {"compute": "gpu compute", "memory": "gpu memory bandwidth", "tp_
                 "kernels": "kernel launches", "overhead": "host overhead"}
 
 
-_STORAGE_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "cpu_staging": "CPU staging"}
+_STORAGE_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "cpu_staging": "CPU staging",
+                   "pinned_buffer": "pinned buffer"}
 
 
 def bound_resource(gpu_busy_fraction: float, time_by_cause_s: dict[str, float], links: list[dict[str, Any]],

@@ -24,6 +24,14 @@ on top of the bandwidth of the links the bytes cross, all closed-form over ``n``
   CPU-seconds per second; a flow consumes ``1/m + c * n / B`` of it per byte (``1/m`` only when
   ``k > 0``), so a single flow stages at most ``max(k, 1) / (1/m + c * n / B)`` bytes/s, and
   each I/O's latency grows by ``c``. GPU-Direct (GDS, GPUDirect RDMA) skips all of it.
+* **The connector's host path** (:class:`HostPath`, from ``kv_cache.connector``) may override
+  the node's staging: its copy threads ``k`` (0 for connectors whose NIC lands data in pinned
+  memory and whose GPU kernel or copy engine moves it on), ``j`` threads sharing the per-I/O work
+  (capacity ``max(k, j)``), its per-I/O cost ``c`` paid once per call of ``b`` batched I/Os
+  (``c / b`` per I/O), its queue depth (a flow keeps ``min`` of it and the medium's) and a pinned
+  buffer of ``P`` bytes per node: a staged byte holds its room for the flow's per-I/O latency
+  ``L``, so the node's bounce flows share a resource of capacity ``P`` consumed ``L`` per byte
+  (alone, a flow stages at most ``P / L`` bytes/s).
 
 A medium's DRAM tier (host memory, HBM) is not storage: accesses to it cost only their links.
 """
@@ -36,12 +44,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kvsim.hardware.specs import HostStagingSpec
     from kvsim.network.flows import FlowNetwork
     from kvsim.network.topology import Edge, Topology
 
 __all__ = [
-    "MediaIO", "IoRequest", "FlowCost", "StorageIO", "io_count", "queue_rate_cap_Bps",
-    "staging_cpu_s_per_byte", "access_time_s", "iops_resource", "staging_resource", "STORAGE_KINDS",
+    "MediaIO", "IoRequest", "FlowCost", "HostPath", "StorageIO", "io_count", "queue_rate_cap_Bps",
+    "staging_cpu_s_per_byte", "access_time_s", "iops_resource", "staging_resource", "pinned_resource",
+    "STORAGE_KINDS",
 ]
 
 # What each kind of storage resource counts, as the unit-suffixed column names of its report rows:
@@ -51,6 +61,7 @@ STORAGE_KINDS = {
     "read_iops": ("capacity_iops", "ios"),
     "write_iops": ("capacity_iops", "ios"),
     "cpu_staging": ("capacity_cpu_s_per_s", "cpu_s"),
+    "pinned_buffer": ("capacity_bytes", "byte_s"),
 }
 
 
@@ -65,6 +76,24 @@ class MediaIO:
     read_iops: float | None
     write_iops: float | None
     queue_depth: int
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """A connector's overrides of the host-bounce staging (None: the node's ``host_staging``).
+
+    ``copy_threads``: CPU threads copying each byte; ``io_threads``: threads sharing the per-I/O
+    work; ``per_io_cpu_s``: CPU per I/O, seconds, paid once per ``batch_ios`` I/Os;
+    ``queue_depth``: I/Os the transport keeps outstanding per flow; ``pinned_buffer_bytes``:
+    pinned staging room per node (None: unbounded).
+    """
+
+    copy_threads: int | None = None
+    io_threads: int = 1
+    per_io_cpu_s: float | None = None
+    batch_ios: int = 1
+    queue_depth: int | None = None
+    pinned_buffer_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +169,11 @@ def staging_resource(node: str) -> tuple[str, str]:
     return (f"{node}/cpu", "staging")
 
 
+def pinned_resource(node: str) -> tuple[str, str]:
+    """Resource id of a compute node's pinned staging buffer."""
+    return (f"{node}/pinned", "buffer")
+
+
 def access_time_s(nbytes: float, io_size_bytes: float, bandwidth_Bps: float, io_latency_s: float,
                   queue_depth: int, iops: float | None = None, staging_Bps: float = math.inf) -> float:
     """Uncontended time of one storage access, seconds (the closed form the flows reproduce).
@@ -159,13 +193,15 @@ class StorageIO:
 
     Media are the graph's ``nvme`` and ``pool_media`` nodes carrying a :class:`MediaIO` under
     ``io``; staging CPUs are the ``dram`` nodes carrying a ``HostStagingSpec`` under ``staging``.
+    ``host_path``: the system's connector's overrides of that staging (None: the nodes' own).
     """
 
-    def __init__(self, topology: "Topology"):
+    def __init__(self, topology: "Topology", host_path: HostPath | None = None):
         self.topology = topology
+        self.host_path = host_path
         graph = topology.graph
         self.media: dict[str, MediaIO] = {}
-        self.staging: dict[str, object] = {}  # compute node -> HostStagingSpec
+        self.staging: dict[str, "HostStagingSpec"] = {}  # compute node -> its host staging
         for name, attrs in graph.nodes(data=True):
             if attrs.get("io") is not None:
                 self.media[name] = attrs["io"]
@@ -179,9 +215,29 @@ class StorageIO:
             for write, iops in ((False, io.read_iops), (True, io.write_iops)):
                 if iops is not None:
                     out[iops_resource(media, write)] = float(iops)
-        for node, staging in self.staging.items():
-            out[staging_resource(node)] = float(max(staging.copy_threads, 1))
+        for node in self.staging:
+            out[staging_resource(node)] = float(self._threads(node))
+        if self.host_path is not None and self.host_path.pinned_buffer_bytes is not None:
+            for node in self.staging:
+                out[pinned_resource(node)] = float(self.host_path.pinned_buffer_bytes)
         return out
+
+    def _staging(self, node: str) -> tuple[int, float, float]:
+        """(copy threads, memcpy bytes/s per thread, CPU seconds per I/O) of ``node``'s staging,
+        the connector's overrides applied (the per-I/O cost already spread over its batch)."""
+        staging = self.staging[node]
+        host = self.host_path
+        if host is None:
+            return staging.copy_threads, staging.memcpy_bandwidth, staging.per_io_cpu_s
+        copy = staging.copy_threads if host.copy_threads is None else host.copy_threads
+        per_io = staging.per_io_cpu_s if host.per_io_cpu_s is None else host.per_io_cpu_s
+        return copy, staging.memcpy_bandwidth, per_io / host.batch_ios
+
+    def _threads(self, node: str) -> int:
+        """CPU threads staging ``node``'s bounce I/O: the copy threads, or the connector's I/O
+        threads if more (at least one)."""
+        copy = self._staging(node)[0]
+        return max(copy, self.host_path.io_threads if self.host_path is not None else 1, 1)
 
     def resources(self) -> list[tuple[Hashable, str, str]]:
         """Every storage resource as ``(resource id, name, kind)``, in :meth:`capacities` order.
@@ -196,6 +252,9 @@ class StorageIO:
                     out.append((iops_resource(media, write), media, "write_iops" if write else "read_iops"))
         for node in self.staging:
             out.append((staging_resource(node), f"{node}/cpu", "cpu_staging"))
+        if self.host_path is not None and self.host_path.pinned_buffer_bytes is not None:
+            for node in self.staging:
+                out.append((pinned_resource(node), f"{node}/pinned", "pinned_buffer"))
         return out
 
     def report(self, network: "FlowNetwork") -> list[dict[str, object]]:
@@ -234,14 +293,18 @@ class StorageIO:
             io = self.media[media]
             if (write and io.write_iops is not None) or (not write and io.read_iops is not None):
                 resources[iops_resource(media, write)] = ios / nbytes
+        host = self.host_path
         if request.host is not None:
-            staging = self.staging[request.host]
-            cpu_s_per_byte = staging_cpu_s_per_byte(
-                nbytes / ios, staging.copy_threads, staging.memcpy_bandwidth, staging.per_io_cpu_s)
+            copy_threads, memcpy_Bps, per_io_cpu_s = self._staging(request.host)
+            cpu_s_per_byte = staging_cpu_s_per_byte(nbytes / ios, copy_threads, memcpy_Bps, per_io_cpu_s)
             if cpu_s_per_byte > 0:  # a staging that costs nothing is no resource to share
                 resources[staging_resource(request.host)] = cpu_s_per_byte
-            if staging.copy_threads > 0:  # the copy reads and writes each byte in host memory
+            if copy_threads > 0:  # the copy reads and writes each byte in host memory
                 resources[self.topology.dram_channel(request.host)] = 2.0
-            latency += staging.per_io_cpu_s
+            latency += per_io_cpu_s
+            if host is not None and host.pinned_buffer_bytes is not None and latency > 0.0:
+                resources[pinned_resource(request.host)] = latency  # byte-seconds of room per byte
         depth = min(self.media[media].queue_depth for media, _ in ends)
+        if host is not None and host.queue_depth is not None:
+            depth = min(depth, host.queue_depth)
         return FlowCost(resources, queue_rate_cap_Bps(nbytes, ios, depth, latency), latency, ios)

@@ -29,6 +29,7 @@ from kvsim.models.lora import adapter_bytes
 from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.cache import SOURCES, TIERS, CacheGeometry, InstanceCache, SystemCache
 from kvsim.serving.cache.access import addressing_domain
+from kvsim.serving.cache.connector import resolve_fanout
 from kvsim.serving.cache.extent_cache import ExtentInstanceCache
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
@@ -265,7 +266,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         pool_nodes = [(f"pool{k}", sizing.pool_node) for k in range(cache_spec.remote.nodes)]
     system.topology = build_topology([(name, pool.node, pool.accelerator) for pool, name in node_names(sizing)],
                                      pool_nodes, _scale_up_domains(sizing))
-    storage = StorageIO(system.topology)
+    connector = cache_spec.connector if cache_spec is not None else None
+    storage = StorageIO(system.topology, connector.host_path() if connector is not None else None)
     system.network = system.kernels.flows.FlowNetwork(env, network_capacities(system.topology, storage), warmup,
                                                       duration)
     system.transfers = Transfers(env, system.topology, system.network, storage)
@@ -379,8 +381,10 @@ def _build_cache(env: simpy.Environment, scenario: ScenarioSpec, system: System,
         nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
+    replicated = geometry.tp * geometry.block_bytes_per_card > geometry.block_bytes * (1.0 + 1e-9)
+    fanout = resolve_fanout(spec.fanout, spec.connector, sizing.model.mla is not None, replicated)
     return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks,
-                       kernels=system.kernels, extents=kv_extents(scenario, sizing))
+                       kernels=system.kernels, extents=kv_extents(scenario, sizing), fanout=fanout)
 
 
 KV_EXTENTS = True
@@ -411,6 +415,7 @@ def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> Cach
         block_bytes_per_card=block_tokens * pool.kv_bytes_per_token_per_card,
         tp=pool.layout.cards,  # the cards a block's KV is spread over: one flow each
         num_layers=sizing.model.num_layers,
+        groupable=pool.layout.pp == 1 and pool.layout.dp_attention == 1,
     )
 
 

@@ -311,7 +311,9 @@ class RunResult:
 
         IOPS ceilings (``kind`` ``read_iops`` / ``write_iops``) fill ``capacity_iops`` (I/Os per
         second) and ``ios`` (I/Os); staging CPUs (``cpu_staging``) fill ``capacity_cpu_s_per_s``
-        (CPU-seconds per second) and ``cpu_s`` (CPU-seconds); the other kind's columns are NaN.
+        (CPU-seconds per second) and ``cpu_s`` (CPU-seconds); a connector's pinned staging buffer
+        (``pinned_buffer``) fills ``capacity_bytes`` and ``byte_s`` (byte-seconds of room held);
+        the other kinds' columns are NaN.
         ``utilization_mean`` is the fraction of capacity used over the window.
         """
         return self._per_run_frame("storage")

@@ -81,6 +81,7 @@ class CacheAccess:
         self._usable: dict[int, Callable[[BlockStore], bool]] = {}
         self._rank: dict[int, Callable[[BlockStore], float]] = {}
         self._load_s: dict[tuple, float] = {}  # (id(reader), id(store), blocks) -> block_load_s
+        self._routes: dict[tuple[int, int], tuple[list, list]] = {}  # (id(reader), id(store)) -> load_routes
 
     def register(self, cache: "InstanceCache") -> str:
         """Enter ``cache``'s instance (its cards and HBM store); returns its domain's name."""
@@ -168,10 +169,36 @@ class CacheAccess:
                 for src, dst in zip(holder.gpus, reader.gpus)]
 
     def load_paths(self, reader: "InstanceCache", store: BlockStore) -> list:
-        """One path per card of ``reader`` from a lower tier's medium into its cards."""
-        system = self.system
-        return [system.topology.load_path(system.endpoint[id(store)], gpu, system.spec.gpu_direct)
-                for gpu in reader.gpus]
+        """One path per reading card of ``reader`` from a lower tier's medium into it: every card,
+        or with ``once_per_node`` fan-out one per distinct shard (:meth:`load_routes`)."""
+        return self.load_routes(reader, store)[0]
+
+    def load_routes(self, reader: "InstanceCache", store: BlockStore) -> tuple[list, list]:
+        """(read paths, hop paths) of a load from ``store`` into ``reader``: a path from the medium
+        into each reading card (:meth:`SystemCache.load_plan`), and a path for each card-to-card
+        hop that hands the bytes on (the scale-up links inside the cards' domain, else PCIe
+        card to card). Worked out once per reader and store."""
+        key = (id(reader), id(store))
+        known = self._routes.get(key)
+        if known is None:
+            system = self.system
+            topology = system.topology
+            plan = system.load_plan(reader.geometry)
+            gpus = reader.gpus
+            reads = [topology.load_path(system.endpoint[id(store)], gpus[rank], system.spec.gpu_direct)
+                     for rank in plan.readers]
+            hops = [self.hop_path(topology, gpus[a], gpus[b]) for a, b in plan.hops]
+            known = self._routes[key] = (reads, hops)
+        return known
+
+    @staticmethod
+    def hop_path(topology: "Topology", src: str, dst: str) -> list:
+        """A fan-out hop from card ``src`` to card ``dst`` of one instance: over their scale-up
+        domain if they share one (NVLink, UB), else PCIe peer to peer through the switches."""
+        domain = topology.scale_up_domain(src)
+        if domain is not None and domain == topology.scale_up_domain(dst):
+            return topology.peer_path(src, dst)
+        return topology.path(src, dst)
 
     def block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int = 1) -> float:
         """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds.
@@ -193,4 +220,8 @@ class CacheAccess:
         if holder is not None:
             return system.transfers.uncontended_s(self.peer_paths(holder, reader), per_card)
         io = system.io(store, False, reader.node, reader.geometry.block_bytes_per_card)
-        return system.transfers.uncontended_s(self.load_paths(reader, store), per_card, io)
+        reads, hops = self.load_routes(reader, store)
+        load_s = system.transfers.uncontended_s(reads, per_card, io)
+        if hops:  # the hand-on runs alongside the reads (pipelined by chunk): the slower decides
+            load_s = max(load_s, system.transfers.uncontended_s(hops, per_card))
+        return load_s

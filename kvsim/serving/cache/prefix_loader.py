@@ -273,9 +273,12 @@ class PrefixLoader:
             if store is cache.hbm:  # another adapter's copy in this HBM: a copy inside the card
                 group_done = system.env.timeout(nbytes / cache.local_copy_Bps)
             elif holder is None:
-                system.count(system.bytes_loaded, tier, nbytes * g.tp)
+                reads, hops = access.load_routes(cache, store)
+                system.count(system.bytes_loaded, tier, nbytes * len(reads))
                 io = system.io(store, False, cache.node, g.block_bytes_per_card)
-                group_done = system.transfers.move(access.load_paths(cache, store), nbytes, "cache_load", io)
+                group_done = system.transfers.move(reads, nbytes, "cache_load", io)
+                if hops:  # load once per node: the readers hand the bytes on, card to card
+                    group_done = simpy.AllOf(system.env, [group_done, system.transfers.move(hops, nbytes, "fanout")])
             else:
                 system.count(system.bytes_loaded, tier, nbytes * g.tp)
                 if tier == "other_domain":

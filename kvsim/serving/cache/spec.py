@@ -6,11 +6,14 @@ prompt is computed in full and nothing is kept after a request finishes.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from kvsim.spec_types import FrozenSpec, PositiveBytes, PositiveInt
+from pydantic import model_validator
 
-__all__ = ["EvictionKind", "MAX_WRITE_FLOWS", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
+from kvsim.serving.cache.connector import PRESETS, ConnectorSpec, Fanout
+from kvsim.spec_types import FrozenSpec, PositiveBytes, PositiveInt, field_errors
+
+__all__ = ["ConnectorSpec", "EvictionKind", "MAX_WRITE_FLOWS", "PeerMode", "TierSpec", "RemotePoolSpec", "KVCacheSpec"]
 
 EvictionKind = Literal["lru", "lfu", "s3fifo"]
 
@@ -86,10 +89,11 @@ class KVCacheSpec(FrozenSpec):
         ``write_back``: blocks are written to the next tier down only when evicted.
     gpu_direct : bool
         NIC and NVMe DMA straight into device memory (GPU-Direct RDMA / GDS); otherwise data
-        bounces through host DRAM (an extra copy).
+        bounces through host DRAM (an extra copy). Default true, or the connector's ``path``.
     load_mode : str
         ``overlap``: cached KV loads layer by layer while the suffix is computed; the first token
         waits for whichever finishes last. ``before``: the load completes before compute starts.
+        Default ``overlap``, or the connector's (``layerwise``).
     load_policy : str
         ``always``: load every cached block found. ``faster``: recompute a hit when the model
         predicts recomputing it is faster than loading it over its path.
@@ -104,10 +108,21 @@ class KVCacheSpec(FrozenSpec):
         draws has settled. Without it, a short run measures a cold cache.
     io_size : float or None
         Size of one storage I/O, bytes, for transfers to and from NVMe and the remote pool (see
-        :mod:`kvsim.network.storage_io`). None: one I/O per cache block per card, as connectors
-        that store each block (chunk) as one object do -- LMCache keeps one object per chunk of
-        tokens, Mooncake Store one object per key. Small sizes (a page per layer, "64 KiB")
-        pay more per-I/O latency, IOPS and CPU.
+        :mod:`kvsim.network.storage_io`); it overrides the connector's. None: the connector's
+        I/O size (:mod:`kvsim.serving.cache.connector`), or without one, one I/O per cache
+        block per card. Small sizes (a page per layer, "64 KiB") pay more per-I/O latency, IOPS
+        and CPU.
+    connector : ConnectorSpec or None
+        How the KV connector moves bytes (object and I/O sizes, host path, threads, queue depth,
+        pinned buffer, layer-wise loading, fan-out): a named preset (``{name: lmcache}``,
+        ``mooncake``, ``vllm``) with any field overridden, or ``custom``. None: one I/O per cache
+        block per card and the node's host staging, as before connectors were modelled.
+    fanout : str or None
+        KV several ranks of an instance need (the MLA latent; GQA heads replicated when TP
+        exceeds the KV head count): ``per_rank`` (each rank reads, writes and stores its own
+        copy) or ``once_per_node`` (one copy per distinct shard crosses the NIC; loads are handed
+        on over the scale-up links, or PCIe card to card). None: the connector's; without a
+        connector, loads per rank and writes of the distinct bytes spread over the cards.
     preemption : str
         A sequence preempted for lack of HBM: ``recompute`` drops its own pages and computes them
         again later (prompt blocks already filed in the HBM cache stay and usually hit again);
@@ -141,3 +156,29 @@ class KVCacheSpec(FrozenSpec):
     prewarm: bool = False
     io_size: PositiveBytes | None = None
     peer_hbm: PeerMode = "none"
+    connector: ConnectorSpec | None = None
+    fanout: Fanout | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _connector_defaults(cls, data: Any) -> Any:
+        """``gpu_direct`` and ``load_mode`` not given: the named connector's path and pipelining."""
+        if not isinstance(data, dict) or not isinstance(data.get("connector"), dict):
+            return data
+        connector = data["connector"]
+        values = {**PRESETS.get(connector.get("name", "custom"), {}), **connector}
+        data = dict(data)
+        if "gpu_direct" not in data and "path" in values:
+            data["gpu_direct"] = values["path"] == "gpu_direct"
+        if "load_mode" not in data and isinstance(values.get("layerwise"), bool):
+            data["load_mode"] = "overlap" if values["layerwise"] else "before"
+        return data
+
+    @model_validator(mode="after")
+    def _connector_reaches_tiers(self) -> "KVCacheSpec":
+        if self.connector is not None and self.connector.name == "vllm" and (self.nvme or self.remote):
+            tier = "nvme" if self.nvme is not None else "remote"
+            raise field_errors(KVCacheSpec, [(("connector", "name"), "vLLM's native offloading connector "
+                                              f"offloads to host DRAM only, not to {tier}: name lmcache or "
+                                              "mooncake, or custom, for NVMe and remote pools", "vllm")])
+        return self

@@ -21,6 +21,7 @@ from kvsim.network.storage_io import IoRequest
 from kvsim.network.topology import Topology
 from kvsim.network.transfers import Transfers
 from kvsim.serving.cache.access import SOURCES, CacheAccess
+from kvsim.serving.cache.connector import FanoutPlan, fanout_plan, io_size_bytes
 from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
 from kvsim.serving.cache.extent_pool import ExtentDomainPool, ExtentDomainStore
 from kvsim.serving.cache.remote_reads import RemoteReads
@@ -49,6 +50,10 @@ class CacheGeometry:
     tp : int
     num_layers : int
         For layer-by-layer overlap: the first token waits one layer's share of the load.
+    groupable : bool
+        The cards are one tensor-parallel group (no pipeline stages, no data-parallel attention),
+        so ranks sharing a KV shard are consecutive and a load can be read once per shard
+        (``fanout: once_per_node``); otherwise every card moves its own bytes.
     """
 
     block_tokens: int
@@ -57,10 +62,17 @@ class CacheGeometry:
     block_bytes_per_card: float
     tp: int
     num_layers: int
+    groupable: bool = True
 
     @property
     def pages_per_block(self) -> int:
         return self.block_tokens // self.page_tokens
+
+    @property
+    def shards(self) -> int:
+        """Distinct KV shards over the ``tp`` cards: 1 for MLA (every card holds the latent), the
+        KV head count when heads are replicated, ``tp`` when nothing is."""
+        return max(1, min(self.tp, round(self.block_bytes / self.block_bytes_per_card)))
 
 
 class SystemCache:
@@ -69,10 +81,16 @@ class SystemCache:
     def __init__(self, env: simpy.Environment, spec: KVCacheSpec, geometry: CacheGeometry,
                  transfers: Transfers, dram_bytes: dict[str, float], nvme_bytes: dict[str, float],
                  pool_names: list[str], pool_bytes: float, domain_blocks: dict[str, int] | None = None,
-                 kernels: Kernels | None = None, extents: bool = False):
+                 kernels: Kernels | None = None, extents: bool = False,
+                 fanout: tuple[str, str] = ("per_rank", "legacy")):
         self.env = env
         self.spec = spec
         self.geometry = geometry
+        # (load, write) fan-out (kvsim.serving.cache.connector.resolve_fanout); a store below HBM
+        # holds every rank's copy when writes are per rank
+        self.load_fanout, self.write_fanout = fanout
+        stored = geometry.tp * geometry.block_bytes_per_card if self.write_fanout == "per_rank" else geometry.block_bytes
+        self.stored_block_bytes = stored
         self.transfers = transfers
         self.topology: Topology = transfers.topology
         # the block stores and the index come from the run's engine backend (compiled or reference)
@@ -91,19 +109,18 @@ class SystemCache:
         self.dram: dict[str, BlockStore] = {}
         self.nvme: dict[str, BlockStore] = {}
         self.remote: list[BlockStore] = []
-        g = geometry
         # write flows in flight to each lower store, and the most it may have (see write())
         self.write_limit: dict[int, int | None] = {}
         self.writing: dict[int, int] = {}
         self._io_requests: dict[tuple, IoRequest | None] = {}  # see io()
         for node, capacity in dram_bytes.items():
-            self.dram[node] = self._store(f"{node}.dram", capacity, g.block_bytes, spec.dram.eviction, "dram",
+            self.dram[node] = self._store(f"{node}.dram", capacity, stored, spec.dram.eviction, "dram",
                                           topology.dram(node), node, spec.dram.max_write_flows)
         for node, capacity in nvme_bytes.items():
-            self.nvme[node] = self._store(f"{node}.nvme", capacity, g.block_bytes, spec.nvme.eviction, "nvme",
+            self.nvme[node] = self._store(f"{node}.nvme", capacity, stored, spec.nvme.eviction, "nvme",
                                           topology.nvmes(node)[0], node, spec.nvme.max_write_flows)
         for pool in pool_names:
-            self.remote.append(self._store(f"{pool}.media", pool_bytes, g.block_bytes, spec.remote.eviction,
+            self.remote.append(self._store(f"{pool}.media", pool_bytes, stored, spec.remote.eviction,
                                            "remote", topology.pool_media(pool), None, spec.remote.max_write_flows))
         # bytes by source / tier, counted when a transfer starts inside the measurement window
         self.bytes_loaded = dict.fromkeys(SOURCES[1:], 0.0)
@@ -168,9 +185,10 @@ class SystemCache:
         """The storage access of a transfer to (``write``) or from ``store`` (None if the store is
         not storage: HBM or host DRAM).
 
-        ``unit_bytes`` is one block's bytes in each flow (the I/O size when ``io_size`` is not
-        set). A card's transfer is staged by the CPU of ``node`` unless GPU-Direct; a transfer
-        from another ``source`` store (write-back between tiers) is always the host's.
+        ``unit_bytes`` is one block's bytes in each flow: the I/O size is ``io_size`` if set, else
+        the connector's for that many bytes a block (:func:`~kvsim.serving.cache.connector.io_size_bytes`),
+        else ``unit_bytes``. A card's transfer is staged by the CPU of ``node`` unless GPU-Direct;
+        a transfer from another ``source`` store (write-back between tiers) is always the host's.
         """
         # one request per distinct access, made once: it depends on these arguments alone (an
         # immutable value; the stores live as long as the system, so their ids name them)
@@ -182,7 +200,12 @@ class SystemCache:
         endpoint = self.endpoint[id(store)]
         request = None
         if self.transfers.storage.is_storage(endpoint):
-            size = self.spec.io_size or unit_bytes
+            size = self.spec.io_size
+            if size is None:
+                connector = self.spec.connector
+                g = self.geometry
+                size = (unit_bytes if connector is None
+                        else io_size_bytes(connector, unit_bytes, g.block_tokens, g.num_layers))
             if source is not None:
                 request = IoRequest(self.endpoint[id(source)], endpoint, size, node)
             else:
@@ -190,6 +213,24 @@ class SystemCache:
                 request = IoRequest(None, endpoint, size, host) if write else IoRequest(endpoint, None, size, host)
         self._io_requests[key] = request
         return request
+
+    def load_plan(self, geometry: CacheGeometry) -> FanoutPlan:
+        """The cards (by rank) that read a load from below HBM, and the hops handing it on."""
+        once = self.load_fanout == "once_per_node" and geometry.groupable
+        return fanout_plan(geometry.tp, geometry.shards, "once_per_node" if once else "per_rank", load=True)
+
+    def write_plan(self, geometry: CacheGeometry) -> tuple[tuple[int, ...], float]:
+        """The cards (by rank) that write a block down, and the bytes each writes per block.
+
+        ``legacy``: every card ``1/tp`` of the distinct bytes; ``per_rank``: every card its own
+        copy; ``once_per_node``: one card per distinct shard, its copy.
+        """
+        g = geometry
+        if self.write_fanout == "legacy":
+            return tuple(range(g.tp)), g.block_bytes / g.tp
+        once = self.write_fanout == "once_per_node" and g.groupable
+        plan = fanout_plan(g.tp, g.shards, "once_per_node" if once else "per_rank", load=False)
+        return plan.readers, g.block_bytes_per_card
 
     def count(self, table: dict[str, float], tier: str, nbytes: float) -> None:
         """Add ``nbytes`` to ``table[tier]`` if now is inside the measurement window."""
@@ -330,8 +371,8 @@ class SystemCache:
                 below.setdefault(id(after[0]), (after[0], []))[1].append(block)
         for target, group in below.values():
             links = self.topology.path(self.endpoint[id(store)], self.endpoint[id(target)])
-            io = self.io(target, True, node, self.geometry.block_bytes, source=store)
-            nbytes = len(group) * self.geometry.block_bytes
+            io = self.io(target, True, node, self.stored_block_bytes, source=store)
+            nbytes = len(group) * self.stored_block_bytes
             done = self.write(target, [links], nbytes, nbytes, io)
             if done is not None:
                 done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))

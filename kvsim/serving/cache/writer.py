@@ -29,16 +29,19 @@ class CacheWriter:
         self.cache = cache
         self.system = cache.system
         self._paths_to: dict[int, list] = {}
+        self._unit = self.system.write_plan(cache.geometry)  # (writing ranks, bytes each per block)
 
     def _paths(self, store: BlockStore) -> list:
-        """The paths from this instance's cards to ``store`` (the topology does not change: worked
-        out once per store; read only)."""
+        """The paths from this instance's writing cards to ``store`` (the topology does not change:
+        worked out once per store; read only). The writing cards and their bytes per block are
+        the system's :meth:`~kvsim.serving.cache.tiers.SystemCache.write_plan`."""
         paths = self._paths_to.get(id(store))
         if paths is None:
             system = self.system
+            gpus = self.cache.gpus
             paths = self._paths_to[id(store)] = [
-                system.topology.store_path(gpu, system.endpoint[id(store)], system.spec.gpu_direct)
-                for gpu in self.cache.gpus]
+                system.topology.store_path(gpus[rank], system.endpoint[id(store)], system.spec.gpu_direct)
+                for rank in self._unit[0]]
         return paths
 
     def file_prompt(self, seq: Sequence) -> None:
@@ -96,14 +99,17 @@ class CacheWriter:
             targets = [(only, group)] if group else []
         else:
             targets = system.missing_below(cache.node, blocks)
+        writers, unit = self._unit
+        legacy = self.system.write_fanout == "legacy"
         for store, group in targets:
-            per_card = len(group) * g.block_bytes / g.tp
-            io = system.io(store, True, cache.node, g.block_bytes / g.tp)
-            done = system.write(store, self._paths(store), per_card, per_card * g.tp, io)
+            # (legacy: the expression kvsim always used, so its records stay bit for bit)
+            per_card = len(group) * g.block_bytes / g.tp if legacy else len(group) * unit
+            io = system.io(store, True, cache.node, unit)
+            done = system.write(store, self._paths(store), per_card, per_card * len(writers), io)
             if done is None:
                 continue  # the store's write queue is full: no copy there (counted by system.write)
             if seq is not None:
-                cache.record_written(seq, per_card * g.tp)
+                cache.record_written(seq, per_card * len(writers))
             cache.hbm.pin_each(group)
 
             def stored(_event, store=store, group=group):
@@ -189,9 +195,15 @@ class CacheWriter:
         cache, system = self.cache, self.system
         g = cache.geometry
         targets = system.missing_below(cache.node, blocks, first_only=True)
+        writers, unit = self._unit
+        legacy = system.write_fanout == "legacy"
         for target, group in targets:
-            io = system.io(target, True, cache.node, g.block_bytes / g.tp)
-            done = system.write(target, self._paths(target), len(group) * g.block_bytes / g.tp,
-                                len(group) * g.block_bytes, io)
+            io = system.io(target, True, cache.node, unit)
+            if legacy:  # (the expressions kvsim always used, so its records stay bit for bit)
+                per_card, nbytes = len(group) * g.block_bytes / g.tp, len(group) * g.block_bytes
+            else:
+                per_card = len(group) * unit
+                nbytes = per_card * len(writers)
+            done = system.write(target, self._paths(target), per_card, nbytes, io)
             if done is not None:  # skipped (write queue full): the evicted blocks are dropped
                 done.callbacks.append(lambda _event, target=target, group=group: system.file(target, group))
