@@ -25,13 +25,21 @@ A remote pool node ``P`` is ``P/media -- P/pcie -- P/nic{j} -- fabric``; its med
 the pool's read bandwidth (``media -> pcie``) and write bandwidth (``pcie -> media``). ``fabric``
 is one non-blocking scale-out switch that every NIC connects to.
 
+A NIC's two links are its PCIe slot (``nic -- switch``, at the slot's generation and width when
+the node describes it, :attr:`NicSpec.pcie`) and its network link (``nic -- fabric``, at line rate
+x :attr:`NicSpec.efficiency`, the delivered-over-line-rate fraction: RDMA's own loss on a compute
+node, the storage service's on a pool node). A NIC sits on the card switch the node names
+(:attr:`NicSpec.switch`), sharing that switch's uplink with its two cards, or on a root port of
+its own (``root``).
+
 Assumptions (figures from /work/shared/reference/hardware_facts.md):
 
 * one PCIe switch per two accelerators, each card on an x16 link at ``host_link_bandwidth``;
 * a switch's uplink to the root complex runs at 2 x ``host_link_bandwidth`` (assumption: two x16
   uplinks, or one x32, so two cards behind a switch are not starved by it);
-* a NIC and an NVMe drive hang off the switches round-robin in index order; a NIC's PCIe link runs
-  at the card's ``host_link_bandwidth`` (same PCIe generation; ConnectX-7 is Gen5 x16, §2c);
+* an NVMe drive, and a NIC whose node does not place it, hang off the switches round-robin in
+  index order; a NIC whose node gives no slot runs its PCIe link at the card's
+  ``host_link_bandwidth`` (same PCIe generation; ConnectX-7 is Gen5 x16, §2c);
 * cards without a scale-up link talk to peers over PCIe and RDMA (the path through the NICs).
 """
 
@@ -41,7 +49,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
+from kvsim.hardware.specs import GPUS_PER_PCIE_SWITCH, AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
 from kvsim.network.storage_io import MediaIO
 
 if TYPE_CHECKING:
@@ -56,7 +64,7 @@ __all__ = [
 Edge = tuple[str, str]
 
 FABRIC = "fabric"
-GPUS_PER_SWITCH = 2
+GPUS_PER_SWITCH = GPUS_PER_PCIE_SWITCH
 ROOT_UPLINK_FACTOR = 2.0
 # Per PCIe edge (card, NIC or drive to switch; switch to root). Assumption: ~1 us per hop, the
 # order of a posted DMA round trip; hardware_facts.md gives no per-hop figure (UNCONFIRMED).
@@ -129,11 +137,14 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
     for u, v, kind in [(root, imc, "dram_port"), (dram, imc, "dram_port"), (imc, ddr, "dram_channel"),
                        (ddr, dram, "dram_port"), (ddr, root, "dram_port")]:
         g.add_edge(u, v, capacity_Bps=bw, latency_s=0.0, kind=kind)
-    for j in range(spec.nics.count):
-        nic, sw = f"{node}/nic{j}", switches[_spread(j, spec.nics.count, n_sw)]
+    nics = spec.nics
+    slot = nics.slot_bandwidth if nics.slot_bandwidth is not None else pcie
+    for j in range(nics.count):
+        place = nics.switch_of(j, n_sw)
+        nic, sw = f"{node}/nic{j}", root if place == "root" else switches[place]
         g.add_node(nic, kind="nic", owner=node, switch=sw)
-        _link(g, nic, sw, pcie, pcie, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
-        _link(g, nic, FABRIC, spec.nics.bandwidth, spec.nics.bandwidth,
+        _link(g, nic, sw, slot, slot, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
+        _link(g, nic, FABRIC, nics.delivered_bandwidth, nics.delivered_bandwidth,
               RDMA_LATENCY_S / 2, RDMA_LATENCY_S / 2, "network")
     drives = spec.nvme
     for j in range(drives.count):
@@ -156,12 +167,14 @@ def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec) -> None:
     # the access latency is paid once per transfer, on the media edge.
     _link(g, media, io, spec.read_bandwidth, spec.write_bandwidth,
           spec.access_latency_s, spec.access_latency_s, "pool_media")
-    for j in range(spec.nics.count):
+    nics = spec.nics
+    # Without a described slot, assumption: the NIC's PCIe slot is not narrower than its line rate.
+    slot = nics.slot_bandwidth if nics.slot_bandwidth is not None else nics.bandwidth
+    for j in range(nics.count):
         nic = f"{pool}/nic{j}"
         g.add_node(nic, kind="nic", owner=pool, switch=io)
-        # Assumption: the NIC's own PCIe slot is not narrower than its line rate.
-        _link(g, nic, io, spec.nics.bandwidth, spec.nics.bandwidth, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
-        _link(g, nic, FABRIC, spec.nics.bandwidth, spec.nics.bandwidth,
+        _link(g, nic, io, slot, slot, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
+        _link(g, nic, FABRIC, nics.delivered_bandwidth, nics.delivered_bandwidth,
               RDMA_LATENCY_S / 2, RDMA_LATENCY_S / 2, "network")
 
 
