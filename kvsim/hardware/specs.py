@@ -409,6 +409,16 @@ class PoolNodeSpec(PricedSpec):
         I/Os one transfer keeps outstanding against the node (default 32, an assumption).
     nics : NicSpec
         The node's network interfaces.
+    scale_up_bandwidth : float or None
+        A memory-semantic pool: the node's ports into the cards' scale-up fabric (NVLink, UB),
+        all ports together, bytes/s per direction. The cards of the scale-up domain it joins
+        then load and store its media over their scale-up links, with no NIC, host DRAM or copy
+        engine on the way (load/store or DMA over the fabric). None: reached over the network
+        only.
+    scale_up_latency_s : float or None
+        A card's access to the node over the scale-up fabric, seconds, besides the media's own
+        ``access_latency_s`` (None: the generic card-to-card 3 us of
+        :data:`kvsim.network.cluster_graph.SCALE_UP_LATENCY_S`).
     power_w : float or None
         Average draw of the whole node, watts.
     price_usd, price_date
@@ -425,11 +435,17 @@ class PoolNodeSpec(PricedSpec):
     write_iops: Rate | None = None
     queue_depth: PositiveInt = 32
     nics: NicSpec
+    scale_up_bandwidth: Bandwidth | None = None
+    scale_up_latency_s: Seconds | None = None
     power_w: Watts | None = None
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _one_io_complex(self) -> "PoolNodeSpec":
+        if self.scale_up_latency_s is not None and self.scale_up_bandwidth is None:
+            raise field_errors(PoolNodeSpec, [(("scale_up_latency_s",), (
+                "a scale-up latency without scale_up_bandwidth: give the node's scale-up ports' bandwidth to make "
+                "it a memory-semantic pool, or drop the latency"), self.scale_up_latency_s)])
         if self.nics.switch is not None:
             raise field_errors(PoolNodeSpec, [(("nics", "switch"), (
                 "a pool node has one I/O complex that every NIC and its media share; nics.switch places NICs "

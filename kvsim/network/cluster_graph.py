@@ -25,6 +25,11 @@ A remote pool node ``P`` is ``P/media -- P/pcie -- P/nic{j} -- fabric``; its med
 the pool's read bandwidth (``media -> pcie``) and write bandwidth (``pcie -> media``). ``fabric``
 is one non-blocking scale-out switch that every NIC connects to.
 
+A memory-semantic pool node (:attr:`PoolNodeSpec.scale_up_bandwidth`) named in a scale-up domain
+also links ``P/pcie -- su{k}`` at its scale-up ports' bandwidth: the domain's cards load and store
+its media over ``media -- P/pcie -- su{k} -- card`` (:meth:`Topology.load_path`), with no NIC,
+host DRAM or copy engine on the way.
+
 A NIC's two links are its PCIe slot (``nic -- switch``, at the slot's generation and width when
 the node describes it, :attr:`NicSpec.pcie`) and its network link (``nic -- fabric``, at line rate
 x :attr:`NicSpec.efficiency`, the delivered-over-line-rate fraction: RDMA's own loss on a compute
@@ -156,17 +161,22 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
               PCIE_HOP_LATENCY_S + drives.read_latency_s, PCIE_HOP_LATENCY_S + drives.write_latency_s, "nvme")
 
 
-def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec) -> None:
-    if spec.nics.count < 1:
-        raise ValueError(f"pool node {pool!r} has no NIC, so it is unreachable")
+def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec, scale_up: str | None) -> None:
+    if spec.nics.count < 1 and scale_up is None:
+        raise ValueError(f"pool node {pool!r} has no NIC and is in no scale-up domain, so it is unreachable")
     media, io = f"{pool}/media", f"{pool}/pcie"
-    g.add_node(media, kind="pool_media", owner=pool,
+    g.add_node(media, kind="pool_media", owner=pool, scale_up=scale_up,
                io=MediaIO(spec.read_iops, spec.write_iops, spec.queue_depth))
     g.add_node(io, kind="pool_io", owner=pool)
     # The media figures are the node's aggregate, so one edge per direction carries all of it;
     # the access latency is paid once per transfer, on the media edge.
     _link(g, media, io, spec.read_bandwidth, spec.write_bandwidth,
           spec.access_latency_s, spec.access_latency_s, "pool_media")
+    if scale_up is not None and spec.scale_up_bandwidth is not None:
+        # A memory-semantic pool: its ports join the domain's scale-up switch like a card's link
+        # (only KV paths to the domain's cards use it; routes never cross scale-up edges).
+        half = (spec.scale_up_latency_s if spec.scale_up_latency_s is not None else SCALE_UP_LATENCY_S) / 2
+        _link(g, io, scale_up, spec.scale_up_bandwidth, spec.scale_up_bandwidth, half, half, "scale_up")
     nics = spec.nics
     # Without a described slot, assumption: the NIC's PCIe slot is not narrower than its line rate.
     slot = nics.slot_bandwidth if nics.slot_bandwidth is not None else nics.bandwidth
@@ -193,8 +203,9 @@ def cluster_graph(
         Remote KV pool nodes reached over the fabric.
     scale_up_domains : sequence of sequences of str, optional
         Groups of compute nodes whose cards share one scale-up fabric (switch ``su{k}``, in
-        the order given). Default: each node whose cards have a scale-up link is its own
-        domain. A node in no group, or whose cards have no scale-up link, gets none.
+        the order given), and the memory-semantic pool nodes (``scale_up_bandwidth``) on it.
+        Default: each node whose cards have a scale-up link is its own domain, and pool nodes
+        join none. A node in no group, or whose cards have no scale-up link, gets none.
 
     Returns
     -------
@@ -204,7 +215,7 @@ def cluster_graph(
     Raises
     ------
     ValueError
-        A name is repeated, contains ``/`` or is ``"fabric"``; a pool node has no NIC; a
+        A name is repeated, contains ``/`` or is ``"fabric"``; a pool node has no NIC and no domain; a
         domain names an unknown node, a node twice, or a node whose cards have no scale-up link.
     """
     names = [name for name, *_ in compute_nodes] + [name for name, _ in pool_nodes]
@@ -215,16 +226,19 @@ def cluster_graph(
     if repeated:
         raise ValueError(f"node names must be unique; repeated: {', '.join(repeated)}")
     linked = {name for name, _, acc in compute_nodes if acc.scale_up_bandwidth is not None}
+    memory_semantic = {name for name, spec in pool_nodes if spec.scale_up_bandwidth is not None}
     if scale_up_domains is None:
         scale_up_domains = [[name] for name, *_ in compute_nodes if name in linked]
     domain_of: dict[str, str] = {}
+    known = {name for name, *_ in compute_nodes} | memory_semantic
     for k, members in enumerate(scale_up_domains):
         for member in members:
-            if member not in {name for name, *_ in compute_nodes}:
-                raise ValueError(f"scale-up domain {k} names unknown node {member!r}")
+            if member not in known:
+                hint = " (a pool node joins a domain only with scale_up_bandwidth)" if member in names else ""
+                raise ValueError(f"scale-up domain {k} names unknown node {member!r}{hint}")
             if member in domain_of:
                 raise ValueError(f"node {member!r} is in two scale-up domains")
-            if member not in linked:
+            if member not in linked and member not in memory_semantic:
                 raise ValueError(f"node {member!r} has cards without a scale-up link; it cannot join a domain")
             domain_of[member] = f"su{k}"
     import networkx as nx  # here, not at import: only a run that builds a topology needs it
@@ -236,5 +250,5 @@ def cluster_graph(
     for name, spec, acc in compute_nodes:
         _add_compute_node(g, name, spec, acc, domain_of.get(name))
     for name, spec in pool_nodes:
-        _add_pool_node(g, name, spec)
+        _add_pool_node(g, name, spec, domain_of.get(name))
     return g

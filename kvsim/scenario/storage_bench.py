@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -42,10 +42,14 @@ class BenchClientsSpec(FrozenSpec):
 
 
 class BenchPoolSpec(FrozenSpec):
-    """The pool under test: ``nodes`` pool nodes of catalog type ``pool_node``."""
+    """The pool under test: ``nodes`` pool nodes of catalog type ``pool_node``, reached ``over``
+    the network (NICs) or the scale-up fabric (a memory-semantic pool: one scale-up domain holds
+    every client node and pool node; needs the pool node's ``scale_up_bandwidth`` and cards with a
+    scale-up link)."""
 
     pool_node: str
     nodes: PositiveInt = 1
+    over: Literal["network", "scale_up"] = "network"
 
 
 class StorageBenchSpec(FrozenSpec):
@@ -159,9 +163,17 @@ def parse_storage_bench(text: str, filename: str = "<storage benchmark>") -> Sto
         node = nodes[point.clients.node]
         if node.accelerator not in accelerators:
             raise SpecError([located.problem(("clients", "node"), accelerators.unknown_message(node.accelerator))])
+        pool = pools[point.pool.pool_node]
+        if point.pool.over == "scale_up" and pool.scale_up_bandwidth is None:
+            raise SpecError([located.problem(("pool", "over"), (
+                f"pool node {point.pool.pool_node} has no scale_up_bandwidth, so it cannot be reached over the "
+                "scale-up fabric; give it one (catalog: pool_nodes:) or use over: network"))])
+        if point.pool.over == "scale_up" and accelerators[node.accelerator].scale_up_bandwidth is None:
+            raise SpecError([located.problem(("pool", "over"), (
+                f"{point.clients.node}'s cards ({node.accelerator}) have no scale-up link to reach a memory-semantic "
+                "pool; use over: network"))])
         if point.clients.per_node is not None and point.clients.per_node > node.accelerators_per_node:
             raise SpecError([located.problem(("clients", "per_node"), (
                 f"{point.clients.node} has {node.accelerators_per_node} cards; per_node must not exceed that"))])
-        points.append(BenchPoint(index, params, point, node, accelerators[node.accelerator],
-                                 pools[point.pool.pool_node]))
+        points.append(BenchPoint(index, params, point, node, accelerators[node.accelerator], pool))
     return StorageBench(spec, points)

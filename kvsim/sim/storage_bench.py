@@ -46,8 +46,10 @@ def run_bench_point(point: BenchPoint) -> dict[str, Any]:
     # rest (a reservation, not a competing flow, which max-min fairness would squeeze instead)
     node = point.node.model_copy(update={"host_dram_bandwidth":
                                          point.node.host_dram_bandwidth * (1.0 - spec.host_memory_load)})
+    # a memory-semantic pool shares one scale-up domain with every client node
+    domains = [clients + pools] if spec.pool.over == "scale_up" else None
     topology = build_topology([(name, node, point.accelerator) for name in clients],
-                              [(name, point.pool_node) for name in pools])
+                              [(name, point.pool_node) for name in pools], domains)
     storage = StorageIO(topology)
     # the flow network of the engine backend an ordinary run would use here (auto, or KVSIM_BACKEND)
     network = kernels(resolve("auto")).flows.FlowNetwork(env, network_capacities(topology, storage), spec.warmup,
@@ -60,7 +62,8 @@ def run_bench_point(point: BenchPoint) -> dict[str, Any]:
     per_node = spec.clients.per_node or point.node.accelerators_per_node
     for name in clients:
         for gpu in topology.gpus(name)[:per_node]:
-            host = None if spec.gpu_direct else name
+            # the cards reach a memory-semantic pool over their scale-up links: no host staging
+            host = None if spec.gpu_direct or spec.pool.over == "scale_up" else name
             for slot in range(spec.concurrency):
                 draws = streams.generator(f"storage_bench.{gpu}.{slot}")
                 env.process(_client(env, transfers, gpu, host, pools, draws, spec, io_size, done))
