@@ -23,7 +23,8 @@ GIB = 2.0**30
 
 def _rows(name: str, reads_only: bool = False) -> list[dict]:
     bench = load_storage_bench(ROOT / "scenarios" / "storage" / name)
-    return [run_bench_point(point) for point in bench.points if not reads_only or point.spec.read_fraction == 1.0]
+    return [run_bench_point(point) for point in bench.points
+            if not reads_only or point.spec.read_fraction == 1.0]
 
 
 def test_gen5_nvme_pool_node_delivers_the_published_ubix_figures():
