@@ -16,6 +16,7 @@ NODE = node_catalog()["h20-8x"]
 ACC = accelerator_catalog()["h20"]
 DRAM_POOL = pool_node_catalog()["dram-pool-8x"]
 NVME_POOL = pool_node_catalog()["nvme-storage-16x"]
+NIC_BPS = 400e9 / 8 * 0.975  # one 400 Gbit/s NIC's delivered rate (NicSpec efficiency default)
 
 
 def h20_cluster(node=NODE, pools=(("pool", DRAM_POOL),)):
@@ -78,13 +79,14 @@ def test_capacities_equal_spec_figures():
     assert cap[("n0/gpu3", "n0/pcie1")] == cap[("n0/pcie1", "n0/gpu3")] == 64e9  # PCIe Gen5 x16
     assert cap[("n0/pcie1", "n0/root")] == cap[("n0/root", "n0/pcie1")] == 2 * 64e9
     assert cap[("n0/nic2", "n0/pcie2")] == 64e9
-    assert cap[("n0/nic2", "fabric")] == cap[("fabric", "n0/nic2")] == 400e9 / 8  # 400 Gbit/s
+    # 400 Gbit/s line rate x the delivered-over-line-rate efficiency (RDMA, NicSpec default)
+    assert cap[("n0/nic2", "fabric")] == cap[("fabric", "n0/nic2")] == 400e9 / 8 * 0.975
     assert cap[("n0/nvme1", "n0/pcie1")] == 13000e6  # drive -> switch is a read
     assert cap[("n0/pcie1", "n0/nvme1")] == 6600e6  # switch -> drive is a write
     assert cap[("n0/imc", "n0/ddr")] == 614.4e9
     assert cap[("pool/media", "pool/pcie")] == DRAM_POOL.read_bandwidth
     assert cap[("pool/pcie", "pool/media")] == DRAM_POOL.write_bandwidth
-    assert cap[("pool/nic1", "fabric")] == 400e9 / 8
+    assert cap[("pool/nic1", "fabric")] == 400e9 / 8 * DRAM_POOL.nics.efficiency
 
 
 def test_bad_names_and_endpoints():
@@ -172,9 +174,10 @@ def test_gpu_direct_never_slower_alone():
     bounce = topo.load_path("pool/media", "n0/gpu3", False)
     [t_direct] = timed(topo, [(direct, GIB)])
     [t_bounce] = timed(topo, [(bounce, GIB)])
-    # Alone, both are held by the 400 Gbit/s NICs (the channels give the bounce 614.4 / 2 GB/s).
-    assert t_direct == pytest.approx(GIB / 50e9 + topo.path_latency_s(direct), rel=1e-12)
-    assert t_bounce == pytest.approx(GIB / 50e9 + topo.path_latency_s(bounce), rel=1e-12)
+    # Alone, both are held by the 400 Gbit/s NICs at their delivered 0.975 of line rate (the
+    # channels give the bounce 614.4 / 2 GB/s).
+    assert t_direct == pytest.approx(GIB / NIC_BPS + topo.path_latency_s(direct), rel=1e-12)
+    assert t_bounce == pytest.approx(GIB / NIC_BPS + topo.path_latency_s(bounce), rel=1e-12)
     assert t_direct < t_bounce
 
 
@@ -194,7 +197,7 @@ def test_bounce_uses_dram_twice_so_narrow_dram_slows_it():
     assert t_bounce == pytest.approx(GIB / 20e9 + topo.path_latency_s(bounce), rel=1e-12)
     # GPU-direct does not touch DRAM: it keeps the full NIC rate.
     t_direct, _ = timed(topo, [(direct, GIB), (competitor, big)])
-    assert t_direct == pytest.approx(GIB / 50e9 + topo.path_latency_s(direct), rel=1e-12)
+    assert t_direct == pytest.approx(GIB / NIC_BPS + topo.path_latency_s(direct), rel=1e-12)
     assert t_direct < t_bounce
 
 

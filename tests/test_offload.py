@@ -119,10 +119,11 @@ def test_remote_pool_over_gpu_direct_is_nic_bound_and_never_slower_than_bounce()
     bounce, _ = _run("{remote: {pool_node: nvme-storage-16x}, load_mode: before, load_policy: always, "
                      "gpu_direct: false}")
     assert direct.hit_tokens_remote[1] == DOC == bounce.hit_tokens_remote[1]
-    # one flow crosses one 200 Gbit/s NIC of the storage node: 25 GB/s is the bottleneck
+    # one flow crosses one 200 Gbit/s NIC of the storage node: 25 GB/s at the 0.975 an RDMA NIC
+    # delivers (NicSpec efficiency) is the bottleneck
     nbytes = DOC * KV_PER_TOKEN
     latency = topo.PCIE_HOP_LATENCY_S * 4 + topo.RDMA_LATENCY_S + 80e-6  # + the pool's NVMe access
-    expected = nbytes / 25e9 + _suffix_prefill_s(sizing)
+    expected = nbytes / (25e9 * 0.975) + _suffix_prefill_s(sizing)
     assert direct.ttft_s[1] == pytest.approx(expected, abs=latency + 1e-6)
     assert direct.ttft_s[1] <= bounce.ttft_s[1]
 

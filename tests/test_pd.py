@@ -30,6 +30,8 @@ systems:
 """
 
 
+NIC_Bps = 50e9 * 0.975  # one 400 Gbit/s NIC delivering 0.975 of line rate (NicSpec efficiency)
+
 def _one(prompt=1000, mode="whole", domain=1):
     text = ONE_CLIENT.format(prompt=prompt, mode=mode, domain=domain)
     run = kvsim.run(kvsim.parse_scenario(text, "pd.yaml")).runs[0]
@@ -42,9 +44,9 @@ def test_handoff_bytes_are_the_prompts_kv_per_card_and_take_bytes_over_the_nic_p
     assert (frame.handoff_bytes == 1000 * KV_PER_TOKEN).all()
     # whole: the flow starts when the prefill ends; one request at a time, so the links are idle.
     # GPU-Direct RDMA from the prefill server's card to the decode server's: 400 Gbit/s NIC
-    # (50 GB/s, below PCIe Gen5's 64 GB/s), 4 PCIe hops of 1 us and 3 us NIC to NIC.
+    # (50 GB/s at 0.975 delivered, below PCIe Gen5's 64 GB/s), 4 PCIe hops of 1 us and 3 us NIC to NIC.
     assert np.allclose(frame.handoff_start_s, frame.prefill_end_s)
-    assert np.allclose(frame.handoff_end_s - frame.handoff_start_s, 1000 * KV_PER_TOKEN / 50e9 + 7e-6, rtol=1e-9)
+    assert np.allclose(frame.handoff_end_s - frame.handoff_start_s, 1000 * KV_PER_TOKEN / NIC_Bps + 7e-6, rtol=1e-9)
     assert (frame.prefill_instance == 0).all() and (frame.instance == 1).all()
 
 
@@ -57,7 +59,7 @@ def test_inside_one_scale_up_domain_the_handoff_crosses_nvlink():
 def test_layer_by_layer_streaming_leaves_only_the_last_layers_share_after_the_prefill():
     whole, _ = _one(prompt=4000, mode="whole")
     layerwise, _ = _one(prompt=4000, mode="layerwise")
-    flow_s = 4000 * KV_PER_TOKEN / 50e9 + 7e-6
+    flow_s = 4000 * KV_PER_TOKEN / NIC_Bps + 7e-6
     # the flow starts with the prompt's last iteration, which outlasts it: the handoff ends one
     # layer's share of the flow after the prefill
     assert (layerwise.handoff_start_s < layerwise.prefill_end_s).all()

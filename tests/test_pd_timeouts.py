@@ -17,7 +17,7 @@ from kvsim.report.pd import _in_system
 from kvsim.sim import check_scenario
 
 KV_PER_TOKEN = 147_456  # Qwen3-8B bf16 at tp 1: 2 * 36 layers * 8 KV heads * 128 * 2 bytes
-NIC_Bps = 50e9  # the h20-8x's 400 Gbit/s NIC: the handoff's bottleneck between two servers
+NIC_Bps = 50e9 * 0.975  # delivered (NicSpec efficiency): the h20-8x's 400 Gbit/s NIC: the handoff's bottleneck between two servers
 CHUNK = 2048  # the default max_batched_tokens: a long prompt is computed in chunks of this
 
 TRACED = """

@@ -151,5 +151,7 @@ def test_pd_handoff_of_a_windowed_model_moves_what_its_pages_hold():
     # without the window every layer would move all 16,000 tokens
     assert (full.handoff_bytes == 8 * 36 * 256 * 16_000).all()
     # the flows carry those bytes: one per decode card, two cards per 400 Gbit/s NIC (h20-8x has
-    # four), so 25 GB/s each on idle links, plus 4 PCIe hops of 1 us and 3 us NIC to NIC
-    assert np.allclose(windowed.handoff_landed_s - windowed.handoff_start_s, per_card / 25e9 + 7e-6, rtol=1e-9)
+    # four) delivering 0.975 of line rate, so 24.375 GB/s each on idle links, plus 4 PCIe hops of
+    # 1 us and 3 us NIC to NIC
+    assert np.allclose(windowed.handoff_landed_s - windowed.handoff_start_s, per_card / (25e9 * 0.975) + 7e-6,
+                       rtol=1e-9)

@@ -103,6 +103,8 @@ systems:
 
 def _transfers():
     node, acc = node_catalog()["h20-8x"], accelerator_catalog()["h20"]
+    # the NICs at line rate (efficiency 1): these tests are about how transfers share links
+    node = node.model_copy(update={"nics": node.nics.model_copy(update={"efficiency": 1.0})})
     topology = build_topology([("a", node, acc), ("b", node, acc)])
     env = simpy.Environment()
     return env, Transfers(env, topology, FlowNetwork(env, topology.capacity_Bps(), 0.0, 100.0))

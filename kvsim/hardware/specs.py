@@ -19,7 +19,7 @@ from kvsim.spec_types import (Bandwidth, Bytes, Count, FlopRate, Fraction, Froze
 
 __all__ = [
     "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "HostStagingSpec",
-    "DTYPE_BYTES", "PricedSpec", "PriceDate",
+    "DTYPE_BYTES", "PricedSpec", "PriceDate", "PcieSlot", "pcie_bandwidth", "GPUS_PER_PCIE_SWITCH",
 ]
 
 _PRICE_DATE = re.compile(r"^\d{4}(-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?|-Q[1-4]|-H[12])?$")
@@ -237,11 +237,124 @@ class HostStagingSpec(FrozenSpec):
     per_io_cpu_s: Seconds = 5e-6
 
 
+GPUS_PER_PCIE_SWITCH = 2
+"""Accelerators behind one PCIe switch of a compute node: switch ``k`` carries cards ``2k`` and
+``2k + 1`` (the HGX pairing, two GPUs and their NICs per Gen5 switch; see
+:mod:`kvsim.network.cluster_graph`)."""
+
+# Transfer rate per lane and line encoding of each PCIe generation (PCI-SIG base specifications):
+# Gen3 8 GT/s, Gen4 16 GT/s, Gen5 32 GT/s with 128b/130b encoding; Gen6 64 GT/s PAM4 in FLIT mode,
+# whose 256 B FLIT carries its own CRC and FEC (counted like the TLP and DLLP overhead, which no PCIe
+# link of the cluster graph charges). Gen4 x16 = 16e9 x 16 x 128/130 / 8 = 31.5 GB/s per direction.
+PCIE_GT_PER_S = {3: 8e9, 4: 16e9, 5: 32e9, 6: 64e9}
+PCIE_ENCODING = {3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 1.0}
+PCIE_LANES = (1, 2, 4, 8, 16)
+_PCIE_SLOT = re.compile(r"^\s*(?:pcie\s*)?gen\s*([0-9]+)\s*x\s*([0-9]+)\s*$", re.IGNORECASE)
+
+
+def pcie_bandwidth(gen: int, lanes: int) -> float:
+    """Per-direction bandwidth of a PCIe link after line encoding, bytes/s."""
+    return PCIE_GT_PER_S[gen] * lanes * PCIE_ENCODING[gen] / 8
+
+
+def _pcie_slot(value: object) -> object:
+    # "Gen5 x16" (or "PCIe Gen5 x16") -> the canonical "Gen5 x16"; anything else one clear message
+    found = _PCIE_SLOT.match(value) if isinstance(value, str) else None
+    if not found:
+        raise ValueError(f"{value!r} is not a PCIe slot such as 'Gen5 x16' (generation 3-6, lanes x1-x16)")
+    gen, lanes = int(found.group(1)), int(found.group(2))
+    if gen not in PCIE_GT_PER_S:
+        raise ValueError(f"{value!r}: PCIe generation {gen} is not one of {', '.join(map(str, PCIE_GT_PER_S))}")
+    if lanes not in PCIE_LANES:
+        raise ValueError(f"{value!r}: x{lanes} is not a PCIe link width (x1, x2, x4, x8 or x16)")
+    return f"Gen{gen} x{lanes}"
+
+
+PcieSlot = Annotated[str, BeforeValidator(_pcie_slot)]
+"""A PCIe slot as generation and width, ``"Gen5 x16"``."""
+
+NicSwitch = Count | Literal["root"]
+"""Where a NIC's slot hangs: the index of the card switch it shares, or ``"root"``."""
+
+
+def _nic_switches(value: object) -> object:
+    # one message for a bad placement, instead of one per member of the union it might have been
+    def place(item: object) -> bool:
+        return item == "root" or (isinstance(item, int) and not isinstance(item, bool) and item >= 0)
+
+    if value is None or value == "root" or (isinstance(value, list) and all(place(item) for item in value)):
+        return value
+    raise ValueError(f"{value!r} does not place NICs: give a list with one entry per NIC, each a card switch "
+                     "index (0, 1, ...; switch k carries cards 2k and 2k+1) or root, or root alone for all")
+
+
 class NicSpec(FrozenSpec):
-    """Scale-out network interfaces of a node (all identical)."""
+    """Scale-out network interfaces of a node (all identical).
+
+    Attributes
+    ----------
+    count : int
+        NICs (0: no scale-out network; sizing refuses what would need one).
+    bandwidth : float
+        Line rate of one NIC per direction, bytes/s (400 Gbit/s = 50 GB/s).
+    efficiency : float
+        Delivered over line rate, in (0, 1]: what a stream of large messages carries through the
+        NIC, so the NIC's network link runs at ``bandwidth x efficiency``. On a compute node it is
+        the RDMA protocol's own loss; on a pool node, what the pool's storage service delivers per
+        NIC (protocol and storage software), measured on a whole pool.
+    pcie : str or None
+        The NIC's PCIe slot, ``"Gen5 x16"`` (:func:`pcie_bandwidth` gives its rate). None: on a
+        compute node the slot runs at the accelerators' host link (the rule before slots were
+        described); on a pool node at the NIC's line rate.
+    switch : list of (int or "root"), "root" or None
+        Where each NIC's slot hangs, one entry per NIC: ``k``, the PCIe switch it shares with cards
+        ``2k`` and ``2k + 1`` (:data:`GPUS_PER_PCIE_SWITCH`), or ``root``, a CPU root port of its
+        own (shared with no card). ``root`` alone places every NIC so. None: spread over the card
+        switches in index order (NIC ``j`` of ``n`` on switch ``j x switches // n``). Compute nodes
+        only.
+
+    Default ``efficiency`` 0.975: ``ib_write_bw`` on NDR400 with messages of 1 MiB and more
+    reaches ~390-395 of 400 Gb/s (hardware_facts.md section 2c, L/M), the low end taken; Azure's
+    ND H100 v5 acceptance test asks at least 380 Gb/s (0.95) per NDR400 HCA with GPUDirect
+    (github.com/Azure/azurehpc-health-checks pull 38, M); Mooncake's EFA transport reaches 780 of
+    800 GB/s (0.975) GPU to GPU with 1 MiB blocks on p6-b300 (kvcache-ai/Mooncake
+    docs/source/design/transfer-engine/efa_transport.md, measured).
+    """
 
     count: Count  # 0: no scale-out network (sizing refuses what would need one)
     bandwidth: Bandwidth
+    efficiency: Fraction = 0.975
+    pcie: PcieSlot | None = None
+    switch: Annotated[list[NicSwitch] | Literal["root"] | None, BeforeValidator(_nic_switches)] = None
+
+    @model_validator(mode="after")
+    def _one_place_per_nic(self) -> "NicSpec":
+        if isinstance(self.switch, list) and len(self.switch) != self.count:
+            message = (f"{len(self.switch)} place(s) for {self.count} NIC(s): give one switch index (or root) per "
+                       "NIC, or root alone for all")
+            raise field_errors(NicSpec, [(("switch",), message, self.switch)])
+        return self
+
+    @property
+    def delivered_bandwidth(self) -> float:
+        """What one NIC carries per direction, bytes/s (line rate x efficiency)."""
+        return self.bandwidth * self.efficiency
+
+    @property
+    def slot_bandwidth(self) -> float | None:
+        """Per-direction rate of the NIC's PCIe slot, bytes/s (None: no slot described)."""
+        if self.pcie is None:
+            return None
+        gen, lanes = self.pcie.split()
+        return pcie_bandwidth(int(gen[3:]), int(lanes[1:]))
+
+    def switch_of(self, j: int, switches: int) -> NicSwitch:
+        """Where NIC ``j`` hangs among ``switches`` card switches: an index, or ``"root"``."""
+        if self.switch is None:
+            return j * switches // self.count
+        if self.switch == "root":
+            return "root"
+        return self.switch[j]
 
 
 class NodeSpec(PricedSpec):
@@ -262,6 +375,18 @@ class NodeSpec(PricedSpec):
     host_staging: HostStagingSpec = Field(default_factory=HostStagingSpec)
     host_power_w: Watts | None = None
     sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _nics_on_switches(self) -> "NodeSpec":
+        switches = -(-self.accelerators_per_node // GPUS_PER_PCIE_SWITCH)
+        if isinstance(self.nics.switch, list):
+            beyond = [k for k in self.nics.switch if isinstance(k, int) and k >= switches]
+            if beyond:
+                raise field_errors(NodeSpec, [(("nics", "switch"), (
+                    f"switch {beyond[0]} does not exist: {self.accelerators_per_node} cards sit on {switches} PCIe "
+                    f"switch(es), 0 to {switches - 1} (switch k carries cards 2k and 2k+1), or root"),
+                    self.nics.switch)])
+        return self
 
 
 class PoolNodeSpec(PricedSpec):
@@ -284,6 +409,16 @@ class PoolNodeSpec(PricedSpec):
         I/Os one transfer keeps outstanding against the node (default 32, an assumption).
     nics : NicSpec
         The node's network interfaces.
+    scale_up_bandwidth : float or None
+        A memory-semantic pool: the node's ports into the cards' scale-up fabric (NVLink, UB),
+        all ports together, bytes/s per direction. The cards of the scale-up domain it joins
+        then load and store its media over their scale-up links, with no NIC, host DRAM or copy
+        engine on the way (load/store or DMA over the fabric). None: reached over the network
+        only.
+    scale_up_latency_s : float or None
+        A card's access to the node over the scale-up fabric, seconds, besides the media's own
+        ``access_latency_s`` (None: the generic card-to-card 3 us of
+        :data:`kvsim.network.cluster_graph.SCALE_UP_LATENCY_S`).
     power_w : float or None
         Average draw of the whole node, watts.
     price_usd, price_date
@@ -300,5 +435,19 @@ class PoolNodeSpec(PricedSpec):
     write_iops: Rate | None = None
     queue_depth: PositiveInt = 32
     nics: NicSpec
+    scale_up_bandwidth: Bandwidth | None = None
+    scale_up_latency_s: Seconds | None = None
     power_w: Watts | None = None
     sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _one_io_complex(self) -> "PoolNodeSpec":
+        if self.scale_up_latency_s is not None and self.scale_up_bandwidth is None:
+            raise field_errors(PoolNodeSpec, [(("scale_up_latency_s",), (
+                "a scale-up latency without scale_up_bandwidth: give the node's scale-up ports' bandwidth to make "
+                "it a memory-semantic pool, or drop the latency"), self.scale_up_latency_s)])
+        if self.nics.switch is not None:
+            raise field_errors(PoolNodeSpec, [(("nics", "switch"), (
+                "a pool node has one I/O complex that every NIC and its media share; nics.switch places NICs "
+                "among a compute node's card switches and does not apply here"), self.nics.switch)])
+        return self

@@ -25,13 +25,26 @@ A remote pool node ``P`` is ``P/media -- P/pcie -- P/nic{j} -- fabric``; its med
 the pool's read bandwidth (``media -> pcie``) and write bandwidth (``pcie -> media``). ``fabric``
 is one non-blocking scale-out switch that every NIC connects to.
 
+A memory-semantic pool node (:attr:`PoolNodeSpec.scale_up_bandwidth`) named in a scale-up domain
+also links ``P/pcie -- su{k}`` at its scale-up ports' bandwidth: the domain's cards load and store
+its media over ``media -- P/pcie -- su{k} -- card`` (:meth:`Topology.load_path`), with no NIC,
+host DRAM or copy engine on the way.
+
+A NIC's two links are its PCIe slot (``nic -- switch``, at the slot's generation and width when
+the node describes it, :attr:`NicSpec.pcie`) and its network link (``nic -- fabric``, at line rate
+x :attr:`NicSpec.efficiency`, the delivered-over-line-rate fraction: RDMA's own loss on a compute
+node, the storage service's on a pool node). A NIC sits on the card switch the node names
+(:attr:`NicSpec.switch`), sharing that switch's uplink with its two cards, or on a root port of
+its own (``root``).
+
 Assumptions (figures from /work/shared/reference/hardware_facts.md):
 
 * one PCIe switch per two accelerators, each card on an x16 link at ``host_link_bandwidth``;
 * a switch's uplink to the root complex runs at 2 x ``host_link_bandwidth`` (assumption: two x16
   uplinks, or one x32, so two cards behind a switch are not starved by it);
-* a NIC and an NVMe drive hang off the switches round-robin in index order; a NIC's PCIe link runs
-  at the card's ``host_link_bandwidth`` (same PCIe generation; ConnectX-7 is Gen5 x16, §2c);
+* an NVMe drive, and a NIC whose node does not place it, hang off the switches round-robin in
+  index order; a NIC whose node gives no slot runs its PCIe link at the card's
+  ``host_link_bandwidth`` (same PCIe generation; ConnectX-7 is Gen5 x16, §2c);
 * cards without a scale-up link talk to peers over PCIe and RDMA (the path through the NICs).
 """
 
@@ -41,7 +54,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
+from kvsim.hardware.specs import GPUS_PER_PCIE_SWITCH, AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
 from kvsim.network.storage_io import MediaIO
 
 if TYPE_CHECKING:
@@ -56,7 +69,7 @@ __all__ = [
 Edge = tuple[str, str]
 
 FABRIC = "fabric"
-GPUS_PER_SWITCH = 2
+GPUS_PER_SWITCH = GPUS_PER_PCIE_SWITCH
 ROOT_UPLINK_FACTOR = 2.0
 # Per PCIe edge (card, NIC or drive to switch; switch to root). Assumption: ~1 us per hop, the
 # order of a posted DMA round trip; hardware_facts.md gives no per-hop figure (UNCONFIRMED).
@@ -129,11 +142,14 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
     for u, v, kind in [(root, imc, "dram_port"), (dram, imc, "dram_port"), (imc, ddr, "dram_channel"),
                        (ddr, dram, "dram_port"), (ddr, root, "dram_port")]:
         g.add_edge(u, v, capacity_Bps=bw, latency_s=0.0, kind=kind)
-    for j in range(spec.nics.count):
-        nic, sw = f"{node}/nic{j}", switches[_spread(j, spec.nics.count, n_sw)]
+    nics = spec.nics
+    slot = nics.slot_bandwidth if nics.slot_bandwidth is not None else pcie
+    for j in range(nics.count):
+        place = nics.switch_of(j, n_sw)
+        nic, sw = f"{node}/nic{j}", root if place == "root" else switches[place]
         g.add_node(nic, kind="nic", owner=node, switch=sw)
-        _link(g, nic, sw, pcie, pcie, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
-        _link(g, nic, FABRIC, spec.nics.bandwidth, spec.nics.bandwidth,
+        _link(g, nic, sw, slot, slot, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
+        _link(g, nic, FABRIC, nics.delivered_bandwidth, nics.delivered_bandwidth,
               RDMA_LATENCY_S / 2, RDMA_LATENCY_S / 2, "network")
     drives = spec.nvme
     for j in range(drives.count):
@@ -145,23 +161,30 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
               PCIE_HOP_LATENCY_S + drives.read_latency_s, PCIE_HOP_LATENCY_S + drives.write_latency_s, "nvme")
 
 
-def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec) -> None:
-    if spec.nics.count < 1:
-        raise ValueError(f"pool node {pool!r} has no NIC, so it is unreachable")
+def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec, scale_up: str | None) -> None:
+    if spec.nics.count < 1 and scale_up is None:
+        raise ValueError(f"pool node {pool!r} has no NIC and is in no scale-up domain, so it is unreachable")
     media, io = f"{pool}/media", f"{pool}/pcie"
-    g.add_node(media, kind="pool_media", owner=pool,
+    g.add_node(media, kind="pool_media", owner=pool, scale_up=scale_up,
                io=MediaIO(spec.read_iops, spec.write_iops, spec.queue_depth))
     g.add_node(io, kind="pool_io", owner=pool)
     # The media figures are the node's aggregate, so one edge per direction carries all of it;
     # the access latency is paid once per transfer, on the media edge.
     _link(g, media, io, spec.read_bandwidth, spec.write_bandwidth,
           spec.access_latency_s, spec.access_latency_s, "pool_media")
-    for j in range(spec.nics.count):
+    if scale_up is not None and spec.scale_up_bandwidth is not None:
+        # A memory-semantic pool: its ports join the domain's scale-up switch like a card's link
+        # (only KV paths to the domain's cards use it; routes never cross scale-up edges).
+        half = (spec.scale_up_latency_s if spec.scale_up_latency_s is not None else SCALE_UP_LATENCY_S) / 2
+        _link(g, io, scale_up, spec.scale_up_bandwidth, spec.scale_up_bandwidth, half, half, "scale_up")
+    nics = spec.nics
+    # Without a described slot, assumption: the NIC's PCIe slot is not narrower than its line rate.
+    slot = nics.slot_bandwidth if nics.slot_bandwidth is not None else nics.bandwidth
+    for j in range(nics.count):
         nic = f"{pool}/nic{j}"
         g.add_node(nic, kind="nic", owner=pool, switch=io)
-        # Assumption: the NIC's own PCIe slot is not narrower than its line rate.
-        _link(g, nic, io, spec.nics.bandwidth, spec.nics.bandwidth, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
-        _link(g, nic, FABRIC, spec.nics.bandwidth, spec.nics.bandwidth,
+        _link(g, nic, io, slot, slot, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
+        _link(g, nic, FABRIC, nics.delivered_bandwidth, nics.delivered_bandwidth,
               RDMA_LATENCY_S / 2, RDMA_LATENCY_S / 2, "network")
 
 
@@ -180,8 +203,9 @@ def cluster_graph(
         Remote KV pool nodes reached over the fabric.
     scale_up_domains : sequence of sequences of str, optional
         Groups of compute nodes whose cards share one scale-up fabric (switch ``su{k}``, in
-        the order given). Default: each node whose cards have a scale-up link is its own
-        domain. A node in no group, or whose cards have no scale-up link, gets none.
+        the order given), and the memory-semantic pool nodes (``scale_up_bandwidth``) on it.
+        Default: each node whose cards have a scale-up link is its own domain, and pool nodes
+        join none. A node in no group, or whose cards have no scale-up link, gets none.
 
     Returns
     -------
@@ -191,7 +215,7 @@ def cluster_graph(
     Raises
     ------
     ValueError
-        A name is repeated, contains ``/`` or is ``"fabric"``; a pool node has no NIC; a
+        A name is repeated, contains ``/`` or is ``"fabric"``; a pool node has no NIC and no domain; a
         domain names an unknown node, a node twice, or a node whose cards have no scale-up link.
     """
     names = [name for name, *_ in compute_nodes] + [name for name, _ in pool_nodes]
@@ -202,16 +226,19 @@ def cluster_graph(
     if repeated:
         raise ValueError(f"node names must be unique; repeated: {', '.join(repeated)}")
     linked = {name for name, _, acc in compute_nodes if acc.scale_up_bandwidth is not None}
+    memory_semantic = {name for name, spec in pool_nodes if spec.scale_up_bandwidth is not None}
     if scale_up_domains is None:
         scale_up_domains = [[name] for name, *_ in compute_nodes if name in linked]
     domain_of: dict[str, str] = {}
+    known = {name for name, *_ in compute_nodes} | memory_semantic
     for k, members in enumerate(scale_up_domains):
         for member in members:
-            if member not in {name for name, *_ in compute_nodes}:
-                raise ValueError(f"scale-up domain {k} names unknown node {member!r}")
+            if member not in known:
+                hint = " (a pool node joins a domain only with scale_up_bandwidth)" if member in names else ""
+                raise ValueError(f"scale-up domain {k} names unknown node {member!r}{hint}")
             if member in domain_of:
                 raise ValueError(f"node {member!r} is in two scale-up domains")
-            if member not in linked:
+            if member not in linked and member not in memory_semantic:
                 raise ValueError(f"node {member!r} has cards without a scale-up link; it cannot join a domain")
             domain_of[member] = f"su{k}"
     import networkx as nx  # here, not at import: only a run that builds a topology needs it
@@ -223,5 +250,5 @@ def cluster_graph(
     for name, spec, acc in compute_nodes:
         _add_compute_node(g, name, spec, acc, domain_of.get(name))
     for name, spec in pool_nodes:
-        _add_pool_node(g, name, spec)
+        _add_pool_node(g, name, spec, domain_of.get(name))
     return g

@@ -181,6 +181,14 @@ class Topology:
         candidates = near or nics
         return candidates[_stable_index(gpu, len(candidates))]
 
+    def _memory_port(self, media: str, gpu: str) -> str | None:
+        """The scale-up port of ``media``'s pool node when it is memory-semantic and shares
+        ``gpu``'s scale-up domain, else None (the network path applies)."""
+        domain = self.graph.nodes[media].get("scale_up")
+        if domain is None or domain != self.graph.nodes[gpu].get("scale_up"):
+            return None
+        return f"{self._owner(media)}/pcie"
+
     def _check_kv_ends(self, media: str, gpu: str) -> str:
         if self._kind(gpu) != "gpu":
             raise ValueError(f"{gpu!r} is not a GPU")
@@ -201,7 +209,9 @@ class Topology:
         gpu_direct : bool
             True: GPUDirect RDMA / GDS, NIC or drive -> PCIe -> GPU without host memory.
             False: host bounce, staged through ``"{node}/dram"`` of the GPU's node, so the path
-            crosses its DDR channels twice (in and out). Ignored when ``src`` is that DRAM.
+            crosses its DDR channels twice (in and out). Ignored when ``src`` is that DRAM, and
+            for a memory-semantic pool in the GPU's scale-up domain, which the card reaches
+            over its scale-up link (``media -> P/pcie -> su{k} -> gpu``).
 
         Returns
         -------
@@ -225,6 +235,10 @@ class Topology:
             if gpu_direct:
                 return self.path(src, gpu)
             return self.path(src, dram) + self.path(dram, gpu) + [h2d]
+        port = self._memory_port(src, gpu)
+        if port is not None:  # a memory-semantic pool in the card's scale-up domain
+            domain = self.graph.nodes[src]["scale_up"]
+            return [(src, port), (port, domain), (domain, gpu)]
         remote, local = self._remote_nic(src, gpu), self._local_nic(gpu)
         edges = self.path(src, remote) + [(remote, FABRIC), (FABRIC, local)]
         if gpu_direct:
@@ -249,6 +263,10 @@ class Topology:
             if gpu_direct:
                 return self.path(gpu, dst)
             return [d2h] + self.path(gpu, dram) + self.path(dram, dst)
+        port = self._memory_port(dst, gpu)
+        if port is not None:
+            domain = self.graph.nodes[dst]["scale_up"]
+            return [(gpu, domain), (domain, port), (port, dst)]
         remote, local = self._remote_nic(dst, gpu), self._local_nic(gpu)
         edges = self.path(gpu, local) if gpu_direct else [d2h] + self.path(gpu, dram) + self.path(dram, local)
         return edges + [(local, FABRIC), (FABRIC, remote)] + self.path(remote, dst)
