@@ -131,7 +131,7 @@ systems:
 def _prewarmed(tier: str):
     scenario = kvsim.parse_scenario(PREWARM.format(tier=tier), "prewarm.yaml")
     sizing = check_scenario(scenario)[(0, "s")]
-    system = build_system(simpy.Environment(), scenario.spec, sizing, RequestRecords(16), RandomStreams(3), 16)
+    system = build_system(simpy.Environment(), scenario.spec, sizing, RequestRecords(16), RandomStreams(3), 256)
     return system.cache
 
 
@@ -147,7 +147,9 @@ def test_prewarm_counts_turnover_in_blocks_stored_not_blocks_offered():
     (dram_store,) = dram.dram.values()
     (pool_store,) = pool.remote
     assert dram_store.evictions == 0 and len(dram_store) < dram_store.capacity_blocks
-    assert len(pool_store) > 2000  # (it went past where the old budget stopped the DRAM tier)
+    # (the pool went past the 1,600 prompts, 320 + 2 x 1,600 = 3,520 blocks, where the old budget
+    # stopped the DRAM tier)
+    assert len(pool_store) > 3520
     assert set(dram_store._members) == set(pool_store._members)
 
 
