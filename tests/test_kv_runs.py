@@ -32,6 +32,7 @@ op_st = st.one_of(
     insert_st, insert_st, insert_st, release_st, release_st,
     st.tuples(st.just("read_run"), blocks_st),
     st.tuples(st.just("lookup_pin_run"), blocks_st),
+    st.tuples(st.just("touch_run"), blocks_st),
     st.tuples(st.just("add_reader_each"), blocks_st),
     st.tuples(st.just("drop_reader_each"), blocks_st),
     st.tuples(st.just("pin_each"), blocks_st),
@@ -109,6 +110,13 @@ def per_block(s: BlockStore, op: tuple):
             s.lookup(block)
             s.pin(block)
         return None
+    if name == "touch_run":  # a resident block re-inserted is touched (no counter); others skipped
+        touched = 0
+        for block in op[1]:
+            if block in s:
+                assert s.insert(block) == []
+                touched += 1
+        return touched
     if name == "evict_run":
         victims = []
         for _ in range(op[1]):
@@ -141,7 +149,7 @@ def by_run(s: BlockStore, op: tuple):
     name = op[0]
     if name == "insert_run":
         return tuple(s.insert_run(op[1], read=op[2], touch=op[3]))
-    if name in ("read_run", "lookup_pin_run", "add_reader_each", "drop_reader_each", "pin_each", "unpin_each"):
+    if name in ("read_run", "lookup_pin_run", "touch_run", "add_reader_each", "drop_reader_each", "pin_each", "unpin_each"):
         return getattr(s, name)(op[1])
     if name == "evict_one":
         return s.evict_one()
@@ -185,8 +193,10 @@ def _random_ops(rng: random.Random) -> list:
             ops.append(("read_run", blocks))
         elif r < 0.75:
             ops.append(("pin_each", blocks))
-        elif r < 0.8:
+        elif r < 0.77:
             ops.append(("lookup_pin_run", blocks))
+        elif r < 0.8:
+            ops.append(("touch_run", blocks))
         elif r < 0.85:
             ops.append(("evict_one",))
         elif r < 0.9:

@@ -289,6 +289,25 @@ class RunOps:
             self._clock = clock
             self.hits += hits
 
+    @cython.locals(touched=cython.Py_ssize_t, heap_on=cython.bint)
+    def touch_run(self, blocks: Sequence[Block]) -> int:
+        """For each of ``blocks`` in order that is stored: the use :meth:`insert` of a resident
+        block records (the policy's touch, and under LRU the newest stamp); the blocks not
+        stored are skipped. No counter changes: a lookup that found the block, not a hit or a
+        load (see :meth:`kvsim.serving.cache.tiers.SystemCache.touch_below`). Returns how many
+        blocks were touched."""
+        members = self._members
+        touch = members.move_to_end if self._lru_policy else self._policy.touch  # (see read_run)
+        heap_on = self._heap_on
+        touched = 0
+        for block in blocks:
+            if block in members:
+                touch(block)
+                if heap_on:
+                    self._use(block)
+                touched += 1
+        return touched
+
     @cython.locals(readers=dict, held=dict, taken=cython.Py_ssize_t)
     def add_reader_each(self, blocks: Sequence[Block]) -> None:
         """:meth:`add_reader` each of ``blocks`` in order (KeyError at the first one not stored;

@@ -65,6 +65,7 @@ class PrefixLoader:
         hashes = seq.hashes[:max(eligible, 0)]
         hashes = hashes.tolist() if hasattr(hashes, "tolist") else list(hashes)
         n = index.longest_prefix(hashes, usable) if eligible > 0 else 0
+        found = n  # the cached prefix the lookup found (the load policy may load less of it)
         sources = index.tier_breakdown(hashes, n, rank, usable) if n else []
         hbm = cache.hbm
         # the leading run already in this HBM: the position of the first other source, if any
@@ -126,6 +127,9 @@ class PrefixLoader:
             for source_id in local_sources:
                 hbm.unpin(source_id)
             return None
+        if found and system.has_lower:
+            # the lookup refreshes the copies it found below HBM (SystemCache.touch_below)
+            system.touch_below(cache.node, hashes[:found], to_load)
         state = SeqCache(blocks=held)
         seq.cache = state
         seq.kv_blocks = first_pages  # its own pages (the loaded blocks' pages belong to the cache)

@@ -122,6 +122,7 @@ class SystemCache:
         for pool in pool_names:
             self.remote.append(self._store(f"{pool}.media", pool_bytes, stored, spec.remote.eviction,
                                            "remote", topology.pool_media(pool), None, spec.remote.max_write_flows))
+        self.has_lower = bool(self.dram or self.nvme or self.remote)  # any store below HBM
         # bytes by source / tier, counted when a transfer starts inside the measurement window
         self.bytes_loaded = dict.fromkeys(SOURCES[1:], 0.0)
         self.bytes_written = dict.fromkeys(TIERS[1:], 0.0)
@@ -306,6 +307,53 @@ class SystemCache:
             stores.append(self.nvme[node])
         return stores
 
+    def touch_below(self, node: str, blocks: list, loads: list) -> None:
+        """A prompt's lookup found ``blocks`` (its cached prefix, in order): each copy of them
+        that a store below HBM reachable from ``node`` holds is touched there (a use its policy
+        sees, no hit counted: :meth:`~kvsim.kv.runs.RunOps.touch_run`), except the blocks the
+        admission loads from that store (``loads``: ``(block, store, id there)`` as the loader
+        lists them), which the load itself looks up.
+
+        Why: the connectors that keep these tiers look up the whole prompt in them at every
+        admission, and that lookup refreshes recency, whether or not HBM already holds the
+        blocks -- vLLM's OffloadingConnector touches every block of the request before it
+        looks for hits beyond the GPU's (``manager.touch(block_hashes)`` in
+        ``get_num_new_matched_tokens``; ``LRUOffloadingManager.touch`` moves each block to the
+        most recent end), LMCache's local CPU backend records each chunk its lookup finds and
+        moves it in its policy's order (``contains(key, pin=True)``, then ``touch_cache`` ->
+        ``update_on_hit``). A tier that saw only the loads would see only HBM's misses: the
+        documents HBM serves would age out below it behind every request's unique suffix
+        blocks, and miss everywhere once HBM drops them (docs/cache_tiers.md).
+        """
+        skip: dict[int, set] = {}
+        for _block, store, source_id in loads:
+            if self.rank[id(store)]:  # (a lower store: HBM copies are no concern here)
+                skip.setdefault(id(store), set()).add(source_id)
+        for store in self._node_stores(node):
+            self._touch(store, blocks, skip)
+        remote = self.remote
+        if not remote:
+            return
+        if len(remote) == 1:
+            self._touch(remote[0], blocks, skip)
+            return
+        shards: dict[int, tuple[BlockStore, list]] = {}
+        count = len(remote)
+        for block in blocks:  # (each block lives on its own pool node: remote_store)
+            store = remote[hash(block) % count]
+            entry = shards.get(id(store))
+            if entry is None:
+                entry = shards[id(store)] = (store, [])
+            entry[1].append(block)
+        for store, group in shards.values():
+            self._touch(store, group, skip)
+
+    @staticmethod
+    def _touch(store: BlockStore, blocks: list, skip: dict[int, set]) -> None:
+        """:meth:`touch_below` for one store: ``blocks`` but those ``skip`` lists for it."""
+        loaded = skip.get(id(store))
+        store.touch_run([block for block in blocks if block not in loaded] if loaded else blocks)
+
     def missing_below(self, node: str, blocks: list, first_only: bool = False) -> list[tuple[BlockStore, list]]:
         """Which of :meth:`lower_stores` lack which of ``blocks`` (with ``first_only``, only the
         first of each block's lower stores is asked: the next tier down).
@@ -381,10 +429,18 @@ class SystemCache:
                 settle: float = 0.005) -> int:
         """Fill every lower tier with the full blocks of ``prompts`` (hash arrays), in order.
 
-        Stops when the cache is warm: every lower store has taken ``max_blocks_per_store`` times
-        its capacity (what remains is what its policy keeps), or the share of blocks already
-        present changes by less than ``settle`` between successive batches of ``batch`` prompts
-        (the hit rate has settled). Returns the prompts used.
+        Stops when the cache is warm: every lower store has newly stored ``max_blocks_per_store``
+        times its capacity (it has turned over that often: what remains is what its policy
+        keeps), or the share of blocks already present changes by less than ``settle`` between
+        successive batches of ``batch`` prompts (the hit rate has settled). Returns the prompts
+        used.
+
+        A block a store holds already is touched, as a lookup of it in a long-running cache
+        would, and turns nothing over, so it does not count towards the store's turnover:
+        counted, a repeated document drained the budget of a store far larger than the
+        documents after a fraction of them had been drawn (offload_gap at 8K: a 512 GiB DRAM
+        tier stopped after 1,395 prompts half full, holding 306 of the 400 documents, while
+        the pool beside it, whose budget never binds, went on to 6,000 prompts and 395).
         """
         locals_ = list(self.dram.values()) + list(self.nvme.values())
         stores = locals_ + self.remote
@@ -400,12 +456,14 @@ class SystemCache:
                 first = locals_[0] if locals_ else self.remote_store(block)
                 present += block in first
                 for store in locals_:
+                    if block not in store:
+                        budget[id(store)] -= 1
                     self.index.insert(store, block)
-                    budget[id(store)] -= 1
                 if self.remote:
                     store = self.remote_store(block)
+                    if block not in store:
+                        budget[id(store)] -= 1
                     self.index.insert(store, block)
-                    budget[id(store)] -= 1
             if all(b <= 0 for b in budget.values()):
                 break
             if used % batch == 0:
