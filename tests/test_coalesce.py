@@ -131,7 +131,9 @@ def _shortened(path: Path, duration="12 s", systems: tuple[str, ...] | None = No
 
 SHIPPED = sorted(p.name for p in (REPO / "scenarios").glob("*.yaml"))
 # it pilots every layout of every system, each with its cache prewarmed: two systems will do
-SLOW = {"offload_gap_layouts.yaml": {"duration": "3 s", "systems": ("h20-none", "l20-dram")}}
+SLOW = {"offload_gap_layouts.yaml": {"duration": "3 s", "systems": ("h20-none", "l20-dram")},
+        # its pools are prewarmed with thousands of documents per system: two systems will do
+        "odcc_kv_pool.yaml": {"systems": ("r1-gdr", "qwen-rdma")}}
 
 
 @pytest.mark.parametrize("name", SHIPPED)
