@@ -5,11 +5,11 @@ item 4). Its reads and writes against closed forms, on the topology and through 
 from __future__ import annotations
 
 import pytest
-import simpy
+from flow_timing import timed
 
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.hardware.specs import PoolNodeSpec
-from kvsim.network import FlowNetwork, build_topology
+from kvsim.network import build_topology
 from kvsim.network.cluster_graph import SCALE_UP_LATENCY_S
 from kvsim.scenario.storage_bench import parse_storage_bench
 from kvsim.sim.storage_bench import run_bench_point
@@ -21,14 +21,6 @@ PORT_BPS = 400e9  # the pool node's scale-up ports, per direction (a what-if fig
 MEMORY_POOL = PoolNodeSpec.model_validate({
     **pool_node_catalog()["dram-pool-8x"].model_dump(), "nics": {"count": 0, "bandwidth": 50e9},
     "scale_up_bandwidth": PORT_BPS, "scale_up_latency_s": 2e-6})
-
-
-def _timed(topo, transfers):
-    env = simpy.Environment()
-    net = FlowNetwork(env, topo.capacity_Bps())
-    events = [net.transfer(edges, nbytes, topo.path_latency_s(edges)) for edges, nbytes in transfers]
-    env.run()
-    return [event.value for event in events]
 
 
 def _cluster():
@@ -46,15 +38,15 @@ def test_a_memory_semantic_read_takes_bytes_over_the_narrowest_scale_up_link_plu
     latency = MEMORY_POOL.access_latency_s + 1e-6 + card_half
     assert topo.path_latency_s(path) == pytest.approx(latency)
     # one card: min(card 450, ports 400, DRAM 460.8 GB/s) = the pool's ports
-    [alone] = _timed(topo, [(path, GIB)])
+    [alone] = timed(topo, [(path, GIB)])
     assert alone == pytest.approx(GIB / PORT_BPS + latency, rel=1e-12)
     # two cards share the ports: 200 GB/s each, below each card's 450
-    pair = _timed(topo, [(topo.load_path("pool/media", f"n0/gpu{i}", True), GIB) for i in (0, 1)])
+    pair = timed(topo, [(topo.load_path("pool/media", f"n0/gpu{i}", True), GIB) for i in (0, 1)])
     assert pair == pytest.approx([GIB / (PORT_BPS / 2) + latency] * 2, rel=1e-12)
     # a write mirrors it, at the DRAM's write rate when that is lower
     store = topo.store_path("n0/gpu3", "pool/media", True)
     assert store == [("n0/gpu3", "su0"), ("su0", "pool/pcie"), ("pool/pcie", "pool/media")]
-    [written] = _timed(topo, [(store, GIB)])
+    [written] = timed(topo, [(store, GIB)])
     assert written == pytest.approx(GIB / min(PORT_BPS, MEMORY_POOL.write_bandwidth) + latency, rel=1e-12)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
-import simpy
+from flow_timing import timed
 
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
-from kvsim.network import FlowNetwork, build_topology
+from kvsim.network import build_topology
 from kvsim.network import topology as topo_mod
 
 GIB = 2**30
@@ -21,15 +21,6 @@ NIC_BPS = 400e9 / 8 * 0.975  # one 400 Gbit/s NIC's delivered rate (NicSpec effi
 
 def h20_cluster(node=NODE, pools=(("pool", DRAM_POOL),)):
     return build_topology([("n0", node, ACC), ("n1", node, ACC)], list(pools))
-
-
-def timed(topo, transfers):
-    """Run (edges, nbytes) transfers started together; completion time of each."""
-    env = simpy.Environment()
-    net = FlowNetwork(env, topo.capacity_Bps())
-    events = [net.transfer(edges, nbytes, topo.path_latency_s(edges)) for edges, nbytes in transfers]
-    env.run()
-    return [event.value for event in events]
 
 
 def channel_crossings(topo, edges, node="n0"):

@@ -8,11 +8,11 @@ names, sharing that switch's uplink with the switch's cards, or on a root port o
 from __future__ import annotations
 
 import pytest
-import simpy
+from flow_timing import timed
 
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.hardware.specs import NicSpec, NodeSpec, PoolNodeSpec, pcie_bandwidth
-from kvsim.network import FlowNetwork, build_topology
+from kvsim.network import build_topology
 from kvsim.scenario.storage_bench import parse_storage_bench
 from kvsim.yaml_io import SpecError
 
@@ -24,15 +24,6 @@ DRAM_POOL = pool_node_catalog()["dram-pool-8x"]
 
 def _nics(node: NodeSpec, **fields) -> NodeSpec:
     return node.model_copy(update={"nics": NicSpec.model_validate({**node.nics.model_dump(), **fields})})
-
-
-def _timed(topo, transfers):
-    """Start (edges, nbytes) transfers together on idle links; the completion time of each."""
-    env = simpy.Environment()
-    net = FlowNetwork(env, topo.capacity_Bps())
-    events = [net.transfer(edges, nbytes, topo.path_latency_s(edges)) for edges, nbytes in transfers]
-    env.run()
-    return [event.value for event in events]
 
 
 def test_pcie_slot_rates_are_the_generations_transfer_rate_after_line_encoding():
@@ -51,7 +42,7 @@ def test_nic_efficiency_on_a_single_flow():
         node = _nics(H20_NODE, efficiency=efficiency)
         topo = build_topology([("n0", node, H20)], [("pool", DRAM_POOL)])
         path = topo.load_path("pool/media", "n0/gpu0", True)
-        [done] = _timed(topo, [(path, GIB)])
+        [done] = timed(topo, [(path, GIB)])
         # the pool's NIC delivers its own 0.975, so the slower of the two ends binds
         rate = 50e9 * min(efficiency, DRAM_POOL.nics.efficiency)
         assert done == pytest.approx(GIB / rate + topo.path_latency_s(path), rel=1e-12)
@@ -59,7 +50,7 @@ def test_nic_efficiency_on_a_single_flow():
     slow_pool = DRAM_POOL.model_copy(update={"nics": DRAM_POOL.nics.model_copy(update={"efficiency": 0.8})})
     topo = build_topology([("n0", H20_NODE, H20)], [("pool", slow_pool)])
     path = topo.load_path("pool/media", "n0/gpu0", True)
-    [done] = _timed(topo, [(path, GIB)])
+    [done] = timed(topo, [(path, GIB)])
     assert done == pytest.approx(GIB / (50e9 * 0.8) + topo.path_latency_s(path), rel=1e-12)
 
 
@@ -72,9 +63,9 @@ def test_a_400g_nic_on_a_gen5_slot_is_not_held_to_the_l20s_gen4_link():
     for label, node in (("inherited", inherited), ("gen4", gen4), ("gen5", gen5)):
         topo = build_topology([("n0", node, L20)], [("pool", DRAM_POOL)])
         paths = [topo.load_path("pool/media", f"n0/gpu{i}", True) for i in (0, 1)]  # the NIC's two cards
-        [single[label]] = _timed(topo, [(paths[0], GIB)])
+        [single[label]] = timed(topo, [(paths[0], GIB)])
         single[label] -= topo.path_latency_s(paths[0])
-        pair[label], _ = _timed(topo, [(path, GIB) for path in paths])
+        pair[label], _ = timed(topo, [(path, GIB) for path in paths])
         pair[label] -= topo.path_latency_s(paths[0])
     # One card alone: its own Gen4 x16 link (32 GB/s) binds GPU-Direct whatever the NIC's slot,
     # except a described Gen4 x16 slot, 31.5 GB/s after line encoding.
@@ -102,7 +93,7 @@ def test_a_nic_sharing_a_switch_with_two_cards_shares_its_uplink():
         nic, dram = topo.nics("n0")[0], topo.dram("n0")
         inbound = [("pool/media", "pool/pcie")] + topo.path("pool/pcie", nic) + topo.path(nic, dram)
         stores = [topo.store_path(f"n0/gpu{i}", dram, True) for i in (0, 1)]
-        results[label] = (topo, inbound, stores, _timed(topo, [(inbound, GIB)] + [(s, GIB) for s in stores]))
+        results[label] = (topo, inbound, stores, timed(topo, [(inbound, GIB)] + [(s, GIB) for s in stores]))
     topo, inbound, stores, (t_nic, t_gpu0, _) = results["shared"]
     assert topo.graph.nodes["n0/nic0"]["switch"] == "n0/pcie0"
     # max-min on the 64 GB/s uplink: three flows, none capped below 64/3, so 21.33 GB/s each
