@@ -126,8 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     calibrate.add_argument("--workers", type=int, default=1, help="processes simulating runs in parallel")
     calibrate.set_defaults(handler=_calibrate)
 
-    catalog = sub.add_parser("catalog", parents=[common], help="list the accelerators, nodes and models kvsim knows")
-    catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "models"],
+    catalog = sub.add_parser("catalog", parents=[common], help="list the accelerators, nodes, KV pool nodes and models kvsim knows")
+    catalog.add_argument("family", nargs="?", choices=["accelerators", "nodes", "pool_nodes", "models"],
                          help="one family only (default: all)")
     catalog.add_argument("--json", action="store_true", help="full entries as JSON, sources included")
     catalog.set_defaults(handler=catalog_command)

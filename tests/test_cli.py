@@ -304,8 +304,11 @@ def test_catalog_lists_parts():
     rc, out, err = _main("catalog")
     assert rc == 0, err
     names = {line.split()[0] for line in out.splitlines() if line.startswith("  ")}
-    assert {"h20", "l20", "h20-8x", "l20-8x", "qwen3-8b"} <= names
-    assert "accelerators:" in out and "nodes:" in out and "models:" in out
+    assert {"h20", "l20", "h20-8x", "l20-8x", "nvme-storage-16x", "qwen3-8b"} <= names
+    assert "accelerators:" in out and "nodes:" in out and "pool_nodes:" in out and "models:" in out
+    # a pool node's line: its medium, capacity, bandwidths and how it is reached, with units
+    line = next(line for line in out.splitlines() if line.split() and line.split()[0] == "nvme-storage-16x")
+    assert "NVME 224 TiB" in line and "GB/s" in line and "2 x 200 Gbit/s NIC" in line
 
 
 def test_catalog_one_family():
@@ -319,7 +322,7 @@ def test_catalog_json_carries_sources():
     rc, out, err = _main("catalog", "--json")
     assert rc == 0, err
     payload = json.loads(out)
-    assert set(payload) == {"accelerators", "nodes", "models"}
+    assert set(payload) == {"accelerators", "nodes", "pool_nodes", "models"}
     assert {"h20", "l20"} <= set(payload["accelerators"])
     assert "qwen3-8b" in payload["models"]
     for family, entries in payload.items():
