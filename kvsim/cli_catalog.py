@@ -44,9 +44,10 @@ def describe(family: str, spec) -> str:
                 f"{format_quantity(spec.host_dram_bytes, 'bytes')}; {spec.nvme.count} NVMe; "
                 f"{spec.nics.count} x {spec.nics.bandwidth * 8 / 1e9:g} Gbit/s NIC")
     if family == "pool_nodes":
+        nics = spec.nics
         reach = (f"scale-up ports {format_quantity(spec.scale_up_bandwidth, 'bandwidth')}/direction"
                  if getattr(spec, "scale_up_bandwidth", None) else
-                 f"{spec.nics.count} x {spec.nics.bandwidth * 8 / 1e9:g} Gbit/s NIC at {spec.nics.efficiency:g} of line rate")
+                 f"{nics.count} x {nics.bandwidth * 8 / 1e9:g} Gbit/s NIC at {nics.efficiency:g} of line rate")
         return (f"{spec.medium.upper()} {format_quantity(spec.capacity_bytes, 'bytes')}; read "
                 f"{format_quantity(spec.read_bandwidth, 'bandwidth')}, write "
                 f"{format_quantity(spec.write_bandwidth, 'bandwidth')}; {reach}")
