@@ -41,6 +41,7 @@ from kvsim.kv.block_pool import BlockPool, PoolObserver
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.step_time import BatchShape
 from kvsim.serving.adapters import AdapterSlots
+from kvsim.serving.admission_hook import AdmissionHook
 from kvsim.serving.sequence import Sequence
 
 __all__ = ["Sequence", "BatchScheduler", "Batch", "SchedulerEvents", "AdmissionHook"]
@@ -83,46 +84,6 @@ class SchedulerEvents:
 
     def decode_started(self, seq: Sequence, now: float) -> None:
         """A handed-off sequence takes its first decode step in the iteration starting now."""
-
-
-class AdmissionHook:
-    """Prefix caching and offload, as seen by the scheduler. The base class caches nothing."""
-
-    def admit(self, seq: Sequence, now: float) -> str | None:
-        """Prepare ``seq`` for admission (it has ``kv_tokens == 0`` and no pages).
-
-        Returns ``"run"`` (compute from ``seq.kv_tokens``), ``"load"`` (parked until the hook
-        calls :meth:`BatchScheduler.loaded`), or None (not now: the KV pool lacks room).
-        """
-        return "run"
-
-    def committed(self, seq: Sequence) -> None:
-        """The admission prepared by :meth:`admit` went through (pages for its first work were
-        found); an admission retried later is prepared again, and only the one that goes
-        through is committed."""
-
-    def prompt_done(self, seq: Sequence, now: float) -> None:
-        """The prompt's KV is complete in HBM (the first token is about to be emitted)."""
-
-    def released(self, seq: Sequence, finished: bool) -> None:
-        """``seq`` gave back its pages: it finished, or was preempted (``finished=False``)."""
-
-    def swap_out(self, seq: Sequence) -> bool:
-        """Preempting ``seq``: copy its own pages to host memory instead of dropping them?
-
-        True means the hook started the copy; ``seq`` keeps its token counts and, on its next
-        :meth:`admit`, must get its pages back (``"load"``) rather than be recomputed.
-        """
-        return False
-
-    def begin_remote_reads(self, batch: "Batch") -> float | None:
-        """An iteration of ``batch`` starts and reads ``batch.shape.remote_kv_tokens`` context
-        tokens in place from peers' HBM: the per-card rate of those reads, bytes/s (None: the
-        step model's uncontended rate)."""
-        return None
-
-    def end_remote_reads(self) -> None:
-        """The iteration :meth:`begin_remote_reads` was told of has ended."""
 
 
 class BatchScheduler:
