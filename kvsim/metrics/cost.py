@@ -72,6 +72,8 @@ class BillLine:
         Figures behind ``price_usd`` and ``power_w`` that are assumptions, each with its reasoning.
     unknown : tuple of str
         Figures that are missing, so the totals that need them are None.
+    kind : str
+        ``compute`` (a pool's servers) or ``kv_pool`` (the remote KV pool's nodes).
     """
 
     label: str
@@ -82,6 +84,7 @@ class BillLine:
     power_w: float | None
     assumptions: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
+    kind: str = "compute"
 
 
 def _assumed(what: str, value: str, source: str | None) -> list[str]:
@@ -151,7 +154,7 @@ def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0) ->
             assumed += _assumed(f"pool node {pool_node.name} power_w", f"{pool_node.power_w:g} W",
                                 pool_node.sources.get("power_w"))
         lines.append(BillLine(f"kv pool: {pool_node.name}", pool_node.name, cache.remote.nodes, remote_pool_share,
-                              pool_node.price_usd, pool_node.power_w, tuple(assumed), tuple(unknown)))
+                              pool_node.price_usd, pool_node.power_w, tuple(assumed), tuple(unknown), "kv_pool"))
     return tuple(lines)
 
 
@@ -343,7 +346,7 @@ def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: 
         "remote_pool_share": cost_spec.remote_pool_share,
         "bill": [{"label": line.label, "part": line.part, "count": line.count, "share": line.share,
                   "price_usd": line.price_usd, "power_w": line.power_w,
-                  "kind": "kv_pool" if line.label.startswith("kv pool") else "compute",
+                  "kind": line.kind,
                   "cost_per_hour_usd": line_cost_per_hour_usd(line, cost_spec)} for line in lines],
         "assumptions": assumptions,
         "unknown": unknown,
