@@ -14,12 +14,14 @@ from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
 
 __all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "nearest_miss", "miss_text"]
 
-PLAN_FORMAT = 3
+PLAN_FORMAT = 4
 """Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
 unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``.
 3: an answer no candidate serves carries its ``nearest_miss`` (which candidate came closest and
 the SLO values it reached), and ``no_candidate_meets_slo`` says whether any candidate met the SLO
-at any load probed."""
+at any load probed. 4: a verdict that rests on a probe still flagged after its re-runs says so:
+``unconfirmed`` (words, or None) on a candidate's ``capacity``, on each of its ``targets``, on the
+cheapest of each answer, and on each probe (with ``reruns``, the longer runs it took)."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -80,10 +82,19 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
     scenario = result.scenario
     spec = scenario.spec
     plan = spec.plan
+    if plan is None:
+        raise ValueError(f"{scenario.name}: the scenario has no plan: section")
     names = [c.system for c in result.candidates]
     baseline = plan.baseline or names[0]
     costs = {name: unit_cost(name) if unit_cost is not None else None for name in names}
-    candidates = []
+    outcomes = {(probe.system, probe.units, probe.load): outcome for probe, outcome in result.probes}
+
+    def unconfirmed(system: str, units: int | None, load: float | None) -> str | None:
+        """Why the verdict of the probe that decided a number is not confirmed, or None."""
+        outcome = outcomes.get((system, units, load)) if units is not None and load is not None else None
+        return (outcome.detail or {}).get("unconfirmed") if outcome is not None and outcome.meets else None
+
+    candidates: list[dict[str, Any]] = []
     for found in result.candidates:
         cost = costs[found.system]
         search = found.capacity
@@ -94,10 +105,12 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "capacity": {
                 "max_load": search.max_load, "fail_load": search.fail_load,
                 "converged": search.converged, "note": search.note,
+                "unconfirmed": unconfirmed(found.system, 1, search.max_load),
                 "load_per_usd_hour": search.max_load / per_hour if search.max_load and per_hour else None,
             },
             "unit_cost": cost,
             "targets": [{"load": target, "units": units, "note": found.notes[target],
+                         "unconfirmed": unconfirmed(found.system, units, target),
                          "capex_usd": _scaled(cost, units, "capex_usd"),
                          "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
                         for target, units in found.units_for.items()],
@@ -127,7 +140,8 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             note = f"no candidate serves it within {plan.units.max} units" + (
                 f"; the nearest miss: {miss_text(miss, unit)}" if miss is not None else "")
         answers.append({"load": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings,
-                        "nearest_miss": miss})
+                        "nearest_miss": miss,
+                        "unconfirmed": rows[cheapest]["unconfirmed"] if cheapest is not None else None})
     probes = []
     for probe, outcome in result.probes:
         detail = outcome.detail or {}
@@ -136,6 +150,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "meets": outcome.meets, "reason": outcome.reason, "flags": list(detail.get("flags") or []),
             "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
             "requests_per_s": detail.get("requests_per_s"),
+            "reruns": int(detail.get("reruns") or 0), "unconfirmed": detail.get("unconfirmed"),
         })
     return {
         "kind": "plan",
@@ -184,11 +199,11 @@ def nearest_miss(result: PlanResult, target: float) -> dict[str, Any] | None:
         no candidate was probed at the target.
     """
     order = [c.system for c in result.candidates]
-    attempts = {}
+    attempts: dict[str, tuple[Any, Any]] = {}
     for probe, outcome in result.probes:
         if probe.load == target and (probe.system not in attempts or probe.units > attempts[probe.system][0].units):
             attempts[probe.system] = (probe, outcome)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for system in order:
         if system not in attempts:
             continue

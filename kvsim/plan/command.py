@@ -175,9 +175,12 @@ def _detail_problem(detail: dict[str, Any]) -> str | None:
     flags = detail.get("flags")
     if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
         return "flags is not a list of flags"
-    for key in ("requests_per_s", "output_tokens_per_s", "requests_unfinished", "duration_s", "replicas", "wall_s"):
+    for key in ("requests_per_s", "output_tokens_per_s", "requests_unfinished", "duration_s", "warmup_s", "replicas",
+                "reruns", "wall_s"):
         if detail.get(key) is not None and not _number(detail[key]):
             return f"{key} is not a number"
+    if detail.get("unconfirmed") is not None and not isinstance(detail["unconfirmed"], str):
+        return "unconfirmed is not text"
     return None
 
 
@@ -218,6 +221,11 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         nonlocal count
         count += 1
         verdict = "meets the SLO" if outcome.meets else f"fails: {terminal_text(outcome.reason)}"
+        if outcome.meets and outcome.detail.get("unconfirmed"):
+            verdict += f", unconfirmed: {terminal_text(outcome.detail['unconfirmed'])}"
+        reruns = outcome.detail.get("reruns")
+        if isinstance(reruns, int) and reruns > 0:
+            verdict += f" ({reruns} longer run{'' if reruns == 1 else 's'} to clear its flags)"
         cost = outcome.detail.get("wall_s")
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "

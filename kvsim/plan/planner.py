@@ -13,8 +13,11 @@ For each candidate (a system of the scenario, written as one *unit*, see
 Every probe is a run of the scenario with only that system, its node counts multiplied by the
 units, at one load, over a window long enough to hold enough completions per instance (per
 client, for a closed loop) to judge (:func:`probe_scenario`, :func:`run_probe`); the same seed at every probe, so the probes differ only in the load
-(common random numbers), and a probe flagged unstable or too short does not meet the SLO
-(:mod:`kvsim.plan.slo`). With ``replications: N`` a probe runs N seeds and is judged on their
+(common random numbers). A probe flagged unstable or rejecting requests does not meet the SLO
+(:mod:`kvsim.plan.slo`); one flagged too short or with too short a warm-up, whose verdict rests on
+that flag, is run again over a longer window or warm-up until the flag clears or a budget is spent
+(:func:`rerun_scenario`) -- if it met every objective and the flag remains, it meets the SLO
+*unconfirmed*, and the answer says so. With ``replications: N`` a probe runs N seeds and is judged on their
 mean statistics, not steady state if any replica is not (:func:`replicas_summary`). Probes run in parallel through ``map_probes`` (serial by default).
 """
 
@@ -34,7 +37,7 @@ from kvsim.plan.slo import STATISTICS, Objective, objectives_from_slo, slo_verdi
 from kvsim.scenario.load import Scenario
 
 __all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "probe_scenario", "run_probe",
-           "load_unit"]
+           "rerun_scenario", "load_unit", "RESOLVE_FLAGS", "RESOLVE_TRIES"]
 
 
 @dataclass(frozen=True)
@@ -122,10 +125,18 @@ def scaled_scenario(scenario: Scenario, system: str, units: int, load: float) ->
 WINDOW_MARGIN = 1.5
 """A probe's window holds this many times the completions per instance (per client, for a closed
 loop) below which a run is flagged too short (:mod:`kvsim.metrics.steady_state`)."""
-LENGTHEN_TRIES = 3
-"""Times a closed-loop probe flagged too short is run again over a longer window."""
+RESOLVE_FLAGS = ("too_short", "warmup_short")
+"""Flags a longer window or warm-up can clear (:mod:`kvsim.metrics.steady_state`). A probe that
+meets the SLO under one of them is run again until the flag clears or :data:`RESOLVE_TRIES` re-runs
+are spent; one that still carries it then meets the SLO *unconfirmed* (``detail["unconfirmed"]``),
+never fails for it: a plan never concludes "fails" from a probe that did not fail the SLO."""
+RESOLVE_TRIES = 3
+"""Re-runs of one probe to clear its flags: the budget (each at most :data:`LENGTHEN_MAX` times
+the window before it, so at most 512 times the first window)."""
 LENGTHEN_MAX = 8.0
-"""Most a closed-loop probe's window grows in one try."""
+"""Most a probe's window grows in one re-run."""
+WARMUP_MARGIN = 1.5
+"""A re-run of a probe flagged ``warmup_short`` warms up this many times the warm-up MSER-5 found."""
 
 
 def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
@@ -135,7 +146,8 @@ def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
     when it is idle: the work is in the requests.
 
     A closed loop's completions per client depend on its latencies, unknown before it runs: its
-    probe starts with the scenario's duration and :func:`run_probe` lengthens it if needed."""
+    probe starts with the scenario's duration and :func:`run_probe` lengthens it if needed (as it
+    does an open loop's whose requests last too long for the window, :func:`rerun_scenario`)."""
     from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_INSTANCE
     from kvsim.sim.sizing import size_system
 
@@ -152,46 +164,98 @@ def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
     return scaled.with_changes({"duration": float(math.ceil(needed_s))})
 
 
-def _longer(scenario: Scenario, summary: dict, objectives: Sequence[Objective]) -> Scenario | None:
-    """A closed-loop probe's scenario over a longer window, if its run was flagged ``too_short``
-    while its latencies met the SLO (a longer window could change the verdict; a run that failed
-    the SLO on latency fails it either way). None if it need not or cannot be lengthened."""
-    from kvsim.metrics.steady_state import LATENCY_SHARE, MIN_COMPLETIONS_PER_CLIENT
+def _untrusted(summary: dict) -> bool:
+    """The run's flags say it failed whatever its latencies: its backlog grew, or it rejected requests."""
+    return any(flag in ("unstable", "rejected") for flag in summary.get("flags") or ())
 
-    if "too_short" not in (summary.get("flags") or ()) or "unstable" in summary["flags"]:
+
+def rerun_scenario(scenario: Scenario, summary: dict, objectives: Sequence[Objective],
+                   by_clients: bool = False) -> Scenario | None:
+    """The scenario to run a probe again with, to clear a flag a longer run can clear, or None.
+
+    A probe is run again when it is flagged ``too_short`` or ``warmup_short`` (and neither
+    ``unstable`` nor ``rejected``) and either its latencies met the SLO (its verdict then rests on
+    the flag) or it is ``warmup_short`` with a window more crowded than after MSER-5's warm-up
+    (the transient overstates its latencies, so a failure could be the start-up's). A failure on
+    latency from a window that starts too empty, or that is merely short, stands: a longer window
+    only adds to what it measured.
+
+    ``too_short``: the window grows by the factor that would hold :data:`WINDOW_MARGIN` times the
+    completions per instance (per client) the flag asks for, and keep the median request within
+    :data:`~kvsim.metrics.steady_state.LATENCY_SHARE` of it with the same margin: between 2 and
+    :data:`LENGTHEN_MAX`. ``warmup_short``: the warm-up becomes :data:`WARMUP_MARGIN` times the
+    one MSER-5 found, the window keeping its length.
+    """
+    from kvsim.metrics.steady_state import (LATENCY_SHARE, MIN_COMPLETIONS_PER_CLIENT,
+                                            MIN_COMPLETIONS_PER_INSTANCE)
+
+    flags = summary.get("flags") or ()
+    if not any(flag in RESOLVE_FLAGS for flag in flags) or _untrusted(summary):
         return None
-    if not slo_verdict({**summary, "flags": []}, objectives)[0]:
+    state = summary.get("steady_state") or {}
+    latencies_meet = slo_verdict({**summary, "flags": []}, objectives)[0]
+    crowded_start = "warmup_short" in flags and (state.get("warmup_bias_share") or 0.0) > 0.0
+    if not (latencies_meet or crowded_start):
         return None
     spec = scenario.spec
     window_s = spec.duration - spec.warmup
-    state = summary.get("steady_state") or {}
-    per_client = state.get("completions_per_client") or 0.0
-    share = state.get("e2e_p50_window_share")
-    factor = max(WINDOW_MARGIN * MIN_COMPLETIONS_PER_CLIENT / max(per_client, 0.5),
-                 WINDOW_MARGIN * share / LATENCY_SHARE if share else 1.0)
-    factor = min(LENGTHEN_MAX, max(2.0, factor))
-    start_s = 0.0 if spec.warmup_auto else spec.warmup
-    return scenario.with_changes({"duration": float(math.ceil(start_s + factor * window_s))})
+    factor = 1.0
+    if "too_short" in flags:
+        per, minimum = ((state.get("completions_per_client"), MIN_COMPLETIONS_PER_CLIENT) if by_clients
+                        else (state.get("completions_per_instance"), MIN_COMPLETIONS_PER_INSTANCE))
+        share = state.get("e2e_p50_window_share")
+        factor = max(WINDOW_MARGIN * minimum / max(per or 0.0, 0.5),
+                     WINDOW_MARGIN * share / LATENCY_SHARE if share else 1.0)
+        factor = min(LENGTHEN_MAX, max(2.0, factor))
+    changes: dict[str, Any] = {}
+    warmup_s = spec.warmup
+    if "warmup_short" in flags and not spec.warmup_auto:
+        warmup_s = max(spec.warmup, float(math.ceil(WARMUP_MARGIN * (state.get("mser5_warmup_s") or 0.0))))
+        changes["warmup"] = warmup_s
+    start_s = 0.0 if spec.warmup_auto else warmup_s
+    changes["duration"] = float(math.ceil(start_s + factor * window_s))
+    if changes["duration"] <= spec.duration and warmup_s == spec.warmup:
+        return None  # nothing a re-run would change
+    return scenario.with_changes(changes)
 
 
 def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective]) -> ProbeOutcome:
     """Run one probe and judge it against ``objectives`` (a module-level function, so a process
-    pool can run it)."""
+    pool can run it).
+
+    A run flagged ``too_short`` or ``warmup_short`` whose verdict rests on the flag is run again
+    (:func:`rerun_scenario`), at most :data:`RESOLVE_TRIES` times. ``detail`` keeps the flags of
+    the run judged, ``reruns`` (how many re-runs it took) and, for a probe that met the SLO while a
+    flag remained after the budget, ``unconfirmed`` (why, in words)."""
     from kvsim.sim.run import run_scenario
 
     started = time.perf_counter()
+    by_clients = load_unit(scenario) == "clients"
     probed = probe_scenario(scenario, probe)
-    for _ in range(LENGTHEN_TRIES + 1):
+    reruns = 0
+    while True:
         runs = run_scenario(probed).runs_of(probe.system, 0)  # one per replication
         summary = replicas_summary([run.summary for run in runs])
-        longer = _longer(probed, summary, objectives) if load_unit(scenario) == "clients" else None
-        if longer is None:
+        again = rerun_scenario(probed, summary, objectives, by_clients) if reruns < RESOLVE_TRIES else None
+        if again is None:
             break
-        probed = longer
+        probed, reruns = again, reruns + 1
     meets, reason = slo_verdict(summary, objectives)
+    left = [flag for flag in summary.get("flags") or () if flag in RESOLVE_FLAGS]
+    unconfirmed = ""
+    if left and not _untrusted(summary):
+        if not meets and slo_verdict({**summary, "flags": []}, objectives)[0]:
+            meets, reason = True, ""  # met every objective: only the flag stood in the way
+        if meets:
+            unconfirmed = (f"still flagged {', '.join(left)} after {reruns} longer run{'' if reruns == 1 else 's'} "
+                           f"({probed.spec.duration - probed.spec.warmup:g} s window)")
     detail = {key: summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
                                                 "output_tokens_per_s", "requests_unfinished")}
     detail["duration_s"] = probed.spec.duration
+    detail["warmup_s"] = probed.spec.warmup
+    detail["reruns"] = reruns
+    if unconfirmed:
+        detail["unconfirmed"] = unconfirmed
     if len(runs) > 1:
         detail["replicas"] = len(runs)
     detail["wall_s"] = time.perf_counter() - started  # what the probe cost (progress lines; not in plan.json)

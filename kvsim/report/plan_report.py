@@ -62,6 +62,8 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
         saving = row["savings_vs_baseline"].get(cheapest)
         if saving and saving["capex_usd"] is not None:
             text += f", {_pct(saving['capex_usd'])} capex against {baseline}"
+        if row.get("unconfirmed"):
+            text += f"; unconfirmed: the {_units(cost['units'])} met the SLO but were {row['unconfirmed']}"
         sentences.append(text + ".")
     if answer.get("no_candidate_meets_slo"):
         return (f"No candidate serves {answer['model']} within {_slo_text(answer)}: none meets it at any load "
@@ -179,10 +181,12 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
         cells = [c["system"], c["unit"]]
         for t in c["targets"]:
             cells.append("none" if t["units"] is None else
-                         f"{t['units']} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})")
+                         f"{t['units']} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})"
+                         + (", unconfirmed" if t.get("unconfirmed") else ""))
         rows.append(cells)
     doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count. "
-                            f"'none': no count up to {answer['units']['max']} units meets the SLO.")
+                            f"'none': no count up to {answer['units']['max']} units meets the SLO; 'unconfirmed': "
+                            f"the count met the SLO in a run still flagged after its longer re-runs (see Flags).")
     doc.heading(f"Savings against {answer['baseline']}")
     header = ["candidate"] + [f"{_rate(a['load'])}: capex, USD/h" for a in answer["answers"]]
     rows = []
@@ -195,7 +199,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     doc.table(header, rows, "Relative to the baseline's cost at the same load; '-' where either side serves "
                             "no load or has no price.")
     doc.heading("Capacity of one unit")
-    rows = [[c["system"], _rate(c["capacity"]["max_load"]), _rate(c["capacity"]["fail_load"]),
+    rows = [[c["system"], _capacity_text(c["capacity"], _rate), _rate(c["capacity"]["fail_load"]),
              "yes" if c["capacity"]["converged"] else "no", c["capacity"]["note"]] for c in answer["candidates"]]
     doc.table(["candidate", "meets the SLO at", "fails at", "converged", "search"], rows,
               f"The most load one unit sustains lies between the two loads (searched to within "
@@ -208,15 +212,18 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     warmup = ("a warm-up MSER-5 found in each probe (warmup: auto)" if window.get("warmup") == "mser5"
               else f"a {window['warmup_s']:g} s warm-up")
     if _by_clients(answer):
-        length = (f"Each probe simulates at least {window['duration_s']:g} s of a closed loop (longer, in up to "
-                  f"three reruns, where a run that met the SLO held fewer than "
-                  f"{window['completions_per_client']:g} completions per client)")
+        length = (f"Each probe simulates at least {window['duration_s']:g} s of a closed loop (longer where a run "
+                  f"that met the SLO held fewer than {window['completions_per_client']:g} completions per client "
+                  f"or requests too long for its window)")
     else:
         length = (f"Each probe simulates at least {window['duration_s']:g} s of Poisson arrivals (longer where a "
                   f"light load on many instances needs more time for {window['completions_per_instance']:g} "
                   f"completions per instance)")
     items = [f"{length}, measured after {warmup}, seed {answer['seed']} at every probe (common random numbers).",
-             "A probe flagged unstable (backlog growing) or too short does not count as meeting the SLO.",
+             "A probe flagged unstable (backlog growing) or rejecting requests does not count as meeting the SLO. "
+             "One flagged too_short or warmup_short whose verdict rests on the flag is run again, up to three "
+             "times, over a longer window or after a longer warm-up; if it met every objective and the flag "
+             "remains, its verdict is 'meets, unconfirmed' and every number resting on it says so.",
              f"kvsim {answer['kvsim_version']}."]
     for c in answer["candidates"]:
         for assumption in (c["unit_cost"] or {}).get("assumptions") or []:
@@ -227,14 +234,15 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     flagged = [p for p in answer["probes"] if p["flags"]]
     doc.heading("Flags")
     if flagged:
-        doc.table(["candidate", "units", "load", "flags", "verdict"],
-                  [[p["system"], str(p["units"]), _rate(p["load"]), ", ".join(p["flags"]),
-                    "meets" if p["meets"] else p["reason"]] for p in flagged],
-                  "unstable (the backlog grew through the window) and too_short (too few completions, or "
-                  "latencies too long for the window, to judge) are not steady state: such a probe never counts "
-                  "as meeting the SLO, nor does one that rejected requests it could never hold (rejected). "
-                  "warmup_short (the warm-up detected by MSER-5 is longer than the "
-                  "configured one and shifts the window's mean) is a caution: its verdict stands.")
+        doc.table(["candidate", "units", "load", "flags", "longer runs", "verdict"],
+                  [[p["system"], str(p["units"]), _rate(p["load"]), ", ".join(p["flags"]), str(p.get("reruns") or 0),
+                    _verdict(p)] for p in flagged],
+                  "The flags of the run each verdict was judged on. unstable (the backlog grew through the "
+                  "window) never counts as meeting the SLO, nor does a run that rejected requests it could never "
+                  "hold (rejected). too_short (too few completions, or latencies too long for the window, to "
+                  "judge) and warmup_short (the warm-up MSER-5 detects is longer than the configured one and "
+                  "shifts the window's mean) are cleared by running the probe again longer: a probe that met "
+                  "every objective and still carries one after its re-runs meets the SLO unconfirmed.")
     else:
         doc.paragraph("No probe was flagged.")
     doc.heading("Every probe")
@@ -242,8 +250,22 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
               [[p["system"], str(p["units"]), _rate(p["load"]),
                 "-" if p["ttft_p99_s"] is None else f"{p['ttft_p99_s']:.3g}",
                 "-" if p["tpot_p99_s"] is None else f"{p['tpot_p99_s']:.3g}",
-                "meets" if p["meets"] else p["reason"]] for p in answer["probes"]])
+                _verdict(p)] for p in answer["probes"]])
     return doc
+
+
+def _verdict(probe: dict[str, Any]) -> str:
+    if not probe["meets"]:
+        return probe["reason"]
+    return f"meets, unconfirmed ({probe['unconfirmed']})" if probe.get("unconfirmed") else "meets"
+
+
+def _capacity_text(capacity: dict[str, Any], rate: Any) -> str:
+    """One unit's capacity: the highest load that met the SLO, '>= x, unconfirmed' where that rests on a
+    flagged probe."""
+    if capacity.get("unconfirmed") and capacity["max_load"] is not None:
+        return f">= {rate(capacity['max_load'])}, unconfirmed ({capacity['unconfirmed']})"
+    return rate(capacity["max_load"])
 
 
 def _nearest_misses(doc: Document, answer: dict[str, Any]) -> None:
