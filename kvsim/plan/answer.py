@@ -12,7 +12,7 @@ from kvsim._version import __version__
 from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
 from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
 
-__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "nearest_miss", "miss_text"]
+__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "nearest_miss", "miss_text", "like_for_like"]
 
 PLAN_FORMAT = 4
 """Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
@@ -21,7 +21,10 @@ unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``
 the SLO values it reached), and ``no_candidate_meets_slo`` says whether any candidate met the SLO
 at any load probed. 4: a verdict that rests on a probe still flagged after its re-runs says so:
 ``unconfirmed`` (words, or None) on a candidate's ``capacity``, on each of its ``targets``, on the
-cheapest of each answer, and on each probe (with ``reruns``, the longer runs it took)."""
+cheapest of each answer, and on each probe (with ``reruns``, the longer runs it took); each answer's
+``savings_like_for_like`` quotes every candidate against its like-for-like baseline (``against``:
+the candidate on the baseline's compute nodes with the same KV options, :func:`like_for_like`),
+beside ``savings_vs_baseline``, against the baseline as named."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -115,6 +118,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
                          "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
                         for target, units in found.units_for.items()],
         })
+    twins = like_for_like(scenario.raw["systems"], names, baseline)
     answers = []
     unit = load_unit(scenario)
     for k, target in enumerate(plan.loads):
@@ -123,13 +127,10 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         priced = {name: row for name, row in served.items() if row["cost_per_hour_usd"] is not None}
         cheapest = min(priced, key=lambda name: (priced[name]["cost_per_hour_usd"], names.index(name))) \
             if priced else None
-        base = rows[baseline]
-        savings = {}
-        for name, row in rows.items():
-            if name == baseline:
-                continue
-            savings[name] = {key: (row[key] / base[key] - 1.0 if row[key] is not None and base[key] else None)
-                             for key in ("capex_usd", "cost_per_hour_usd")}
+        savings = {name: _saving(row, rows[baseline]) for name, row in rows.items() if name != baseline}
+        like = {name: {"against": twins[name], **_saving(row, rows[twins[name]])} if twins[name] is not None
+                else {"against": None, "capex_usd": None, "cost_per_hour_usd": None}
+                for name, row in rows.items() if name != baseline}
         miss = None
         if cheapest is not None:
             note = f"{cheapest}: {rows[cheapest]['units']} units"
@@ -140,7 +141,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             note = f"no candidate serves it within {plan.units.max} units" + (
                 f"; the nearest miss: {miss_text(miss, unit)}" if miss is not None else "")
         answers.append({"load": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings,
-                        "nearest_miss": miss,
+                        "savings_like_for_like": like, "nearest_miss": miss,
                         "unconfirmed": rows[cheapest]["unconfirmed"] if cheapest is not None else None})
     probes = []
     for probe, outcome in result.probes:
@@ -176,6 +177,33 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         "no_candidate_meets_slo": all(c.capacity.max_load is None for c in result.candidates),
         "probes": probes,
     }
+
+
+def _saving(row: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
+    """A candidate's cost at one target relative to another's (-0.25: 25 % cheaper), None where either is unknown."""
+    return {key: (row[key] / base[key] - 1.0 if row[key] is not None and base[key] else None)
+            for key in ("capex_usd", "cost_per_hour_usd")}
+
+
+def _compute_nodes(raw: dict[str, Any]) -> list[Any]:
+    """The compute node of each pool of a system as written (one pool, or ``pools:``)."""
+    pools = list(raw["pools"].values()) if isinstance(raw.get("pools"), dict) else [raw]
+    return [pool.get("node") for pool in pools]
+
+
+def like_for_like(systems: dict[str, Any], names: list[str], baseline: str) -> dict[str, str | None]:
+    """Each candidate's like-for-like baseline: the candidate on the named baseline's compute nodes
+    whose KV options (its ``kv_cache:`` section as written) are the candidate's own -- the H20 with
+    the same pool for an L20 with a pool -- or None where no candidate is that. A candidate whose KV
+    options are the baseline's has the named baseline itself. The first such candidate, in the
+    plan's order, where several are."""
+    base_nodes = _compute_nodes(systems[baseline])
+    twins: dict[str, str | None] = {}
+    for name in names:
+        kv = systems[name].get("kv_cache") or {}
+        twins[name] = next((other for other in [baseline, *names] if _compute_nodes(systems[other]) == base_nodes
+                            and (systems[other].get("kv_cache") or {}) == kv), None)
+    return twins
 
 
 def nearest_miss(result: PlanResult, target: float) -> dict[str, Any] | None:

@@ -62,6 +62,11 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
         saving = row["savings_vs_baseline"].get(cheapest)
         if saving and saving["capex_usd"] is not None:
             text += f", {_pct(saving['capex_usd'])} capex against {baseline}"
+        like = (row.get("savings_like_for_like") or {}).get(cheapest)
+        if like and like["against"] not in (None, baseline) and like["capex_usd"] is not None:
+            text += f" ({_pct(like['capex_usd'])} like for like, against {like['against']} with the same KV options)"
+        elif saving and saving["capex_usd"] is not None and like and like["against"] is None:
+            text += " (no candidate on its compute nodes has its KV options: not like for like)"
         if row.get("unconfirmed"):
             text += f"; unconfirmed: the {_units(cost['units'])} met the SLO but were {row['unconfirmed']}"
         sentences.append(text + ".")
@@ -187,17 +192,28 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count. "
                             f"'none': no count up to {answer['units']['max']} units meets the SLO; 'unconfirmed': "
                             f"the count met the SLO in a run still flagged after its longer re-runs (see Flags).")
-    doc.heading(f"Savings against {answer['baseline']}")
-    header = ["candidate"] + [f"{_rate(a['load'])}: capex, USD/h" for a in answer["answers"]]
+    doc.heading(f"Savings against {answer['baseline']}, as named and like for like")
+    header = ["candidate", "against"] + [f"{_rate(a['load'])}: capex, USD/h" for a in answer["answers"]]
     rows = []
     for c in answer["candidates"]:
         if c["system"] == answer["baseline"]:
             continue
-        rows.append([c["system"]] + [f"{_pct(a['savings_vs_baseline'][c['system']]['capex_usd'])}, "
-                                     f"{_pct(a['savings_vs_baseline'][c['system']]['cost_per_hour_usd'])}"
-                                     for a in answer["answers"]])
-    doc.table(header, rows, "Relative to the baseline's cost at the same load; '-' where either side serves "
-                            "no load or has no price.")
+        name = c["system"]
+        rows.append([name, f"{answer['baseline']} (as named)"]
+                    + [f"{_pct(a['savings_vs_baseline'][name]['capex_usd'])}, "
+                       f"{_pct(a['savings_vs_baseline'][name]['cost_per_hour_usd'])}" for a in answer["answers"]])
+        like = [a.get("savings_like_for_like", {}).get(name) for a in answer["answers"]]
+        against = next((x["against"] for x in like if x), None)
+        if against is None:
+            rows.append([name, "like for like: no candidate"] + ["-" for _ in like])
+        elif against != answer["baseline"]:
+            rows.append([name, f"{against} (like for like)"]
+                        + [f"{_pct(x['capex_usd'])}, {_pct(x['cost_per_hour_usd'])}" for x in like])
+    doc.table(header, rows, f"Relative to the other's cost at the same load; '-' where either side serves no load "
+                            f"or has no price. As named: against {answer['baseline']} as the scenario writes it. "
+                            f"Like for like: against the candidate on {answer['baseline']}'s compute nodes with the "
+                            f"same KV options (kv_cache section), where the named baseline's differ; 'no "
+                            f"candidate' where the plan has none such.")
     doc.heading("Capacity of one unit")
     rows = [[c["system"], _capacity_text(c["capacity"], _rate), _rate(c["capacity"]["fail_load"]),
              "yes" if c["capacity"]["converged"] else "no", c["capacity"]["note"]] for c in answer["candidates"]]
