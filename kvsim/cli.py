@@ -89,8 +89,18 @@ def _parser() -> argparse.ArgumentParser:
                           help="the cheapest configuration that serves each target load within the SLO")
     plan.add_argument("scenario", type=Path, help="scenario YAML file with a plan: section")
     plan.add_argument("--out", type=Path, default=None, help="results folder (default: results/<scenario name>)")
-    plan.add_argument("--workers", type=_workers, default=None, help="worker processes (default: all cores)")
+    plan.add_argument("--seed", type=_seed, default=None, help="root seed of every probe (overrides the scenario's)")
+    _add_set(plan)
+    plan.add_argument("--workers", type=_workers, default=None,
+                      help="worker processes (default: all cores); also decides how many loads a search probes "
+                           "per round, so the answer depends on it alone, never on timing")
+    plan.add_argument("--dask", action="store_true",
+                      help="run the probes on a Dask LocalCluster of --workers workers (pip install 'kvsim[dask]')")
+    plan.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                      help="run the probes on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786)")
     plan.add_argument("--overwrite", action="store_true", help=_OVERWRITE_HELP)
+    plan.add_argument("--no-progress", action="store_true",
+                      help="do not print a line per finished probe (the answer is still printed)")
     _add_watchdog(plan)
     plan.set_defaults(handler=_plan)
 
@@ -217,7 +227,10 @@ def _plan(args: argparse.Namespace) -> int:
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
 
-    scenario = dataclasses.replace(load_scenario(args.scenario), watchdog_s=args.watchdog_s)
+    scenario = load_scenario(args.scenario, args.overrides)
+    if args.seed is not None:
+        scenario = scenario.with_changes({"seed": args.seed})
+    scenario = dataclasses.replace(scenario, watchdog_s=args.watchdog_s)
     args.root_seed = scenario.spec.seed
     if scenario.spec.plan is None:
         print(f"kvsim plan: {args.scenario}: the scenario has no plan: section (targets, candidates, units); "
@@ -232,7 +245,8 @@ def _plan(args: argparse.Namespace) -> int:
     from kvsim.plan import ExecutorError
 
     try:
-        answer = run_plan(scenario, out, workers=args.workers)
+        answer = run_plan(scenario, out, workers=args.workers, dask=args.dask, scheduler=args.scheduler,
+                          log=(lambda line: None) if args.no_progress else None)
     except ExecutorError as exc:
         print(f"kvsim plan: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -126,3 +126,51 @@ def test_report_renders_a_plan_again_from_its_answer_alone(tmp_path, capsys):
     (tmp_path / "bad" / "plan.json").write_text("{not json")
     assert main(["report", str(tmp_path / "bad")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_plan_command_takes_set_seed_and_no_progress_like_run(tmp_path, capsys):
+    from kvsim.cli import main
+
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(PLAN)
+    assert main(["plan", str(scenario), "--out", str(tmp_path / "out"), "--workers", "1", "--seed", "9",
+                 "--set", "slo.ttft_p99=0.8 s", "--set", "plan.targets=[3/s]", "--no-progress"]) == 0
+    answer = _answer(tmp_path / "out")
+    assert answer["seed"] == 9 and answer["targets"] == [3.0]
+    assert answer["slo"] == [{"metric": "ttft_s", "statistic": "p99", "limit_s": 0.8}]
+    err = capsys.readouterr().err
+    assert "probe 1:" not in err and "plan done" not in err
+    # a bad --set is refused with the field named, before anything runs
+    assert main(["plan", str(scenario), "--out", str(tmp_path / "bad"), "--set", "slo.ttft_p99=-1 s"]) == 2
+    assert "slo.ttft_p99" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_a_plan_on_dask_gives_the_answer_of_local_workers(tmp_path):
+    import pytest
+
+    pytest.importorskip("distributed")
+    scenario = kvsim.parse_scenario(PLAN, "plan.yaml")
+    run_plan(scenario, tmp_path / "local", workers=2, log=lambda line: None)
+    run_plan(scenario, tmp_path / "dask", workers=2, dask=True, log=lambda line: None)
+    assert _answer(tmp_path / "dask")["answers"] == _answer(tmp_path / "local")["answers"]
+    assert [c["targets"] for c in _answer(tmp_path / "dask")["candidates"]] == \
+        [c["targets"] for c in _answer(tmp_path / "local")["candidates"]]
+
+
+def test_a_plan_on_dask_without_dask_installed_says_how_to_get_it(tmp_path, capsys, monkeypatch):
+    import builtins
+
+    from kvsim.cli import main
+
+    real_import = builtins.__import__
+
+    def no_distributed(name, *args, **kwargs):
+        if name == "distributed" or name.startswith("distributed."):
+            raise ImportError("No module named 'distributed'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_distributed)
+    scenario = tmp_path / "plan.yaml"
+    scenario.write_text(PLAN)
+    assert main(["plan", str(scenario), "--out", str(tmp_path / "out"), "--dask"]) == 2
+    assert "pip install 'kvsim[dask]'" in capsys.readouterr().err

@@ -23,7 +23,8 @@ from typing import Any
 
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
-from kvsim.plan.executor import ExecutorError, default_workers, watched_map, worker_pool
+from kvsim.plan.executor import (MAX_ATTEMPTS, ExecutorError, dask_client, default_workers, watched_map,
+                                 worker_pool)
 from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
 from kvsim.crash import note_where
@@ -51,10 +52,15 @@ class _StoredMap:
     """``map_probes`` for the planner: probes already on disk are read back, the others run in a
     pool of worker processes (or in this process with one worker) and are stored as they finish."""
 
-    def __init__(self, scenario: Scenario, folder: Path, workers: int):
+    def __init__(self, scenario: Scenario, folder: Path, workers: int, dask: bool = False,
+                 scheduler: str | None = None):
         self.scenario = scenario
         self.folder = folder
         self.workers = workers
+        self.on_dask = dask or scheduler is not None
+        self.scheduler = scheduler
+        self._dask: Any = None  # the dask_client context, while open
+        self._client: Any = None
         self.reused = 0
         self.ran = 0
         self._pool: ProcessPoolExecutor | None = None
@@ -66,7 +72,10 @@ class _StoredMap:
         problem = store_root_problem(self.folder, "probes")
         if problem is not None:
             raise ExecutorError(problem)
-        if self.workers > 1:
+        if self.on_dask:
+            self._dask = dask_client(self.workers, self.scheduler)
+            self._client = self._dask.__enter__()
+        elif self.workers > 1:
             # forkserver (the sweep's context): the planner's threads must not be forked; the
             # workers exit when this process dies
             self._pool = worker_pool(self.workers)
@@ -75,6 +84,8 @@ class _StoredMap:
     def __exit__(self, *exc: Any) -> None:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
+        if self._dask is not None:
+            self._dask.__exit__(*exc)
 
     def __call__(self, function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe]) -> Iterable[ProbeOutcome]:
         keys = [probe_key(self.scenario, p, self._code, self._files) for p in probes]
@@ -94,7 +105,10 @@ class _StoredMap:
                     self.reused += 1
             else:
                 todo.append(k)
-        if self._pool is not None:  # even one probe: other candidates' threads share this process
+        if self._client is not None:  # a lost worker's probe is run again by the scheduler
+            futures = [self._client.submit(function, probes[k], pure=False, retries=MAX_ATTEMPTS - 1) for k in todo]
+            results: Iterable[ProbeOutcome] = (future.result() for future in futures)
+        elif self._pool is not None:  # even one probe: other candidates' threads share this process
             results = watched_map(self._pool, function, [probes[k] for k in todo])  # never waits for ever
         else:
             results = map(function, [probes[k] for k in todo])
@@ -189,7 +203,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None,
-             log: Callable[[str], None] | None = None) -> dict[str, Any]:
+             log: Callable[[str], None] | None = None, dask: bool = False,
+             scheduler: str | None = None) -> dict[str, Any]:
     """Run the plan of ``scenario``, store its probes under ``out_dir/probes`` and write
     ``plan.json``, ``plan.md`` and ``plan.html`` (with figures) into ``out_dir``.
 
@@ -203,6 +218,10 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         Worker processes (default: all cores). Up to this many candidates are planned at once.
     log : callable, optional
         Receives one line per finished probe (default: standard error).
+    dask : bool
+        Run the probes on a Dask ``LocalCluster`` of ``workers`` processes started for the plan.
+    scheduler : str, optional
+        Run the probes on the Dask cluster whose scheduler is at this address (``tcp://host:8786``).
 
     Returns
     -------
@@ -231,14 +250,15 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "
              f"{probe.load:.4g} {load_unit(scenario)} {verdict}{took}")
 
-    with _StoredMap(scenario, out / "probes", workers) as stored:
+    with _StoredMap(scenario, out / "probes", workers, dask=dask, scheduler=scheduler) as stored:
         # every candidate at once (its own thread), and each load search probes as many rates a
         # round as there are workers: the queue stays full to the last candidate, and the probes
         # depend on the number of workers only, never on timing (a rerun reuses every probe)
         candidates = len(scenario.spec.plan.chosen(list(scenario.spec.systems)))
         # (one worker runs probes in this process: candidates one after another, not in threads
         # that would only contend for the interpreter)
-        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates if workers > 1 else 1,
+        parallel_probes = workers > 1 or stored.on_dask
+        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates if parallel_probes else 1,
                       parallel=max(1, workers // candidates))
     answer = plan_answer(result, catalog_unit_cost(scenario))
     write_plan_report(answer, out)

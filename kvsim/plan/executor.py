@@ -26,6 +26,7 @@ holding its pipe has (the workers hold both).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import select
@@ -36,14 +37,14 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing.connection import wait as wait_ready
 from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from kvsim.crash import note_where
 from kvsim.plan.tasks import SweepTask, run_task
 from kvsim.sim.result import SystemRun
 from kvsim.sim.run import RunProgress
 
-__all__ = ["ExecutorError", "execute", "default_workers", "in_process", "worker_pool", "watched_map", "MAX_ATTEMPTS"]
+__all__ = ["ExecutorError", "execute", "default_workers", "in_process", "worker_pool", "watched_map", "dask_client", "MAX_ATTEMPTS"]
 
 MAX_ATTEMPTS = 3
 """Broken pools in a row (a worker died, or could not be started), no task finishing in between,
@@ -441,9 +442,19 @@ def _gave_up(breaks: int, why: str, pending: Sequence[SweepTask]) -> str:
 # --------------------------------------------------------------------------- Dask
 
 
-def _execute_dask(scenario, tasks, on_done: Done, seed, workers: int, scheduler: str | None) -> None:
+@contextlib.contextmanager
+def dask_client(workers: int, scheduler: str | None) -> Iterator[Any]:
+    """A ``distributed.Client``: on a ``LocalCluster`` of ``workers`` single-threaded processes
+    started for it (``scheduler`` None), or on the running cluster whose scheduler is at
+    ``scheduler``; closed (and the local cluster stopped) on exit.
+
+    Raises
+    ------
+    ExecutorError
+        dask.distributed is not installed, or the scheduler cannot be reached.
+    """
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, LocalCluster
     except ImportError:
         raise ExecutorError("running on Dask (--dask or --scheduler) needs dask.distributed, which is not "
                             "installed: pip install 'kvsim[dask]'") from None
@@ -458,6 +469,17 @@ def _execute_dask(scenario, tasks, on_done: Done, seed, workers: int, scheduler:
             cluster.close()
         raise ExecutorError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
     try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _execute_dask(scenario, tasks, on_done: Done, seed, workers: int, scheduler: str | None) -> None:
+    with dask_client(workers, scheduler) as client:
+        from distributed import as_completed  # installed: dask_client says how to get it otherwise
+
         shared = client.scatter(scenario, broadcast=True)
         futures = {client.submit(run_task, shared, task, seed, key=f"kvsim-task-{task.key}", pure=False,
                                  retries=MAX_ATTEMPTS - 1): task for task in tasks}
@@ -470,7 +492,3 @@ def _execute_dask(scenario, tasks, on_done: Done, seed, workers: int, scheduler:
                 note_where(exc, _where(task))
                 raise
             on_done(task, runs)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
