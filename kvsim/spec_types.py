@@ -45,10 +45,11 @@ def _quantity(dimension: str):
 
 def _schema(dimension: str) -> WithJsonSchema:
     """How a scenario file writes the quantity, for the JSON Schema (``kvsim schema``): a string
-    with its unit, never a bare number (Python callers may pass SI floats; files may not)."""
+    with its unit, never a bare number (Python callers may pass SI floats; files may not), and
+    never negative (every quantity type here refuses values below zero)."""
     units = "SI" if dimension not in DIMENSIONS else DIMENSIONS[dimension].si_unit
     return WithJsonSchema({
-        "type": "string", "pattern": quantity_pattern(dimension), "examples": EXAMPLES[dimension],
+        "type": "string", "pattern": quantity_pattern(dimension, signed=False), "examples": EXAMPLES[dimension],
         "description": f"a {dimension} quantity with its unit, e.g. {' or '.join(EXAMPLES[dimension])} "
                        f"(held as {units})",
     }, mode="validation")

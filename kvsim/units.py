@@ -192,12 +192,14 @@ _UNIT_PATTERNS = {
 }
 
 
-def quantity_pattern(dimension: str) -> str:
+def quantity_pattern(dimension: str, signed: bool = True) -> str:
     """A regular expression (ECMA-262 and Python alike) for the strings :func:`parse_quantity`
-    reads as ``dimension``: a number, optional spaces, a unit (tests check it against the unit table)."""
+    reads as ``dimension``: a number, optional spaces, a unit (tests check it against the unit table).
+    ``signed=False``: no minus sign (a quantity a scenario field refuses below zero)."""
     unit = _UNIT_PATTERNS[dimension]
     bare = "?" if DIMENSIONS[dimension].allow_bare else ""
-    return rf"^\s*{_NUMBER}\s*(?:{unit}){bare}\s*$"
+    number = _NUMBER if signed else _NUMBER.replace("[-+]?", r"\+?", 1)
+    return rf"^\s*{number}\s*(?:{unit}){bare}\s*$"
 
 
 def _example(dim: Dimension) -> str:

@@ -263,6 +263,8 @@ def _message(error: dict[str, Any], model: type[BaseModel] | None = None) -> str
         return f"{error['msg']} (got {error.get('input')!r}){did_you_mean(error.get('input'), options)}"
     if kind == "missing":
         return "required field is missing"
+    if kind in ("model_attributes_type", "model_type", "dict_type") and not isinstance(error.get("input"), (dict, list)):
+        return _mapping_expected(error.get("input"), model, tuple(error["loc"]))
     message = str(error["msg"])
     for prefix in ("Value error, ", "Assertion failed, "):
         if message.startswith(prefix):
@@ -320,6 +322,26 @@ def _step(annotation: Any, part: Any) -> Any:
         if origin in (list, tuple) and isinstance(part, int):
             return typing.get_args(member)[0]
     return None
+
+
+def _mapping_expected(value: Any, model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str:
+    """The message for a scalar where a mapping belongs, with the mapping to write instead: for a
+    field that takes a ``kind:`` (a length distribution, an arrival process), its kinds, and for a
+    bare number where a fixed value would do, ``{kind: fixed, value: N}``."""
+    annotation: Any = model
+    for part in loc:
+        annotation = _step(annotation, part) if annotation is not None else None
+    kinds = [str(member.model_fields["kind"].default) for member in _members(annotation)
+             if _is_model(member) and "kind" in member.model_fields] if annotation is not None else []
+    shown = f"the bare number {value!r}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else repr(value)
+    if kinds and "fixed" in kinds and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (f"expected a mapping with a kind, got {shown}: write {{kind: fixed, value: {value!r}}} "
+                f"(other kinds: {', '.join(k for k in kinds if k != 'fixed')})")
+    if kinds:
+        return f"expected a mapping with a kind ({', '.join(kinds)}), got {shown}"
+    fields = _fields_at(model, loc) if model is not None else []
+    return f"expected a mapping of fields, got {shown}" + (f"; fields allowed here: {', '.join(fields)}" if fields else "")
 
 
 def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:

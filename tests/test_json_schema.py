@@ -83,6 +83,8 @@ def test_the_schema_accepts_a_valid_scenario_and_partial_catalog_entries(validat
     ("systems.a.kv_cache.dram.capacity", "96 Gbit"),  # bits for a capacity
     ("catalog.nodes.big.host_dram_bytes", 2048),
     ("workload.arrival.rate", "2 s"),
+    ("workload.arrival.rate", "-1/s"),  # refused by validate too: a rate must be positive
+    ("duration", "-5 s"),
     ("systems.a.nodez", 2),  # an unknown field
     ("workload.arrival.kind", "poison"),
 ])
@@ -94,7 +96,7 @@ def test_quantity_fields_are_strings_with_a_pattern_and_examples():
     props = scenario_json_schema()["properties"]
     duration = props["duration"]
     assert duration["type"] == "string" and duration["examples"] == EXAMPLES["time"]
-    assert duration["pattern"] == quantity_pattern("time")
+    assert duration["pattern"] == quantity_pattern("time", signed=False)  # no quantity field takes a negative
 
 
 ALL_UNITS = sorted(set().union(*(d.units for d in DIMENSIONS.values()))
@@ -115,3 +117,33 @@ def test_each_pattern_accepts_exactly_what_the_parser_reads(dimension):
             assert parsed == bool(pattern.search(text)), (dimension, text)
     for example in EXAMPLES[dimension]:
         assert pattern.search(example)
+
+
+def test_catalog_names_are_offered_for_completion_and_other_names_stay_valid(validator):
+    from kvsim.hardware import node_catalog, pool_node_catalog
+    from kvsim.models import model_catalog
+
+    schema = scenario_json_schema()
+    node = schema["$defs"]["SystemSpec"]["properties"]["node"]["anyOf"]
+    assert node[0]["enum"] == sorted(node_catalog().names()) and "h20-8x" in node[0]["enum"]
+    pool = schema["$defs"]["RemotePoolSpec"]["properties"]["pool_node"]["anyOf"]
+    assert pool[0]["enum"] == sorted(pool_node_catalog().names())
+    assert schema["properties"]["model"]["anyOf"][0]["enum"] == sorted(model_catalog().names())
+    # a scenario's own catalog entry is a valid name too (kvsim validate checks the reference)
+    assert list(validator.iter_errors(_with("systems.a.node", "big"))) == []
+    assert list(validator.iter_errors(_with("systems.a.node", 5))) != []
+
+
+def test_a_bare_number_where_a_distribution_belongs_gets_the_fix(tmp_path):
+    import kvsim
+    from kvsim.yaml_io import SpecError
+
+    text = ("name: x\nduration: 10 s\nmodel: qwen3-1.7b\nworkload:\n  arrival: {kind: poisson, rate: 1/s}\n"
+            "  input_tokens: 512\n  output_tokens: {kind: fixed, value: 1}\nsystems:\n  a: {node: h20-8x, instance: 4}\n")
+    with pytest.raises(SpecError) as caught:
+        kvsim.parse_scenario(text, "x.yaml")
+    message = str(caught.value)
+    assert "x.yaml:6: workload.input_tokens: expected a mapping with a kind, got the bare number 512: " \
+           "write {kind: fixed, value: 512}" in message
+    assert "x.yaml:9: systems.a.instance: expected a mapping of fields, got the bare number 4; fields allowed " \
+           "here: tp, pp" in message
