@@ -360,6 +360,12 @@ def _validate(args: argparse.Namespace) -> int:
 
     backend = resolve(spec.system_engine(next(iter(spec.systems))).backend)  # (refused above if it cannot be)
     print(run_cost(scenario, sizings, backend=backend).describe())
+    if spec.plan is not None:
+        from kvsim.plan.first_guess import plan_cost
+
+        cost = plan_cost(scenario, backend=backend)
+        if cost is not None:
+            print(cost.describe())
     return 0
 
 

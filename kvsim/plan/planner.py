@@ -303,8 +303,9 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
     parallel : int
         Probes each candidate's load search runs per round.
     start_load : float, optional
-        First load the capacity search probes, requests/s or clients (default: a quarter of the
-        smallest target, at least one client; the search brackets from there).
+        First load the capacity search probes, requests/s or clients (default: each candidate's
+        closed-form first guess, :func:`kvsim.plan.first_guess.capacity_guess`, or where there is
+        none a quarter of the smallest target, at least one client; the search brackets from there).
     on_probe : callable, optional
         Called with each probe and its outcome as they finish (progress; from any thread).
     concurrent : int
@@ -324,11 +325,14 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
     lock = threading.Lock()
     targets = spec.loads
     clients = spec.by_clients
-    start = start_load or (max(1, math.floor(targets[0] / 4)) if clients else targets[0] / 4)
+    default_start = max(1, math.floor(targets[0] / 4)) if clients else targets[0] / 4
 
     systems = spec.chosen(list(scenario.spec.systems))
 
     def plan_one(system: str) -> tuple[CandidatePlan, list[tuple[Probe, ProbeOutcome]]]:
+        from kvsim.plan.first_guess import capacity_guess
+
+        start = start_load or _round_load(capacity_guess(scenario, system)) or default_start
         done: dict[Probe, ProbeOutcome] = {}
         ran: list[tuple[Probe, ProbeOutcome]] = []
 
@@ -359,6 +363,13 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
         planned = [plan_one(system) for system in systems]
     return PlanResult(scenario, objectives, [found for found, _ in planned],
                       [item for _, ran in planned for item in ran])
+
+
+def _round_load(load: float | None) -> float | None:
+    """A first guess rounded to three significant figures (probe loads that read as numbers)."""
+    if load is None or not load > 0:
+        return None
+    return float(f"{load:.3g}")
 
 
 class _Runner:
