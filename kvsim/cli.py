@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = argv
     refused = backend_refused(args.command)
     if refused is not None:
         return refused
@@ -87,7 +89,28 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = sub.add_parser("plan", parents=[common],
                           help="the cheapest configuration that serves each target load within the SLO")
-    plan.add_argument("scenario", type=Path, help="scenario YAML file with a plan: section")
+    plan.add_argument("scenario", type=Path, nargs="?", default=None,
+                      help="scenario YAML file with a plan: section (or ask on the command line: --model, "
+                           "--target, --slo, --candidates)")
+    quick = plan.add_argument_group("a question on the command line (quick mode; the scenario it stands for is "
+                                    "printed and written to OUT/scenario.yaml)")
+    quick.add_argument("--model", default=None, help="model of the catalog (kvsim catalog models)")
+    quick.add_argument("--target", action="append", default=[], metavar="RATE",
+                       help="a load to serve, e.g. 40/s (repeatable)")
+    quick.add_argument("--slo", default=None, metavar="LIMITS", help="e.g. ttft_p99=2s,tpot_p99=100ms")
+    quick.add_argument("--candidates", default=None, metavar="LIST",
+                       help="comma-separated NODE[+dram=SIZE][+nvme=SIZE][+pool=POOL_NODE[:N]][+tp=N], "
+                            "e.g. h20-8x,l20-8x+dram=512GiB,l20-8x+pool=nvme-storage-16x; the first is the baseline")
+    quick.add_argument("--prompt-tokens", type=_workers, default=2048, metavar="N",
+                       help="prompt tokens per request (default 2048)")
+    quick.add_argument("--output-tokens", type=_workers, default=256, metavar="N",
+                       help="answer tokens per request (default 256)")
+    quick.add_argument("--shared-prefix-tokens", type=_seed, default=0, metavar="N",
+                       help="of the prompt, tokens of a shared document (default 0: none)")
+    quick.add_argument("--documents", type=_workers, default=1, metavar="N",
+                       help="distinct shared documents, Zipf 0.8 popular (default 1)")
+    quick.add_argument("--max-units", type=_workers, default=64, metavar="N",
+                       help="most units of a candidate (default 64)")
     plan.add_argument("--out", type=Path, default=None, help="results folder (default: results/<scenario name>)")
     plan.add_argument("--seed", type=_seed, default=None, help="root seed of every probe (overrides the scenario's)")
     _add_set(plan)
@@ -227,7 +250,22 @@ def _plan(args: argparse.Namespace) -> int:
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    quick_text = None
+    asked = [name for name in ("model", "slo", "candidates") if getattr(args, name) is not None] + \
+        (["target"] if args.target else [])
+    if args.scenario is None:
+        quick_text = _quick_scenario(args, asked)
+        if quick_text is None:
+            return EXIT_BAD_INPUT
+        from kvsim.scenario.load import parse_scenario
+
+        scenario = parse_scenario(quick_text, "<kvsim plan arguments>", overrides=args.overrides)
+    elif asked:
+        print(f"kvsim plan: give a scenario file or ask on the command line, not both (--{asked[0]} with "
+              f"{args.scenario})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    else:
+        scenario = load_scenario(args.scenario, args.overrides)
     if args.seed is not None:
         scenario = scenario.with_changes({"seed": args.seed})
     scenario = dataclasses.replace(scenario, watchdog_s=args.watchdog_s)
@@ -242,6 +280,12 @@ def _plan(args: argparse.Namespace) -> int:
     refused = prepare_out("plan", out, scenario.name, PLAN_OUTPUTS, args.overwrite)  # before a long search
     if refused is not None:
         return refused
+    if quick_text is not None:  # the question as a file: `kvsim plan OUT/scenario.yaml` gives the same answer
+        say("the scenario this question stands for (kept as " + str(out / "scenario.yaml") + "):")
+        print(quick_text, end="")
+        from kvsim.atomic import write_atomic
+
+        write_atomic(out / "scenario.yaml", lambda path: path.write_text(quick_text, encoding="utf-8"))
     from kvsim.plan import ExecutorError
 
     try:
@@ -252,10 +296,53 @@ def _plan(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # the plan's own files only: a plan_*.png of the user's is not kvsim's to list (and remove later)
     written = [out / name for name in PLAN_FILES if (out / name).is_file()]
+    if quick_text is not None:
+        written.append(out / "scenario.yaml")
     finish_results(out, written, scenario.name, scenario.spec.seed)
     say(summary_paragraph(answer))
     print(f"report written: {out / 'plan.html'} and {out / 'plan.md'} (answer: {out / 'plan.json'})")
     return 0
+
+
+def _quick_scenario(args: argparse.Namespace, asked: list[str]) -> str | None:
+    """The scenario text of a quick-mode question, or None (the problem printed) if it is incomplete or wrong."""
+    from kvsim.hardware import node_catalog, pool_node_catalog
+    from kvsim.models import model_catalog
+    from kvsim.plan.quick import QuickError, parse_candidates, parse_slo, quick_scenario_text
+    from kvsim.units import UnitError, parse_quantity
+    from kvsim.yaml_io import did_you_mean
+
+    missing = [f"--{name}" for name in ("model", "target", "slo", "candidates") if name not in asked]
+    if missing:
+        print("kvsim plan: give a scenario file with a plan: section, or ask on the command line with --model, "
+              "--target, --slo and --candidates (missing: " + ", ".join(missing) + "); e.g. kvsim plan --model "
+              "qwen3-8b --target 40/s --slo ttft_p99=2s,tpot_p99=100ms --candidates h20-8x,l20-8x+dram=512GiB",
+              file=sys.stderr)
+        return None
+    try:
+        models = model_catalog().names()
+        if args.model not in models:
+            raise QuickError(f"--model: unknown model {args.model!r}{did_you_mean(args.model, models)} "
+                             f"(kvsim catalog models lists them)")
+        targets = []
+        for text in args.target:
+            try:
+                rate = parse_quantity(text, "rate")
+            except UnitError as exc:
+                raise QuickError(f"--target: {text!r}: {exc} (e.g. 40/s)") from None
+            if not rate > 0:
+                raise QuickError(f"--target: {text!r}: a rate above zero")
+            targets.append(rate)
+        candidates = parse_candidates(args.candidates, node_catalog().names(), pool_node_catalog().names())
+        command = "kvsim " + " ".join(shlex.quote(a) for a in args.argv)
+        return quick_scenario_text(model=args.model, targets=sorted(set(targets)), slo=parse_slo(args.slo),
+                                   candidates=candidates, prompt_tokens=args.prompt_tokens,
+                                   output_tokens=args.output_tokens, shared_prefix_tokens=args.shared_prefix_tokens,
+                                   documents=args.documents, seed=args.seed if args.seed is not None else 1,
+                                   max_units=args.max_units, command=command)
+    except QuickError as exc:
+        print(f"kvsim plan: {exc}", file=sys.stderr)
+        return None
 
 
 def _report(args: argparse.Namespace) -> int:

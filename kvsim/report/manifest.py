@@ -49,7 +49,7 @@ RUN_OUTPUTS = ("requests.parquet", "summary.csv", "summary.json", "scenario.yaml
 PLAN_FILES = ("plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_probes.png")
 """The answer and report files ``kvsim plan`` writes (the figures when they have data)."""
 
-PLAN_OUTPUTS = PLAN_FILES + (MANIFEST, "probes")
+PLAN_OUTPUTS = PLAN_FILES + ("scenario.yaml", MANIFEST, "probes")  # scenario.yaml: a quick-mode question, written
 """Every name ``kvsim plan`` may write into its results folder."""
 
 _OWN_NAMES = frozenset(RUN_OUTPUTS + PLAN_OUTPUTS) - {MANIFEST, *STORES}
