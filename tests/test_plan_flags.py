@@ -81,8 +81,9 @@ def test_a_flag_the_budget_cannot_clear_leaves_the_verdict_unconfirmed_not_faile
     assert answer["candidates"][0]["capacity"]["unconfirmed"] == deciding.detail["unconfirmed"]
     assert answer["candidates"][0]["targets"][0]["unconfirmed"] is not None
     assert answer["answers"][0]["unconfirmed"] is not None
-    assert "(1 unit, $150,000 capex, $5.00/h); unconfirmed: the 1 unit met the SLO but were still flagged " \
-           "too_short after 0 longer runs" in summary_paragraph(answer)
+    assert "(1 unit, $150,000 capex, $5.00/h)" in summary_paragraph(answer)
+    assert "; unconfirmed: the 1 unit met the SLO but were still flagged too_short after 0 longer runs" \
+        in summary_paragraph(answer)
     page = to_markdown(plan_document(answer))
     assert "= 8 clients, unconfirmed (still flagged" in page and "meets, unconfirmed (still flagged too_short" in page
 

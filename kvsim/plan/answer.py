@@ -24,7 +24,9 @@ at any load probed. 4: a verdict that rests on a probe still flagged after its r
 cheapest of each answer, and on each probe (with ``reruns``, the longer runs it took); each answer's
 ``savings_like_for_like`` quotes every candidate against its like-for-like baseline (``against``:
 the candidate on the baseline's compute nodes with the same KV options, :func:`like_for_like`),
-beside ``savings_vs_baseline``, against the baseline as named."""
+beside ``savings_vs_baseline``, against the baseline as named; each target of a candidate carries
+its ``seed_check`` (None where not checked), each answer the candidates that ``cannot_tell_apart``
+from the cheapest, and each probe its ``seed`` (None: the plan's own)."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -90,7 +92,8 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
     names = [c.system for c in result.candidates]
     baseline = plan.baseline or names[0]
     costs = {name: unit_cost(name) if unit_cost is not None else None for name in names}
-    outcomes = {(probe.system, probe.units, probe.load): outcome for probe, outcome in result.probes}
+    outcomes = {(probe.system, probe.units, probe.load): outcome for probe, outcome in result.probes
+                if probe.seed is None}
 
     def unconfirmed(system: str, units: int | None, load: float | None) -> str | None:
         """Why the verdict of the probe that decided a number is not confirmed, or None."""
@@ -114,6 +117,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "unit_cost": cost,
             "targets": [{"load": target, "units": units, "note": found.notes[target],
                          "unconfirmed": unconfirmed(found.system, units, target),
+                         "seed_check": found.seed_checks.get(target),
                          "capex_usd": _scaled(cost, units, "capex_usd"),
                          "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
                         for target, units in found.units_for.items()],
@@ -142,6 +146,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
                 f"; the nearest miss: {miss_text(miss, unit)}" if miss is not None else "")
         answers.append({"load": target, "cheapest": cheapest, "note": note, "savings_vs_baseline": savings,
                         "savings_like_for_like": like, "nearest_miss": miss,
+                        "cannot_tell_apart": _indistinct(cheapest, priced, costs),
                         "unconfirmed": rows[cheapest]["unconfirmed"] if cheapest is not None else None})
     probes = []
     for probe, outcome in result.probes:
@@ -151,7 +156,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "meets": outcome.meets, "reason": outcome.reason, "flags": list(detail.get("flags") or []),
             "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
             "requests_per_s": detail.get("requests_per_s"),
-            "reruns": int(detail.get("reruns") or 0), "unconfirmed": detail.get("unconfirmed"),
+            "reruns": int(detail.get("reruns") or 0), "unconfirmed": detail.get("unconfirmed"), "seed": probe.seed,
         })
     return {
         "kind": "plan",
@@ -177,6 +182,22 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         "no_candidate_meets_slo": all(c.capacity.max_load is None for c in result.candidates),
         "probes": probes,
     }
+
+
+def _indistinct(cheapest: str | None, priced: dict[str, dict[str, Any]],
+                costs: dict[str, dict[str, Any] | None]) -> list[str]:
+    """The candidates the seed checks cannot tell apart from the cheapest at one target: those
+    whose cost at the fewest units any seed called for is not above the cheapest's at the most
+    (both checked; :func:`kvsim.plan.planner.seed_check`)."""
+    if cheapest is None or not (priced[cheapest].get("seed_check")):
+        return []
+
+    def cost(name: str, key: str) -> float:
+        return float((costs[name] or {})["cost_per_hour_usd"]) * priced[name]["seed_check"][key]
+
+    worst = cost(cheapest, "units_high")
+    return [name for name, row in priced.items()
+            if name != cheapest and row.get("seed_check") and cost(name, "units_low") <= worst]
 
 
 def _saving(row: dict[str, Any], base: dict[str, Any]) -> dict[str, float | None]:
@@ -229,7 +250,8 @@ def nearest_miss(result: PlanResult, target: float) -> dict[str, Any] | None:
     order = [c.system for c in result.candidates]
     attempts: dict[str, tuple[Any, Any]] = {}
     for probe, outcome in result.probes:
-        if probe.load == target and (probe.system not in attempts or probe.units > attempts[probe.system][0].units):
+        if probe.seed is None and probe.load == target and (
+                probe.system not in attempts or probe.units > attempts[probe.system][0].units):
             attempts[probe.system] = (probe, outcome)
     rows: list[dict[str, Any]] = []
     for system in order:
@@ -246,7 +268,7 @@ def nearest_miss(result: PlanResult, target: float) -> dict[str, Any] | None:
         ratios = [v["ratio"] for v in values]
         worst = None if any(r is None for r in ratios) else max(ratios, default=0.0)
         capacity = result.candidate(system).capacity
-        one_unit = [p.load for p, _ in result.probes if p.system == system and p.units == 1]
+        one_unit = [p.load for p, _ in result.probes if p.system == system and p.units == 1 and p.seed is None]
         rows.append({"system": system, "units": probe.units, "load": target, "meets_per_unit": capacity.max_load,
                      "lowest_load_probed": min(one_unit) if one_unit else None, "reason": outcome.reason,
                      "flags": list(detail.get("flags") or []), "slo": values, "worst_ratio": worst})

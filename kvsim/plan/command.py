@@ -247,8 +247,9 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
             verdict += f" ({reruns} longer run{'' if reruns == 1 else 's'} to clear its flags)"
         cost = outcome.detail.get("wall_s")
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
+        seed = f" (seed {probe.seed})" if probe.seed is not None else ""
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "
-             f"{probe.load:.4g} {load_unit(scenario)} {verdict}{took}")
+             f"{probe.load:.4g} {load_unit(scenario)}{seed} {verdict}{took}")
 
     with _StoredMap(scenario, out / "probes", workers, dask=dask, scheduler=scheduler) as stored:
         # every candidate at once (its own thread), and each load search probes as many rates a
@@ -258,9 +259,11 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         # (one worker runs probes in this process: candidates one after another, not in threads
         # that would only contend for the interpreter)
         parallel_probes = workers > 1 or stored.on_dask
+        costs = catalog_unit_cost(scenario)
         result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates if parallel_probes else 1,
-                      parallel=max(1, workers // candidates))
-    answer = plan_answer(result, catalog_unit_cost(scenario))
+                      parallel=max(1, workers // candidates),
+                      unit_cost=lambda system: (costs(system) or {}).get("cost_per_hour_usd"))
+    answer = plan_answer(result, costs)
     write_plan_report(answer, out)
     emit(f"plan done in {time.monotonic() - started:.1f} s: {_count(stored.ran, 'probe')} run, "
          f"{stored.reused} reused from {out / 'probes'}")

@@ -107,7 +107,8 @@ def plan_cost(scenario: Scenario, backend: str = "compiled") -> PlanCost | None:
     target) and narrows to ``rel_tol`` -- about ``log2(1 / rel_tol)`` probes plus one to three to
     bracket (six with no guess) -- at about the guessed load; each target then takes one (the
     fewest units allowed meets it) to four probes of ``ceil(target / capacity)`` units at the
-    target load. A probe's cost is
+    target load, and where the candidate is the cheapest or the runner-up, the count and one fewer
+    under each of ``plan.seed_checks`` other seeds. A probe's cost is
     :func:`kvsim.plan.run_cost.run_cost` of the probe's own scenario.
     """
     from kvsim.plan.planner import Probe, probe_scenario
@@ -131,9 +132,10 @@ def plan_cost(scenario: Scenario, backend: str = "compiled") -> PlanCost | None:
                         for n, t in zip(units, plan.loads)]
         low = (search[0] * (cost.requests or 0) + sum(c.requests or 0 for c in target_costs),
                search[0] * cost.cpu_s + sum(c.cpu_s for c in target_costs))
-        high = (search[1] * (cost.requests or 0) + sum(4 * (c.requests or 0) for c in target_costs),
-                search[1] * cost.cpu_s + sum(4 * c.cpu_s for c in target_costs))
-        count = (search[0] + len(plan.loads), search[1] + 4 * len(plan.loads))
+        per_target = 4 + 2 * plan.seed_checks  # and, if it is checked, the count and one fewer under each seed
+        high = (search[1] * (cost.requests or 0) + sum(per_target * (c.requests or 0) for c in target_costs),
+                search[1] * cost.cpu_s + sum(per_target * c.cpu_s for c in target_costs))
+        count = (search[0] + len(plan.loads), search[1] + per_target * len(plan.loads))
         per[system] = {"first_guess": guess, "probes": count, "requests": (low[0], high[0]), "cpu_s": (low[1], high[1])}
         for k in (0, 1):
             probes[k] += count[k]

@@ -43,11 +43,12 @@ __all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "p
 @dataclass(frozen=True)
 class Probe:
     """One run a plan needs: ``units`` of candidate ``system`` at ``load`` (requests/s, or clients
-    for a closed loop)."""
+    for a closed loop), with the scenario's seed or ``seed`` (a seed check's)."""
 
     system: str
     units: int
     load: float
+    seed: int | None = None
 
 
 @dataclass
@@ -64,12 +65,16 @@ class CandidatePlan:
         the largest allowed count does not.
     notes : dict
         Target load -> how its unit count was found, in words.
+    seed_checks : dict
+        Target load -> its unit count's check under other seeds (:func:`seed_check`), for the
+        candidates checked there.
     """
 
     system: str
     capacity: LoadSearch
     units_for: dict[float, int | None] = field(default_factory=dict)
     notes: dict[float, str] = field(default_factory=dict)
+    seed_checks: dict[float, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -152,6 +157,8 @@ def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
     from kvsim.sim.sizing import size_system
 
     scaled = scaled_scenario(scenario, probe.system, probe.units, probe.load)
+    if probe.seed is not None:
+        scaled = scaled.with_changes({"seed": probe.seed})
     spec = scaled.spec
     if load_unit(scenario) == "clients":
         return scaled
@@ -289,7 +296,7 @@ def _serial(function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe]) 
 
 def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int = 1,
          start_load: float | None = None, on_probe: Callable[[Probe, ProbeOutcome], None] | None = None,
-         concurrent: int = 1) -> PlanResult:
+         concurrent: int = 1, unit_cost: Callable[[str], float | None] | None = None) -> PlanResult:
     """Run the plan of ``scenario`` (its ``plan:`` section).
 
     Parameters
@@ -312,6 +319,10 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
         Candidates planned at once, each in its own thread, so a pool of workers behind
         ``map_probes`` stays busy while one candidate waits for its next probe. Each candidate's
         probes follow from its own outcomes only, so the units per target do not depend on it.
+    unit_cost : callable, optional
+        Cost per hour of one unit of a candidate (None: unknown), to choose the candidates whose
+        unit counts are checked under other seeds (``plan.seed_checks``): the cheapest and the
+        runner-up at each target. Without it, every candidate that serves a target is checked.
     Returns
     -------
     PlanResult
@@ -361,8 +372,71 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
             planned = list(threads.map(plan_one, systems))
     else:
         planned = [plan_one(system) for system in systems]
-    return PlanResult(scenario, objectives, [found for found, _ in planned],
-                      [item for _, ran in planned for item in ran])
+    found = [candidate for candidate, _ in planned]
+    ran = [item for _, items in planned for item in items]
+    if spec.seed_checks:
+        ran += _check_seeds(scenario, found, mapper, runner, unit_cost, on_probe)
+    return PlanResult(scenario, objectives, found, ran)
+
+
+def _check_seeds(scenario: Scenario, found: list[CandidatePlan], mapper: MapProbes, runner: Callable,
+                 unit_cost: Callable[[str], float | None] | None,
+                 on_probe: Callable[[Probe, ProbeOutcome], None] | None) -> list[tuple[Probe, ProbeOutcome]]:
+    """Run each deciding unit count, and one fewer, under ``plan.seed_checks`` other seeds (the
+    same for every candidate), for the cheapest candidate and the runner-up at each target (every
+    candidate that serves it without ``unit_cost``); record :func:`seed_check` on each."""
+    spec = scenario.spec.plan
+    assert spec is not None
+    base = scenario.spec.seed
+    seeds = [base + k for k in range(1, spec.seed_checks + 1)]
+    probes: list[Probe] = []
+    checked: list[tuple[CandidatePlan, float, int]] = []
+    for target in spec.loads:
+        serving = [c for c in found if c.units_for.get(target) is not None]
+        if unit_cost is not None:
+            priced = [(unit_cost(c.system), c) for c in serving]
+            serving = [c for cost, c in sorted(((cost, c) for cost, c in priced if cost is not None),
+                                               key=lambda pair: (pair[0] * pair[1].units_for[target],
+                                                                 found.index(pair[1])))][:2]
+        for candidate in serving:
+            n = candidate.units_for[target]
+            assert n is not None
+            checked.append((candidate, target, n))
+            for units in (n, n - 1) if n > spec.units.min else (n,):
+                probes += [Probe(candidate.system, units, target, seed) for seed in seeds]
+    if not probes:
+        return []
+    outcomes = list(mapper(runner, probes))
+    if on_probe is not None:
+        for probe, outcome in zip(probes, outcomes):
+            on_probe(probe, outcome)
+    by_probe = dict(zip(probes, outcomes))
+    for candidate, target, n in checked:
+        candidate.seed_checks[target] = seed_check(n, spec.units.min, base, seeds, by_probe, candidate.system, target)
+    return list(zip(probes, outcomes))
+
+
+def seed_check(units: int, fewest: int, base_seed: int, seeds: Sequence[int], outcomes: dict[Probe, ProbeOutcome],
+               system: str, target: float) -> dict[str, Any]:
+    """What the other seeds say about a unit count found under ``base_seed``.
+
+    Returns
+    -------
+    dict
+        ``seeds`` (every seed, the plan's first), ``meets`` (per seed, whether ``units`` met the
+        SLO: True under the plan's own seed, which found it), ``fewer_meets`` (per seed, whether
+        ``units - 1`` did: False under the plan's seed; None if ``units`` is the fewest allowed),
+        ``units_low`` / ``units_high`` (the fewest and most units the seeds call for: ``units - 1``
+        if any seed met with it, ``units + 1`` if any failed with ``units``, else ``units``), and
+        ``agree`` (every seed gives ``units``).
+    """
+    meets = [True] + [outcomes[Probe(system, units, target, seed)].meets for seed in seeds]
+    fewer = None if units <= fewest else \
+        [False] + [outcomes[Probe(system, units - 1, target, seed)].meets for seed in seeds]
+    low = units - 1 if fewer is not None and any(fewer) else units
+    high = units if all(meets) else units + 1
+    return {"seeds": [base_seed, *seeds], "meets": meets, "fewer_meets": fewer, "units_low": low,
+            "units_high": high, "agree": low == high == units}
 
 
 def _round_load(load: float | None) -> float | None:

@@ -15,7 +15,11 @@ from urllib.parse import quote
 from kvsim.atomic import write_bytes_atomic
 from kvsim.escape import markdown_text
 
-__all__ = ["Document", "Figure", "to_markdown", "to_html", "document_files", "write_files"]
+__all__ = ["Document", "Figure", "Strong", "to_markdown", "to_html", "document_files", "write_files"]
+
+
+class Strong(str):
+    """Plain text shown strong (bold) in a table cell: the one cell a reader should find first."""
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ def to_markdown(doc: Document) -> str:
             header, rows, note = value
             out.append("| " + " | ".join(md(h, cell=True) for h in header) + " |")
             out.append("|" + "|".join("---" for _ in header) + "|")
-            out += ["| " + " | ".join(md(c, cell=True) for c in row) + " |" for row in rows]
+            out += ["| " + " | ".join(f"**{md(c, cell=True)}**" if isinstance(c, Strong) else md(c, cell=True)
+                                      for c in row) + " |" for row in rows]
             out.append("")
             if note:
                 out += [md(note), ""]
@@ -100,7 +105,8 @@ _NUMBER_CELL = re.compile(r"^([-+$]?\d[\d.,]*(e[-+]?\d+)?(x|%|/s|/h| [A-Za-z/%]{
 def _td(cell: Any) -> str:
     # numbers (with a unit or a mark) line up on the right, words read from the left
     text = str(cell)
-    return f"<td>{html.escape(text)}</td>" if _NUMBER_CELL.match(text) else f'<td class="text">{html.escape(text)}</td>'
+    shown = f"<strong>{html.escape(text)}</strong>" if isinstance(cell, Strong) else html.escape(text)
+    return f"<td>{shown}</td>" if _NUMBER_CELL.match(text) else f'<td class="text">{shown}</td>'
 
 
 def to_html(doc: Document) -> str:

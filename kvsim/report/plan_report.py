@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from kvsim.report.document import Document, Figure
+from kvsim.report.document import Document, Figure, Strong
 from kvsim.escape import literal_figure_text, plain_log_ticks
 
 __all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
@@ -67,6 +67,12 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
             text += f" ({_pct(like['capex_usd'])} like for like, against {like['against']} with the same KV options)"
         elif saving and saving["capex_usd"] is not None and like and like["against"] is None:
             text += " (no candidate on its compute nodes has its KV options: not like for like)"
+        check = cost.get("seed_check")
+        if check:
+            text += "; " + _seed_words(check, cost["units"])
+        if row.get("cannot_tell_apart"):
+            text += ("; it cannot be told apart from " + ", ".join(row["cannot_tell_apart"])
+                     + " (their costs overlap over the unit counts the seeds call for)")
         if row.get("unconfirmed"):
             text += f"; unconfirmed: the {_units(cost['units'])} met the SLO but were {row['unconfirmed']}"
         sentences.append(text + ".")
@@ -130,6 +136,7 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
     for k, candidate in enumerate(answer["candidates"]):
         probes = sorted((p for p in answer["probes"] if p["system"] == candidate["system"] and p["units"] == 1
+                         and p.get("seed") is None
                          and p["ttft_p99_s"] is not None), key=lambda p: p["load"])
         if not probes:
             continue
@@ -184,14 +191,21 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     rows = []
     for c in answer["candidates"]:
         cells = [c["system"], c["unit"]]
-        for t in c["targets"]:
-            cells.append("none" if t["units"] is None else
-                         f"{t['units']} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})"
-                         + (", unconfirmed" if t.get("unconfirmed") else ""))
+        for t, a in zip(c["targets"], answer["answers"]):
+            check = t.get("seed_check")
+            spread = (f" [{check['units_low']}-{check['units_high']} by seed]" if check and not check["agree"]
+                      else " [seeds agree]" if check else "")
+            cell = ("none" if t["units"] is None else
+                    f"{t['units']}{spread} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})"
+                    + (", unconfirmed" if t.get("unconfirmed") else ""))
+            cells.append(Strong(cell) if a.get("cheapest") == c["system"] else cell)
         rows.append(cells)
     doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count. "
                             f"'none': no count up to {answer['units']['max']} units meets the SLO; 'unconfirmed': "
-                            f"the count met the SLO in a run still flagged after its longer re-runs (see Flags).")
+                            f"the count met the SLO in a run still flagged after its longer re-runs (see Flags). "
+                            f"In bold, the cheapest per target. [seeds agree]: the count and one fewer were run "
+                            f"again under other seeds (the same for every candidate) and every seed called for the "
+                            f"count; [a-b by seed]: the seeds call for between a and b units.")
     doc.heading(f"Savings against {answer['baseline']}, as named and like for like")
     header = ["candidate", "against"] + [f"{_rate(a['load'])}: capex, USD/h" for a in answer["answers"]]
     rows = []
@@ -262,12 +276,28 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     else:
         doc.paragraph("No probe was flagged.")
     doc.heading("Every probe")
-    doc.table(["candidate", "units", "load", "TTFT p99 (s)", "TPOT p99 (s)", "verdict"],
+    doc.table(["candidate", "units", "load", "seed", "TTFT p99 (s)", "TPOT p99 (s)", "verdict"],
               [[p["system"], str(p["units"]), _rate(p["load"]),
+                str(answer["seed"] if p.get("seed") is None else p["seed"]),
                 "-" if p["ttft_p99_s"] is None else f"{p['ttft_p99_s']:.3g}",
                 "-" if p["tpot_p99_s"] is None else f"{p['tpot_p99_s']:.3g}",
                 _verdict(p)] for p in answer["probes"]])
     return doc
+
+
+def _seed_words(check: dict[str, Any], units: int) -> str:
+    """A unit count's seed check in words (:func:`kvsim.plan.planner.seed_check`)."""
+    n = len(check["seeds"])
+    met = sum(check["meets"])
+    fewer = sum(check["fewer_meets"] or [])
+    if check["agree"]:
+        return f"{n} of {n} seeds call for {_units(units)}"
+    parts = []
+    if met < n:
+        parts.append(f"{_units(units)} met the SLO under {met} of {n} seeds")
+    if fewer:
+        parts.append(f"{_units(units - 1)} under {fewer} of {n}")
+    return "uncertain by seed: " + ", ".join(parts) + f" (between {check['units_low']} and {check['units_high']} units)"
 
 
 def _verdict(probe: dict[str, Any]) -> str:

@@ -45,6 +45,11 @@ class PlanSpec(FrozenSpec):
         Unit counts a candidate may use.
     rel_tol : float
         Relative width at which the search for a unit's capacity stops (default 5 %).
+    seed_checks : int
+        Other seeds each deciding unit count is run with, for the cheapest candidate and the
+        runner-up at each target: the count and one fewer, under the same extra seeds for every
+        candidate (common random numbers). The answer says how many seeds agree, and when the two
+        cannot be told apart. 0: none (default 2).
     """
 
     targets: list[Rate] | None = Field(default=None, min_length=1)
@@ -53,6 +58,7 @@ class PlanSpec(FrozenSpec):
     baseline: str | None = None
     units: UnitRange = Field(default_factory=UnitRange)
     rel_tol: float = Field(default=0.05, gt=0, lt=1)
+    seed_checks: int = Field(default=2, ge=0, le=16)
 
     def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
         """Checks against the scenario's systems, as ``(field path, message)``."""
