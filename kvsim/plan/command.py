@@ -190,7 +190,7 @@ def _detail_problem(detail: dict[str, Any]) -> str | None:
     if flags is not None and not (isinstance(flags, list) and all(isinstance(f, str) for f in flags)):
         return "flags is not a list of flags"
     for key in ("requests_per_s", "output_tokens_per_s", "requests_unfinished", "duration_s", "warmup_s", "replicas",
-                "reruns", "wall_s"):
+                "reruns", "wall_s", "stopped_at_s"):
         if detail.get(key) is not None and not _number(detail[key]):
             return f"{key} is not a number"
     if detail.get("unconfirmed") is not None and not isinstance(detail["unconfirmed"], str):

@@ -32,6 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from kvsim.plan.search import LoadSearch, ProbeOutcome, find_max_load
 from kvsim.plan.slo import STATISTICS, Objective, objectives_from_slo, slo_verdict
 from kvsim.scenario.load import Scenario
@@ -172,8 +174,46 @@ def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
 
 
 def _untrusted(summary: dict) -> bool:
-    """The run's flags say it failed whatever its latencies: its backlog grew, or it rejected requests."""
-    return any(flag in ("unstable", "rejected") for flag in summary.get("flags") or ())
+    """The run failed whatever else it measured: its backlog grew, it rejected requests, or it was
+    stopped once its failure was certain."""
+    return bool(summary.get("stopped_early")) or any(flag in ("unstable", "rejected")
+                                                     for flag in summary.get("flags") or ())
+
+
+_MILESTONE = {"ttft_s": "first_token_s", "e2e_s": "finish_s"}
+_QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
+
+
+def certain_failure(objectives: Sequence[Objective], warmup_s: float) -> Callable[[Any, float, int], str | None] | None:
+    """A stop check (:data:`kvsim.sim.run.StopCheck`) that ends a probe's run as soon as it has
+    certainly failed a percentile objective on TTFT or end-to-end latency: more than
+    ``(1 - q) * N + 1`` of the ``N`` requests arriving in the window (from ``warmup_s``) have
+    waited longer than the limit for their first token (last token) -- those that got it late and
+    those still waiting -- so the ``q``-quantile over the window's arrivals exceeds the limit
+    whatever the rest of the run does. An overloaded probe is the dearest to simulate (its backlog
+    and its drain grow with it); this stops it once the verdict cannot change. None when no
+    objective can be decided so (TPOT and means need the whole run)."""
+    checks = [(o, _MILESTONE[o.metric], 1.0 - _QUANTILE[o.statistic]) for o in objectives
+              if o.metric in _MILESTONE and o.statistic in _QUANTILE]
+    if not checks:
+        return None
+
+    def stop(records: Any, now_s: float, window_arrivals: int) -> str | None:
+        if window_arrivals <= 0:
+            return None
+        arrival = records.column("arrival_s")
+        in_window = arrival >= warmup_s
+        for objective, column, share in checks:
+            reached = records.column(column)
+            late = np.where(np.isnan(reached), now_s, reached) - arrival > objective.limit_s
+            over = int(np.count_nonzero(late & in_window))
+            if over > share * window_arrivals + 1:
+                return (f"stopped at {now_s:.4g} s: {over} of the window's {window_arrivals} arrivals already took over "
+                        f"{objective.limit_s:g} s to their {'first' if column == 'first_token_s' else 'last'} token, "
+                        f"so {objective.metric.removesuffix('_s')} {objective.statistic} > {objective.limit_s:g} s")
+        return None
+
+    return stop
 
 
 def rerun_scenario(scenario: Scenario, summary: dict, objectives: Sequence[Objective],
@@ -241,13 +281,17 @@ def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective])
     probed = probe_scenario(scenario, probe)
     reruns = 0
     while True:
-        runs = run_scenario(probed).runs_of(probe.system, 0)  # one per replication
+        stop = None if probed.spec.warmup_auto else certain_failure(objectives, probed.spec.warmup)
+        runs = run_scenario(probed, stop=stop).runs_of(probe.system, 0)  # one per replication
         summary = replicas_summary([run.summary for run in runs])
         again = rerun_scenario(probed, summary, objectives, by_clients) if reruns < RESOLVE_TRIES else None
         if again is None:
             break
         probed, reruns = again, reruns + 1
     meets, reason = slo_verdict(summary, objectives)
+    stopped = summary.get("stopped_early")
+    if stopped:
+        meets, reason = False, stopped["reason"]
     left = [flag for flag in summary.get("flags") or () if flag in RESOLVE_FLAGS]
     unconfirmed = ""
     if left and not _untrusted(summary):
@@ -258,6 +302,8 @@ def run_probe(scenario: Scenario, probe: Probe, objectives: Sequence[Objective])
                            f"({probed.spec.duration - probed.spec.warmup:g} s window)")
     detail = {key: summary.get(key) for key in ("ttft_s", "tpot_s", "e2e_s", "flags", "requests_per_s",
                                                 "output_tokens_per_s", "requests_unfinished")}
+    if stopped:
+        detail["stopped_at_s"] = float(stopped["at_s"])
     detail["duration_s"] = probed.spec.duration
     detail["warmup_s"] = probed.spec.warmup
     detail["reruns"] = reruns
@@ -284,6 +330,9 @@ def replicas_summary(summaries: Sequence[dict]) -> dict:
         values = [s.get(key) for s in summaries]
         combined[key] = None if any(v is None for v in values) else sum(values) / len(values)
     combined["flags"] = list(dict.fromkeys(flag for s in summaries for flag in s.get("flags") or ()))
+    stopped = [s["stopped_early"] for s in summaries if s.get("stopped_early")]
+    if stopped:  # one replica certain to fail fails the probe
+        combined["stopped_early"] = stopped[0]
     return combined
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import simpy
@@ -62,7 +62,13 @@ class RunProgress:
             self.bar.update(simulated_s)
 
 
-def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = False) -> RunResult:
+StopCheck = Callable[[Any, float, int], "str | None"]
+"""``stop(records, now_s, window_arrivals)``: read between slices of a run; a reason (text) stops it
+early (a plan's probe whose verdict is already certain, :func:`kvsim.plan.planner.certain_failure`)."""
+
+
+def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = False,
+                 stop: StopCheck | None = None) -> RunResult:
     """Run every system at every sweep point (and every replication), in this process.
 
     Parameters
@@ -72,6 +78,9 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
         Overrides the root seed of every point (a swept ``seed`` otherwise gives each point its own).
     progress : bool
         Show a progress bar (simulated seconds) on standard error.
+    stop : callable, optional
+        :data:`StopCheck`, asked between slices of each open-loop run with a fixed warm-up; the
+        reason it gives stops the run and is kept as the summary's ``stopped_early``.
 
     See :mod:`kvsim.plan` to run the points in parallel processes or on a Dask cluster and keep
     finished points on disk: it runs the same :func:`run_point` per task, so results are identical.
@@ -90,7 +99,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: bool = F
     try:
         for point in scenario.points:
             for replica in range(point.spec.replications):
-                runs += run_point(scenario, point, seed, replica, sizings, tracker)
+                runs += run_point(scenario, point, seed, replica, sizings, tracker, stop=stop)
     finally:
         if bar is not None:
             bar.close()
@@ -112,7 +121,7 @@ def point_seed(point: ScenarioPoint, seed: int | None = None, replica: int = 0) 
 
 def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None, replica: int = 0,
               sizings: dict[tuple[int, str], SystemSizing] | None = None,
-              tracker: "RunProgress | None" = None) -> list[SystemRun]:
+              tracker: "RunProgress | None" = None, stop: StopCheck | None = None) -> list[SystemRun]:
     """Every system of one sweep point, replica ``replica``: one task of a sweep.
 
     The systems share one request stream drawn from the run's seed (:func:`point_seed`), so a
@@ -142,7 +151,7 @@ def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None,
             run = _run_best_layout(scenario, point, name, requests, streams, tracker)
         else:
             run = simulate_system(point, name, sizings[(point.index, name)], requests, streams, tracker,
-                                  watchdog_s=scenario.watchdog_s)
+                                  watchdog_s=scenario.watchdog_s, stop=stop)
         run.replica, run.seed = replica, run_seed
         runs.append(run)
     return runs
@@ -179,6 +188,7 @@ def simulate_system(
     streams: RandomStreams,
     progress: RunProgress | None = None,
     watchdog_s: float | None = None,
+    stop: StopCheck | None = None,
 ) -> SystemRun:
     """Simulate system ``name`` at one sweep point and summarise it.
 
@@ -192,7 +202,7 @@ def simulate_system(
     and the second is exactly a run with that fixed warm-up.
     """
     if not point.spec.warmup_auto:
-        return _simulate(point, name, sizing, requests, streams, progress, watchdog_s)
+        return _simulate(point, name, sizing, requests, streams, progress, watchdog_s, stop)
     pilot = _simulate(point, name, sizing, requests, streams, progress, watchdog_s)
     records = pilot.records
     warmup_s = mser5_warmup_s(records.column("arrival_s"), request_ends_s(records), point.spec.duration) \
@@ -210,7 +220,8 @@ def simulate_system(
 
 
 def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: RequestArrays | None,
-              streams: RandomStreams, progress: RunProgress | None, watchdog_s: float | None) -> SystemRun:
+              streams: RandomStreams, progress: RunProgress | None, watchdog_s: float | None,
+              stop: StopCheck | None = None) -> SystemRun:
     spec: ScenarioSpec = point.spec
     started = time.perf_counter()
     env = simpy.Environment()
@@ -236,15 +247,28 @@ def _simulate(point: ScenarioPoint, name: str, sizing: SystemSizing, requests: R
     label = f"system {name!r}" + (f" at {_label(point)}" if point.params else "")
     watchdog = Watchdog(stall_s, len(system.instances), front, label) if stall_s > 0 else None
     slices = 50
+    window_arrivals = 0
+    if stop is not None and requests is not None:  # the window's arrivals are known before they come
+        arriving = (requests.arrival_s >= spec.warmup) & (requests.arrival_s <= duration)
+        window_arrivals = int(np.count_nonzero(arriving & ~rejected if rejected is not None else arriving))
+    else:
+        stop = None
+    stopped = None
     for k in range(1, slices + 1):
         run_until(env, duration * k / slices, watchdog)
         if progress is not None:
             progress.advance(duration / slices)
+        if stop is not None and (stopped := stop(records, env.now, window_arrivals)):
+            break
     # Drain: no more arrivals; let every request in the system finish (bounded).
     drain_end = duration + spec.drain_limit_s
-    while system.in_system.value > 0 and env.now < drain_end:
+    while stopped is None and system.in_system.value > 0 and env.now < drain_end:
         run_until(env, min(env.now + duration / slices, drain_end), watchdog)
+        if stop is not None:
+            stopped = stop(records, env.now, window_arrivals)
     run = collect(system, point, time.perf_counter() - started)
+    if stopped:
+        run.summary["stopped_early"] = {"at_s": env.now, "reason": stopped}
     run.summary["cost"] = cost_summary(sizing, run.summary, spec.cost)
     if rejected is not None:
         run.summary["rejected_note"] = too_long_note(sizing, rejected, requests.input_tokens, requests.output_tokens,
