@@ -119,7 +119,7 @@ duration: 10 s
 model: qwen3-8b
 workload:
   arrival: {{kind: closed_loop, clients: 4}}
-  prefix: {{kind: shared_documents, documents: 40, zipf_s: 0.9, document_tokens: {{kind: fixed, value: 2048}},
+  prefix: {{kind: shared_documents, documents: 400, zipf_s: 0.9, document_tokens: {{kind: fixed, value: 2048}},
            suffix_tokens: {{kind: fixed, value: 512}}}}
   output_tokens: {{kind: fixed, value: 1}}
   block_tokens: 256
@@ -136,20 +136,20 @@ def _prewarmed(tier: str):
 
 
 def test_prewarm_counts_turnover_in_blocks_stored_not_blocks_offered():
-    """A DRAM tier larger than every distinct block the prewarm offers before its hit rate settles
-    (40 documents of 8 blocks and 2 unique blocks per prompt) warms on the same prompts as the
-    pool, so it holds exactly what the pool holds. Counting each block offered (a document's
-    blocks again and again) against its budget of twice its capacity stopped it after
-    2 x 8000 / 10 = 1,600 prompts, before the pool settled."""
+    """A DRAM tier larger than every distinct block the prewarm offers before its documents are
+    all offered (400 documents of 8 blocks and 2 unique blocks per prompt) warms on the same
+    prompts as the pool, so it holds exactly what the pool holds. Counting each block offered
+    (a document's blocks again and again) against its budget of twice its capacity stopped it
+    after 2 x 20,000 / 10 = 4,000 prompts, before the pool's documents were offered."""
     block = 256 * KV_PER_TOKEN
-    dram = _prewarmed(f"dram: {{capacity: {8000 * block:.0f} B}}")
+    dram = _prewarmed(f"dram: {{capacity: {20000 * block:.0f} B}}")
     pool = _prewarmed("remote: {pool_node: nvme-storage-16x, nodes: 1}")
     (dram_store,) = dram.dram.values()
     (pool_store,) = pool.remote
     assert dram_store.evictions == 0 and len(dram_store) < dram_store.capacity_blocks
-    # (the pool went past the 1,600 prompts, 320 + 2 x 1,600 = 3,520 blocks, where the old budget
-    # stopped the DRAM tier)
-    assert len(pool_store) > 3520
+    # (the pool went past the 4,000 prompts, at most 3,200 + 2 x 4,000 = 11,200 blocks, where the
+    # old budget stopped the DRAM tier)
+    assert len(pool_store) > 11200
     assert set(dram_store._members) == set(pool_store._members)
 
 

@@ -11,6 +11,7 @@ import kvsim
 from kvsim.plan.cost_model import PathCounts, WorkloadShape, hit_fraction, prewarm_prompts, zipf_popularity
 from kvsim.plan.cost_rates import PATHS, RATES, rates_for
 from kvsim.plan.run_cost import run_cost
+from kvsim.sim.prewarm import MAX_WARM_REQUESTS
 
 SCENARIO = """\
 name: cost
@@ -121,11 +122,20 @@ def test_hit_fraction_and_prewarm_arithmetic():
     assert zipf_popularity(3, 1.0) == pytest.approx([6 / 11, 3 / 11, 2 / 11])
     assert hit_fraction(shape, 2000.0) == pytest.approx(0.375)
     assert hit_fraction(shape, 1e9) == pytest.approx(0.75) and hit_fraction(shape, 0.0) == 0.0
-    # no reuse: the share present is 0 in the first two batches of 1,000 prompts, so the prewarm
-    # stops after the second; a store of 3,000 blocks fed 10 blocks a prompt turns over twice in 600
+    # no reuse: every prompt's content is its own, so no check finds it offered and only the cap
+    # stops a store that never fills; a store of 3,000 blocks fed 10 blocks a prompt turns over
+    # twice in 600
     none = WorkloadShape(100, 160.0, 10.0, 16)
-    assert prewarm_prompts(none, [(1e12, 1.0)]) == 2000
+    assert prewarm_prompts(none, [(1e12, 1.0)]) == MAX_WARM_REQUESTS
     assert prewarm_prompts(none, [(3000.0, 1.0)]) == pytest.approx(600)
+    # one shared prefix is offered by the first prompt: the first check (1,000 prompts) passes,
+    # its bound 3.0 / 1,000 (no prefix seen once, 95 %) below 0.005
+    assert prewarm_prompts(WorkloadShape(100, 160.0, 10.0, 16, True, shared_fraction=0.5), [(1e12, 1.0)]) == 1000
+    # 6,000 documents at Zipf 0.1: 34,000 prompts, as SystemCache.prewarm used in
+    # tests/test_prewarm.py's case (benchmarks/prewarm_coverage.py)
+    many = WorkloadShape(100, 2560.0, 1.0, 256, True, shared_fraction=0.8, document_tokens=2048.0,
+                         popularity=zipf_popularity(6000, 0.1))
+    assert prewarm_prompts(many, [(1e12, 1.0)]) == 34000
     # a remote store taking a quarter of the blocks needs four times the prompts
     assert prewarm_prompts(none, [(300.0, 0.25)]) == pytest.approx(240)
 

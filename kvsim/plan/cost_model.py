@@ -46,8 +46,9 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   refused for want of KV room (:func:`refused_share`);
 - ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
   prewarm (``kv_cache.prewarm``), found as
-  :meth:`kvsim.serving.cache.tiers.TierCache.prewarm` stops: every lower store fed twice its
-  capacity, or the share of blocks already present settled between batches of 1,000 prompts.
+  :meth:`kvsim.serving.cache.tiers.SystemCache.prewarm` stops: every lower store fed twice its
+  capacity, or (checked every 1,000 prompts) fewer than 0.005 of future prompts would, at 95 %
+  confidence, read a document no prewarm prompt offered (:func:`prewarm_prompts`).
 
 The latency of a request is a bound from the model, not a simulation: its uncached prompt
 computed in chunks of ``max_batched_tokens`` plus its output tokens at the decode step time of the
@@ -67,6 +68,7 @@ import math
 from dataclasses import dataclass, fields
 
 import numpy as np
+from scipy.special import gammaincinv
 
 from kvsim.models.step_time import BatchShape
 from kvsim.plan.cost_rates import rates_for
@@ -78,8 +80,9 @@ from kvsim.plan.cost_hits import (cached_contexts, distinct_contexts, hit_fracti
 __all__ = ["PathCounts", "WorkloadShape", "system_counts", "prewarm_prompts"]
 
 PREWARM_BATCH = 1000
-"""Prompts between the prewarm's settle checks (:meth:`TierCache.prewarm`'s ``batch``)."""
+"""Prompts between the prewarm's settle checks (:meth:`SystemCache.prewarm`'s ``batch``)."""
 PREWARM_SETTLE = 0.005
+PREWARM_CONFIDENCE = 0.95
 PREWARM_TURNOVER = 2.0
 
 
@@ -202,22 +205,30 @@ def _cache_tokens(spec, sizing, prefill_pools) -> tuple[float, float, bool]:
 
 def prewarm_prompts(shape: WorkloadShape, store_blocks: list[tuple[float, float]]) -> float:
     """Prompts a prewarm inserts before it stops; ``store_blocks`` lists each lower store's
-    ``(capacity in blocks, share of each prompt's blocks it takes)``."""
+    ``(capacity in blocks, share of each prompt's blocks it takes)``.
+
+    :meth:`SystemCache.prewarm`'s rule on expected counts: the turnover budget, or the first
+    check at which the Poisson upper bound of the documents drawn once (expected
+    ``n * sum(p * (1 - p)**(n - 1))``), over ``n``, is below the settle share, or the cap. One
+    shared prefix is one document; a workload sharing nothing never settles.
+    """
     bpr = max(shape.blocks_per_request, 1e-9)
     budget = max((PREWARM_TURNOVER * cap / (bpr * share) for cap, share in store_blocks if share > 0), default=0.0)
-    previous = None
+    if shape.popularity is not None:
+        p = np.minimum(shape.popularity, 1 - 1e-12)
+    elif shape.shared_fraction > 0:
+        p = np.array([1 - 1e-12])
+    else:
+        p = None  # every prompt's lead is its own
     settle = float(MAX_WARM_REQUESTS)
     for batch in range(1, MAX_WARM_REQUESTS // PREWARM_BATCH + 1):
-        seen = (batch - 0.5) * PREWARM_BATCH  # prompts before the middle of the batch
-        if shape.popularity is None:
-            rate = shape.shared_fraction if seen > 1 else 0.0
-        else:
-            p = shape.popularity
-            rate = shape.shared_fraction * float((p * -np.expm1(seen * np.log1p(-np.minimum(p, 1 - 1e-12)))).sum())
-        if previous is not None and abs(rate - previous) < PREWARM_SETTLE:
-            settle = batch * PREWARM_BATCH
+        n = batch * PREWARM_BATCH
+        once = n if p is None else n * float((p * np.exp((n - 1) * np.log1p(-p))).sum())
+        if gammaincinv(once + 1.0, PREWARM_CONFIDENCE) / n < PREWARM_SETTLE:
+            settle = float(n)
             break
-        previous = rate
+        if n >= budget:
+            break
     return float(min(budget, settle, MAX_WARM_REQUESTS))
 
 

@@ -104,8 +104,10 @@ class KVCacheSpec(FrozenSpec):
     prewarm : bool
         Start with the tiers below HBM already holding what a long-running cache would: the
         prompt blocks of requests drawn independently from the same workload (not the run's own
-        requests), inserted until each tier has turned over twice or the hit rate of those
-        draws has settled. Without it, a short run measures a cold cache.
+        requests), inserted until each tier has turned over twice, or (checked every 1,000
+        prompts) fewer than 0.5 % of future prompts would, at 95 % confidence, read a document
+        no draw offered, or 200,000 draws (``SystemCache.prewarm``). Without it, a short run
+        measures a cold cache.
     io_size : float or None
         Size of one storage I/O, bytes, for transfers to and from NVMe and the remote pool (see
         :mod:`kvsim.network.storage_io`); it overrides the connector's. None: the connector's
