@@ -26,7 +26,8 @@ cheapest of each answer, and on each probe (with ``reruns``, the longer runs it 
 the candidate on the baseline's compute nodes with the same KV options, :func:`like_for_like`),
 beside ``savings_vs_baseline``, against the baseline as named; each target of a candidate carries
 its ``seed_check`` (None where not checked), each answer the candidates that ``cannot_tell_apart``
-from the cheapest, and each probe its ``seed`` (None: the plan's own)."""
+from the cheapest, and each probe its ``seed`` (None: the plan's own) and ``stopped_at_s`` (None: run whole; else the
+simulated time its run stopped once its failure was certain)."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -157,6 +158,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
             "requests_per_s": detail.get("requests_per_s"),
             "reruns": int(detail.get("reruns") or 0), "unconfirmed": detail.get("unconfirmed"), "seed": probe.seed,
+            "stopped_at_s": detail.get("stopped_at_s"),
         })
     return {
         "kind": "plan",

@@ -63,7 +63,7 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
         if saving and saving["capex_usd"] is not None:
             text += f", {_pct(saving['capex_usd'])} capex against {baseline}"
         like = (row.get("savings_like_for_like") or {}).get(cheapest)
-        if like and like["against"] not in (None, baseline) and like["capex_usd"] is not None:
+        if like and like["against"] not in (None, baseline, cheapest) and like["capex_usd"] is not None:
             text += f" ({_pct(like['capex_usd'])} like for like, against {like['against']} with the same KV options)"
         elif saving and saving["capex_usd"] is not None and like and like["against"] is None:
             text += " (no candidate on its compute nodes has its KV options: not like for like)"
@@ -145,6 +145,9 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
                 label=candidate["system"])
         for p in probes:
             flagged = bool(p["flags"])
+            if p.get("stopped_at_s") is not None:  # a lower bound: an upward triangle
+                ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3, marker="^", facecolors="none", s=36)
+                continue
             ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3,
                        facecolors="none" if flagged else color, s=30)
         capacity = candidate["capacity"]["max_load"]
@@ -161,7 +164,8 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     fig.tight_layout()
     return Figure(f"{stem}_probes.png", _png(fig), "TTFT p99 of one unit against load, per candidate; dotted: the "
                                                 "unit capacity found; hollow markers: runs flagged unstable or too "
-                                                "short (not steady state)")
+                                                "short (not steady state); triangles: runs stopped once their "
+                                                "failure was certain (their TTFT p99 is a lower bound)")
 
 
 def _png(fig: Any) -> bytes:
@@ -220,7 +224,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
         against = next((x["against"] for x in like if x), None)
         if against is None:
             rows.append([name, "like for like: no candidate"] + ["-" for _ in like])
-        elif against != answer["baseline"]:
+        elif against not in (answer["baseline"], name):  # a candidate on the baseline's nodes is its own
             rows.append([name, f"{against} (like for like)"]
                         + [f"{_pct(x['capex_usd'])}, {_pct(x['cost_per_hour_usd'])}" for x in like])
     doc.table(header, rows, f"Relative to the other's cost at the same load; '-' where either side serves no load "
@@ -276,13 +280,20 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     else:
         doc.paragraph("No probe was flagged.")
     doc.heading("Every probe")
+    doc.paragraph("A probe's TTFT and TPOT p99 over the requests it measured; '>=' where it stopped once its failure "
+                  "was certain (the rest of the window was not simulated, so the figure is a lower bound).")
     doc.table(["candidate", "units", "load", "seed", "TTFT p99 (s)", "TPOT p99 (s)", "verdict"],
               [[p["system"], str(p["units"]), _rate(p["load"]),
                 str(answer["seed"] if p.get("seed") is None else p["seed"]),
-                "-" if p["ttft_p99_s"] is None else f"{p['ttft_p99_s']:.3g}",
-                "-" if p["tpot_p99_s"] is None else f"{p['tpot_p99_s']:.3g}",
+                "-" if p["ttft_p99_s"] is None else _bound(p, f"{p['ttft_p99_s']:.3g}"),
+                "-" if p["tpot_p99_s"] is None else _bound(p, f"{p['tpot_p99_s']:.3g}"),
                 _verdict(p)] for p in answer["probes"]])
     return doc
+
+
+def _bound(probe: dict[str, Any], value: str) -> str:
+    """A probe's statistic, as a lower bound (">= x") where its run stopped early: only its first part was seen."""
+    return f">= {value}" if probe.get("stopped_at_s") is not None else value
 
 
 def _seed_words(check: dict[str, Any], units: int) -> str:
