@@ -41,6 +41,8 @@ def test_parallel_serial_and_resumed_plans_agree(tmp_path):
     assert [c["targets"] for c in two["candidates"]] == [c["targets"] for c in one["candidates"]]
     assert two["answers"] == one["answers"]
     assert any("probe 1:" in line for line in lines) and "probes run, 0 reused" in lines[-1]
+    # the plan's expected cost first, then each probe's line with what is expected to remain
+    assert lines[0].startswith("expected: plan: about ") and "more probes expected, about" in lines[1]
     probes = sorted((tmp_path / "two" / "probes").glob("*.json"))
     assert len(probes) == len(two["probes"])
     # a second run reuses every probe and writes the same answer

@@ -235,6 +235,22 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
     emit = log or (lambda line: print(line, file=sys.stderr, flush=True))
     started = time.monotonic()
     count = 0
+    from kvsim.plan.first_guess import plan_cost
+    from kvsim.plan.progress import format_duration
+
+    expected = plan_cost(scenario)
+    expected_probes = sum(expected.probes) / 2 if expected is not None else None
+    if expected is not None:
+        emit(f"expected: {expected.describe()}")
+
+    def remaining(done: int) -> str:
+        """The time the plan may still take: the probes expected (the middle of validate's range,
+        at least one more while the search runs) at the mean elapsed time per finished probe."""
+        if expected_probes is None or done == 0:
+            return ""
+        left = max(1.0, expected_probes - done)
+        eta = (time.monotonic() - started) / done * left
+        return f"; ~{left:.0f} more probes expected, about {format_duration(eta)} left"
 
     def on_probe(probe: Probe, outcome: ProbeOutcome) -> None:
         nonlocal count
@@ -249,7 +265,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
         seed = f" (seed {probe.seed})" if probe.seed is not None else ""
         emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "
-             f"{probe.load:.4g} {load_unit(scenario)}{seed} {verdict}{took}")
+             f"{probe.load:.4g} {load_unit(scenario)}{seed} {verdict}{took}{remaining(count)}")
 
     with _StoredMap(scenario, out / "probes", workers, dask=dask, scheduler=scheduler) as stored:
         # every candidate at once (its own thread), and each load search probes as many rates a
