@@ -164,7 +164,7 @@ def test_readme_traces_every_flag_and_variable(kind):
     sc = scenario(kind)
     groups, gaps = engine_groups(sc, "s", 1)
     readme = files(kind)["deploy/s/README.md"].decode()
-    rows = [r for r in readme.splitlines() if r.startswith("| vllm |") or r.startswith("| sglang |")]
+    rows = [r for r in readme.splitlines() if r.startswith(("| vllm |", "| sglang |"))]
     for g in groups:
         for engine in ("vllm", "sglang"):
             for s in getattr(g, engine).flags + getattr(g, engine).env:
@@ -325,6 +325,35 @@ def test_fields_without_an_engine_setting_are_listed_not_dropped():
     assert fields["systems.s.kv_cache.preemption"].value == "swap"
     readme = dict(deployment_files(sc, "s", 1))["deploy/s/README.md"].decode()
     assert "| `systems.s.kv_cache.hbm_eviction` | s3fifo |" in readme
+
+
+def set_fields(model, path: str):
+    """Dotted paths of every field the scenario file set below ``model`` (leaves and sub-models)."""
+    for name in sorted(model.model_fields_set):
+        value = getattr(model, name)
+        here = f"{path}.{name}"
+        yield here
+        if hasattr(type(value), "model_fields"):
+            yield from set_fields(value, here)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if hasattr(type(item), "model_fields"):
+                    yield from set_fields(item, f"{here}.{key}")
+
+
+@pytest.mark.parametrize("kind", ALL)
+def test_every_set_field_is_mapped_or_listed(kind):
+    """A field the scenario sets under the system is a source of some setting, an instance count, or a gap."""
+    sc = scenario(kind)
+    groups, gaps = engine_groups(sc, "s", 1)
+    covered = {p for g in groups for s in g.vllm.flags + g.vllm.env + g.sglang.flags + g.sglang.env for p in s.sources}
+    covered |= {p for g in groups for p in g.count_sources} | {gap.field for gap in gaps}
+    whole = {gap.field for gap in gaps}  # a gap on a sub-model covers its fields; a setting's source does not
+    for path in set_fields(sc.spec.systems["s"], "systems.s"):
+        if path.endswith((".instance", ".pools")) or path.count(".") == 3 and ".pools." in path:
+            continue  # containers: their own fields are checked
+        assert (any(c == path or c.startswith(path + ".") for c in covered)
+                or any(path.startswith(w + ".") for w in whole)), path
 
 
 def test_bad_input_is_one_clear_message():

@@ -118,7 +118,7 @@ def engine_groups(scenario: Any, system: str, units: int) -> tuple[list[Instance
     if sys_spec.kv_cache is not None:
         gaps += _cache_gaps(spec, system, units)
     for pool in sizing.pools:
-        gaps += _instance_gaps(system, pool)
+        gaps += _instance_gaps(spec, system, pool)
     for group in groups:
         gaps += [g for g in group.gaps if g not in gaps]
     return groups, gaps
@@ -134,11 +134,11 @@ def _group(spec: Any, system: str, pool: PoolSizing, role: str, n: int, units: i
     p = _pool_prefix(spec, system, pool)
     sys_spec = spec.systems[system]
     if pool.spec.roles is not None:
-        count_sources: tuple[str, ...] = (f"{p}.roles.{role}", "units")
-        rule = f"{n} x units"
+        count_sources: tuple[str, ...] = (f"{p}.roles.{role}", f"{p}.nodes", "units")
+        rule = f"{n} x units, on nodes x units nodes"
     elif pool.spec.instances is not None:
-        count_sources = (f"{p}.instances", "units")
-        rule = f"{n} x units"
+        count_sources = (f"{p}.instances", f"{p}.nodes", "units")
+        rule = f"{n} x units, on nodes x units nodes"
     else:
         count_sources = (f"{p}.nodes", f"catalog:nodes.{pool.node.name}.accelerators_per_node",
                          f"{p}.instance.tp", f"{p}.instance.pp", "units")
@@ -154,6 +154,9 @@ def _group(spec: Any, system: str, pool: PoolSizing, role: str, n: int, units: i
     if caches:
         vllm.add("--enable-prefix-caching", None, (f"systems.{system}.kv_cache",), ("given",),
                  "prefix caching in HBM is on when kv_cache is given")
+        eviction = sys_spec.kv_cache.hbm_eviction
+        if eviction in ("lru", "lfu"):
+            sglang.add("--radix-eviction-policy", eviction, (f"systems.{system}.kv_cache.hbm_eviction",), (eviction,))
     else:
         why = ("no kv_cache: kvsim computes every prompt in full" if sys_spec.kv_cache is None
                else "decode instances cache no prefixes in kvsim")
@@ -294,8 +297,6 @@ def _system_gaps(spec: Any, system: str) -> list[Gap]:
         gaps.append(Gap("all", f"systems.{system}.lora", "given", "LoRA adapters are not written (name them with --lora-modules)"))
     if s.engine is not None or spec.engine.model_fields_set:
         gaps.append(Gap("all", "engine", "given", "kvsim's engine cost figures describe the engine; they are not settings"))
-    gaps.append(Gap("k8s", f"systems.{system}.node (pools' node)", "catalog node type",
-                    "Kubernetes needs the cluster's own node labels: add a nodeSelector for that server type"))
     return gaps
 
 
@@ -329,7 +330,8 @@ def _cache_gaps(spec: Any, system: str, units: int) -> list[Gap]:
                         "the pool's own servers (Mooncake store / LMCache server) are deployed separately; "
                         "the engines are only pointed at them"))
     if c.connector is not None:
-        extra = sorted(c.connector.model_fields_set - {"name", "chunk_tokens"})
+        lmcache = c.connector.name in ("lmcache", "custom")  # LMCache written: its chunk size is mapped
+        extra = sorted(c.connector.model_fields_set - ({"name", "chunk_tokens"} if lmcache else {"name"}))
         if extra:
             gaps.append(Gap("all", f"{p}.connector", ", ".join(extra), "transport details kvsim models but the "
                             "engines' launch lines do not set"))
@@ -338,10 +340,13 @@ def _cache_gaps(spec: Any, system: str, units: int) -> list[Gap]:
     return gaps
 
 
-def _instance_gaps(system: str, pool: PoolSizing) -> list[Gap]:
+def _instance_gaps(spec: Any, system: str, pool: PoolSizing) -> list[Gap]:
     inst = pool.spec.instance
     gaps = []
-    where = f"systems.{system}" + ("" if pool.name == "main" else f".pools.{pool.name}") + ".instance"
+    prefix = _pool_prefix(spec, system, pool)
+    where = prefix + ".instance"
+    gaps.append(Gap("k8s", f"{prefix}.node", pool.node.name, "Kubernetes places pods by the cluster's own node "
+                    "labels: add a nodeSelector for that server type"))
     for name, why in (("micro_batches", "the engines pick their own number of micro-batches"),
                       ("pp_schedule", "the engines' pipeline schedule is not a flag"),
                       ("expert_skew", "a property of the workload, not a setting"),

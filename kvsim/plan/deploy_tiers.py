@@ -99,7 +99,7 @@ def _vllm_tiers(vllm, c, p, name, dram, nvme, cards, share, nvme_src, nvme_node,
             if size is not None:
                 gaps.append(Gap("vllm", f"{p}.{tier}", "given", "vLLM's Mooncake store connector has no node-local "
                                 "tier; only the remote pool is written"))
-        vllm.set_env("MOONCAKE_CONFIG_PATH", MOONCAKE_CONFIG_PATH, (f"{p}.remote",), (c.remote.pool_node,),
+        vllm.set_env("MOONCAKE_CONFIG_PATH", MOONCAKE_CONFIG_PATH, (f"{p}.remote.pool_node",), (c.remote.pool_node,),
                      f"client file (mooncake.json): master {POOL_MASTER}, no engine memory in the pool")
         return {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
     chunk = (c.connector.chunk_tokens if c.connector is not None and c.connector.chunk_tokens else None)
@@ -123,7 +123,7 @@ def _vllm_tiers(vllm, c, p, name, dram, nvme, cards, share, nvme_src, nvme_node,
         vllm.set_env("LMCACHE_MAX_LOCAL_DISK_SIZE", _gib(nvme / cards), nvme_src, (_b(nvme_node),),
                      f"GiB per worker: {share} / {cards} cards")
     if c.remote is not None:
-        vllm.set_env("LMCACHE_REMOTE_URL", f"mooncakestore://{POOL_MASTER}/", (f"{p}.remote",), (c.remote.pool_node,),
+        vllm.set_env("LMCACHE_REMOTE_URL", f"mooncakestore://{POOL_MASTER}/", (f"{p}.remote.pool_node",), (c.remote.pool_node,),
                      "the remote pool as a Mooncake store")
         gaps.append(Gap("vllm", f"{p}.remote", c.remote.pool_node, "LMCache's own Mooncake client settings "
                         "(metadata server, protocol, device, in its extra_config) are not written: its defaults apply"))
@@ -148,12 +148,12 @@ def _sglang_tiers(sglang, c, p, dram, nvme, cards, share, nvme_src, nvme_node, g
                         "sizes one by its default --hicache-ratio, DRAM kvsim did not model"))
     sglang.add("--hicache-write-policy", c.write_policy, (f"{p}.write_policy",), (c.write_policy,))
     if c.remote is not None:
-        sglang.add("--hicache-storage-backend", "mooncake", (f"{p}.remote",), (c.remote.pool_node,))
-        sglang.set_env("MOONCAKE_MASTER", POOL_MASTER, (f"{p}.remote",), (c.remote.pool_node,),
+        sglang.add("--hicache-storage-backend", "mooncake", (f"{p}.remote.pool_node",), (c.remote.pool_node,))
+        sglang.set_env("MOONCAKE_MASTER", POOL_MASTER, (f"{p}.remote.pool_node",), (c.remote.pool_node,),
                        "the remote pool's Mooncake master")
-        sglang.set_env("MOONCAKE_PROTOCOL", "rdma", (f"{p}.remote",), (c.remote.pool_node,),
+        sglang.set_env("MOONCAKE_PROTOCOL", "rdma", (f"{p}.remote.pool_node",), (c.remote.pool_node,),
                        "the pool is reached over the scale-out RDMA network")
-        sglang.set_env("MOONCAKE_GLOBAL_SEGMENT_SIZE", 0, (f"{p}.remote",), (c.remote.pool_node,),
+        sglang.set_env("MOONCAKE_GLOBAL_SEGMENT_SIZE", 0, (f"{p}.remote.pool_node",), (c.remote.pool_node,),
                        "the engines lend no memory: the pool nodes hold the capacity")
         if nvme is not None:
             gaps.append(Gap("sglang", f"{p}.nvme", "given", "HiCache has one storage backend: the remote pool is "
