@@ -356,6 +356,17 @@ def test_every_set_field_is_mapped_or_listed(kind):
                 or any(path.startswith(w + ".") for w in whole)), path
 
 
+def test_formats_without_an_engine_equivalent_are_listed():
+    text = (HEAD.format(model="qwen3-8b") + "  s: {node: h20-8x, kv_dtype: fp4, weight_dtypes: {feed_forward: fp8}, "
+            "instance: {tp: 2}}\n")
+    sc = parse_scenario(text)
+    groups, gaps = engine_groups(sc, "s", 1)
+    fields = {(g.engine, g.field): g.value for g in gaps}
+    assert fields[("vllm", "systems.s.kv_dtype")] == "fp4" and fields[("sglang", "systems.s.kv_dtype")] == "fp4"
+    assert fields[("all", "systems.s.weight_dtypes")] == "feed_forward: fp8"
+    assert "--kv-cache-dtype" not in groups[0].vllm.argv()
+
+
 def test_bad_input_is_one_clear_message():
     sc = scenario("dram")
     with pytest.raises(DeployError, match="no system 'nope'"):

@@ -277,9 +277,29 @@ def _instances_per_node(pool: PoolSizing) -> int:
     return max(1, min(per_node, math.ceil(pool.instances / pool.spec.nodes)))
 
 
-def _system_gaps(spec: Any, system: str) -> list[Gap]:
+def _dtype_gaps(spec: Any, system: str) -> list[Gap]:
     s = spec.systems[system]
     gaps = []
+    dtype, kv = spec.system_dtype(system), spec.system_kv_dtype(system)
+    where = f"systems.{system}.dtype" if s.dtype else "dtype"
+    if dtype not in _VLLM_DTYPE and dtype != "fp8":
+        gaps.append(Gap("all", where, dtype, "4-bit weights come with a quantized checkpoint: serve its model id"))
+    weights = spec.system_weight_dtypes(system)
+    if weights:
+        gaps.append(Gap("all", f"systems.{system}.weight_dtypes" if s.weight_dtypes else "weight_dtypes",
+                        ", ".join(f"{k}: {v}" for k, v in weights.items()),
+                        "per-group weight formats come with the checkpoint: serve a model id quantized that way"))
+    kv_where = f"systems.{system}.kv_dtype" if s.kv_dtype else "kv_dtype"
+    if kv != dtype:
+        for engine, table in (("vllm", _VLLM_KV_DTYPE), ("sglang", _SGLANG_KV_DTYPE)):
+            if kv not in table:
+                gaps.append(Gap(engine, kv_where, kv, f"no {engine} --kv-cache-dtype is the same format"))
+    return gaps
+
+
+def _system_gaps(spec: Any, system: str) -> list[Gap]:
+    s = spec.systems[system]
+    gaps = _dtype_gaps(spec, system)
     for name in ("router", "prefill_router", "decode_router"):
         if name in s.model_fields_set or (name == "router" and not s.disaggregated):
             gaps.append(Gap("all", f"systems.{system}.{name}", getattr(s, name),
