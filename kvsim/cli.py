@@ -296,6 +296,7 @@ def _plan(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     # the plan's own files only: a plan_*.png of the user's is not kvsim's to list (and remove later)
     written = [out / name for name in PLAN_FILES if (out / name).is_file()]
+    written += [out / name for row in answer.get("deployment") or () for name in row["files"]]
     if quick_text is not None:
         written.append(out / "scenario.yaml")
     finish_results(out, written, scenario.name, scenario.spec.seed)

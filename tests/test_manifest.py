@@ -67,3 +67,36 @@ def test_another_scenarios_results_are_kept_unless_overwrite(tmp_path, capsys):
     assert main(["run", str(_write(tmp_path, "second")), "--out", str(out), "--workers", "1", "--no-report",
                  "--overwrite"]) == 0
     assert json.loads((out / MANIFEST).read_text())["scenario"] == "second"
+
+
+def test_deployment_files_are_named_below_deploy_and_nothing_else_below_the_folder(tmp_path):
+    import json
+
+    from kvsim.report.manifest import clear_results, finish_results, read_manifest, verify_manifest
+
+    out = tmp_path / "out"
+    (out / "deploy" / "at-4-per-s" / "a").mkdir(parents=True)
+    script = out / "deploy" / "at-4-per-s" / "a" / "vllm.sh"
+    script.write_text("echo\n")
+    finish_results(out, [script, tmp_path / "elsewhere.txt"], "s", 1)
+    assert [e["name"] for e in read_manifest(out)["files"]] == ["deploy/at-4-per-s/a/vllm.sh"]
+    assert verify_manifest(out) == []
+    # an edited manifest naming a path outside deploy/<target>/<system>/ is dropped, never followed
+    outside = tmp_path / "victim.txt"
+    outside.write_text("keep\n")
+    data = json.loads((out / "manifest.json").read_text())
+    data["files"] += [{"name": "deploy/../../victim.txt", "bytes": 5, "sha256": "x"},
+                      {"name": "deploy/x", "bytes": 5, "sha256": "x"}]
+    (out / "manifest.json").write_text(json.dumps(data))
+    assert [e["name"] for e in read_manifest(out)["files"]] == ["deploy/at-4-per-s/a/vllm.sh"]
+    # a deploy folder replaced by a link to elsewhere: its files are not kvsim's to remove
+    elsewhere = tmp_path / "linked"
+    (elsewhere / "at-4-per-s" / "a").mkdir(parents=True)
+    (elsewhere / "at-4-per-s" / "a" / "vllm.sh").write_text("echo\n")
+    import shutil
+
+    shutil.rmtree(out / "deploy")
+    (out / "deploy").symlink_to(elsewhere)
+    assert verify_manifest(out) != []
+    clear_results(out)
+    assert (elsewhere / "at-4-per-s" / "a" / "vllm.sh").is_file() and outside.is_file()

@@ -82,3 +82,20 @@ def test_candidates_and_slo_parse_to_what_they_say():
     for bad in ("h20-8x,h20-8x", "h20-8x+tp=0", "h20-8x+pool=nvme-storage-16x:0", "h20-8x+dram=512Gbit", "b200"):
         with pytest.raises(QuickError):
             parse_candidates(bad, nodes, pools)
+
+
+def test_the_plan_writes_deployment_files_of_the_cheapest_and_lists_them(tmp_path):
+    from pathlib import Path
+
+    from kvsim.report.manifest import verify_manifest
+
+    assert main(["plan", *QUICK, "--out", str(tmp_path), "--no-progress"]) == 0
+    answer = json.loads((tmp_path / "plan.json").read_text())
+    [row] = answer["deployment"]
+    assert row["system"] == answer["answers"][0]["cheapest"] and row["problem"] is None
+    assert {Path(name).name for name in row["files"]} >= {"vllm.sh", "sglang.sh", "k8s.yaml", "README.md"}
+    assert all(name.startswith("deploy/at-4-per-s/") and (tmp_path / name).is_file() for name in row["files"])
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert set(row["files"]) <= {entry["name"] for entry in manifest["files"]}
+    assert verify_manifest(tmp_path) == []
+    assert "Deployment files" in (tmp_path / "plan.md").read_text()

@@ -27,7 +27,8 @@ the candidate on the baseline's compute nodes with the same KV options, :func:`l
 beside ``savings_vs_baseline``, against the baseline as named; each target of a candidate carries
 its ``seed_check`` (None where not checked), each answer the candidates that ``cannot_tell_apart``
 from the cheapest, and each probe its ``seed`` (None: the plan's own) and ``stopped_at_s`` (None: run whole; else the
-simulated time its run stopped once its failure was certain)."""
+simulated time its run stopped once its failure was certain). ``kvsim plan`` adds ``deployment``: per
+target, the cheapest candidate's deployment files written (:mod:`kvsim.plan.deploy`)."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``

@@ -12,6 +12,7 @@ renamed, so a killed worker leaves no half-written probe.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 import time
@@ -198,6 +199,46 @@ def _detail_problem(detail: dict[str, Any]) -> str | None:
     return None
 
 
+def _write_deployments(scenario: Scenario, answer: dict[str, Any], out: Path,
+                       emit: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Write the deployment files (:func:`kvsim.plan.deploy.deployment_files`) of the cheapest
+    candidate at each target load, at the units it needs there, under ``out/deploy/at-<load>/``;
+    returns what was written, per target (``load``, ``system``, ``units``, ``files`` relative to
+    ``out``, or ``problem`` where the system cannot be written as deployment files)."""
+    from kvsim.plan.deploy import DeployError, deployment_files
+    from kvsim.report.document import write_files
+
+    written: list[dict[str, Any]] = []
+    by_clients = load_unit(scenario) == "clients"
+    for row in answer["answers"]:
+        system = row["cheapest"]
+        if system is None:
+            continue
+        units = next(t["units"] for c in answer["candidates"] if c["system"] == system for t in c["targets"]
+                     if t["load"] == row["load"])
+        folder = f"deploy/at-{row['load']:g}-clients" if by_clients else f"deploy/at-{row['load']:g}-per-s"
+        try:
+            files = deployment_files(scenario, system, units)
+        except DeployError as exc:
+            emit(f"deployment files for {system} at {row['load']:g}: {exc}")
+            written.append({"load": row["load"], "system": system, "units": units, "files": [], "problem": str(exc)})
+            continue
+        # the system's name is the scenario's (data from anywhere): a folder name of safe characters only
+        safe = re.sub(r"[^A-Za-z0-9_-]+", "_", system).strip("_") or "system"
+        named = [(f"{folder}/{safe}/{name.split('/')[-1]}", data) for name, data in files]
+        target = out / folder / safe
+        if any(p.is_symlink() for p in (out / "deploy", out / folder, target)):  # a link would lead outside
+            emit(f"deployment files for {system} at {row['load']:g}: {target} is a symbolic link; not written")
+            written.append({"load": row["load"], "system": system, "units": units, "files": [],
+                            "problem": f"{target} is a symbolic link"})
+            continue
+        target.mkdir(parents=True, exist_ok=True)
+        write_files(out, named)
+        written.append({"load": row["load"], "system": system, "units": units,
+                        "files": [name for name, _ in named], "problem": None})
+    return written
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -280,6 +321,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
                       parallel=max(1, workers // candidates),
                       unit_cost=lambda system: (costs(system) or {}).get("cost_per_hour_usd"))
     answer = plan_answer(result, costs)
+    answer["deployment"] = _write_deployments(scenario, answer, out, emit)
     write_plan_report(answer, out)
     emit(f"plan done in {time.monotonic() - started:.1f} s: {_count(stored.ran, 'probe')} run, "
          f"{stored.reused} reused from {out / 'probes'}")

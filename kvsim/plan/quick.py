@@ -5,10 +5,10 @@ again with ``kvsim plan FILE`` to the same answer.
 A candidate is a node of the catalog with options, ``NODE[+OPTION=VALUE]...``:
 
 ``+dram=SIZE``
-    a host-DRAM KV tier of ``SIZE`` per instance (``512GiB``), started warm when the prompts share
+    a host-DRAM KV tier of ``SIZE`` per node (``512GiB``), started warm when the prompts share
     documents (as every lower tier and pool);
 ``+nvme=SIZE``
-    a local NVMe KV tier of ``SIZE`` per instance;
+    a local NVMe KV tier of ``SIZE`` per node;
 ``+pool=POOL_NODE`` or ``+pool=POOL_NODE:N``
     a remote KV pool of ``N`` (default 1) pool nodes per unit, reached over GPU-Direct RDMA, warm;
 ``+tp=N``

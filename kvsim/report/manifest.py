@@ -49,7 +49,7 @@ RUN_OUTPUTS = ("requests.parquet", "summary.csv", "summary.json", "scenario.yaml
 PLAN_FILES = ("plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_probes.png")
 """The answer and report files ``kvsim plan`` writes (the figures when they have data)."""
 
-PLAN_OUTPUTS = PLAN_FILES + ("scenario.yaml", MANIFEST, "probes")  # scenario.yaml: a quick-mode question, written
+PLAN_OUTPUTS = PLAN_FILES + ("scenario.yaml", "deploy", MANIFEST, "probes")  # scenario.yaml: a quick-mode question, written
 """Every name ``kvsim plan`` may write into its results folder."""
 
 _OWN_NAMES = frozenset(RUN_OUTPUTS + PLAN_OUTPUTS) - {MANIFEST, *STORES}
@@ -63,6 +63,53 @@ def _plain_name(name: Any) -> bool:
     """A file name of the folder itself: one path component, never ``.``/``..``, a separator or NUL."""
     return (isinstance(name, str) and name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
             and name != MANIFEST)
+
+
+DEPLOY = "deploy"
+"""The one folder of files kvsim writes below a results folder (``kvsim plan``'s deployment files,
+``deploy/<target>/<system>/<file>``); its files are named in the manifest by that relative path."""
+_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _deploy_name(name: Any) -> bool:
+    """A deployment file's name: ``deploy/`` then two or three components of letters, digits,
+    ``_ . -`` (none starting with ``.`` or ``-``)."""
+    if not isinstance(name, str):
+        return False
+    parts = name.split("/")
+    return parts[0] == DEPLOY and 3 <= len(parts) <= 4 and all(_PART.fullmatch(p) for p in parts[1:])
+
+
+def _entry_name(name: Any) -> bool:
+    return _plain_name(name) or _deploy_name(name)
+
+
+def _no_links(out: Path, name: str) -> bool:
+    """No component of ``name`` below ``out`` is a symbolic link (a linked folder would lead outside)."""
+    path = out
+    for part in name.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return False
+    return True
+
+
+def _written_names(out: Path, written: Iterable[Path]) -> list[str]:
+    """The manifest names of ``written``: files of ``out`` itself, and deployment files below it."""
+    names = set()
+    root = out.resolve()
+    for p in written:
+        path = Path(p)
+        if path.parent.resolve() == root:
+            names.add(path.name)
+            continue
+        try:
+            relative = path.resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if _deploy_name(relative) and _no_links(out, relative):
+            names.add(relative)
+    return sorted(names)
 
 
 def _load(out: Path) -> dict[str, Any] | None:
@@ -79,11 +126,12 @@ def _load(out: Path) -> dict[str, Any] | None:
 def read_manifest(out: Path) -> dict[str, Any] | None:
     """The folder's kvsim manifest, or None if it has none (or an unreadable one, or a
     ``manifest.json`` that is not kvsim's). Entries whose name is not a plain file name of the
-    folder (``../x``, ``/etc/x``) are dropped: nothing outside the folder is ever touched."""
+    folder (``../x``, ``/etc/x``) or a deployment file below it (``deploy/<target>/<system>/<file>``)
+    are dropped: nothing outside the folder is ever touched."""
     data = _load(out)
     if data is None:
         return None
-    return {**data, "files": [e for e in data["files"] if isinstance(e, dict) and _plain_name(e.get("name"))]}
+    return {**data, "files": [e for e in data["files"] if isinstance(e, dict) and _entry_name(e.get("name"))]}
 
 
 def _remove_written(out: Path, entry: dict[str, Any]) -> None:
@@ -92,7 +140,8 @@ def _remove_written(out: Path, entry: dict[str, Any]) -> None:
     may have been edited: an entry naming a user's file (or one changed since) removes nothing."""
     name = entry.get("name")
     path = out / str(name)
-    if name not in _OWN_NAMES or path.is_symlink() or not path.is_file():
+    own = name in _OWN_NAMES or (_deploy_name(name) and _no_links(out, str(name)))
+    if not own or path.is_symlink() or not path.is_file():
         return
     try:
         if path.stat().st_size == entry.get("bytes") and sha256_of(path) == entry.get("sha256"):
@@ -188,7 +237,7 @@ def clear_results(out: Path) -> None:
 def finish_results(out: Path, written: Iterable[Path], scenario: str, seed: int | None) -> Path:
     """Remove the earlier run's outputs (those its manifest names) this run did not write again,
     then write the manifest of ``written`` (last, so its presence means the results are complete)."""
-    names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
+    names = _written_names(out, written)
     previous = read_manifest(out) or {}
     for entry in previous.get("files", []):
         if entry["name"] not in names:
@@ -206,7 +255,7 @@ def record_files(out: Path, written: Iterable[Path]) -> bool:
     manifest = read_manifest(out)
     if manifest is None:
         return False
-    names = sorted({Path(p).name for p in written if Path(p).parent.resolve() == out.resolve()})
+    names = _written_names(out, written)
     entries = {e["name"]: e for e in manifest["files"]}
     for name in names:
         entries[name] = {"name": name, "bytes": (out / name).stat().st_size, "sha256": sha256_of(out / name)}
@@ -225,7 +274,7 @@ def verify_manifest(out: Path) -> list[str]:
     problems = []
     for entry in manifest["files"]:
         name = entry.get("name") if isinstance(entry, dict) else None
-        if not _plain_name(name):
+        if not _entry_name(name) or not _no_links(out, str(name)):
             problems.append(f"{MANIFEST} names {name!r}, which is not a file of this folder")
             continue
         path = out / name

@@ -190,6 +190,15 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
     doc.heading("Answer")
     doc.paragraph(summary_paragraph(answer))
     _nearest_misses(doc, answer)
+    deployment = [row for row in answer.get("deployment") or () if row["files"] or row.get("problem")]
+    if deployment:
+        doc.heading("Deployment files")
+        doc.paragraph("For the cheapest candidate at each target, at the units it needs there: vLLM and SGLang "
+                      "launch scripts, a Dynamo manifest and a README tracing every flag to its scenario field and "
+                      "listing what could not be mapped (docs/deploy.md).")
+        doc.table(["target", "candidate", "units", "files"],
+                  [[_rate(row["load"]), row["system"], str(row["units"]),
+                    ", ".join(row["files"]) if row["files"] else f"none: {row['problem']}"] for row in deployment])
     doc.heading("Units and cost per target load")
     header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets"]]
     rows = []
