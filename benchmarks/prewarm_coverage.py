@@ -1,12 +1,13 @@
 """How warm a cache prewarm leaves the tiers below HBM, and what it costs (issue 24; not a test).
 
 For each scenario given (``scenarios/<stem>.yaml``, or ``repro``: many nearly equally popular
-documents and a remote pool that never fills), for each distinct workload among its sweep points
-and each system with ``kv_cache.prewarm``: builds the system as a run does (``build_system``,
+documents and a remote pool that never fills), for each distinct document set among its sweep
+points and each distinct (node, model, lower tiers) of its systems with ``kv_cache.prewarm``
+(the first point of each): builds the system as a run does (``build_system``,
 which prewarms it) and reports the prompts the prewarm used, its CPU seconds
 (``time.process_time``, noisy on a shared machine), the blocks stored per tier, and the
 coverage: over 2,000 probe prompts drawn independently from the same workload (streams
-``probe.*``), the share of their document blocks (``shared_tokens``, closed loop) found in the
+``probe.*``), the share of their document blocks found in the
 first lower tier a block would be looked up in (a node's DRAM or NVMe tier, else its pool node).
 Run it against another checkout with ``PYTHONPATH=<checkout>`` to compare.
 
@@ -32,7 +33,7 @@ from kvsim.rng import DerivedStreams, RandomStreams  # noqa: E402
 from kvsim.serving.cache.tiers import SystemCache  # noqa: E402
 from kvsim.sim import check_scenario  # noqa: E402
 from kvsim.sim.build import build_system  # noqa: E402
-from kvsim.workload import ClientStream  # noqa: E402
+from kvsim.workload import ClientStream, open_loop_requests  # noqa: E402
 
 REPRO = """
 name: prewarm-repro
@@ -54,12 +55,17 @@ PROBES = 2000
 def _probe(cache: SystemCache, workload, streams: RandomStreams, block_tokens: int) -> float:
     """Share of the probe prompts' document blocks present in the first lower store looked up."""
     derived = DerivedStreams(streams, "probe", shared=("workload.prefix.document_tokens",))
-    clients = [ClientStream(workload, c, derived, namespace="probe") for c in range(workload.arrival.clients)]
+    if workload.closed_loop:
+        clients = [ClientStream(workload, c, derived, namespace="probe") for c in range(workload.arrival.clients)]
+        requests = (clients[k % len(clients)].next_request_with_hashes() for k in range(PROBES))
+        prompts = [r.hash_ids[: r.shared_tokens // block_tokens] for r in requests]
+    else:  # open loop: documents of one fixed length only (the shipped scenarios')
+        drawn = open_loop_requests(workload, PROBES / workload.arrival.rate, derived, namespace="probe")
+        doc = int(workload.prefix.document_tokens.value) // block_tokens
+        prompts = [hashes[:doc] for hashes in drawn.hash_ids]
     locals_ = list(cache.dram.values()) + list(cache.nvme.values())
     found = total = 0
-    for k in range(PROBES):
-        request = clients[k % len(clients)].next_request_with_hashes()
-        shared = request.hash_ids[: request.shared_tokens // block_tokens]
+    for shared in prompts:
         for block in shared:
             store = locals_[0] if locals_ else cache.remote_store(block)
             found += block in store
@@ -83,12 +89,17 @@ def measure(name: str, scenario: kvsim.Scenario) -> list[dict]:
     try:
         for point in scenario.points:
             spec = point.spec
-            key = spec.workload.model_dump_json()
+            prefix = spec.workload.prefix.model_dump_json()
             for system, sys_spec in spec.systems.items():
                 cache = sys_spec.kv_cache
-                if cache is None or not cache.prewarm or (key, system) in seen:
+                if cache is None or not cache.prewarm:
                     continue
-                seen.add((key, system))
+                # one run per document set, tiers, node and model: the clients and the transfer
+                # path do not change what the prewarm stores
+                key = (prefix, sys_spec.node, sys_spec.model, str(cache.dram), str(cache.nvme), str(cache.remote))
+                if key in seen:
+                    continue
+                seen.add(key)
                 sizing = sizings[(point.index, system)]
                 streams = RandomStreams(spec.seed)
                 block = spec.workload.block_tokens
