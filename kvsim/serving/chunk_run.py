@@ -27,9 +27,10 @@ The step-by-step engine stays as the reference (``engine.coalesce: false``): rec
 and levels are equal bit for bit (``tests/test_coalesce.py``), with the same caveat as decode
 runs for an outside event at exactly the instant a step ends.
 
-Pure Python in both backends (a run costs one plan, a few settles and one account, each a loop
-over its steps in Python; the per-step cost it removes is a SimPy event and a pass through the
-engine loop and the scheduler).
+Pure Python in both backends: a run costs one plan (the step model's breakdown of each chunk), a
+few settles (one ``prefill_computed`` call per step) and one account (the engine time's and the
+KV level's bulk calls, the loops decode runs use, compiled in that backend); what it removes per
+step is a SimPy event and a pass through the engine loop and the scheduler.
 """
 
 from __future__ import annotations
@@ -57,37 +58,27 @@ class ChunkRun:
     Step ``i`` runs from ``ends_s[i - 1]`` to ``ends_s[i]`` and computes the sequence's tokens
     ``kv0 + (i - 1) * chunk`` to ``kv0 + i * chunk``; ``blocks[i]`` is the pages it holds in step
     ``i`` and ``new_blocks[i]`` the pages steps ``2..i`` took from the pool. Steps before
-    ``last`` are applied here; step ``last`` is completed by the scheduler.
+    ``last`` are applied here (:meth:`settle`, :meth:`account`); step ``last`` is completed by
+    the scheduler, after :meth:`finish_step`.
     """
 
-    __slots__ = (
-        "accounted",
-        "applied",
-        "batch",
-        "batches0",
-        "blocks",
-        "chunk",
-        "ends_s",
-        "free0",
-        "instance",
-        "kv0",
-        "last",
-        "new_blocks",
-        "parts",
-        "planned",
-        "seq",
-    )
+    __slots__ = ("accounted", "applied", "batch", "batches0", "blocks", "chunk", "comm_s", "compute_s", "ends_s",
+                 "free0", "instance", "kernels_s", "kv0", "last", "memory_s", "new_blocks", "overhead_s", "planned",
+                 "seq", "total_s")
 
     cut_by_arrivals = False  # (see the module docstring; Instance.submit reads it)
 
-    def __init__(self, instance: Instance, batch: Batch, ends_s: list[float], parts: list[StepBreakdown],
-                 blocks: list[int], new_blocks: list[int]):
+    def __init__(self, instance: Instance, batch: Batch, ends_s: list[float],
+                 steps: tuple[list[float], list[float], list[float], float, float, float], blocks: list[int],
+                 new_blocks: list[int]):
         self.instance = instance
         self.batch = batch
         self.seq, self.chunk = batch.prefills[0]
         self.kv0 = self.seq.kv_tokens
         self.ends_s = ends_s
-        self.parts = parts
+        # step i's total, compute and memory time at [i - 1]; the collective, launch and host
+        # times every step shares (as the engine loop accounts them)
+        self.total_s, self.compute_s, self.memory_s, self.comm_s, self.kernels_s, self.overhead_s = steps
         self.blocks = blocks
         self.new_blocks = new_blocks
         self.free0 = instance.pool._free  # after step 1's pages
@@ -122,7 +113,8 @@ class ChunkRun:
         have = seq.kv_blocks
         taken = 0
         ends = [now, now + first_s]
-        parts = [first_parts]
+        totals, computes, memories = [first_s], [first_parts.compute_s], [max(first_parts.memory_s, first_parts.remote_s)]
+        comm_s, kernels_s, overhead_s = first_parts.comm_s, first_parts.kernels_s, first_parts.overhead_s + 0.0
         blocks = [0, have]
         new_blocks = [0, 0]
         for i in range(2, steps + 1):
@@ -143,14 +135,19 @@ class ChunkRun:
             seconds = step.total_s
             if not seconds > 0 or math.isinf(seconds):
                 break  # left to the step-by-step loop, which names it
+            if step.comm_s != comm_s or step.kernels_s != kernels_s or step.overhead_s + 0.0 != overhead_s:
+                break  # (chunks of one size share these: accounted in one call below)
             ends.append(ends[-1] + seconds)  # in order, as the step-by-step clock adds them
-            parts.append(step)
+            totals.append(seconds)
+            computes.append(step.compute_s)
+            memories.append(max(step.memory_s, step.remote_s))
             blocks.append(have)
             new_blocks.append(taken)
         if len(ends) < 3:
             return None
         new_blocks.append(taken)  # (no step after the last: its pages are the last step's)
-        return ChunkRun(instance, batch, ends, parts, blocks, new_blocks)
+        return ChunkRun(instance, batch, ends, (totals, computes, memories, comm_s, kernels_s, overhead_s), blocks,
+                        new_blocks)
 
     @property
     def end_s(self) -> float:
@@ -186,17 +183,15 @@ class ChunkRun:
         self.accounted = done
         instance = self.instance
         instance.counters.iterations += done - first + 1
-        engine_time, level = instance.engine_time, instance.kv_utilization
+        ends = self.ends_s[first:done + 1]
+        instance.engine_time.add_each(ends, self.total_s[first - 1:done], self.compute_s[first - 1:done],
+                                      self.memory_s[first - 1:done], self.comm_s, self.kernels_s, self.overhead_s)
+        # the pool's level as each step ends (its pages) and the next is formed (its new pages)
         num_blocks = instance.pool.num_blocks
         used0 = num_blocks - self.free0
-        ends, parts, new_blocks = self.ends_s, self.parts, self.new_blocks
-        for i in range(first, done + 1):
-            step = parts[i - 1]
-            end_s = ends[i]
-            engine_time.add(end_s, step.total_s, step.compute_s, max(step.memory_s, step.remote_s), step.comm_s,
-                            step.kernels_s, step.overhead_s + 0.0)
-            level.set(end_s, (used0 + new_blocks[i]) / num_blocks)
-            level.set(end_s, (used0 + new_blocks[i + 1]) / num_blocks)
+        new_blocks = self.new_blocks
+        during = [(used0 + new_blocks[i]) / num_blocks for i in range(first, done + 2)]
+        instance.kv_utilization.set_at_each(ends, during[:-1], during[1:])
 
     def cut(self, now: float, keep: int = 0) -> None:
         """Settle, and make the step in progress at ``now`` (or ``keep`` steps after it) the last."""
@@ -211,8 +206,7 @@ class ChunkRun:
         """Account the steps before the last, then the last step's engine time (the scheduler
         completes it)."""
         self.account()
-        step = self.parts[self.last - 1]
-        self.instance.engine_time.add(self.ends_s[self.last], step.total_s, step.compute_s,
-                                      max(step.memory_s, step.remote_s), step.comm_s, step.kernels_s,
-                                      step.overhead_s + 0.0)
+        i = self.last
+        self.instance.engine_time.add(self.ends_s[i], self.total_s[i - 1], self.compute_s[i - 1], self.memory_s[i - 1],
+                                      self.comm_s, self.kernels_s, self.overhead_s)
         self.instance.counters.iterations += 1
