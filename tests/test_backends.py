@@ -32,7 +32,7 @@ from kvsim import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from random_scenarios import random_case  # noqa: E402
-from test_coalesce import CUT, SHIPPED, SLOW, _same_summary, _shortened  # noqa: E402
+from test_coalesce import CHUNKED, CUT, SHIPPED, SLOW, _same_summary, _shortened  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ACC = accelerator_catalog()
@@ -178,6 +178,15 @@ def test_more_random_scenarios_give_the_same_results_compiled(case):
 def test_runs_cut_by_every_kind_of_event_are_the_same_compiled(tmp_path, rate):
     path = tmp_path / "cut.yaml"
     path.write_text(CUT.format(rate=rate))
+    _assert_equal(*_both(kvsim.load_scenario(path)))
+
+
+@needs_compiled
+@pytest.mark.parametrize("rate", [3, 10])
+def test_prefill_chunk_runs_are_the_same_compiled(tmp_path, rate):
+    """Long prompts in small chunks (coalesced into chunk runs), with caches, timeouts and handoffs."""
+    path = tmp_path / "chunks.yaml"
+    path.write_text(CHUNKED.format(rate=rate))
     _assert_equal(*_both(kvsim.load_scenario(path)))
 
 

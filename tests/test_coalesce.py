@@ -18,7 +18,7 @@ import simpy
 import kvsim
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
-from kvsim.models.step_time import BatchShape, RooflineStepTime
+from kvsim.models.step_time import BatchShape, RooflineStepTime, StepBreakdown
 from kvsim.serving import decode_run
 from kvsim.serving.instance import Instance
 
@@ -386,6 +386,143 @@ def test_coalescing_takes_far_fewer_events(repo_root, monkeypatch):
         iterations[mode] = sum(run.iterations for run in result.runs)
     assert iterations[True] == iterations[False]
     assert counts[True] < counts[False] / 4, counts
+
+
+# ---------------------------------------------------------------------------------------------
+# prefill chunk runs (kvsim.serving.chunk_run)
+
+CHUNKED = """
+name: chunk-runs
+seed: 7
+duration: 30 s
+warmup: 1 s
+model: qwen3-8b
+workload:
+  arrival: {{kind: poisson, rate: {rate}/s}}
+  prefix: {{kind: shared_documents, documents: 6, zipf_s: 1.0, document_tokens: {{kind: fixed, value: 4096}},
+           suffix_tokens: {{kind: uniform, low: 16, high: 3000}}}}
+  output_tokens: {{kind: lognormal, median: 60, sigma: 1.0, max: 800}}
+  timeout: 6 s
+systems:
+  colocated: {{node: h20-8x, instance: {{tp: 4, memory_utilization: 0.25, max_batched_tokens: 512}},
+              kv_cache: {{dram: {{capacity: 8 GiB}}, remote: {{pool_node: nvme-storage-16x, nodes: 1}}}}}}
+  nocache: {{node: h20-8x, instance: {{tp: 4, memory_utilization: 0.25, max_batched_tokens: 384}}}}
+  pd:
+    pools:
+      prefill: {{node: h20-8x, instances: 2, role: prefill, instance: {{tp: 2, max_batched_tokens: 1024}}}}
+      decode: {{node: h20-8x, instances: 2, role: decode, instance: {{tp: 2, max_num_seqs: 24}}}}
+    kv_cache: {{dram: {{capacity: 16 GiB}}}}
+"""
+
+
+@pytest.mark.parametrize("async_scheduling", [True, False])
+def test_chunk_runs_equal_the_step_by_step_engine_under_every_kind_of_event(tmp_path, monkeypatch,
+                                                                            async_scheduling):
+    """Long prompts in small chunks, with a prefix cache whose loads land and whose pages run
+    short, client timeouts, prefill instances handing prompts off, and a meddler reading and
+    taking pages at odd times: coalesced chunk runs give the same records, summaries and time
+    series as the step-by-step engine, and the case does plan runs and cut them."""
+    from kvsim.serving import chunk_run
+
+    path = tmp_path / "chunks.yaml"
+    path.write_text(CHUNKED.format(rate=10))
+    scenario = kvsim.load_scenario(path).with_changes({"engine.async_scheduling": async_scheduling})
+    _start_with_each_system(monkeypatch, _meddle)
+    planned: list[int] = []
+    causes: dict[str, int] = {}
+    plan, interrupt = chunk_run.ChunkRun.plan, Instance.interrupt
+
+    def counted_plan(*args, **kwargs):
+        run = plan(*args, **kwargs)
+        if run is not None:
+            planned.append(run.planned)
+        return run
+
+    def counted(self):
+        if isinstance(self._decode_run, chunk_run.ChunkRun):
+            import sys
+            caller = sys._getframe(1)
+            if caller.f_code.co_name == "interrupt":  # the scheduler's or the pool's observer call
+                caller = caller.f_back
+            causes[caller.f_code.co_name] = causes.get(caller.f_code.co_name, 0) + 1
+        interrupt(self)
+
+    monkeypatch.setattr(chunk_run.ChunkRun, "plan", staticmethod(counted_plan))
+    monkeypatch.setattr(Instance, "interrupt", counted)
+    reference, coalesced = _both(scenario)
+    _assert_equal(reference, coalesced)
+    assert len(planned) > 100 and max(planned) >= 8, planned  # runs of many chunks were planned
+    # cut by clients giving up, prompts handed off, pages taken and given from outside
+    assert {"abort", "release_detached", "take", "give"} <= causes.keys(), causes
+    assert sum(causes.values()) > 100, causes
+    assert sum(run.summary["requests_aborted"] for run in coalesced.runs) > 0
+
+
+def test_chunk_runs_take_far_fewer_events(tmp_path, monkeypatch):
+    """Prompts of many chunks: one event per run instead of one per chunk (same iterations)."""
+    path = tmp_path / "chunks.yaml"
+    path.write_text(CHUNKED.format(rate=3))
+    scenario = kvsim.load_scenario(path).with_changes(
+        {"systems": {"nocache": kvsim.load_scenario(path).raw["systems"]["nocache"]}, "compare": None,
+         "workload.timeout": None})
+    counts: dict[bool, int] = {}
+    schedule = simpy.Environment.schedule
+
+    def counting(self, event, priority=1, delay=0):
+        counts[mode] = counts.get(mode, 0) + 1
+        return schedule(self, event, priority, delay)
+
+    monkeypatch.setattr(simpy.Environment, "schedule", counting)
+    iterations, results = {}, {}
+    for mode in (False, True):
+        results[mode] = kvsim.run(scenario.with_changes({"engine.coalesce": mode}))
+        iterations[mode] = sum(run.iterations for run in results[mode].runs)
+    _assert_equal(results[False], results[True])
+    assert iterations[True] == iterations[False]
+    assert counts[True] < counts[False] / 3, counts
+
+
+@pytest.mark.parametrize("case", [case for case in range(50, 81) if case != 60])  # (60: a request outgrows its pool)
+def test_random_scenarios_in_small_chunks_give_the_same_results_coalesced(tmp_path, case):
+    """More random scenarios as above, with a token budget of 64 to 512 tokens: most prompts take
+    several chunks. As generated, 21 of the 30 plan chunk runs (179 runs; the others' chunks
+    share their iterations with decodes)."""
+    scenario = _random_scenario(tmp_path, case)
+    budget = [64, 128, 256, 512][case % 4]
+    _assert_equal(*_both(scenario.with_changes({"systems.s.instance.max_batched_tokens": budget})))
+
+
+@pytest.mark.parametrize("bad", [-0.5, 0.0, math.inf, math.nan])
+def test_a_bad_step_time_in_a_chunk_run_is_named(tmp_path, monkeypatch, bad):
+    """A step model giving a later chunk of a run a time that is not positive and finite: the
+    run stops before it and the step-by-step loop names it, coalesced or not."""
+    path = tmp_path / "chunks.yaml"
+    path.write_text(CHUNKED.format(rate=3))
+    scenario = kvsim.load_scenario(path)
+    scenario = scenario.with_changes({"systems": {"nocache": scenario.raw["systems"]["nocache"]}, "compare": None})
+    real = RooflineStepTime.breakdown
+
+    class Planted(StepBreakdown):
+        __slots__ = ()
+
+        @property
+        def total_s(self) -> float:
+            return bad
+
+    def planted(self, batch, remote_kv_Bps=None):
+        parts = real(self, batch, remote_kv_Bps)
+        if batch.prefill_tokens == 384 and batch.prefill_context_tokens == 5 * 384:
+            return Planted(*parts)  # the sixth chunk of any prompt
+        return parts
+
+    monkeypatch.setattr(RooflineStepTime, "breakdown", planted)
+    messages = []
+    for mode in (False, True):
+        with pytest.raises(RuntimeError, match="step-time model returned") as raised:
+            kvsim.run(scenario.with_changes({"engine.coalesce": mode}))
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
+    assert f"returned {bad!r} s for BatchShape(prefill_tokens=384," in messages[1]
 
 
 # ---------------------------------------------------------------------------------------------

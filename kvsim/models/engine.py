@@ -97,9 +97,10 @@ class EngineSpec(FrozenSpec):
     kernel_s : float
         GPU time per kernel launch outside the roofline (setup, tail, gap), seconds.
     coalesce : bool
-        Advance a run of decode iterations whose batch does not change in one simulation event
-        (a simulator setting, not an engine's: results are the same either way; ``false`` runs
-        the step-by-step reference, one event per iteration).
+        Advance a run of decode iterations whose batch does not change, or of one long prompt's
+        prefill chunks, in one simulation event (a simulator setting, not an engine's: results
+        are the same either way; ``false`` runs the step-by-step reference, one event per
+        iteration).
     backend : str
         ``auto`` (the default: the compiled kernels where they were built, else the pure-Python
         reference), ``python`` or ``compiled`` (see :mod:`kvsim.backend`). A simulator setting:

@@ -123,6 +123,8 @@ class DecodeRun:
         self.accounted = 0                    # steps of those accounted (see account())
         self.batches0 = instance.scheduler.batches_formed
 
+    cut_by_arrivals = True  # a request arriving may join the batch (Instance.submit reads it)
+
     @staticmethod
     @cython.locals(seq=Sequence, generated=cython.long, left=cython.long, steps=cython.long, kv=cython.long,
                    blocks=cython.long, own=cython.long, block=cython.long)

@@ -1,5 +1,6 @@
 """The engine loop of one serving instance: form a batch, time it, sleep through it (or through a
-coalesced decode run, :mod:`kvsim.serving.decode_run`), apply it; sleep while there is no work.
+coalesced decode run, :mod:`kvsim.serving.decode_run`, or prefill chunk run,
+:mod:`kvsim.serving.chunk_run`), apply it; sleep while there is no work.
 
 A SimPy process per instance (:class:`kvsim.serving.instance.Instance` starts it), and a kernel
 of the compiled backend (:mod:`kvsim.backend`): compiled, the loop is a C generator over the
@@ -18,6 +19,7 @@ import cython
 from kvsim.kv.block_pool import BlockPool
 from kvsim.metrics.engine_time import EngineTime
 from kvsim.metrics.levels import TimeWeightedLevel
+from kvsim.serving.chunk_run import ChunkRun
 from kvsim.serving.instance import Instance
 from kvsim.serving.scheduler import Batch, BatchScheduler
 
@@ -72,8 +74,12 @@ def engine_loop(instance: Instance):
         if not duration_s > 0 or math.isinf(duration_s):
             raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
         instance._in_flight = True
-        run = instance._plan_run(instance, batch, duration_s, parts, now, adapter_s) \
-            if coalesce and not batch.prefills else None
+        run = None
+        if coalesce:
+            if not batch.prefills:
+                run = instance._plan_run(instance, batch, duration_s, parts, now, adapter_s)
+            elif not batch.decodes and remote_Bps is None and parts is not None:
+                run = ChunkRun.plan(instance, batch, duration_s, parts, now, adapter_s)
         if run is not None:
             yield from sleep_through(instance, run)
             instance._in_flight = False
@@ -97,7 +103,7 @@ def engine_loop(instance: Instance):
 
 
 @cython.locals(instance=Instance, pool=BlockPool, scheduler=BatchScheduler)
-def sleep_through(instance: Instance, run: DecodeRun):
+def sleep_through(instance: Instance, run: DecodeRun | ChunkRun):
     """Sleep through ``run`` until its last step ends (or, cut short, the step in progress),
     apply and account the steps before it, then account the last; the caller completes it."""
     env = instance.env

@@ -35,6 +35,7 @@ from kvsim.serving.scheduler import AdmissionHook, Batch, SchedulerEvents
 from kvsim.serving.sequence import Sequence
 
 if TYPE_CHECKING:  # the board's kernel reads instances: importing it here would be a cycle compiled
+    from kvsim.serving.chunk_run import ChunkRun
     from kvsim.serving.load_board import LoadBoard
 
 __all__ = ["Instance"]
@@ -162,8 +163,9 @@ class Instance:
         Its LoRA slots: which adapters a step may mix, and the copy a step waits for when one of
         its adapters is not resident.
     coalesce : bool
-        Advance runs of unchanging decode iterations in one event (:mod:`kvsim.serving.decode_run`);
-        False steps one iteration per event (the reference).
+        Advance runs of unchanging decode iterations (:mod:`kvsim.serving.decode_run`) and of one
+        prompt's prefill chunks (:mod:`kvsim.serving.chunk_run`) in one event; False steps one
+        iteration per event (the reference).
     kernels : Kernels, optional
         The backend's kernel modules its decode runs and levels come from (:mod:`kvsim.backend`;
         default: the pure-Python reference).
@@ -231,8 +233,8 @@ class Instance:
         self.kv_utilization = self.kernels.levels.TimeWeightedLevel(window_start_s, window_end_s)
         self.engine_time = counters.engine_time()
         self.coalesce = coalesce
-        self._decode_run: DecodeRun | None = None  # the coalesced run in progress, if any
-        self._sleeping: DecodeRun | None = None  # the run the engine sleeps through (cut or not)
+        self._decode_run: DecodeRun | ChunkRun | None = None  # the coalesced run in progress, if any
+        self._sleeping: DecodeRun | ChunkRun | None = None  # the run the engine sleeps through (cut or not)
         self._final = False  # the engine's wait ends at the sleeping run's end (not halfway)
         self.decode_horizon = FIRST_HORIZON  # steps the next coalesced run is planned for
         self.adapters = adapters
@@ -274,6 +276,8 @@ class Instance:
 
     @property
     def pending_prompt_tokens(self) -> int:
+        if self._decode_run is not None:
+            self.settle()  # a prefill chunk run's prompt moves step by step
         return self.scheduler.pending_prompt_tokens
 
     @property
@@ -374,7 +378,9 @@ class Instance:
         """Hand a request to this instance (at the current simulated time)."""
         run = self._decode_run
         if run is not None:
-            if self.async_scheduling:
+            if not run.cut_by_arrivals:
+                run.settle(self.env.now)  # a chunk run goes on (kvsim.serving.chunk_run): its state now
+            elif self.async_scheduling:
                 # it joins the batch after next (below): the next step is still the run's
                 end_s = run.end_s
                 run.cut(self.env.now, keep=1)

@@ -1,0 +1,212 @@
+"""Coalesced prefill chunk runs: the chunks of one long prompt advanced in one simulation event.
+
+A prompt longer than the token budget is prefilled in chunks, one engine iteration each. While
+the first sequence the scheduler serves takes the whole budget, the iteration holds its chunk
+alone (those behind it get nothing, and nothing waiting can be admitted: there is no budget
+left), so the next iterations are known in advance: the same sequence's next chunks, each
+``max_batched_tokens`` long, their context growing by a chunk a step, until the prompt's final
+chunk. Their durations follow from the step model's breakdown of each chunk's shape (the shape
+the scheduler would form), their end times by adding them up in order, as the step-by-step clock
+would.
+
+A :class:`ChunkRun` is planned at the first of those iterations and kept, like a
+:class:`~kvsim.serving.decode_run.DecodeRun`, as the instance's coalesced run: the engine sleeps
+through it in one event (:func:`~kvsim.serving.engine_loop.sleep_through`); anything that reads
+the instance settles it first (every step that has ended by then is applied: its tokens, the
+input tokens it counts, the next chunk's pages), anything that changes the instance cuts it at
+the step in progress. A run stops before a chunk whose pages the pool could give only by
+reclaiming cached pages or preempting (those are decisions made at the step's start, left to
+the step-by-step loop), and before the prompt's final chunk (the prompt's completion files its
+blocks in the cache and emits its first token; the last step a run holds is completed by the
+scheduler as usual, after the run).
+
+Unlike a decode run, a chunk run is not cut by a request arriving: the arrival waits in the queue,
+and no step of the run admits anything (each takes the whole budget), so the steps do not change.
+
+The step-by-step engine stays as the reference (``engine.coalesce: false``): records, counters
+and levels are equal bit for bit (``tests/test_coalesce.py``), with the same caveat as decode
+runs for an outside event at exactly the instant a step ends.
+
+Pure Python in both backends: a run costs one plan (the step model's breakdown of each chunk), a
+few settles (one ``prefill_computed`` call per step) and one account (the engine time's and the
+KV level's bulk calls, the loops decode runs use, compiled in that backend); what it removes per
+step is a SimPy event and a pass through the engine loop and the scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from typing import TYPE_CHECKING
+
+from kvsim.models.step_time import BatchShape
+
+if TYPE_CHECKING:
+    from kvsim.models.step_time import StepBreakdown
+    from kvsim.serving.instance import Instance
+    from kvsim.serving.scheduler import Batch
+
+__all__ = ["MAX_CHUNKS", "ChunkRun"]
+
+MAX_CHUNKS = 4096
+"""Longest run planned at once (a prompt of more chunks is planned again when the run ends)."""
+
+
+class ChunkRun:
+    """Prefill chunks ``1..last`` of one sequence, each the whole token budget, the first formed.
+
+    Step ``i`` runs from ``ends_s[i - 1]`` to ``ends_s[i]`` and computes the sequence's tokens
+    ``kv0 + (i - 1) * chunk`` to ``kv0 + i * chunk``; ``blocks[i]`` is the pages it holds in step
+    ``i`` and ``new_blocks[i]`` the pages steps ``2..i`` took from the pool. Steps before
+    ``last`` are applied here (:meth:`settle`, :meth:`account`); step ``last`` is completed by
+    the scheduler, after :meth:`finish_step`.
+    """
+
+    __slots__ = ("accounted", "applied", "batch", "batches0", "blocks", "chunk", "comm_s", "compute_s", "ends_s",
+                 "free0", "instance", "kernels_s", "kv0", "last", "memory_s", "new_blocks", "overhead_s", "planned",
+                 "seq", "total_s")
+
+    cut_by_arrivals = False  # (see the module docstring; Instance.submit reads it)
+
+    def __init__(self, instance: Instance, batch: Batch, ends_s: list[float],
+                 steps: tuple[list[float], list[float], list[float], float, float, float], blocks: list[int],
+                 new_blocks: list[int]):
+        self.instance = instance
+        self.batch = batch
+        self.seq, self.chunk = batch.prefills[0]
+        self.kv0 = self.seq.kv_tokens
+        self.ends_s = ends_s
+        # step i's total, compute and memory time at [i - 1]; the collective, launch and host
+        # times every step shares (as the engine loop accounts them)
+        self.total_s, self.compute_s, self.memory_s, self.comm_s, self.kernels_s, self.overhead_s = steps
+        self.blocks = blocks
+        self.new_blocks = new_blocks
+        self.free0 = instance.pool._free  # after step 1's pages
+        self.batches0 = instance.scheduler.batches_formed
+        self.last = self.planned = len(ends_s) - 1
+        self.applied = 0
+        self.accounted = 0
+
+    @staticmethod
+    def plan(instance: Instance, batch: Batch, first_s: float, first_parts: StepBreakdown, now: float,
+             adapter_s: float = 0.0) -> ChunkRun | None:
+        """A run starting with ``batch`` (formed at ``now``, lasting ``first_s``, its breakdown
+        ``first_parts``), or None if its second step could differ from the sequence's next chunk."""
+        scheduler = instance.scheduler
+        pool = instance.pool
+        if batch.decodes or len(batch.prefills) != 1 or adapter_s or instance.adapters is not None:
+            return None
+        if scheduler.span is not None or pool.resident is not None:
+            return None  # sliding windows: the context a chunk reads is not its position
+        seq, chunk = batch.prefills[0]
+        if chunk != scheduler.max_batched_tokens or seq.remote_tokens or batch.shape.remote_kv_tokens:
+            return None
+        kv0 = seq.kv_tokens
+        steps = (seq.prefill_target - kv0 - 1) // chunk  # chunks ending before the prompt's end
+        if steps < 2:
+            return None
+        steps = min(steps, MAX_CHUNKS)
+        breakdown = instance.step_model.breakdown  # type: ignore[attr-defined]  # (the engine loop checked)
+        block = pool.block_size_tokens
+        free = pool._free
+        shared = seq.shared_tokens
+        have = seq.kv_blocks
+        taken = 0
+        ends = [now, now + first_s]
+        totals, computes, memories = [first_s], [first_parts.compute_s], [max(first_parts.memory_s, first_parts.remote_s)]
+        comm_s, kernels_s, overhead_s = first_parts.comm_s, first_parts.kernels_s, first_parts.overhead_s + 0.0
+        blocks = [0, have]
+        new_blocks = [0, 0]
+        for i in range(2, steps + 1):
+            cached = kv0 + (i - 1) * chunk
+            # its pages, as the scheduler finds them (BatchScheduler.schedule, BlockPool.grow):
+            # stop before a chunk the pool could hold only by reclaiming or preempting
+            own = cached + chunk - shared
+            if own > have * block:
+                extra = -(-own // block) - have
+                if taken + extra > free:
+                    break
+                taken += extra
+                have += extra
+            # its shape, as the scheduler forms it (one chunk, no token sampled, no remote reads)
+            pairs = 0.0
+            pairs += BatchShape.prefill_chunk_pairs(chunk, cached)
+            step = breakdown(tuple.__new__(BatchShape, (chunk, pairs, cached, 0, 0, 0, 1, 0)))
+            seconds = step.total_s
+            if not seconds > 0 or math.isinf(seconds):
+                break  # left to the step-by-step loop, which names it
+            if step.comm_s != comm_s or step.kernels_s != kernels_s or step.overhead_s + 0.0 != overhead_s:
+                break  # (chunks of one size share these: accounted in one call below)
+            ends.append(ends[-1] + seconds)  # in order, as the step-by-step clock adds them
+            totals.append(seconds)
+            computes.append(step.compute_s)
+            memories.append(max(step.memory_s, step.remote_s))
+            blocks.append(have)
+            new_blocks.append(taken)
+        if len(ends) < 3:
+            return None
+        new_blocks.append(taken)  # (no step after the last: its pages are the last step's)
+        return ChunkRun(instance, batch, ends, (totals, computes, memories, comm_s, kernels_s, overhead_s), blocks,
+                        new_blocks)
+
+    @property
+    def end_s(self) -> float:
+        """When the run's last step ends, seconds."""
+        return self.ends_s[self.last]
+
+    def settle(self, now: float) -> None:
+        """Apply every step before the last that has ended by ``now`` (its tokens and the input
+        tokens it counts, in step order, at its end) and allocate the next step's pages."""
+        done = bisect_right(self.ends_s, now, 1, self.last) - 1
+        if done <= self.applied:
+            return
+        first = self.applied + 1
+        self.applied = done
+        instance = self.instance
+        scheduler = instance.scheduler
+        seq, chunk, kv0, ends = self.seq, self.chunk, self.kv0, self.ends_s
+        prefill_computed = scheduler.events.prefill_computed
+        for i in range(first, done + 1):  # what BatchScheduler.complete does for a chunk short of the end
+            seq.kv_tokens = kv0 + i * chunk
+            prefill_computed(seq, chunk, ends[i])
+        instance.pool._free = self.free0 - self.new_blocks[done + 1]
+        seq.kv_blocks = self.blocks[done + 1]
+        scheduler.batches_formed = self.batches0 + done
+
+    def account(self) -> None:
+        """Account the steps applied so far (iterations, engine time, the KV level as each ends
+        and the next is formed), in step order, as the step-by-step loop adds them."""
+        done = self.applied
+        if done <= self.accounted:
+            return
+        first = self.accounted + 1
+        self.accounted = done
+        instance = self.instance
+        instance.counters.iterations += done - first + 1
+        ends = self.ends_s[first:done + 1]
+        instance.engine_time.add_each(ends, self.total_s[first - 1:done], self.compute_s[first - 1:done],
+                                      self.memory_s[first - 1:done], self.comm_s, self.kernels_s, self.overhead_s)
+        # the pool's level as each step ends (its pages) and the next is formed (its new pages)
+        num_blocks = instance.pool.num_blocks
+        used0 = num_blocks - self.free0
+        new_blocks = self.new_blocks
+        during = [(used0 + new_blocks[i]) / num_blocks for i in range(first, done + 2)]
+        instance.kv_utilization.set_at_each(ends, during[:-1], during[1:])
+
+    def cut(self, now: float, keep: int = 0) -> None:
+        """Settle, and make the step in progress at ``now`` (or ``keep`` steps after it) the last."""
+        self.settle(now)
+        self.last = min(self.last, self.applied + 1 + keep)
+
+    def next_horizon(self, horizon: int) -> int:
+        """The instance's decode-run horizon, unchanged (a chunk run plans to the prompt's end)."""
+        return horizon
+
+    def finish_step(self) -> None:
+        """Account the steps before the last, then the last step's engine time (the scheduler
+        completes it)."""
+        self.account()
+        i = self.last
+        self.instance.engine_time.add(self.ends_s[i], self.total_s[i - 1], self.compute_s[i - 1], self.memory_s[i - 1],
+                                      self.comm_s, self.kernels_s, self.overhead_s)
+        self.instance.counters.iterations += 1
