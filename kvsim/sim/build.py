@@ -11,6 +11,7 @@ the wiring as desmod's elaboration does, so a broken system is refused before an
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 import simpy
 
@@ -44,6 +45,9 @@ from kvsim.sim.sizing import PoolSizing, SystemSizing, adapter_slots
 from kvsim.workload.reuse import SharedDocuments
 
 __all__ = ["System", "Placement", "WiringError", "build_system"]
+
+_physical = attrgetter("physical_bytes")
+_logical = attrgetter("logical_bytes")
 
 
 class WiringError(RuntimeError):
@@ -195,11 +199,12 @@ class System:
         while self.env.now <= until_s:
             row = {"time_s": self.env.now}
             for tier, group in stores.items():
-                held = float(sum(store.physical_bytes for store in group))
+                # (sum over map, not a generator: the same terms summed in the same order)
+                held = float(sum(map(_physical, group)))
                 self.tier_occupancy[tier].set(self.env.now, held)
                 row[f"{tier}_bytes"] = held
                 # what readers see: one block's bytes per reader (sharing makes it exceed physical)
-                row[f"{tier}_logical_bytes"] = float(sum(store.logical_bytes for store in group))
+                row[f"{tier}_logical_bytes"] = float(sum(map(_logical, group)))
             self.domain_levels.sample(self.env.now)
             self.timeseries.append(row)
             yield self.env.timeout(every_s)
