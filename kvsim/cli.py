@@ -309,8 +309,7 @@ def _quick_scenario(args: argparse.Namespace, asked: list[str]) -> str | None:
     """The scenario text of a quick-mode question, or None (the problem printed) if it is incomplete or wrong."""
     from kvsim.hardware import node_catalog, pool_node_catalog
     from kvsim.models import model_catalog
-    from kvsim.plan.quick import QuickError, parse_candidates, parse_slo, quick_scenario_text
-    from kvsim.units import UnitError, parse_quantity
+    from kvsim.plan.quick import QuickError, parse_candidates, parse_slo, parse_targets, quick_scenario_text
     from kvsim.yaml_io import did_you_mean
 
     missing = [f"--{name}" for name in ("model", "target", "slo", "candidates") if name not in asked]
@@ -325,18 +324,10 @@ def _quick_scenario(args: argparse.Namespace, asked: list[str]) -> str | None:
         if args.model not in models:
             raise QuickError(f"--model: unknown model {args.model!r}{did_you_mean(args.model, models)} "
                              f"(kvsim catalog models lists them)")
-        targets = []
-        for text in args.target:
-            try:
-                rate = parse_quantity(text, "rate")
-            except UnitError as exc:
-                raise QuickError(f"--target: {text!r}: {exc} (e.g. 40/s)") from None
-            if not rate > 0:
-                raise QuickError(f"--target: {text!r}: a rate above zero")
-            targets.append(rate)
+        targets = parse_targets(args.target)
         candidates = parse_candidates(args.candidates, node_catalog().names(), pool_node_catalog().names())
         command = "kvsim " + " ".join(shlex.quote(a) for a in args.argv)
-        return quick_scenario_text(model=args.model, targets=sorted(set(targets)), slo=parse_slo(args.slo),
+        return quick_scenario_text(model=args.model, targets=targets, slo=parse_slo(args.slo),
                                    candidates=candidates, prompt_tokens=args.prompt_tokens,
                                    output_tokens=args.output_tokens, shared_prefix_tokens=args.shared_prefix_tokens,
                                    documents=args.documents, seed=args.seed if args.seed is not None else 1,

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from kvsim.units import UnitError, format_quantity, parse_quantity
 
-__all__ = ["QuickError", "Candidate", "parse_candidates", "parse_slo", "quick_scenario_text"]
+__all__ = ["QuickError", "Candidate", "parse_candidates", "parse_slo", "parse_targets", "positive_quantity",
+           "quick_scenario_text"]
 
 OPTIONS = ("dram", "nvme", "pool", "tp")
 
@@ -100,13 +101,7 @@ def _option(entry: str, key: str, value: str, pool_nodes: list[str]) -> object:
     from kvsim.yaml_io import did_you_mean
 
     if key in ("dram", "nvme"):
-        try:
-            size = parse_quantity(value, "bytes")
-        except UnitError as exc:
-            raise QuickError(f"--candidates: {entry!r}: {key}={value}: {exc} (e.g. 512GiB)") from None
-        if not size > 0:
-            raise QuickError(f"--candidates: {entry!r}: {key}={value}: a size above zero")
-        return size
+        return positive_quantity(value, "bytes", f"--candidates: {entry!r}: {key}={value}", "512GiB")
     if key == "tp":
         if not value.isdigit() or int(value) < 1:
             raise QuickError(f"--candidates: {entry!r}: tp={value}: a whole number of cards, at least 1")
@@ -121,6 +116,22 @@ def _option(entry: str, key: str, value: str, pool_nodes: list[str]) -> object:
     return name, int(count) if sep else 1
 
 
+def positive_quantity(text: str, dimension: str, where: str, example: str) -> float:
+    """``text`` as an SI float of ``dimension`` above zero; else a :class:`QuickError` naming ``where``."""
+    try:
+        value = parse_quantity(text, dimension)
+    except UnitError as exc:
+        raise QuickError(f"{where}: {exc} (e.g. {example})") from None
+    if not value > 0:
+        raise QuickError(f"{where}: a {'size' if dimension == 'bytes' else dimension} above zero (e.g. {example})")
+    return value
+
+
+def parse_targets(texts: list[str]) -> list[float]:
+    """``--target`` values (``40/s``, repeatable) as rates, requests/s, ascending without repeats."""
+    return sorted({positive_quantity(text, "rate", f"--target: {text!r}", "40/s") for text in texts})
+
+
 def parse_slo(text: str) -> dict[str, float]:
     """``--slo`` (``ttft_p99=2s,tpot_p99=100ms``) as the scenario's ``slo:`` limits, seconds."""
     known = ("ttft_p99", "tpot_p99", "e2e_p99")
@@ -132,13 +143,7 @@ def parse_slo(text: str) -> dict[str, float]:
 
             raise QuickError(f"--slo: {part!r}: expected NAME=TIME with NAME one of {', '.join(known)}"
                              f"{did_you_mean(key, known)}, e.g. ttft_p99=2s,tpot_p99=100ms")
-        try:
-            seconds = parse_quantity(value, "time")
-        except UnitError as exc:
-            raise QuickError(f"--slo: {part!r}: {exc}") from None
-        if not seconds > 0:
-            raise QuickError(f"--slo: {part!r}: a limit above zero")
-        limits[key] = seconds
+        limits[key] = positive_quantity(value, "time", f"--slo: {part!r}", "ttft_p99=2s")
     return limits
 
 
