@@ -99,3 +99,18 @@ def test_the_plan_writes_deployment_files_of_the_cheapest_and_lists_them(tmp_pat
     assert set(row["files"]) <= {entry["name"] for entry in manifest["files"]}
     assert verify_manifest(tmp_path) == []
     assert "Deployment files" in (tmp_path / "plan.md").read_text()
+
+
+@pytest.mark.parametrize("shared, documents", [(0, 1), (7168, 1), (7168, 40)])
+def test_every_quick_question_writes_a_scenario_that_loads(shared, documents):
+    # the documented example (docs/planning.md) shares one 7K-token prefix: one document
+    from kvsim.plan.quick import quick_scenario_text
+    from kvsim.scenario.load import parse_scenario
+
+    text = quick_scenario_text(model="qwen3-8b", targets=[40.0], slo={"ttft_p99": 2.0, "tpot_p99": 0.1},
+                               candidates=parse_candidates("h20-8x,l20-8x+dram=512GiB,l20-8x+pool=nvme-storage-16x",
+                                                           node_catalog().names(), pool_node_catalog().names()),
+                               prompt_tokens=8192, output_tokens=200, shared_prefix_tokens=shared,
+                               documents=documents)
+    scenario = parse_scenario(text, "quick.yaml")
+    assert sorted(scenario.spec.systems) == ["h20-8x", "l20-8x_dram-512GiB", "l20-8x_pool-nvme-storage-16x"]

@@ -171,7 +171,7 @@ def quick_scenario_text(*, model: str, targets: list[float], slo: dict[str, floa
         lines += ["  prefix:",
                   "    kind: shared_documents",
                   f"    documents: {documents}",
-                  *(["    zipf_s: 0.8"] if documents > 1 else []),
+                  "    zipf_s: 0.8",  # (required by the schema; moot for one document)
                   f"    document_tokens: {{kind: fixed, value: {shared_prefix_tokens}}}",
                   f"    suffix_tokens: {{kind: fixed, value: {prompt_tokens - shared_prefix_tokens}}}"]
     else:
