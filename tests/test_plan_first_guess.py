@@ -37,6 +37,28 @@ def test_decode_steps_are_shared_by_the_batch_and_capped_by_the_tpot_limit():
     assert capacity_guess(tight, "one") < expected
 
 
+def test_a_cached_shared_document_is_read_as_context_and_only_the_suffix_computed():
+    # one 448-token document every prompt shares, a 64-token suffix: with a prefix cache the
+    # document is always found (it fits many times over), so a request is one prefill iteration
+    # of the 64 suffix tokens reading 448 tokens of context; without a cache the whole 512
+    prefix = ("  prefix: {kind: shared_documents, documents: 1, zipf_s: 0.8, document_tokens: {kind: fixed, value: 448},"
+              " suffix_tokens: {kind: fixed, value: 64}}\n")
+
+    def scenario(cache):
+        text = MD1.format(seed=1, duration=30, rate=1).replace("  input_tokens: {kind: fixed, value: 512}\n", prefix)
+        if cache:
+            text = text.replace("instance: {max_num_seqs: 1}}", "instance: {max_num_seqs: 1}, kv_cache: {}}")
+        return kvsim.parse_scenario(text + PLAN.format(tpot=""), "guess.yaml")
+
+    cached, uncached = scenario(True), scenario(False)
+    step = check_scenario(cached)[(0, "one")].pools[0].step_model()
+    suffix_s = step.iteration_time_s(BatchShape(prefill_tokens=64, prefill_pairs=64 * 448 + 64 * 65 / 2,
+                                                prefill_context_tokens=448, prefill_seqs=1, sampled_seqs=1))
+    assert capacity_guess(cached, "one") == pytest.approx(HEADROOM / suffix_s, rel=1e-12)
+    assert capacity_guess(uncached, "one") == pytest.approx(HEADROOM / _service_time_s(), rel=1e-12)
+    assert capacity_guess(cached, "one") > 2 * capacity_guess(uncached, "one")
+
+
 def test_the_search_starts_at_the_guess_and_validate_prices_the_plan(capsys, tmp_path):
     scenario = _scenario()
     result = plan(scenario)

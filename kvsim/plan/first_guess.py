@@ -10,10 +10,13 @@ emitting the first token; the other ``O - 1`` tokens in ``B``-wide decode steps)
 serves at most ``mu = 1 / that`` requests per second, and the unit ``instances * mu``. The guess is :data:`HEADROOM` of that: a queue needs
 slack to keep its TTFT tail within an SLO (M/G/k waits grow as ``1 / (1 - rho)``).
 
-It ignores prefix-cache hits (the prompt is computed whole: the guess errs low for a workload
-with reuse), chunked prefill mixing with decodes, and anything a disaggregated (prefill/decode)
-system does; for those and for a closed loop there is no guess (None) and the search starts as
-before. A guess only moves where the search starts: the answer is what the probes find, and a
+With a prefix cache and prompts that share documents (or one shared prefix), a request finds
+its document in cache with the steady hit share of the cost model (:func:`kvsim.plan.cost_hits.hit_fraction`:
+the caches -- HBM beside the running sequences and every lower tier -- holding the most popular
+documents) and then computes only its own suffix, reading the document as context; otherwise
+the whole prompt. It ignores the time to load a hit from a lower tier, chunked prefill mixing
+with decodes, and anything a disaggregated (prefill/decode) system does; for those and for a
+closed loop there is no guess (None) and the search starts as before. A guess only moves where the search starts: the answer is what the probes find, and a
 guess a factor of two off costs one bracketing round.
 """
 
@@ -51,6 +54,7 @@ def capacity_guess(scenario: Scenario, system: str) -> float | None:
     prefix = workload.prefix
     prompt = (prefix.document_tokens.mean + prefix.suffix_tokens.mean if prefix is not None
               and hasattr(prefix, "document_tokens") else workload.input_tokens.mean)
+    found, document = _found_share(spec, sizing, workload, prompt)
     answer = max(1.0, workload.output_tokens.mean)
     tpot_limit = getattr(spec.slo, "tpot_p99", None) if spec.slo is not None else None
     total = 0.0
@@ -74,10 +78,34 @@ def capacity_guess(scenario: Scenario, system: str) -> float | None:
         tokens = int(round(prompt))
         prefill_s = step.iteration_time_s(BatchShape(prefill_tokens=tokens, prefill_pairs=tokens * (tokens + 1) / 2,
                                                      prefill_seqs=1, sampled_seqs=1))
+        if found > 0.0:  # the document read from cache as context, the suffix computed
+            own = max(1, tokens - document)
+            suffix_s = step.iteration_time_s(BatchShape(prefill_tokens=own, prefill_pairs=own * document + own * (own + 1) / 2,
+                                                        prefill_context_tokens=document, prefill_seqs=1, sampled_seqs=1))
+            prefill_s = found * suffix_s + (1.0 - found) * prefill_s
         per_request_s = prefill_s + (answer - 1.0) * decode_step(batch) / batch  # the prefill emits the first token
         total += pool.instances / per_request_s
     guess = HEADROOM * total
     return guess if guess > 0 and math.isfinite(guess) else None
+
+
+def _found_share(spec: Any, sizing: Any, workload: Any, prompt: float) -> tuple[float, int]:
+    """``(share of requests that find their shared document in cache, its tokens)``: the cost
+    model's steady hit share over the system's caches (module docstring); ``(0, 0)`` without a
+    prefix cache or shared documents."""
+    from kvsim.plan.cost_hits import hit_fraction, workload_reuse
+    from kvsim.plan.cost_model import WorkloadShape, _cache_tokens
+
+    shared, document, popularity = workload_reuse(workload)
+    if spec.systems[sizing.name].kv_cache is None or shared <= 0.0:
+        return 0.0, 0
+    if document <= 0.0:  # one prefix shared by every prompt (fixed_hit): that share of the mean prompt
+        document = shared * prompt
+    compute = [p for p in sizing.pools if p.role != "decode"] or list(sizing.pools)
+    hbm_tokens, lower_tokens, _pooled = _cache_tokens(spec, sizing, compute)
+    shape = WorkloadShape(None, prompt, workload.output_tokens.mean, workload.block_tokens, True,
+                          shared_fraction=shared, document_tokens=document, popularity=popularity)
+    return hit_fraction(shape, hbm_tokens + lower_tokens) / shared, int(round(document))
 
 
 @dataclass(frozen=True)
