@@ -84,7 +84,7 @@ def confirm(out: Path, answer: dict) -> list[dict]:
 
 def _units_at(candidate: dict, target: float) -> int | None:
     for entry in candidate["targets"]:
-        if abs(float(entry["target"]) - target) <= 1e-9 * target:
+        if abs(float(entry["load"]) - target) <= 1e-9 * target:
             return entry["units"]
     raise SystemExit(f"plan.json has no unit count of {candidate['system']} at {target:g}/s")
 
