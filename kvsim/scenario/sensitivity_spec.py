@@ -1,0 +1,108 @@
+"""``plan.sensitivity``: which figures a plan's answer is tested against, and over what range.
+
+By default ``kvsim plan`` varies every catalog or scenario figure that its source marks as an
+assumption (or unconfirmed) and that the winner or the runner-up at a target depends on (see
+:mod:`kvsim.plan.sensitivity_figures` for the rules and the default ranges). A scenario narrows or
+widens that::
+
+    plan:
+      targets: [8/s]
+      sensitivity:
+        physics: 1                      # at most one figure that needs probes (default 2; 0: none)
+        figures:                        # instead of the figures found: these, with these ranges
+          - {field: catalog.nodes.l20-8x.price_usd, low: 70000, high: 140000}
+          - field: catalog.accelerators.l20.efficiency.compute   # the default range
+
+or turns it off with ``sensitivity: off``. A field is a dotted path as ``--set`` writes it; ``low``
+and ``high`` are numbers in SI units (US dollars for a price) or unit strings (``5 GB/s``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from kvsim.spec_types import FrozenSpec
+
+__all__ = ["SensitivitySpec", "FigureRange", "figure_number"]
+
+
+class FigureRange(FrozenSpec):
+    """One figure to vary: its field path and, optionally, its range (default: the documented one).
+
+    Attributes
+    ----------
+    field : str
+        Dotted path of the figure (``catalog.nodes.l20-8x.price_usd``, ``engine.step_fixed_s``,
+        ``cost.energy_usd_per_kwh``), as ``--set`` writes it.
+    low, high : number or str, optional
+        The range's ends: SI numbers (US dollars for prices), or unit strings (``5 GB/s``).
+    """
+
+    field: str = Field(min_length=1)
+    low: float | str | None = None
+    high: float | str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_field(cls, data: Any) -> Any:
+        return {"field": data} if isinstance(data, str) else data
+
+
+class SensitivitySpec(FrozenSpec):
+    """What ``kvsim plan`` tests its answer against (module docstring).
+
+    Attributes
+    ----------
+    enabled : bool
+        False (``sensitivity: off``): no sensitivity section.
+    figures : list of FigureRange, optional
+        The figures to vary, instead of those the catalog and scenario mark as assumptions.
+    physics : int
+        At most this many figures that change capacities (efficiencies, bandwidths, engine
+        costs) are re-planned with probes, the first found in :data:`kvsim.plan.sensitivity_figures.PRIORITY`
+        order (those listed under ``figures`` always are). Cost figures need no probe.
+    """
+
+    enabled: bool = True
+    figures: list[FigureRange] | None = None
+    physics: int = Field(default=2, ge=0, le=16)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _switch(cls, data: Any) -> Any:
+        if data is False or (isinstance(data, str) and data.strip().lower() in ("off", "false", "no")):
+            return {"enabled": False}
+        if data is True or (isinstance(data, str) and data.strip().lower() in ("on", "true", "yes")):
+            return {}
+        if data is None:
+            return {}
+        if isinstance(data, str):
+            raise ValueError(f"expected off, on or a mapping (figures, physics), got {data!r}")
+        return data
+
+
+def figure_number(value: float | str, where: str) -> float:
+    """A range end as an SI float: a number as given, a unit string in whichever dimension its unit
+    names (``5 GB/s`` is bytes/s, ``2 ms`` seconds).
+
+    Raises
+    ------
+    ValueError
+        One message naming ``where`` when the text is no quantity of any dimension.
+    """
+    from kvsim.units import DIMENSIONS, parse_quantity
+
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    for dimension in DIMENSIONS:
+        try:
+            return parse_quantity(value, dimension)
+        except Exception:  # noqa: BLE001 - the next dimension may read it
+            continue
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{where}: {value!r} is neither a number nor a quantity with a unit (e.g. 70000, "
+                         f"0.5, 5 GB/s, 2 ms)") from None
