@@ -171,6 +171,8 @@ def plan_sensitivity(scenario: Scenario, answer: dict[str, Any], map_for: Callab
         found = _replan(scenario, answer, physics, targets, map_for, on_probe, concurrent, probes)
         for figure in physics:
             rows[figure.field] = [_physics_row(answer, figure, load, w, r, found) for load, w, r in targets]
+    order = [f.field for f in figures]  # the threads finish in any order: the list does not depend on it
+    probes.sort(key=lambda p: (order.index(p["field"]), p["side"] != "low", p["system"], p["load"], p["units"]))
     per_target = []
     for k, (load, winner, runner) in enumerate(targets):
         mine = [rows[f.field][k] for f in figures]

@@ -146,6 +146,9 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
         rows = [r for r in target["rows"] if r["ratio_base"] is not None][::-1]  # largest swing on top
         base = rows[0]["ratio_base"] if rows else 1.0
         for y, row in enumerate(rows):
+            if row["ratio_low"] == row["ratio_high"] == base:  # re-planned: the same counts at both ends
+                ax.annotate("no change", (base, y), xytext=(4, -3), textcoords="offset points", fontsize=7)
+                continue
             for end, color in (("low", "tab:blue"), ("high", "tab:orange")):
                 value = row[f"ratio_{end}"]
                 if value is None:  # the winner (or the runner-up) serves the target at no count allowed

@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import Field, model_validator
 
 from kvsim.spec_types import FrozenSpec
+from kvsim.yaml_io import SpecError
 
 __all__ = ["SensitivitySpec", "FigureRange", "figure_number"]
 
@@ -89,7 +90,7 @@ def figure_number(value: float | str, where: str) -> float:
 
     Raises
     ------
-    ValueError
+    SpecError
         One message naming ``where`` when the text is no quantity of any dimension.
     """
     from kvsim.units import DIMENSIONS, parse_quantity
@@ -104,5 +105,5 @@ def figure_number(value: float | str, where: str) -> float:
     try:
         return float(str(value).strip())
     except ValueError:
-        raise ValueError(f"{where}: {value!r} is neither a number nor a quantity with a unit (e.g. 70000, "
-                         f"0.5, 5 GB/s, 2 ms)") from None
+        raise SpecError([f"{where}: {value!r} is neither a number nor a quantity with a unit (e.g. 70000, "
+                          f"0.5, 5 GB/s, 2 ms)"]) from None
