@@ -63,7 +63,7 @@ def _unit_cost_per_hour(price_usd: float, cards: int, card_w: float, host_w: flo
 
 
 def test_the_deciding_price_is_named_with_its_exact_flip_point(planned):
-    scenario, out, answer, _ = planned
+    _, out, answer, _ = planned
     sens = answer["sensitivity"]
     (target,) = sens["targets"]
     units = {c["system"]: c["targets"][0]["units"] for c in answer["candidates"]}
@@ -206,3 +206,19 @@ def test_a_bad_figure_is_refused_before_any_probe(tmp_path):
     with pytest.raises(SpecError, match="not a number of this scenario"):
         run_plan(scenario, tmp_path, workers=1, log=lambda line: None)
     assert not (tmp_path / "probes").exists()
+
+
+def test_a_format_4_answer_still_renders_without_the_section(planned, tmp_path):
+    from kvsim.cli import main
+
+    _, _, answer, _ = planned
+    old = {key: value for key, value in answer.items() if key != "sensitivity"}
+    old["format"] = 4
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "plan.json").write_text(json.dumps(old))
+    assert main(["report", str(tmp_path / "old"), "--out", str(tmp_path / "docs")]) == 0
+    md = (tmp_path / "docs" / "plan.md").read_text()
+    assert "## Units and cost per target load" in md and "hinges on" not in md
+    old["format"] = 3
+    (tmp_path / "old" / "plan.json").write_text(json.dumps(old))
+    assert main(["report", str(tmp_path / "old"), "--out", str(tmp_path / "docs3")]) == 2

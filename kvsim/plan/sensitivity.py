@@ -20,7 +20,7 @@ runner-up's at each end of each figure's range.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -97,10 +97,10 @@ def cost_rows(scenario: Scenario, answer: dict[str, Any], figure: Figure,
         cheapest = [min(at, key=lambda name: (at[name][end], order.index(name))) for end in (0, 1)]
         above: tuple[float, str] | None = None
         below: tuple[float, str] | None = None
-        for name in at:
+        for name, pair in at.items():
             if name == winner:
                 continue
-            x = flip_point(figure, at[winner], at[name])
+            x = flip_point(figure, at[winner], pair)
             if x is None:
                 continue
             if x > figure.base and (above is None or x < above[0]):
@@ -222,7 +222,7 @@ def _replan(scenario: Scenario, answer: dict[str, Any], figures: list[Figure], t
             found[(figure.field, side, system, load)] = base_units
             return
 
-        def judge(probes: list[Probe]) -> list[ProbeOutcome]:
+        def judge(probes: Sequence[Probe]) -> list[ProbeOutcome]:
             todo = [p for p in dict.fromkeys(probes) if p not in done]
             if todo:
                 outcomes = mapper(runner, todo) if mapper is not None else map(runner, todo)
@@ -259,8 +259,8 @@ def _physics_row(answer: dict[str, Any], figure: Figure, load: float, winner: st
     units = {side: {s: found[(figure.field, side, s, load)] for s in two} for side in ("low", "high")}
 
     def cost(side: str, system: str) -> float | None:
-        n = units[side][system]
-        return None if n is None or per_hour[system] is None else n * per_hour[system]
+        n, rate = units[side][system], per_hour[system]
+        return None if n is None or rate is None else n * rate
 
     cheapest = {}
     for side in ("low", "high"):

@@ -44,8 +44,10 @@ range (:mod:`kvsim.scenario.sensitivity_spec`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from collections.abc import Sequence
+from typing import Any
 
 from kvsim.scenario.load import Scenario
 from kvsim.yaml_io import SpecError
@@ -114,7 +116,7 @@ class Figure:
     dimension: str | None
     source: str
     range_note: str
-    systems: list[str] = field(default_factory=list)
+    systems: list[str] = dataclass_field(default_factory=list)
     rule: str = ""
 
     @property
@@ -332,7 +334,7 @@ def with_figure(scenario: Scenario, figure: Figure, value: float, where: str = "
     from kvsim.scenario.sensitivity_spec import figure_number  # noqa: F401 - the same reading of units
 
     dimension = figure.dimension
-    units = [_UNIT[dimension]] if dimension in _UNIT else ["s"] if dimension == "years" else [None]
+    units: list[str | None] = [_UNIT[dimension]] if dimension in _UNIT else ["s"] if dimension == "years" else [None]
     if figure.dimension is None and figure.rule == "" and figure.kind == "physics":
         units = [None, "s", "B/s", "W", "B", "FLOP/s", "/s"]  # a field no rule knows: the first it accepts
     problem = None

@@ -37,7 +37,7 @@ def _figures(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _verdict(row: dict[str, Any], figure: dict[str, Any]) -> str:
     """Where the answer flips, in words, or that it holds over the whole range."""
-    fmt = lambda x: figure_value(x, figure.get("dimension"))  # noqa: E731
+    fmt = lambda x: figure_value(x, figure.get("dimension"))
     if row.get("flips_between"):
         parts = [f"flips to {row['cheapest_low' if lo == figure['low'] else 'cheapest_high']} between {fmt(lo)} "
                  f"and {fmt(hi)}" for lo, hi in row["flips_between"]]
@@ -96,7 +96,7 @@ def sensitivity_section(doc: Document, answer: dict[str, Any], stem: str) -> Non
         rows = []
         for row in target["rows"]:
             f = figures[row["field"]]
-            fmt = lambda x, f=f: figure_value(x, f.get("dimension"))  # noqa: E731
+            fmt = lambda x, f=f: figure_value(x, f.get("dimension"))
             units = ""
             if row.get("units_low") is not None:
                 units = " / ".join(f"{s}: {row['units_low'].get(s)}-{row['units_high'].get(s)}"
@@ -145,6 +145,7 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
     for ax, target in zip(axes[:, 0], panels):
         rows = [r for r in target["rows"] if r["ratio_base"] is not None][::-1]  # largest swing on top
         base = rows[0]["ratio_base"] if rows else 1.0
+        labelled: set[str] = set()
         for y, row in enumerate(rows):
             if row["ratio_low"] == row["ratio_high"] == base:  # re-planned: the same counts at both ends
                 ax.annotate("no change", (base, y), xytext=(4, -3), textcoords="offset points", fontsize=7)
@@ -156,13 +157,15 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
                                 fontsize=7, color=color)
                     continue
                 ax.barh(y, value - base, left=base, color=color, alpha=0.85, height=0.6,
-                        label=f"figure at its {end} end" if y == 0 else None)
+                        label=None if end in labelled else f"figure at its {end} end")
+                labelled.add(end)
         labels = []
         for row in rows:
             f = figures[row["field"]]
             labels.append(f"{f['label']}\n{figure_value(f['low'], f.get('dimension'))} - "
                           f"{figure_value(f['high'], f.get('dimension'))}")
         ax.set_yticks(range(len(rows)))
+        ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.set_yticklabels(labels, fontsize=7)
         ax.axvline(base, color="black", lw=1)
         ax.axvline(1.0, color="tab:red", ls="--", lw=1, label="as costly as the runner-up")
@@ -170,10 +173,10 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
         ax.set_title(f"{load}: {target['winner']} over {target['runner_up']}", fontsize=9)
         ax.set_xlabel("cost per hour of the winner / of the runner-up")
         ax.grid(alpha=0.3, axis="x")
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
     fig.tight_layout()
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    fig.savefig(buffer, format="png", bbox_inches="tight")  # the legend sits below the axes
     plt.close(fig)
     return Figure(f"{stem}_sensitivity.png", buffer.getvalue(),
                   "Tornado: the winner's cost per hour over the runner-up's with each assumed figure at the low "

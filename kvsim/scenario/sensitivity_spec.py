@@ -93,14 +93,14 @@ def figure_number(value: float | str, where: str) -> float:
     SpecError
         One message naming ``where`` when the text is no quantity of any dimension.
     """
-    from kvsim.units import DIMENSIONS, parse_quantity
+    from kvsim.units import DIMENSIONS, UnitError, parse_quantity
 
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     for dimension in DIMENSIONS:
         try:
             return parse_quantity(value, dimension)
-        except Exception:  # noqa: BLE001 - the next dimension may read it
+        except UnitError:  # the next dimension may read it
             continue
     try:
         return float(str(value).strip())
