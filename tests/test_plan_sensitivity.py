@@ -179,6 +179,7 @@ def test_cost_figures_found_by_default_and_their_exact_flip_under_amortisation()
     ("sensitivity: {figures: [{field: catalog.accelerators.l20.efficiency.compute, high: 1.5}]}", "must be in (0, 1]"),
     ("sensitivity: {figures: [{field: engine.step_fixed_s, low: soon}]}", "neither a number nor a quantity"),
     ("sensitivity: {figures: [{field: catalog.nodes.small.price_usd, lo: 3}]}", "lo"),
+    ("sensitivity: {figures: [{field: catalog.nodes.small.price_usd, low: -5}]}", "low: must be positive (got -5)"),
 ])
 def test_bad_sensitivity_input_gets_one_clear_message(tmp_path, capsys, section, message):
     from kvsim.cli import main

@@ -251,8 +251,6 @@ def chosen_figures(scenario: Scenario, systems: Sequence[str]) -> tuple[list[Fig
         A figure the section names that is not a number of the scenario, or a range that is not
         one (low >= high, or an end a field refuses): one message naming the figure.
     """
-    from kvsim.scenario.sensitivity_spec import figure_number
-
     plan = scenario.spec.plan
     assert plan is not None
     sens = plan.sensitivity
@@ -269,10 +267,10 @@ def chosen_figures(scenario: Scenario, systems: Sequence[str]) -> tuple[list[Fig
         where = f"plan.sensitivity.figures[{k}] ({given.field})"
         figure = by_field.get(given.field) or _named_figure(scenario, given.field, where, systems)
         if given.low is not None:
-            figure.low = figure_number(given.low, f"{where}.low")
+            figure.low = given.low
             figure.range_note = "given in the scenario"
         if given.high is not None:
-            figure.high = figure_number(given.high, f"{where}.high")
+            figure.high = given.high
             figure.range_note = "given in the scenario"
         if not figure.low < figure.high:
             raise SpecError([f"{where}: low ({figure.low:g}) must be below high ({figure.high:g})"])
@@ -331,8 +329,6 @@ def with_figure(scenario: Scenario, figure: Figure, value: float, where: str = "
     SpecError
         The field refuses the value (one message naming the figure).
     """
-    from kvsim.scenario.sensitivity_spec import figure_number  # noqa: F401 - the same reading of units
-
     dimension = figure.dimension
     units: list[str | None] = [_UNIT[dimension]] if dimension in _UNIT else ["s"] if dimension == "years" else [None]
     if figure.dimension is None and figure.rule == "" and figure.kind == "physics":

@@ -19,14 +19,30 @@ and ``high`` are numbers in SI units (US dollars for a price) or unit strings (`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-from kvsim.spec_types import FrozenSpec
-from kvsim.yaml_io import SpecError
+from kvsim.spec_types import FrozenSpec, PositiveFloat
 
-__all__ = ["SensitivitySpec", "FigureRange", "figure_number"]
+__all__ = ["SensitivitySpec", "FigureRange"]
+
+
+def _or(*others: dict[str, Any]):
+    """A model's JSON Schema that also admits the short forms its ``before`` validator reads (editors
+    then accept ``sensitivity: off`` and a bare field path)."""
+    def extra(schema: dict[str, Any], cls: type) -> None:
+        whole = dict(schema)
+        schema.clear()
+        schema["anyOf"] = [whole, *others]
+        if "description" in whole:
+            schema["description"] = whole["description"]
+    return extra
+
+
+_END = Annotated[PositiveFloat, BeforeValidator(lambda value: _si(value)), WithJsonSchema({
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "string", "examples": ["70000", "5 GB/s", "2 ms"]}],
+    "description": "an SI number (US dollars for a price) or a quantity with its unit"})]
 
 
 class FigureRange(FrozenSpec):
@@ -41,9 +57,13 @@ class FigureRange(FrozenSpec):
         The range's ends: SI numbers (US dollars for prices), or unit strings (``5 GB/s``).
     """
 
+    model_config = ConfigDict(**FrozenSpec.model_config,
+                              json_schema_extra=_or({"type": "string", "description": "a field path alone"}))
+
     field: str = Field(min_length=1)
-    low: float | str | None = None
-    high: float | str | None = None
+    # every figure varied is positive (a price, a rate, a share); a unit string is read as SI here
+    low: _END | None = None
+    high: _END | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -66,6 +86,9 @@ class SensitivitySpec(FrozenSpec):
         order (those listed under ``figures`` always are). Cost figures need no probe.
     """
 
+    model_config = ConfigDict(**FrozenSpec.model_config,
+                              json_schema_extra=_or({"enum": ["off", "on"]}, {"type": "boolean"}))
+
     enabled: bool = True
     figures: list[FigureRange] | None = None
     physics: int = Field(default=2, ge=0, le=16)
@@ -84,26 +107,26 @@ class SensitivitySpec(FrozenSpec):
         return data
 
 
-def figure_number(value: float | str, where: str) -> float:
+def _si(value: Any) -> Any:
     """A range end as an SI float: a number as given, a unit string in whichever dimension its unit
-    names (``5 GB/s`` is bytes/s, ``2 ms`` seconds).
+    names (``5 GB/s`` is bytes/s, ``2 ms`` seconds); anything else as it is, for the type to refuse.
 
     Raises
     ------
-    SpecError
-        One message naming ``where`` when the text is no quantity of any dimension.
+    ValueError
+        A text that is no quantity of any dimension (one message, with examples).
     """
     from kvsim.units import DIMENSIONS, UnitError, parse_quantity
 
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
+    if not isinstance(value, str):
+        return value
     for dimension in DIMENSIONS:
         try:
             return parse_quantity(value, dimension)
         except UnitError:  # the next dimension may read it
             continue
     try:
-        return float(str(value).strip())
+        return float(value.strip())
     except ValueError:
-        raise SpecError([f"{where}: {value!r} is neither a number nor a quantity with a unit (e.g. 70000, "
-                          f"0.5, 5 GB/s, 2 ms)"]) from None
+        raise ValueError(f"{value!r} is neither a number nor a quantity with a unit (e.g. 70000, 0.5, 5 GB/s, "
+                         f"2 ms)") from None
