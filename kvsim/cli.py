@@ -257,9 +257,9 @@ def _report(args: argparse.Namespace) -> int:
     if not isinstance(answer, dict) or answer.get("kind") != "plan":
         print(f"kvsim report: {answer_path} is not the answer of a plan (no \"kind\": \"plan\")", file=sys.stderr)
         return EXIT_BAD_INPUT
-    from kvsim.plan.answer import PLAN_FORMAT
+    from kvsim.plan.answer import PLAN_FORMAT, READABLE_FORMATS
 
-    if answer.get("format", 1) != PLAN_FORMAT:
+    if answer.get("format", 1) not in READABLE_FORMATS:
         print(f"kvsim report: {answer_path} has plan format {answer.get('format', 1)}, this kvsim writes and reads "
               f"format {PLAN_FORMAT}: run kvsim plan again with this version", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -349,6 +349,11 @@ def _validate(args: argparse.Namespace) -> int:
         cost = plan_cost(scenario, backend=backend)
         if cost is not None:
             print(cost.describe())
+        from kvsim.plan.sensitivity import sensitivity_cost
+
+        line = sensitivity_cost(scenario)
+        if line is not None:
+            print(line)
     return 0
 
 

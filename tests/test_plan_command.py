@@ -119,8 +119,8 @@ def test_report_renders_a_plan_again_from_its_answer_alone(tmp_path, capsys):
     assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "docs"), "--name", "study"]) == 0
     first = (tmp_path / "out" / "plan.md").read_text()
     again = (tmp_path / "docs" / "study.md").read_text()
-    assert again == first.replace("plan_capacity.png", "study_capacity.png").replace("plan_probes.png",
-                                                                                       "study_probes.png")
+    assert again == first.replace("plan_capacity.png", "study_capacity.png").replace(
+        "plan_probes.png", "study_probes.png").replace("plan_sensitivity.png", "study_sensitivity.png")
     assert (tmp_path / "docs" / "study_probes.png").is_file() and (tmp_path / "docs" / "study.html").is_file()
     assert main(["report", str(tmp_path)]) == 2
     assert "holds no plan.json" in capsys.readouterr().err

@@ -12,9 +12,9 @@ from kvsim._version import __version__
 from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
 from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
 
-__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "nearest_miss", "miss_text", "like_for_like"]
+__all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "READABLE_FORMATS", "nearest_miss", "miss_text", "like_for_like"]
 
-PLAN_FORMAT = 4
+PLAN_FORMAT = 5
 """Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
 unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``.
 3: an answer no candidate serves carries its ``nearest_miss`` (which candidate came closest and
@@ -28,7 +28,14 @@ beside ``savings_vs_baseline``, against the baseline as named; each target of a 
 its ``seed_check`` (None where not checked), each answer the candidates that ``cannot_tell_apart``
 from the cheapest, and each probe its ``seed`` (None: the plan's own) and ``stopped_at_s`` (None: run whole; else the
 simulated time its run stopped once its failure was certain). ``kvsim plan`` adds ``deployment``: per
-target, the cheapest candidate's deployment files written (:mod:`kvsim.plan.deploy`)."""
+target, the cheapest candidate's deployment files written (:mod:`kvsim.plan.deploy`).
+5: ``kvsim plan`` adds ``sensitivity`` (None when off): the assumed figures varied, and per target
+the cheapest at each end of each range, the winner's cost over the runner-up's and where the answer
+flips (:func:`kvsim.plan.sensitivity.plan_sensitivity`). A format-4 answer reads as one without it
+(:data:`READABLE_FORMATS`)."""
+
+READABLE_FORMATS = (4, PLAN_FORMAT)
+"""``plan.json`` formats ``kvsim report`` renders: 5 only adds the optional ``sensitivity``."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``

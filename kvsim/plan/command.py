@@ -11,6 +11,7 @@ renamed, so a killed worker leaves no half-written probe.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sys
@@ -88,15 +89,19 @@ class _StoredMap:
         if self._dask is not None:
             self._dask.__exit__(*exc)
 
-    def __call__(self, function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe]) -> Iterable[ProbeOutcome]:
-        keys = [probe_key(self.scenario, p, self._code, self._files) for p in probes]
+    def __call__(self, function: Callable[[Probe], ProbeOutcome], probes: Sequence[Probe],
+                 scenario: Scenario | None = None) -> Iterable[ProbeOutcome]:
+        """Outcomes of ``probes`` of the plan's scenario, or of ``scenario`` (the plan's with one
+        figure changed: :mod:`kvsim.plan.sensitivity`), stored and read back in the same folder."""
+        scenario = scenario or self.scenario
+        keys = [probe_key(scenario, p, self._code, self._files) for p in probes]
         outcomes: dict[int, ProbeOutcome] = {}
         todo = []
         for k, key in enumerate(keys):
             path = self.folder / f"{key}.json"
             if path.is_file():
                 try:
-                    outcomes[k] = self._read(path, key, probes[k])
+                    outcomes[k] = self._read(path, key, probes[k], scenario)
                 except _StoredProbeError as exc:  # never recompute silently: say which probe and why
                     print(f"kvsim plan: stored probe {path} cannot be read: {exc}; recomputing", file=sys.stderr,
                           flush=True)
@@ -123,24 +128,24 @@ class _StoredMap:
                                     f"command again to resume") from None
             except Exception as exc:  # a bug in a probe: say which (the worker's traceback comes with it)
                 probe = probes[k]
-                note_where(exc, f"probe {probe.system} x{probe.units} at {probe.load:.6g} {load_unit(self.scenario)}")
+                note_where(exc, f"probe {probe.system} x{probe.units} at {probe.load:.6g} {load_unit(scenario)}")
                 raise
-            self._store(keys[k], probes[k], outcome)
+            self._store(keys[k], probes[k], outcome, scenario)
             outcomes[k] = outcome
             with self._lock:
                 self.ran += 1
         return [outcomes[k] for k in range(len(probes))]
 
-    def _store(self, key: str, probe: Probe, outcome: ProbeOutcome) -> None:
+    def _store(self, key: str, probe: Probe, outcome: ProbeOutcome, scenario: Scenario | None = None) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         record = {"format": PROBE_FORMAT, "key": key, "system": probe.system, "units": probe.units,
-                  "load": outcome.load, "unit": load_unit(self.scenario), "meets": outcome.meets,
+                  "load": outcome.load, "unit": load_unit(scenario or self.scenario), "meets": outcome.meets,
                   "reason": outcome.reason, "detail": outcome.detail}
         text = json.dumps(record, indent=1, allow_nan=False, default=json_default) + "\n"
         write_atomic(self.folder / f"{key}.json", lambda path: path.write_text(text, encoding="utf-8"))
 
 
-    def _read(self, path: Path, key: str, probe: Probe) -> ProbeOutcome:
+    def _read(self, path: Path, key: str, probe: Probe, scenario: Scenario | None = None) -> ProbeOutcome:
         """A stored probe's outcome, checked against the format and ``probe`` (a results folder is
         data from anywhere: a file that is not what this kvsim wrote for ``probe`` is refused)."""
         try:
@@ -151,7 +156,8 @@ class _StoredMap:
             raise _StoredProbeError("not an object")
         if stored.get("format") != PROBE_FORMAT:
             raise _StoredProbeError(f"format {stored.get('format')!r}, this kvsim reads format {PROBE_FORMAT}")
-        expected = {"key": key, "system": probe.system, "units": probe.units, "unit": load_unit(self.scenario)}
+        expected = {"key": key, "system": probe.system, "units": probe.units,
+                    "unit": load_unit(scenario or self.scenario)}
         for name, value in expected.items():
             if stored.get(name) != value:
                 raise _StoredProbeError(f"{name} is {stored.get(name)!r}, the probe's is {value!r}")
@@ -239,6 +245,28 @@ def _write_deployments(scenario: Scenario, answer: dict[str, Any], out: Path,
     return written
 
 
+def _sensitivity(scenario: Scenario, answer: dict[str, Any], stored: _StoredMap, emit: Callable[[str], None],
+                 started: float, workers: int) -> dict[str, Any] | None:
+    """The answer's sensitivity section (:mod:`kvsim.plan.sensitivity`), its physics probes run and
+    stored by ``stored`` beside the plan's, one progress line each."""
+    from functools import partial
+
+    from kvsim.plan.sensitivity import plan_sensitivity
+
+    count = 0
+
+    def on_probe(label: str, probe: Probe, outcome: ProbeOutcome) -> None:
+        nonlocal count
+        count += 1
+        verdict = "meets the SLO" if outcome.meets else f"fails: {terminal_text(outcome.reason)}"
+        emit(f"[{time.monotonic() - started:7.1f} s] sensitivity probe {count} ({terminal_text(label)}): "
+             f"{terminal_text(probe.system)} x{probe.units} at {probe.load:.4g} {load_unit(scenario)} {verdict}")
+
+    parallel = workers > 1 or stored.on_dask
+    return plan_sensitivity(scenario, answer, map_for=lambda changed: partial(stored, scenario=changed),
+                            on_probe=on_probe, concurrent=max(1, workers) * 2 if parallel else 1)
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
@@ -280,9 +308,12 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
     from kvsim.plan.progress import format_duration
 
     expected = plan_cost(scenario)
+    from kvsim.plan.sensitivity import sensitivity_cost
+
+    sensitivity_line = sensitivity_cost(scenario)  # a figure that cannot be varied is refused before any probe
     expected_probes = sum(expected.probes) / 2 if expected is not None else None
     if expected is not None:
-        emit(f"expected: {expected.describe()}")
+        emit(f"expected: {expected.describe()}" + (f"; {sensitivity_line}" if sensitivity_line else ""))
 
     def remaining(done: int) -> str:
         """The time the plan may still take: the probes expected (the middle of validate's range,
@@ -320,9 +351,19 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates if parallel_probes else 1,
                       parallel=max(1, workers // candidates),
                       unit_cost=lambda system: (costs(system) or {}).get("cost_per_hour_usd"))
-    answer = plan_answer(result, costs)
+        answer = plan_answer(result, costs)
+        # the sensitivity probes: the same workers, a folder of their own (sensitivity/), counted apart
+        extra = copy.copy(stored)
+        extra.folder, extra.ran, extra.reused = out / "sensitivity", 0, 0
+        problem = store_root_problem(extra.folder, "sensitivity probes")
+        if problem is not None:
+            raise ExecutorError(problem)
+        answer["sensitivity"] = _sensitivity(scenario, answer, extra, emit, started, workers)
     answer["deployment"] = _write_deployments(scenario, answer, out, emit)
     write_plan_report(answer, out)
+    more = ""
+    if extra.ran + extra.reused:
+        more = f"; sensitivity: {_count(extra.ran, 'probe')} run, {extra.reused} reused from {extra.folder}"
     emit(f"plan done in {time.monotonic() - started:.1f} s: {_count(stored.ran, 'probe')} run, "
-         f"{stored.reused} reused from {out / 'probes'}")
+         f"{stored.reused} reused from {out / 'probes'}{more}")
     return answer

@@ -396,16 +396,18 @@ class _Runner:
         return run_probe(self.scenario, probe, self.objectives)
 
 
-def _fewest_units(system: str, target: float, capacity: LoadSearch, units: Any,
-                  judge: Callable[[Sequence[Probe]], list[ProbeOutcome]], unit: str) -> tuple[int | None, str]:
+def _fewest_units(system: str, target: float, capacity: LoadSearch | None, units: Any,
+                  judge: Callable[[Sequence[Probe]], list[ProbeOutcome]], unit: str,
+                  start: int | None = None) -> tuple[int | None, str]:
     """The fewest units of ``system`` that serve the ``target`` load within the SLO.
 
-    Starts at the linear-scaling guess and gallops (steps of 1, 2, 4, ... units) down while it
-    still meets the SLO, or up until it does, then bisects the last step: a good guess costs two
-    probes, a bad one a few more than log2 of its error.
+    Starts at the linear-scaling guess (or at ``start``, a count known to be close: the
+    sensitivity probes start from the plan's own) and gallops (steps of 1, 2, 4, ... units) down
+    while it still meets the SLO, or up until it does, then bisects the last step: a good guess
+    costs two probes, a bad one a few more than log2 of its error.
     """
-    per_unit = capacity.max_load
-    guess = math.ceil(target / per_unit) if per_unit else units.max
+    per_unit = capacity.max_load if capacity is not None else None
+    guess = start if start is not None else math.ceil(target / per_unit) if per_unit else units.max
     n = min(max(guess, units.min), units.max)
 
     def meets(count: int) -> bool:

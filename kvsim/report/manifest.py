@@ -39,17 +39,18 @@ OPTIONAL_OUTPUTS = ("links.parquet", "storage.parquet", "timeseries.parquet", "d
                     "report_hit_rates.png")
 """Files a run writes only for some scenarios."""
 
-STORES = ("points", "probes")
-"""The resumable stores: ``points/<key>/`` of ``kvsim run``, ``probes/<key>.json`` of ``kvsim plan``."""
+STORES = ("points", "probes", "sensitivity")
+"""The resumable stores: ``points/<key>/`` of ``kvsim run``, ``probes/<key>.json`` of ``kvsim plan`` and
+``sensitivity/<key>.json``, its sensitivity probes (:mod:`kvsim.plan.sensitivity`)."""
 
 RUN_OUTPUTS = ("requests.parquet", "summary.csv", "summary.json", "scenario.yaml", "scenario.source.yaml",
                "table.txt") + OPTIONAL_OUTPUTS + (MANIFEST, "points")
 """Every name ``kvsim run`` may write into its results folder."""
 
-PLAN_FILES = ("plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_probes.png")
+PLAN_FILES = ("plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_probes.png", "plan_sensitivity.png")
 """The answer and report files ``kvsim plan`` writes (the figures when they have data)."""
 
-PLAN_OUTPUTS = PLAN_FILES + ("scenario.yaml", "deploy", MANIFEST, "probes")  # scenario.yaml: a quick-mode question, written
+PLAN_OUTPUTS = PLAN_FILES + ("scenario.yaml", "deploy", MANIFEST, "probes", "sensitivity")  # scenario.yaml: a quick-mode question, written
 """Every name ``kvsim plan`` may write into its results folder."""
 
 _OWN_NAMES = frozenset(RUN_OUTPUTS + PLAN_OUTPUTS) - {MANIFEST, *STORES}

@@ -9,6 +9,7 @@ from typing import Any
 
 from kvsim.report.document import Document, Figure, Strong
 from kvsim.escape import literal_figure_text, plain_log_ticks
+from kvsim.report.plan_tornado import hinge_sentence, sensitivity_section
 
 __all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
 
@@ -189,6 +190,9 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                   f"against {answer['baseline']}?")
     doc.heading("Answer")
     doc.paragraph(summary_paragraph(answer))
+    hinge = hinge_sentence(answer)
+    if hinge is not None:
+        doc.paragraph(hinge)
     _nearest_misses(doc, answer)
     deployment = [row for row in answer.get("deployment") or () if row["files"] or row.get("problem")]
     if deployment:
@@ -241,6 +245,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                             f"Like for like: against the candidate on {answer['baseline']}'s compute nodes with the "
                             f"same KV options (kv_cache section), where the named baseline's differ; 'no "
                             f"candidate' where the plan has none such.")
+    sensitivity_section(doc, answer, stem)
     doc.heading("Capacity of one unit")
     rows = [[c["system"], _capacity_text(c["capacity"], _rate), _rate(c["capacity"]["fail_load"]),
              "yes" if c["capacity"]["converged"] else "no", c["capacity"]["note"]] for c in answer["candidates"]]

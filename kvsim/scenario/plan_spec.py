@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from kvsim.scenario.sensitivity_spec import SensitivitySpec
 from kvsim.spec_types import FrozenSpec, PositiveInt, Rate
 
 __all__ = ["PlanSpec", "UnitRange"]
@@ -50,6 +51,9 @@ class PlanSpec(FrozenSpec):
         runner-up at each target: the count and one fewer, under the same extra seeds for every
         candidate (common random numbers). The answer says how many seeds agree, and when the two
         cannot be told apart. 0: none (default 2).
+    sensitivity : SensitivitySpec
+        The figures marked as assumptions that the answer is tested against, and their ranges
+        (:mod:`kvsim.scenario.sensitivity_spec`); ``off`` for none.
     """
 
     targets: list[Rate] | None = Field(default=None, min_length=1)
@@ -59,6 +63,7 @@ class PlanSpec(FrozenSpec):
     units: UnitRange = Field(default_factory=UnitRange)
     rel_tol: float = Field(default=0.05, gt=0, lt=1)
     seed_checks: int = Field(default=2, ge=0, le=16)
+    sensitivity: SensitivitySpec = Field(default_factory=SensitivitySpec)
 
     def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
         """Checks against the scenario's systems, as ``(field path, message)``."""
