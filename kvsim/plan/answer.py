@@ -11,6 +11,7 @@ from typing import Any
 from kvsim._version import __version__
 from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
 from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
+from kvsim.plan.pool_axis import pool_axis_answer
 
 __all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "nearest_miss", "miss_text", "like_for_like"]
 
@@ -28,7 +29,10 @@ beside ``savings_vs_baseline``, against the baseline as named; each target of a 
 its ``seed_check`` (None where not checked), each answer the candidates that ``cannot_tell_apart``
 from the cheapest, and each probe its ``seed`` (None: the plan's own) and ``stopped_at_s`` (None: run whole; else the
 simulated time its run stopped once its failure was certain). ``kvsim plan`` adds ``deployment``: per
-target, the cheapest candidate's deployment files written (:mod:`kvsim.plan.deploy`)."""
+target, the cheapest candidate's deployment files written (:mod:`kvsim.plan.deploy`). A candidate of
+``plan.shared_pools`` carries ``shared_pool`` (its pool node's cost and, per target, the frontier of
+pool sizes, :func:`kvsim.plan.pool_axis.pool_axis_answer`), each of its targets ``pool_nodes`` and
+``pool_cost_per_hour_usd``, and each probe its ``pool_nodes`` (None: the pool as written x the units)."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -94,12 +98,12 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
     names = [c.system for c in result.candidates]
     baseline = plan.baseline or names[0]
     costs = {name: unit_cost(name) if unit_cost is not None else None for name in names}
-    outcomes = {(probe.system, probe.units, probe.load): outcome for probe, outcome in result.probes
+    outcomes = {(probe.system, probe.units, probe.load, probe.pool_nodes): outcome for probe, outcome in result.probes
                 if probe.seed is None}
 
-    def unconfirmed(system: str, units: int | None, load: float | None) -> str | None:
+    def unconfirmed(system: str, units: int | None, load: float | None, pool: int | None = None) -> str | None:
         """Why the verdict of the probe that decided a number is not confirmed, or None."""
-        outcome = outcomes.get((system, units, load)) if units is not None and load is not None else None
+        outcome = outcomes.get((system, units, load, pool)) if units is not None and load is not None else None
         return (outcome.detail or {}).get("unconfirmed") if outcome is not None and outcome.meets else None
 
     candidates: list[dict[str, Any]] = []
@@ -113,17 +117,21 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "capacity": {
                 "max_load": search.max_load, "fail_load": search.fail_load,
                 "converged": search.converged, "note": search.note,
-                "unconfirmed": unconfirmed(found.system, 1, search.max_load),
+                "unconfirmed": unconfirmed(found.system, 1, search.max_load,
+                                           found.pool_axis[0].pool_nodes if found.pool_axis else None),
                 "load_per_usd_hour": search.max_load / per_hour if search.max_load and per_hour else None,
             },
             "unit_cost": cost,
             "targets": [{"load": target, "units": units, "note": found.notes[target],
-                         "unconfirmed": unconfirmed(found.system, units, target),
+                         "unconfirmed": unconfirmed(found.system, units, target, found.pool_nodes_for.get(target)),
                          "seed_check": found.seed_checks.get(target),
                          "capex_usd": _scaled(cost, units, "capex_usd"),
                          "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
                         for target, units in found.units_for.items()],
         })
+        if found.pool_axis:  # units x pool nodes, the pool priced on its own (kvsim.plan.pool_axis)
+            pool_axis_answer(candidates[-1], found, scenario)
+            costs[found.system] = candidates[-1]["unit_cost"]
     twins = like_for_like(scenario.raw["systems"], names, baseline)
     answers = []
     unit = load_unit(scenario)
@@ -154,7 +162,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
     for probe, outcome in result.probes:
         detail = outcome.detail or {}
         probes.append({
-            "system": probe.system, "units": probe.units, "load": probe.load,
+            "system": probe.system, "units": probe.units, "load": probe.load, "pool_nodes": probe.pool_nodes,
             "meets": outcome.meets, "reason": outcome.reason, "flags": list(detail.get("flags") or []),
             "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
             "requests_per_s": detail.get("requests_per_s"),
@@ -195,8 +203,9 @@ def _indistinct(cheapest: str | None, priced: dict[str, dict[str, Any]],
     if cheapest is None or not (priced[cheapest].get("seed_check")):
         return []
 
-    def cost(name: str, key: str) -> float:
-        return float((costs[name] or {})["cost_per_hour_usd"]) * priced[name]["seed_check"][key]
+    def cost(name: str, key: str) -> float:  # a shared pool's part is the same at any unit count
+        return (float((costs[name] or {})["cost_per_hour_usd"]) * priced[name]["seed_check"][key]
+                + (priced[name].get("pool_cost_per_hour_usd") or 0.0))
 
     worst = cost(cheapest, "units_high")
     return [name for name, row in priced.items()

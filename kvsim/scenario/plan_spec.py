@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from kvsim.scenario.shared_pool_spec import SharedPoolSpec
 from kvsim.spec_types import FrozenSpec, PositiveInt, Rate
 
 __all__ = ["PlanSpec", "UnitRange"]
@@ -50,6 +51,9 @@ class PlanSpec(FrozenSpec):
         runner-up at each target: the count and one fewer, under the same extra seeds for every
         candidate (common random numbers). The answer says how many seeds agree, and when the two
         cannot be told apart. 0: none (default 2).
+    shared_pools : dict, optional
+        Candidate -> its remote KV pool sized on its own axis and shared by all its units
+        (:mod:`kvsim.scenario.shared_pool_spec`): ``{nodes: [1, 2, 4], usd_per_tb_month: X}``.
     """
 
     targets: list[Rate] | None = Field(default=None, min_length=1)
@@ -59,6 +63,7 @@ class PlanSpec(FrozenSpec):
     units: UnitRange = Field(default_factory=UnitRange)
     rel_tol: float = Field(default=0.05, gt=0, lt=1)
     seed_checks: int = Field(default=2, ge=0, le=16)
+    shared_pools: dict[str, SharedPoolSpec] | None = None
 
     def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
         """Checks against the scenario's systems, as ``(field path, message)``."""
