@@ -9,7 +9,7 @@ import pytest
 
 import kvsim
 from kvsim.metrics.cost import bill_of_materials, cost_summary, line_cost_per_hour_usd
-from kvsim.plan.answer import plan_answer
+from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import Probe, plan, scaled_scenario
 from kvsim.plan.pool_axis import axis_costs, beats_compute_up_to
 from kvsim.plan.search import ProbeOutcome
@@ -237,3 +237,24 @@ def test_two_units_sharing_one_pool_hold_the_same_requests_as_one_unit_at_half_l
         assert np.all(ttft[loads] >= one["ttft_s"][loads] - 1e-12)
         slower = slower or bool(np.any(ttft[loads] > one["ttft_s"][loads] + 1e-6))
     assert slower
+
+
+def test_the_report_shows_the_frontier_and_where_pool_beats_compute(tmp_path):
+    from kvsim.report.document import to_markdown
+    from kvsim.report.plan_report import plan_document, summary_paragraph, write_plan_report
+
+    scenario = _scenario("{nodes: [1, 2, 3, 4, 6]}")
+    answer = plan_answer(plan(scenario, map_probes=_synthetic), catalog_unit_cost(scenario))
+    entry = next(c for c in answer["candidates"] if c["system"] == "l20-pool")
+    table = next(t for t in entry["shared_pool"]["frontier"] if t["load"] == 12.0)
+    # the catalog's prices (see the pair test): 12 units + 1 node, 8 + 2, 6 + 3, 5 + 4, 5 + 6; each
+    # step to P=4 saves more compute than its nodes cost, the step to 6 saves none
+    assert [r["pool_beats_compute"] for r in table["rows"]] == [None, True, True, True, False]
+    assert table["beats_compute_up_to"] == 4 == table["chosen_pool_nodes"]
+    page = to_markdown(plan_document(answer))
+    assert "## Shared KV pool: pool nodes against compute units" in page
+    assert "adding pool capacity beats adding compute up to P=4 (from 12 units" in page
+    assert "beyond it the units saved no longer pay for the pool nodes added" in page
+    assert "+ 4 shared pool nodes" in summary_paragraph(answer)
+    written = [p.name for p in write_plan_report(answer, tmp_path)]
+    assert "plan_shared_pool.png" in written

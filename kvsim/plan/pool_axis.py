@@ -248,8 +248,13 @@ def pool_axis_answer(candidate: dict[str, Any], found: Any, scenario: Any) -> No
         row["cost_per_hour_usd"] = costs.total(row["units"], pool)
         row["pool_cost_per_hour_usd"] = (None if costs.pool_node_usd_per_hour is None
                                          else pool * costs.pool_node_usd_per_hour)
-    remote = (scenario.raw["systems"][found.system].get("kv_cache") or {}).get("remote") or {}
-    candidate["unit"] += f" (shared by all units: {', '.join(map(str, spec.nodes))} x {remote.get('pool_node')})"
+    from kvsim.plan.answer import _unit_text
+
+    raw = scenario.raw["systems"][found.system]
+    remote = (raw.get("kv_cache") or {}).get("remote") or {}
+    compute = {**raw, "kv_cache": {k: v for k, v in (raw.get("kv_cache") or {}).items() if k != "remote"}}
+    candidate["unit"] = (f"{_unit_text(compute)}; shared remote KV pool: P x {remote.get('pool_node')}, "
+                         f"P in {', '.join(map(str, spec.nodes))}")
     tables = []
     for target in scenario.spec.plan.loads:
         rows = frontier(points, target, costs)
