@@ -92,7 +92,11 @@ class AxisCosts:
 def axis_costs(scenario: Any, system: str) -> AxisCosts:
     """The cost of one compute unit and of one pool node of ``system`` (a candidate of
     ``plan.shared_pools``), from the catalog and the scenario's ``cost:`` section."""
-    from kvsim.metrics.cost import bill_of_materials, cost_summary, line_cost_per_hour_usd
+    from kvsim.metrics.cost import (
+        bill_of_materials,
+        cost_summary,
+        line_cost_per_hour_usd,
+    )
     from kvsim.plan.planner import scaled_scenario
     from kvsim.sim.sizing import size_system
 
@@ -109,7 +113,7 @@ def axis_costs(scenario: Any, system: str) -> AxisCosts:
         chosen = [line for line in lines if line.kind == kind]
         hourly = [line_cost_per_hour_usd(line, cost_spec) for line in chosen]
         capex = [None if line.price_usd is None else line.count * line.price_usd for line in chosen]
-        return (None if None in capex else float(sum(capex))), (None if None in hourly else float(sum(hourly)))
+        return _sum(capex), _sum(hourly)
 
     unit_capex, unit_hour = part("compute")
     pool_capex, pool_hour = part("kv_pool")
@@ -239,6 +243,8 @@ def pool_axis_answer(candidate: dict[str, Any], found: Any, scenario: Any) -> No
     costs = axis_costs(scenario, found.system)
     spec = scenario.spec.plan.shared_pools[found.system]
     points = found.pool_axis
+    candidate["capacity"]["note"] += (f" (one unit with the smallest pool, {_nodes(points[0].pool_nodes)}; its "
+                                      "unit_cost is the compute's alone: the pool is priced on its own)")
     candidate["unit_cost"] = {"capex_usd": costs.unit_capex_usd, "cost_per_hour_usd": costs.unit_usd_per_hour,
                               "assumptions": list(costs.assumptions), "unknown": list(costs.unknown)}
     for row in candidate["targets"]:
@@ -270,6 +276,11 @@ def pool_axis_answer(candidate: dict[str, Any], found: Any, scenario: Any) -> No
                       "converged": p.capacity.converged} for p in points],
         "frontier": tables,
     }
+
+
+def _sum(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(sum(known)) if len(known) == len(values) else None
 
 
 def _nodes(n: int) -> str:

@@ -216,7 +216,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                     + (", unconfirmed" if t.get("unconfirmed") else ""))
             cells.append(Strong(cell) if a.get("cheapest") == c["system"] else cell)
         rows.append(cells)
-    doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count"
+    doc.table(header, rows, "A unit is the system as written in the scenario; n units multiply every node count"
                             + (" (but '+ P pool': one remote KV pool of P nodes shared by the n units, its cost "
                                "included; see Shared KV pool)" if any(c.get("shared_pool") for c in answer["candidates"])
                                else "") + ". "

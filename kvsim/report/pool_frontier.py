@@ -66,17 +66,20 @@ def shared_pool_section(doc: Document, answer: dict[str, Any], stem: str, rate: 
         doc.paragraph(f"{c['system']}: one pool of P x {pool['pool_node']} shared by all its compute units over the "
                       f"network, P searched over {', '.join(map(str, pool['nodes']))}; the pool is {price}; one "
                       f"compute unit costs {_usd(pool['unit_usd_per_hour'])}/h. For each P, n(P) is the fewest "
-                      f"units that serve the target with that pool.")
+                      f"units that serve the target with that pool. One unit alone with the pool sustains "
+                      + "; ".join(f"{rate(p['max_load'])} with P={p['pool_nodes']}" for p in pool["capacity"])
+                      + " (within the SLO; the search's lower end).")
         for table in pool["frontier"]:
             rows = table["rows"]
-            body = []
+            body: list[list[str]] = []
             for r in rows:
-                cells = [str(r["pool_nodes"]), "none" if r["units"] is None else str(r["units"]),
+                cells: list[str] = [str(r["pool_nodes"]), "none" if r["units"] is None else str(r["units"]),
                          _usd(r["capex_usd"]), _usd(r["cost_per_hour_usd"]),
                          "-" if r["units_saved"] is None else f"{-r['units_saved']:+d} units, {r['pool_nodes_added']:+d} nodes",
                          "-" if r["step_usd_per_hour"] is None else _signed(r["step_usd_per_hour"]) + "/h",
                          "-" if r["pool_beats_compute"] is None else ("pool" if r["pool_beats_compute"] else "compute")]
-                body.append([Strong(x) for x in cells] if r["pool_nodes"] == table["chosen_pool_nodes"] else cells)
+                strong: list[str] = [Strong(x) for x in cells]
+                body.append(strong if r["pool_nodes"] == table["chosen_pool_nodes"] else cells)
             doc.table(["P (pool nodes)", "n(P) units", "capex", "USD/h", "step from the previous P", "cost of the step",
                        "cheaper: more"],
                       body, f"{c['system']} at {rate(table['load'])}: {beats_sentence(table, rows)}. In bold, the "

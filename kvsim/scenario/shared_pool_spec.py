@@ -60,9 +60,9 @@ def shared_pool_problems(pools: dict[str, SharedPoolSpec] | None, candidates: li
             found.append((path, f"{name!r} is not one of the plan's candidates: {', '.join(candidates)}"))
         cache = getattr(systems[name], "kv_cache", None)
         if cache is None or cache.remote is None:
-            found.append((path, f"system {name!r} has no remote KV pool to share: give it kv_cache.remote "
-                                "({pool_node: NAME}; kvsim catalog pool_nodes lists them)"))
+            found.append((path, (f"system {name!r} has no remote KV pool to share: give it kv_cache.remote "
+                                 "({pool_node: NAME}; kvsim catalog pool_nodes lists them)")))
         if list(pool.nodes) != sorted(set(pool.nodes)):
-            found.append((path + ("nodes",), f"give pool node counts in ascending order without repeats, e.g. "
-                                                f"{sorted(set(pool.nodes))}, not {list(pool.nodes)}"))
+            found.append((path + ("nodes",), (f"give pool node counts in ascending order without repeats, e.g. "
+                                              f"{sorted(set(pool.nodes))}, not {list(pool.nodes)}")))
     return found
