@@ -63,26 +63,29 @@ def _synthetic(run, probes):
 
 
 def test_the_two_dimensional_search_picks_the_cheapest_pair():
-    scenario = _scenario("{nodes: [1, 2, 3, 4, 6]}")
+    scenario = _scenario("{nodes: [1, 2, 3, 4, 6, 16]}")
     result = plan(scenario, map_probes=_synthetic)
     found = result.candidate("l20-pool")
     costs = axis_costs(scenario, "l20-pool")
     assert costs.unit_usd_per_hour and costs.pool_node_usd_per_hour  # the catalog prices both
     for target in (4.0, 12.0):
         # the closed form: n(P) = ceil(target / capacity(P)), then the cheapest (n(P), P) by brute force
-        expected = {p: math.ceil(target / _capacity_per_unit(p) - 1e-9) for p in (1, 2, 3, 4, 6)}
+        expected = {p: math.ceil(target / _capacity_per_unit(p) - 1e-9) for p in (1, 2, 3, 4, 6, 16)}
         for point in found.pool_axis:
             assert point.units_for[target] == expected[point.pool_nodes]
         best = min(expected, key=lambda p: (expected[p] * costs.unit_usd_per_hour
                                             + p * costs.pool_node_usd_per_hour, p))
         assert (found.units_for[target], found.pool_nodes_for[target]) == (expected[best], best)
-    # every probe of the candidate names its pool size; none buys a pool per unit
+    # every probe of the candidate names its pool size; none buys a pool per unit. 16 nodes are not
+    # probed: one unit with them (USD 3.47 + 16 x 2.08 per hour) costs more than the cheapest pair
+    # found at either target (13.19 and 25.69 per hour), and the answer is the brute force's anyway
     assert {p.pool_nodes for p, _ in result.probes if p.system == "l20-pool"} == {1, 2, 3, 4, 6}
     assert all(p.pool_nodes is None for p, _ in result.probes if p.system == "l20")
     answer = plan_answer(result, lambda s: {"capex_usd": 1.0, "cost_per_hour_usd": 1.0, "assumptions": []})
     entry = next(c for c in answer["candidates"] if c["system"] == "l20-pool")
     row = next(t for t in entry["targets"] if t["load"] == 12.0)
     assert row["cost_per_hour_usd"] == pytest.approx(costs.total(row["units"], row["pool_nodes"]))
+    assert entry["shared_pool"]["not_probed"] == [16]
     table = next(t for t in entry["shared_pool"]["frontier"] if t["load"] == 12.0)
     assert [r["units"] for r in table["rows"]] == [math.ceil(12 / _capacity_per_unit(p) - 1e-9) for p in (1, 2, 3, 4, 6)]
     steps = [r["step_usd_per_hour"] for r in table["rows"][1:]]

@@ -8,7 +8,9 @@ every compute node's NICs reach over the fabric). For each ``P`` on the axis, in
 the plan runs the ordinary unit search with ``P`` fixed -- the most load one unit sustains with
 the pool (started from the previous ``P``'s answer: a larger pool holds more, so it rarely
 sustains less), then the fewest units ``n(P)`` per target -- so every probe is a sweep point like
-any other (parallel, stored, resumed).
+any other (parallel, stored, resumed). A size is not probed when it cannot win: at every target
+even the fewest units allowed with it would cost at least the cheapest pair already found (a
+larger pool then cannot win either, so the search stops there; with a price unknown it never stops).
 
 Its cost is ``n x (one compute unit) + P x (one pool node)``, each from the catalog's price and
 power and the scenario's ``cost:`` section (:func:`kvsim.metrics.cost.bill_of_materials`), or for
@@ -157,7 +159,12 @@ def plan_pool_axis(scenario: Any, system: str, start: float, judge: Judge, paral
     floor = start / 64
     points: list[PoolPoint] = []
     begin = start
+    costs = axis_costs(scenario, system)
+    best: dict[float, float] = {}  # target -> the cheapest pair's cost per hour so far
     for pool_nodes in plan.shared_pools[system].nodes:
+        least = costs.total(plan.units.min, pool_nodes)  # the fewest units allowed with this pool
+        if points and least is not None and all(target in best and least >= best[target] for target in targets):
+            break  # cannot win at any target, nor can a larger pool: the rest of the axis is not probed
         def with_pool(probes: Sequence[Any], nodes: int = pool_nodes) -> list[ProbeOutcome]:
             return judge([replace(probe, pool_nodes=nodes) for probe in probes])
 
@@ -169,8 +176,11 @@ def plan_pool_axis(scenario: Any, system: str, start: float, judge: Judge, paral
             point.units_for[target], point.notes[target] = _fewest_units(system, target, search, plan.units,
                                                                          with_pool, unit)
         points.append(point)
+        for target in targets:
+            cost = costs.total(point.units_for[target], pool_nodes)
+            if cost is not None:
+                best[target] = min(best.get(target, cost), cost)
         begin = search.max_load or begin  # a larger pool: start where the smaller one stopped
-    costs = axis_costs(scenario, system)
     found = CandidatePlan(system, points[0].capacity, pool_axis=points)
     for target in targets:
         best = cheapest_point(points, target, costs)
@@ -238,11 +248,15 @@ def pool_axis_answer(candidate: dict[str, Any], found: Any, scenario: Any) -> No
     """Rewrite a shared-pool candidate's entry of ``plan.json`` (:func:`kvsim.plan.answer.plan_answer`)
     in place: its ``unit_cost`` is one compute unit's, each target carries ``pool_nodes`` and the
     cost of ``(units, pool nodes)`` (``pool_cost_per_hour_usd``: the pool's part), and
-    ``shared_pool`` holds the pool node's cost, the rent, and per target the frontier and
-    ``beats_compute_up_to``."""
+    ``shared_pool`` holds the pool node's cost, the rent, one unit's capacity per size probed, the
+    sizes ``not_probed`` (they could not win), and per target the frontier and ``beats_compute_up_to``."""
     costs = axis_costs(scenario, found.system)
     spec = scenario.spec.plan.shared_pools[found.system]
     points = found.pool_axis
+    first = points[0]
+    per_hour = costs.total(1, first.pool_nodes)
+    candidate["capacity"]["load_per_usd_hour"] = (first.capacity.max_load / per_hour
+                                                  if first.capacity.max_load and per_hour else None)
     candidate["capacity"]["note"] += (f" (one unit with the smallest pool, {_nodes(points[0].pool_nodes)}; its "
                                       "unit_cost is the compute's alone: the pool is priced on its own)")
     candidate["unit_cost"] = {"capex_usd": costs.unit_capex_usd, "cost_per_hour_usd": costs.unit_usd_per_hour,
@@ -272,6 +286,7 @@ def pool_axis_answer(candidate: dict[str, Any], found: Any, scenario: Any) -> No
         "usd_per_tb_month": spec.usd_per_tb_month,
         "pool_node_capex_usd": costs.pool_node_capex_usd, "pool_node_usd_per_hour": costs.pool_node_usd_per_hour,
         "unit_usd_per_hour": costs.unit_usd_per_hour,
+        "not_probed": [n for n in spec.nodes if n > points[-1].pool_nodes],
         "capacity": [{"pool_nodes": p.pool_nodes, "max_load": p.capacity.max_load, "fail_load": p.capacity.fail_load,
                       "converged": p.capacity.converged} for p in points],
         "frontier": tables,

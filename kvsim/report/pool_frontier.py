@@ -36,8 +36,9 @@ def beats_sentence(table: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         return "whether pool capacity beats compute is unknown here (a price is missing, or one pool size was tried)"
     first = rows[0]
     if up_to == first["pool_nodes"]:
+        units = f"{first['units']} unit" + ("" if first["units"] == 1 else "s")
         return (f"adding pool capacity does not beat adding compute: {first['pool_nodes']} pool "
-                f"node{'s' if first['pool_nodes'] != 1 else ''} with {first['units']} units is already the cheaper "
+                f"node{'s' if first['pool_nodes'] != 1 else ''} with {units} is already the cheaper "
                 f"start (the next size saves too few units to pay for its nodes)")
     reached = next(r for r in rows if r["pool_nodes"] == up_to)
     text = (f"adding pool capacity beats adding compute up to P={up_to} (from {first['units']} units and "
@@ -68,7 +69,10 @@ def shared_pool_section(doc: Document, answer: dict[str, Any], stem: str, rate: 
                       f"compute unit costs {_usd(pool['unit_usd_per_hour'])}/h. For each P, n(P) is the fewest "
                       f"units that serve the target with that pool. One unit alone with the pool sustains "
                       + "; ".join(f"{rate(p['max_load'])} with P={p['pool_nodes']}" for p in pool["capacity"])
-                      + " (within the SLO; the search's lower end).")
+                      + " (within the SLO; the search's lower end)."
+                      + (f" Not probed: P={', '.join(map(str, pool['not_probed']))} -- at every target even the "
+                         f"fewest units allowed with that pool would cost at least the cheapest pair already found."
+                         if pool.get("not_probed") else ""))
         for table in pool["frontier"]:
             rows = table["rows"]
             body: list[list[str]] = []
