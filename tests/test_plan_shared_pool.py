@@ -265,3 +265,19 @@ def test_the_report_shows_the_frontier_and_where_pool_beats_compute(tmp_path):
     assert "+ 4 shared pool nodes" in summary_paragraph(answer)
     written = [p.name for p in write_plan_report(answer, tmp_path)]
     assert "plan_shared_pool.png" in written
+
+
+def test_a_shared_pool_is_compared_like_for_like_with_a_shared_pool_only():
+    from kvsim.plan.answer import like_for_like
+
+    pool = {"remote": {"pool_node": "nvme-storage-16x", "nodes": 1}}
+    systems = {"h20": {"node": "h20-8x"}, "h20-pool": {"node": "h20-8x", "kv_cache": pool},
+               "h20-shared": {"node": "h20-8x", "kv_cache": {"remote": {"pool_node": "nvme-storage-16x"}}},
+               "l20-shared": {"node": "l20-8x", "kv_cache": pool}}
+    names = list(systems)
+    # without shared pools the L20 would be paired with the H20 that buys a pool per unit
+    assert like_for_like(systems, names, "h20")["l20-shared"] == "h20-pool"
+    axis = {"nodes": [1, 2]}
+    twins = like_for_like(systems, names, "h20", {"l20-shared": axis, "h20-shared": axis})
+    assert twins["l20-shared"] == "h20-shared" and twins["h20-pool"] == "h20-pool"
+    assert like_for_like(systems, names, "h20", {"l20-shared": axis})["l20-shared"] is None

@@ -132,7 +132,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         if found.pool_axis:  # units x pool nodes, the pool priced on its own (kvsim.plan.pool_axis)
             pool_axis_answer(candidates[-1], found, scenario)
             costs[found.system] = candidates[-1]["unit_cost"]
-    twins = like_for_like(scenario.raw["systems"], names, baseline)
+    twins = like_for_like(scenario.raw["systems"], names, baseline, plan.shared_pools)
     answers = []
     unit = load_unit(scenario)
     for k, target in enumerate(plan.loads):
@@ -224,18 +224,29 @@ def _compute_nodes(raw: dict[str, Any]) -> list[Any]:
     return [pool.get("node") for pool in pools]
 
 
-def like_for_like(systems: dict[str, Any], names: list[str], baseline: str) -> dict[str, str | None]:
+def like_for_like(systems: dict[str, Any], names: list[str], baseline: str,
+                  shared: dict[str, Any] | None = None) -> dict[str, str | None]:
     """Each candidate's like-for-like baseline: the candidate on the named baseline's compute nodes
     whose KV options (its ``kv_cache:`` section as written) are the candidate's own -- the H20 with
     the same pool for an L20 with a pool -- or None where no candidate is that. A candidate whose KV
     options are the baseline's has the named baseline itself. The first such candidate, in the
-    plan's order, where several are."""
+    plan's order, where several are. With ``shared`` (``plan.shared_pools``), a pool shared by the
+    units and sized on its own axis is a KV option too: the same axis and price, ``kv_cache.remote.nodes``
+    (which the axis replaces) aside."""
+    shared = shared or {}
+
+    def options(name: str) -> tuple[Any, Any]:
+        kv = systems[name].get("kv_cache") or {}
+        if name in shared and isinstance(kv.get("remote"), dict):
+            kv = {**kv, "remote": {k: v for k, v in kv["remote"].items() if k != "nodes"}}
+        return kv, shared.get(name)
+
     base_nodes = _compute_nodes(systems[baseline])
     twins: dict[str, str | None] = {}
     for name in names:
-        kv = systems[name].get("kv_cache") or {}
+        mine = options(name)
         twins[name] = next((other for other in [baseline, *names] if _compute_nodes(systems[other]) == base_nodes
-                            and (systems[other].get("kv_cache") or {}) == kv), None)
+                            and options(other) == mine), None)
     return twins
 
 

@@ -4,7 +4,8 @@ Each system of the scenario is a *candidate*, written as one *unit* (e.g. one se
 server plus its share of a storage pool). ``kvsim plan`` finds, for each candidate, the most load
 one unit sustains within the scenario's ``slo:``, then for each target load the fewest units that
 serve it within the SLO (a unit count multiplies every node count of the system: its compute
-pools and its remote KV pool alike), and names the cheapest candidate per target.
+pools and its remote KV pool alike -- except a pool shared by the units and sized on its own axis,
+``shared_pools``), and names the cheapest candidate per target.
 
 The load is the arrival rate of an open-loop workload (``targets``, requests/s) or the number of
 clients of a closed loop (``target_clients``): a closed loop's clients each send a request, wait
