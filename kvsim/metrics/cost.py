@@ -10,7 +10,12 @@ energy its servers draw (IT power x PUE x energy price), plus any other running 
     capex_per_hour_usd  = capex_usd / (amortisation_s / 3600)
     energy_per_hour_usd = it_power_w x pue / 1000 x energy_usd_per_kwh
     opex_per_hour_usd   = nodes charged x opex_usd_per_node_year / 8760
-    cost_per_hour_usd   = capex_per_hour_usd + energy_per_hour_usd + opex_per_hour_usd
+    rent_per_hour_usd   = rented pool nodes x capacity_bytes / 1e12 x usd_per_tb_month / 730
+    cost_per_hour_usd   = capex_per_hour_usd + energy_per_hour_usd + opex_per_hour_usd + rent_per_hour_usd
+
+A remote KV pool priced per TB-month (a cloud pool, ``plan.shared_pools``,
+:mod:`kvsim.scenario.shared_pool_spec`) is rented, not bought: its line has no price, power or
+running cost of its own (the provider's), only the rent (TB = 1e12 bytes, a month = 730 h).
 
 A card draws ``typical_power_w`` where the catalog states one, else ``tdp_w`` (an upper bound).
 Every node of a pool is paid for and powered, also cards no instance uses. From a run's summary:
@@ -31,12 +36,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from kvsim.scenario.cost_spec import HOUR_S, HOURS_PER_YEAR, CostSpec
+from kvsim.scenario.shared_pool_spec import HOURS_PER_MONTH, TB_BYTES
 
 if TYPE_CHECKING:  # the cost model reads a sizing; it never builds one
     from kvsim.sim.sizing import SystemSizing
 
 __all__ = [
-    "BillLine", "bill_of_materials", "line_cost_per_hour_usd", "capex_per_hour_usd", "energy_per_hour_usd", "opex_per_hour_usd",
+    "BillLine", "bill_of_materials", "pool_rent_usd_per_hour", "line_cost_per_hour_usd", "capex_per_hour_usd", "energy_per_hour_usd", "opex_per_hour_usd",
     "usd_per_million_tokens", "requests_per_usd", "cost_summary", "OUTPUT_TOKENS_KEYS", "PROMPT_TOKENS_KEYS",
     "GOODPUT_KEYS",
 ]
@@ -74,6 +80,10 @@ class BillLine:
         Figures that are missing, so the totals that need them are None.
     kind : str
         ``compute`` (a pool's servers) or ``kv_pool`` (the remote KV pool's nodes).
+    rent_usd_per_hour : float or None
+        Rent of one machine, US dollars per hour, for a rented line (a pool priced per TB-month,
+        whose ``price_usd`` and ``power_w`` are then 0: nothing bought, nothing drawn at the
+        facility's meter); None for a bought one.
     """
 
     label: str
@@ -85,6 +95,7 @@ class BillLine:
     assumptions: tuple[str, ...] = ()
     unknown: tuple[str, ...] = ()
     kind: str = "compute"
+    rent_usd_per_hour: float | None = None
 
 
 def _assumed(what: str, value: str, source: str | None) -> list[str]:
@@ -116,7 +127,8 @@ def _price(family: str, spec) -> tuple[list[str], list[str]]:
     return _assumed(f"{family} {spec.name} price_usd", value, spec.sources.get("price_usd")), []
 
 
-def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0) -> tuple[BillLine, ...]:
+def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0,
+                      pool_usd_per_tb_month: float | None = None) -> tuple[BillLine, ...]:
     """The machines a system is built of: each compute pool's servers, and the remote KV pool's nodes.
 
     Parameters
@@ -125,6 +137,9 @@ def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0) ->
         The sized system (:func:`kvsim.sim.sizing.size_system`).
     remote_pool_share : float
         Fraction of the remote pool's nodes charged to the system, in (0, 1].
+    pool_usd_per_tb_month : float, optional
+        Rent the remote pool instead of buying it: US dollars per TB-month of its capacity
+        (TB = 1e12 bytes, month = 730 h); its line then carries ``rent_usd_per_hour``.
 
     Returns
     -------
@@ -147,6 +162,11 @@ def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0) ->
     cache = sizing.spec.kv_cache
     if sizing.pool_node is not None and cache is not None and cache.remote is not None:
         pool_node = sizing.pool_node
+        if pool_usd_per_tb_month is not None:
+            rent = pool_rent_usd_per_hour(pool_node.capacity_bytes, pool_usd_per_tb_month)
+            lines.append(BillLine(f"kv pool (rented): {pool_node.name}", pool_node.name, cache.remote.nodes,
+                                  remote_pool_share, 0.0, 0.0, (), (), "kv_pool", rent))
+            return tuple(lines)
         assumed, unknown = _price("pool node", pool_node)
         if pool_node.power_w is None:
             unknown.append(f"pool node {pool_node.name}: power_w")
@@ -156,6 +176,12 @@ def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0) ->
         lines.append(BillLine(f"kv pool: {pool_node.name}", pool_node.name, cache.remote.nodes, remote_pool_share,
                               pool_node.price_usd, pool_node.power_w, tuple(assumed), tuple(unknown), "kv_pool"))
     return tuple(lines)
+
+
+def pool_rent_usd_per_hour(capacity_bytes: float, usd_per_tb_month: float) -> float:
+    """Rent of one pool node of ``capacity_bytes`` at ``usd_per_tb_month`` (US dollars per TB of
+    capacity per month; TB = 1e12 bytes, month = 730 h), US dollars per hour."""
+    return capacity_bytes / TB_BYTES * usd_per_tb_month / HOURS_PER_MONTH
 
 
 def capex_per_hour_usd(capex_usd: float, amortisation_s: float) -> float:
@@ -269,9 +295,11 @@ def line_cost_per_hour_usd(line: BillLine, cost_spec: CostSpec) -> float | None:
     then price a system with or without the KV pool bought for it. None where the line's price
     or power is unknown.
     """
+    charged = line.count * line.share
+    if line.rent_usd_per_hour is not None:
+        return charged * line.rent_usd_per_hour
     if line.price_usd is None or line.power_w is None:
         return None
-    charged = line.count * line.share
     return (capex_per_hour_usd(charged * line.price_usd, cost_spec.amortisation)
             + energy_per_hour_usd(charged * line.power_w, cost_spec.pue, cost_spec.energy_usd_per_kwh)
             + opex_per_hour_usd(charged, cost_spec.opex_usd_per_node_year))
@@ -281,7 +309,8 @@ def _total(values: list[float | None]) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))
 
 
-def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: CostSpec) -> dict[str, Any]:
+def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: CostSpec,
+                 pool_usd_per_tb_month: float | None = None) -> dict[str, Any]:
     """The cost figures of one system at the load it served, as plain JSON-able values.
 
     Parameters
@@ -294,12 +323,15 @@ def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: 
         number or a mapping with a ``mean``).
     cost_spec : CostSpec
         The scenario's ``cost:`` section.
+    pool_usd_per_tb_month : float, optional
+        Rent the remote pool per TB-month instead of buying it (:func:`bill_of_materials`).
 
     Returns
     -------
     dict
         ``capex_usd``, ``it_power_w``, ``facility_power_w``, ``capex_per_hour_usd``,
-        ``energy_per_hour_usd``, ``opex_per_hour_usd``, ``cost_per_hour_usd``,
+        ``energy_per_hour_usd``, ``opex_per_hour_usd``, ``rent_per_hour_usd`` (0 unless the pool
+        is rented), ``cost_per_hour_usd``,
         ``usd_per_million_output_tokens``, ``usd_per_million_prompt_tokens``,
         ``goodput_requests_per_usd`` (floats; None where a price or power is unknown or a rate
         is zero), ``nodes_charged`` (machines charged, pool nodes included, a fraction where a pool is
@@ -313,15 +345,17 @@ def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: 
     KeyError
         If the summary has none of the keys of a rate it needs.
     """
-    lines = bill_of_materials(sizing, cost_spec.remote_pool_share)
-    nodes = sum(line.count * line.share for line in lines)
+    lines = bill_of_materials(sizing, cost_spec.remote_pool_share, pool_usd_per_tb_month)
+    rent_hour = sum(line.count * line.share * line.rent_usd_per_hour for line in lines
+                    if line.rent_usd_per_hour is not None)
+    nodes = sum(line.count * line.share for line in lines if line.rent_usd_per_hour is None)  # rent covers the rest
     capex = _total([None if line.price_usd is None else line.count * line.share * line.price_usd for line in lines])
     it_power = _total([None if line.power_w is None else line.count * line.share * line.power_w for line in lines])
     capex_hour = None if capex is None else capex_per_hour_usd(capex, cost_spec.amortisation)
     energy_hour = None if it_power is None else energy_per_hour_usd(it_power, cost_spec.pue,
                                                                     cost_spec.energy_usd_per_kwh)
     opex_hour = opex_per_hour_usd(nodes, cost_spec.opex_usd_per_node_year)
-    cost_hour = _total([capex_hour, energy_hour, opex_hour])
+    cost_hour = _total([capex_hour, energy_hour, opex_hour, rent_hour])
     assumptions = _model_assumptions(cost_spec, remote_pool=sizing.pool_node is not None)
     unknown: list[str] = []
     for line in lines:
@@ -334,6 +368,7 @@ def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: 
         "capex_per_hour_usd": capex_hour,
         "energy_per_hour_usd": energy_hour,
         "opex_per_hour_usd": opex_hour,
+        "rent_per_hour_usd": rent_hour,
         "cost_per_hour_usd": cost_hour,
         "usd_per_million_output_tokens": usd_per_million_tokens(cost_hour, _read(summary, OUTPUT_TOKENS_KEYS)),
         "usd_per_million_prompt_tokens": usd_per_million_tokens(cost_hour, _read(summary, PROMPT_TOKENS_KEYS)),
@@ -347,6 +382,7 @@ def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: 
         "bill": [{"label": line.label, "part": line.part, "count": line.count, "share": line.share,
                   "price_usd": line.price_usd, "power_w": line.power_w,
                   "kind": line.kind,
+                  **({} if line.rent_usd_per_hour is None else {"rent_usd_per_hour": line.rent_usd_per_hour}),
                   "cost_per_hour_usd": line_cost_per_hour_usd(line, cost_spec)} for line in lines],
         "assumptions": assumptions,
         "unknown": unknown,

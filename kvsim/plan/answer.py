@@ -11,10 +11,11 @@ from typing import Any
 from kvsim._version import __version__
 from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
 from kvsim.plan.planner import WINDOW_MARGIN, PlanResult, load_unit
+from kvsim.plan.pool_axis import pool_axis_answer
 
 __all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "READABLE_FORMATS", "nearest_miss", "miss_text", "like_for_like"]
 
-PLAN_FORMAT = 5
+PLAN_FORMAT = 6
 """Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
 unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``.
 3: an answer no candidate serves carries its ``nearest_miss`` (which candidate came closest and
@@ -31,11 +32,14 @@ simulated time its run stopped once its failure was certain). ``kvsim plan`` add
 target, the cheapest candidate's deployment files written (:mod:`kvsim.plan.deploy`).
 5: ``kvsim plan`` adds ``sensitivity`` (None when off): the assumed figures varied, and per target
 the cheapest at each end of each range, the winner's cost over the runner-up's and where the answer
-flips (:func:`kvsim.plan.sensitivity.plan_sensitivity`). A format-4 answer reads as one without it
-(:data:`READABLE_FORMATS`)."""
+flips (:func:`kvsim.plan.sensitivity.plan_sensitivity`).
+6: a candidate of ``plan.shared_pools`` carries ``shared_pool`` (its pool node's cost and, per target, the
+frontier of pool sizes, :func:`kvsim.plan.pool_axis.pool_axis_answer`), each of its targets ``pool_nodes``
+and ``pool_cost_per_hour_usd``, and each probe its ``pool_nodes`` (None: the pool as written x the units).
+Format-4 and -5 answers read as ones without these (:data:`READABLE_FORMATS`)."""
 
-READABLE_FORMATS = (4, PLAN_FORMAT)
-"""``plan.json`` formats ``kvsim report`` renders: 5 only adds the optional ``sensitivity``."""
+READABLE_FORMATS = (4, 5, PLAN_FORMAT)
+"""``plan.json`` formats ``kvsim report`` renders: 5 and 6 only add optional fields."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -101,12 +105,12 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
     names = [c.system for c in result.candidates]
     baseline = plan.baseline or names[0]
     costs = {name: unit_cost(name) if unit_cost is not None else None for name in names}
-    outcomes = {(probe.system, probe.units, probe.load): outcome for probe, outcome in result.probes
+    outcomes = {(probe.system, probe.units, probe.load, probe.pool_nodes): outcome for probe, outcome in result.probes
                 if probe.seed is None}
 
-    def unconfirmed(system: str, units: int | None, load: float | None) -> str | None:
+    def unconfirmed(system: str, units: int | None, load: float | None, pool: int | None = None) -> str | None:
         """Why the verdict of the probe that decided a number is not confirmed, or None."""
-        outcome = outcomes.get((system, units, load)) if units is not None and load is not None else None
+        outcome = outcomes.get((system, units, load, pool)) if units is not None and load is not None else None
         return (outcome.detail or {}).get("unconfirmed") if outcome is not None and outcome.meets else None
 
     candidates: list[dict[str, Any]] = []
@@ -120,18 +124,22 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
             "capacity": {
                 "max_load": search.max_load, "fail_load": search.fail_load,
                 "converged": search.converged, "note": search.note,
-                "unconfirmed": unconfirmed(found.system, 1, search.max_load),
+                "unconfirmed": unconfirmed(found.system, 1, search.max_load,
+                                           found.pool_axis[0].pool_nodes if found.pool_axis else None),
                 "load_per_usd_hour": search.max_load / per_hour if search.max_load and per_hour else None,
             },
             "unit_cost": cost,
             "targets": [{"load": target, "units": units, "note": found.notes[target],
-                         "unconfirmed": unconfirmed(found.system, units, target),
+                         "unconfirmed": unconfirmed(found.system, units, target, found.pool_nodes_for.get(target)),
                          "seed_check": found.seed_checks.get(target),
                          "capex_usd": _scaled(cost, units, "capex_usd"),
                          "cost_per_hour_usd": _scaled(cost, units, "cost_per_hour_usd")}
                         for target, units in found.units_for.items()],
         })
-    twins = like_for_like(scenario.raw["systems"], names, baseline)
+        if found.pool_axis:  # units x pool nodes, the pool priced on its own (kvsim.plan.pool_axis)
+            pool_axis_answer(candidates[-1], found, scenario)
+            costs[found.system] = candidates[-1]["unit_cost"]
+    twins = like_for_like(scenario.raw["systems"], names, baseline, plan.shared_pools)
     answers = []
     unit = load_unit(scenario)
     for k, target in enumerate(plan.loads):
@@ -161,7 +169,7 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
     for probe, outcome in result.probes:
         detail = outcome.detail or {}
         probes.append({
-            "system": probe.system, "units": probe.units, "load": probe.load,
+            "system": probe.system, "units": probe.units, "load": probe.load, "pool_nodes": probe.pool_nodes,
             "meets": outcome.meets, "reason": outcome.reason, "flags": list(detail.get("flags") or []),
             "ttft_p99_s": (detail.get("ttft_s") or {}).get("p99"), "tpot_p99_s": (detail.get("tpot_s") or {}).get("p99"),
             "requests_per_s": detail.get("requests_per_s"),
@@ -202,8 +210,9 @@ def _indistinct(cheapest: str | None, priced: dict[str, dict[str, Any]],
     if cheapest is None or not (priced[cheapest].get("seed_check")):
         return []
 
-    def cost(name: str, key: str) -> float:
-        return float((costs[name] or {})["cost_per_hour_usd"]) * priced[name]["seed_check"][key]
+    def cost(name: str, key: str) -> float:  # a shared pool's part is the same at any unit count
+        return (float((costs[name] or {})["cost_per_hour_usd"]) * priced[name]["seed_check"][key]
+                + (priced[name].get("pool_cost_per_hour_usd") or 0.0))
 
     worst = cost(cheapest, "units_high")
     return [name for name, row in priced.items()
@@ -222,18 +231,29 @@ def _compute_nodes(raw: dict[str, Any]) -> list[Any]:
     return [pool.get("node") for pool in pools]
 
 
-def like_for_like(systems: dict[str, Any], names: list[str], baseline: str) -> dict[str, str | None]:
+def like_for_like(systems: dict[str, Any], names: list[str], baseline: str,
+                  shared: dict[str, Any] | None = None) -> dict[str, str | None]:
     """Each candidate's like-for-like baseline: the candidate on the named baseline's compute nodes
     whose KV options (its ``kv_cache:`` section as written) are the candidate's own -- the H20 with
     the same pool for an L20 with a pool -- or None where no candidate is that. A candidate whose KV
     options are the baseline's has the named baseline itself. The first such candidate, in the
-    plan's order, where several are."""
+    plan's order, where several are. With ``shared`` (``plan.shared_pools``), a pool shared by the
+    units and sized on its own axis is a KV option too: the same axis and price, ``kv_cache.remote.nodes``
+    (which the axis replaces) aside."""
+    shared = shared or {}
+
+    def options(name: str) -> tuple[Any, Any]:
+        kv = systems[name].get("kv_cache") or {}
+        if name in shared and isinstance(kv.get("remote"), dict):
+            kv = {**kv, "remote": {k: v for k, v in kv["remote"].items() if k != "nodes"}}
+        return kv, shared.get(name)
+
     base_nodes = _compute_nodes(systems[baseline])
     twins: dict[str, str | None] = {}
     for name in names:
-        kv = systems[name].get("kv_cache") or {}
+        mine = options(name)
         twins[name] = next((other for other in [baseline, *names] if _compute_nodes(systems[other]) == base_nodes
-                            and (systems[other].get("kv_cache") or {}) == kv), None)
+                            and options(other) == mine), None)
     return twins
 
 

@@ -220,11 +220,12 @@ def _write_deployments(scenario: Scenario, answer: dict[str, Any], out: Path,
         system = row["cheapest"]
         if system is None:
             continue
-        units = next(t["units"] for c in answer["candidates"] if c["system"] == system for t in c["targets"]
-                     if t["load"] == row["load"])
+        chosen = next(t for c in answer["candidates"] if c["system"] == system for t in c["targets"]
+                      if t["load"] == row["load"])
+        units, pool_nodes = chosen["units"], chosen.get("pool_nodes")  # pool_nodes: a shared pool's size
         folder = f"deploy/at-{row['load']:g}-clients" if by_clients else f"deploy/at-{row['load']:g}-per-s"
         try:
-            files = deployment_files(scenario, system, units)
+            files = deployment_files(scenario, system, units, pool_nodes)
         except DeployError as exc:
             emit(f"deployment files for {system} at {row['load']:g}: {exc}")
             written.append({"load": row["load"], "system": system, "units": units, "files": [], "problem": str(exc)})
@@ -336,7 +337,9 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         cost = outcome.detail.get("wall_s")
         took = f" ({cost:.1f} s)" if isinstance(cost, float) else ""
         seed = f" (seed {probe.seed})" if probe.seed is not None else ""
-        emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units} at "
+        pool = f" + {probe.pool_nodes} shared pool node{'s' if probe.pool_nodes != 1 else ''}" \
+            if probe.pool_nodes is not None else ""
+        emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units}{pool} at "
              f"{probe.load:.4g} {load_unit(scenario)}{seed} {verdict}{took}{remaining(count)}")
 
     with _StoredMap(scenario, out / "probes", workers, dask=dask, scheduler=scheduler) as stored:

@@ -44,7 +44,7 @@ DYNAMO_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:${VERSION}"
 _ROLE_FLAG = {"prefill": "--is-prefill-worker", "decode": "--is-decode-worker"}
 
 
-def deployment_files(scenario: Any, system: str, units: int) -> list[tuple[str, bytes]]:
+def deployment_files(scenario: Any, system: str, units: int, pool_nodes: int | None = None) -> list[tuple[str, bytes]]:
     """The files that stand up ``units`` units of ``system``, as ``(relative path, content)``.
 
     Parameters
@@ -55,13 +55,15 @@ def deployment_files(scenario: Any, system: str, units: int) -> list[tuple[str, 
         The system to deploy.
     units : int
         How many units of it (every node count of the system times ``units``).
+    pool_nodes : int, optional
+        The remote KV pool's nodes, shared by the units (``plan.shared_pools``; the README says so).
 
     Raises
     ------
     DeployError
         Unknown system, units below 1, or a system that cannot be sized (one message).
     """
-    groups, gaps = engine_groups(scenario, system, units)
+    groups, gaps = engine_groups(scenario, system, units, pool_nodes)
     base = f"deploy/{system}"
     files = [(f"{base}/vllm.sh", _script(scenario, system, units, groups, "vllm").encode()),
              (f"{base}/sglang.sh", _script(scenario, system, units, groups, "sglang").encode())]

@@ -77,7 +77,8 @@ class InstanceGroup:
         return self.pool if self.role == "mixed" else f"{self.pool}-{self.role}"
 
 
-def engine_groups(scenario: Any, system: str, units: int) -> tuple[list[InstanceGroup], list[Gap]]:
+def engine_groups(scenario: Any, system: str, units: int,
+                  pool_nodes: int | None = None) -> tuple[list[InstanceGroup], list[Gap]]:
     """The instance groups of ``system`` at ``units`` units, with their commands, and the gaps.
 
     Parameters
@@ -88,6 +89,9 @@ def engine_groups(scenario: Any, system: str, units: int) -> tuple[list[Instance
         One of its systems.
     units : int
         How many units of the system (every node count times ``units``).
+    pool_nodes : int, optional
+        The remote KV pool's node count when one pool is shared by all the units
+        (``plan.shared_pools``); None: the pool as written times the units.
 
     Raises
     ------
@@ -116,7 +120,7 @@ def engine_groups(scenario: Any, system: str, units: int) -> tuple[list[Instance
                 continue
             groups.append(_group(spec, system, pool, role, n, units, model.hf_id, model.name))
     if sys_spec.kv_cache is not None:
-        gaps += _cache_gaps(spec, system, units)
+        gaps += _cache_gaps(spec, system, units, pool_nodes)
     for pool in sizing.pools:
         gaps += _instance_gaps(spec, system, pool)
     for group in groups:
@@ -320,7 +324,7 @@ def _system_gaps(spec: Any, system: str) -> list[Gap]:
     return gaps
 
 
-def _cache_gaps(spec: Any, system: str, units: int) -> list[Gap]:
+def _cache_gaps(spec: Any, system: str, units: int, pool_nodes: int | None = None) -> list[Gap]:
     c = spec.systems[system].kv_cache
     p = f"systems.{system}.kv_cache"
     gaps = [Gap("vllm", f"{p}.hbm_eviction", c.hbm_eviction, "vLLM evicts cached blocks LRU; no flag chooses")]
@@ -344,7 +348,11 @@ def _cache_gaps(spec: Any, system: str, units: int) -> list[Gap]:
             gaps.append(Gap("all", f"{p}.{tier}.eviction", t.eviction, "the offload tiers evict LRU; no flag chooses"))
         if t is not None and "max_write_flows" in t.model_fields_set:
             gaps.append(Gap("all", f"{p}.{tier}.max_write_flows", t.max_write_flows, "a model of the write queue, not a flag"))
-    if c.remote is not None:
+    if c.remote is not None and pool_nodes is not None:  # plan.shared_pools: one pool for all the units
+        gaps.append(Gap("all", f"{p}.remote.nodes", f"{pool_nodes} {c.remote.pool_node} shared by the {units} units "
+                        "(plan.shared_pools)", "the pool's own servers (Mooncake store / LMCache server) are deployed "
+                        "separately; the engines are only pointed at them"))
+    elif c.remote is not None:
         gaps.append(Gap("all", f"{p}.remote.nodes", f"{c.remote.nodes} x {units} units = {c.remote.nodes * units} "
                         f"{c.remote.pool_node}",
                         "the pool's own servers (Mooncake store / LMCache server) are deployed separately; "

@@ -137,7 +137,8 @@ def plan_cost(scenario: Scenario, backend: str = "compiled") -> PlanCost | None:
     fewest units allowed meets it) to four probes of ``ceil(target / capacity)`` units at the
     target load, and where the candidate is the cheapest or the runner-up, the count and one fewer
     under each of ``plan.seed_checks`` other seeds. A probe's cost is
-    :func:`kvsim.plan.run_cost.run_cost` of the probe's own scenario.
+    :func:`kvsim.plan.run_cost.run_cost` of the probe's own scenario. A shared-pool candidate
+    (``plan.shared_pools``) runs that once per pool size on its axis (probed with the smallest).
     """
     from kvsim.plan.planner import Probe, probe_scenario
     from kvsim.plan.run_cost import run_cost
@@ -151,19 +152,25 @@ def plan_cost(scenario: Scenario, backend: str = "compiled") -> PlanCost | None:
     requests = [0, 0]
     cpu = [0.0, 0.0]
     for system in plan.chosen(list(scenario.spec.systems)):
+        shared = (plan.shared_pools or {}).get(system)
+        pool, sizes = (shared.nodes[0], len(shared.nodes)) if shared is not None else (None, 1)
         guess = capacity_guess(scenario, system)
         start = guess or (max(1, math.floor(plan.loads[0] / 4)) if plan.by_clients else plan.loads[0] / 4)
         search = (narrowing + 1, narrowing + (3 if guess else 6))
-        cost = run_cost(probe_scenario(scenario, Probe(system, 1, _load(start, plan.by_clients))), backend=backend)
+        cost = run_cost(probe_scenario(scenario, Probe(system, 1, _load(start, plan.by_clients), pool_nodes=pool)),
+                        backend=backend)
         units = [max(1, min(plan.units.max, math.ceil(t / start))) for t in plan.loads]
-        target_costs = [run_cost(probe_scenario(scenario, Probe(system, n, _load(t, plan.by_clients))), backend=backend)
-                        for n, t in zip(units, plan.loads)]
+        target_costs = [run_cost(probe_scenario(scenario, Probe(system, n, _load(t, plan.by_clients), pool_nodes=pool)),
+                                 backend=backend) for n, t in zip(units, plan.loads)]
         low = (search[0] * (cost.requests or 0) + sum(c.requests or 0 for c in target_costs),
                search[0] * cost.cpu_s + sum(c.cpu_s for c in target_costs))
         per_target = 4 + 2 * plan.seed_checks  # and, if it is checked, the count and one fewer under each seed
         high = (search[1] * (cost.requests or 0) + sum(per_target * (c.requests or 0) for c in target_costs),
                 search[1] * cost.cpu_s + sum(per_target * c.cpu_s for c in target_costs))
         count = (search[0] + len(plan.loads), search[1] + per_target * len(plan.loads))
+        if sizes > 1:  # the unit search again at each pool size (the seed checks only once: small, ignored)
+            count = (count[0] * sizes, count[1] * sizes)
+            low, high = (low[0] * sizes, low[1] * sizes), (high[0] * sizes, high[1] * sizes)
         per[system] = {"first_guess": guess, "probes": count, "requests": (low[0], high[0]), "cpu_s": (low[1], high[1])}
         for k in (0, 1):
             probes[k] += count[k]

@@ -45,12 +45,15 @@ __all__ = ["Probe", "CandidatePlan", "PlanResult", "plan", "scaled_scenario", "p
 @dataclass(frozen=True)
 class Probe:
     """One run a plan needs: ``units`` of candidate ``system`` at ``load`` (requests/s, or clients
-    for a closed loop), with the scenario's seed or ``seed`` (a seed check's)."""
+    for a closed loop), with the scenario's seed or ``seed`` (a seed check's); ``pool_nodes``: the
+    remote KV pool's node count, shared by the units (``plan.shared_pools``), or None for the
+    pool as written times the units."""
 
     system: str
     units: int
     load: float
     seed: int | None = None
+    pool_nodes: int | None = None
 
 
 @dataclass
@@ -70,6 +73,12 @@ class CandidatePlan:
     seed_checks : dict
         Target load -> its unit count's check under other seeds (:func:`seed_check`), for the
         candidates checked there.
+    pool_nodes_for : dict
+        A shared-pool candidate's (``plan.shared_pools``): target load -> the pool node count of
+        its cheapest ``(units, pool nodes)``; empty for any other candidate.
+    pool_axis : list
+        A shared-pool candidate's search per pool node count (:class:`kvsim.plan.pool_axis.PoolPoint`,
+        ascending); empty for any other candidate. ``capacity`` is then the first's.
     """
 
     system: str
@@ -77,6 +86,8 @@ class CandidatePlan:
     units_for: dict[float, int | None] = field(default_factory=dict)
     notes: dict[float, str] = field(default_factory=dict)
     seed_checks: dict[float, dict[str, Any]] = field(default_factory=dict)
+    pool_nodes_for: dict[float, int] = field(default_factory=dict)
+    pool_axis: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -99,13 +110,15 @@ def load_unit(scenario: Scenario) -> str:
     return "clients" if plan is not None and plan.by_clients else "requests/s"
 
 
-def scaled_scenario(scenario: Scenario, system: str, units: int, load: float) -> Scenario:
+def scaled_scenario(scenario: Scenario, system: str, units: int, load: float,
+                    pool_nodes: int | None = None) -> Scenario:
     """``scenario`` with only ``system``, every node count of it times ``units``, at ``load``: its
     arrival rate (requests/s), or its closed loop's clients under ``target_clients``.
 
     The node counts multiplied are each pool's ``nodes`` (and ``instances`` and the P:D split
-    ``roles`` where given) and the remote KV pool's ``nodes``; the study, comparison and plan sections are dropped (they name
-    other systems).
+    ``roles`` where given) and the remote KV pool's ``nodes`` -- unless ``pool_nodes`` is given:
+    then the remote pool is that many nodes, one pool shared by all the units. The study,
+    comparison and plan sections are dropped (they name other systems).
     """
     raw = copy.deepcopy(scenario.raw)
     spec = copy.deepcopy(raw["systems"][system])
@@ -118,7 +131,7 @@ def scaled_scenario(scenario: Scenario, system: str, units: int, load: float) ->
             pool["roles"] = {role: int(count) * units for role, count in pool["roles"].items()}
     remote = (spec.get("kv_cache") or {}).get("remote")
     if isinstance(remote, dict):
-        remote["nodes"] = int(remote.get("nodes", 1)) * units
+        remote["nodes"] = int(remote.get("nodes", 1)) * units if pool_nodes is None else int(pool_nodes)
     if load_unit(scenario) == "clients":
         changes: dict[str, Any] = {"systems": {system: spec}, "workload.arrival.clients": int(load)}
     else:
@@ -141,7 +154,7 @@ def probe_scenario(scenario: Scenario, probe: Probe) -> Scenario:
     from kvsim.metrics.steady_state import MIN_COMPLETIONS_PER_INSTANCE
     from kvsim.sim.sizing import size_system
 
-    scaled = scaled_scenario(scenario, probe.system, probe.units, probe.load)
+    scaled = scaled_scenario(scenario, probe.system, probe.units, probe.load, probe.pool_nodes)
     if probe.seed is not None:
         scaled = scaled.with_changes({"seed": probe.seed})
     spec = scaled.spec
@@ -297,6 +310,10 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
                             on_probe(probe, outcome)
             return [done[p] for p in probes]
 
+        if spec.shared_pools and system in spec.shared_pools:  # units x pool nodes: kvsim.plan.pool_axis
+            from kvsim.plan.pool_axis import plan_pool_axis
+
+            return plan_pool_axis(scenario, system, start, judge, parallel), ran
         search = find_max_load(lambda loads: judge([Probe(system, 1, x) for x in loads]), start,
                                rel_tol=spec.rel_tol, parallel=parallel, floor=start / 64,
                                ceiling=max(targets[-1], start) * 2, integer=clients, unit=load_unit(scenario))
@@ -333,16 +350,16 @@ def _check_seeds(scenario: Scenario, found: list[CandidatePlan], mapper: MapProb
     for target in spec.loads:
         serving = [c for c in found if c.units_for.get(target) is not None]
         if unit_cost is not None:
-            priced = [(unit_cost(c.system), c) for c in serving]
+            priced = [(_target_cost(scenario, c, target, unit_cost), c) for c in serving]
             serving = [c for cost, c in sorted(((cost, c) for cost, c in priced if cost is not None),
-                                               key=lambda pair: (pair[0] * pair[1].units_for[target],
-                                                                 found.index(pair[1])))][:2]
+                                               key=lambda pair: (pair[0], found.index(pair[1])))][:2]
         for candidate in serving:
             n = candidate.units_for[target]
             assert n is not None
             checked.append((candidate, target, n))
+            pool = candidate.pool_nodes_for.get(target)  # a shared pool keeps its size
             for units in (n, n - 1) if n > spec.units.min else (n,):
-                probes += [Probe(candidate.system, units, target, seed) for seed in seeds]
+                probes += [Probe(candidate.system, units, target, seed, pool) for seed in seeds]
     if not probes:
         return []
     outcomes = list(mapper(runner, probes))
@@ -351,13 +368,28 @@ def _check_seeds(scenario: Scenario, found: list[CandidatePlan], mapper: MapProb
             on_probe(probe, outcome)
     by_probe = dict(zip(probes, outcomes))
     for candidate, target, n in checked:
-        candidate.seed_checks[target] = seed_check(n, spec.units.min, base, seeds, by_probe, candidate.system, target)
+        candidate.seed_checks[target] = seed_check(n, spec.units.min, base, seeds, by_probe, candidate.system, target,
+                                                   candidate.pool_nodes_for.get(target))
     return list(zip(probes, outcomes))
 
 
+def _target_cost(scenario: Scenario, candidate: CandidatePlan, target: float,
+                 unit_cost: Callable[[str], float | None]) -> float | None:
+    """Cost per hour of a candidate at a target it serves: its units times a unit's cost, or for a
+    shared pool (units x pool nodes) the pair's (:mod:`kvsim.plan.pool_axis`)."""
+    n = candidate.units_for[target]
+    if candidate.pool_axis:
+        from kvsim.plan.pool_axis import axis_costs
+
+        return axis_costs(scenario, candidate.system).total(n, candidate.pool_nodes_for[target])
+    cost = unit_cost(candidate.system)
+    return None if cost is None or n is None else cost * n
+
+
 def seed_check(units: int, fewest: int, base_seed: int, seeds: Sequence[int], outcomes: dict[Probe, ProbeOutcome],
-               system: str, target: float) -> dict[str, Any]:
-    """What the other seeds say about a unit count found under ``base_seed``.
+               system: str, target: float, pool_nodes: int | None = None) -> dict[str, Any]:
+    """What the other seeds say about a unit count found under ``base_seed`` (with a shared pool
+    of ``pool_nodes`` nodes, where the candidate has one).
 
     Returns
     -------
@@ -369,9 +401,9 @@ def seed_check(units: int, fewest: int, base_seed: int, seeds: Sequence[int], ou
         if any seed met with it, ``units + 1`` if any failed with ``units``, else ``units``), and
         ``agree`` (every seed gives ``units``).
     """
-    meets = [True] + [outcomes[Probe(system, units, target, seed)].meets for seed in seeds]
+    meets = [True] + [outcomes[Probe(system, units, target, seed, pool_nodes)].meets for seed in seeds]
     fewer = None if units <= fewest else \
-        [False] + [outcomes[Probe(system, units - 1, target, seed)].meets for seed in seeds]
+        [False] + [outcomes[Probe(system, units - 1, target, seed, pool_nodes)].meets for seed in seeds]
     low = units - 1 if fewer is not None and any(fewer) else units
     high = units if all(meets) else units + 1
     return {"seeds": [base_seed, *seeds], "meets": meets, "fewer_meets": fewer, "units_low": low,

@@ -20,6 +20,7 @@ runner-up's at each end of each figure's range.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -75,7 +76,8 @@ def cost_rows(scenario: Scenario, answer: dict[str, Any], figure: Figure,
     each end, and the nearest flip point on each side of the figure as it is."""
     from kvsim.plan.answer import catalog_unit_cost
 
-    ends = [catalog_unit_cost(with_figure(scenario, figure, value)) for value in (figure.low, figure.high)]
+    changed = [with_figure(scenario, figure, value) for value in (figure.low, figure.high)]
+    ends = [catalog_unit_cost(one) for one in changed]
     order = [c["system"] for c in answer["candidates"]]
     unit_costs: dict[str, list[float | None]] = {}
     for name in order:
@@ -90,9 +92,15 @@ def cost_rows(scenario: Scenario, answer: dict[str, Any], figure: Figure,
         units = {c["system"]: c["targets"][k]["units"] for c in answer["candidates"]}
         base = {c["system"]: c["targets"][k]["cost_per_hour_usd"] for c in answer["candidates"]}
         at: dict[str, tuple[float, float]] = {}
+        pools = {c["system"]: c["targets"][k].get("pool_nodes") for c in answer["candidates"]}
         for name in order:
             n, (low, high) = units[name], unit_costs[name]
-            if n is not None and low is not None and high is not None and base[name] is not None:
+            if pools[name] is not None and n is not None and base[name] is not None:
+                # a shared pool (plan.shared_pools): its units and its pool nodes, each priced at the end
+                shared = [_shared_total(one, name, n, pools[name]) for one in changed]
+                if shared[0] is not None and shared[1] is not None:
+                    at[name] = (shared[0], shared[1])
+            elif n is not None and low is not None and high is not None and base[name] is not None:
                 at[name] = (n * low, n * high)
         cheapest = [min(at, key=lambda name: (at[name][end], order.index(name))) for end in (0, 1)]
         above: tuple[float, str] | None = None
@@ -120,6 +128,13 @@ def cost_rows(scenario: Scenario, answer: dict[str, Any], figure: Figure,
             "holds": not any(f["in_range"] for f in flips),
         })
     return rows
+
+
+def _shared_total(scenario: Scenario, system: str, units: int, pool_nodes: int) -> float | None:
+    """Cost per hour, US dollars, of ``units`` compute units sharing ``pool_nodes`` pool nodes."""
+    from kvsim.plan.pool_axis import axis_costs
+
+    return axis_costs(scenario, system).total(units, pool_nodes)
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -217,12 +232,15 @@ def _replan(scenario: Scenario, answer: dict[str, Any], figures: list[Figure], t
     def run(job: tuple) -> None:
         figure, side, value, system, load, mapper, runner, done = job
         k = answer["targets"].index(load)
-        base_units = next(c["targets"][k]["units"] for c in answer["candidates"] if c["system"] == system)
+        entry = next(c["targets"][k] for c in answer["candidates"] if c["system"] == system)
+        base_units, pool_nodes = entry["units"], entry.get("pool_nodes")  # a shared pool keeps its size
         if system not in figure.systems:
             found[(figure.field, side, system, load)] = base_units
             return
 
         def judge(probes: Sequence[Probe]) -> list[ProbeOutcome]:
+            if pool_nodes is not None:
+                probes = [replace(probe, pool_nodes=pool_nodes) for probe in probes]
             todo = [p for p in dict.fromkeys(probes) if p not in done]
             if todo:
                 outcomes = mapper(runner, todo) if mapper is not None else map(runner, todo)
@@ -258,9 +276,14 @@ def _physics_row(answer: dict[str, Any], figure: Figure, load: float, winner: st
     two = [s for s in (winner, runner) if s is not None]
     units = {side: {s: found[(figure.field, side, s, load)] for s in two} for side in ("low", "high")}
 
+    pools = {c["system"]: c["targets"][k].get("pool_nodes") for c in answer["candidates"]}
+    pool_hour = {c["system"]: c["targets"][k].get("pool_cost_per_hour_usd") or 0.0 for c in answer["candidates"]}
+
     def cost(side: str, system: str) -> float | None:
         n, rate = units[side][system], per_hour[system]
-        return None if n is None or rate is None else n * rate
+        if n is None or rate is None:
+            return None
+        return n * rate + (pool_hour[system] if pools[system] is not None else 0.0)  # a shared pool's own nodes
 
     cheapest = {}
     for side in ("low", "high"):

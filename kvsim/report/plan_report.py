@@ -8,6 +8,7 @@ import io
 from typing import Any
 
 from kvsim.report.document import Document, Figure, Strong
+from kvsim.report.pool_frontier import pool_words, shared_pool_section
 from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.plan_tornado import hinge_sentence, sensitivity_section
 
@@ -58,7 +59,8 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
             continue
         cost = next(t for c in answer["candidates"] if c["system"] == cheapest for t in c["targets"]
                     if t["load"] == row["load"])
-        text = (f"At {target} the cheapest is {cheapest} ({_units(cost['units'])}, {_usd(cost['capex_usd'])} capex, "
+        pool = f" + {pool_words(cost['pool_nodes'])}" if cost.get("pool_nodes") is not None else ""
+        text = (f"At {target} the cheapest is {cheapest} ({_units(cost['units'])}{pool}, {_usd(cost['capex_usd'])} capex, "
                 f"{_usd(cost['cost_per_hour_usd'])}/h)")
         saving = row["savings_vs_baseline"].get(cheapest)
         if saving and saving["capex_usd"] is not None:
@@ -212,12 +214,16 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
             check = t.get("seed_check")
             spread = (f" [{check['units_low']}-{check['units_high']} by seed]" if check and not check["agree"]
                       else " [seeds agree]" if check else "")
+            pool = f" + {t['pool_nodes']} pool" if t.get("pool_nodes") is not None else ""
             cell = ("none" if t["units"] is None else
-                    f"{t['units']}{spread} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})"
+                    f"{t['units']}{spread}{pool} ({_usd(t['capex_usd'])}, {_usd(t['cost_per_hour_usd'])})"
                     + (", unconfirmed" if t.get("unconfirmed") else ""))
             cells.append(Strong(cell) if a.get("cheapest") == c["system"] else cell)
         rows.append(cells)
-    doc.table(header, rows, f"A unit is the system as written in the scenario; n units multiply every node count. "
+    doc.table(header, rows, "A unit is the system as written in the scenario; n units multiply every node count"
+                            + (" (but '+ P pool': one remote KV pool of P nodes shared by the n units, its cost "
+                               "included; see Shared KV pool)" if any(c.get("shared_pool") for c in answer["candidates"])
+                               else "") + ". "
                             f"'none': no count up to {answer['units']['max']} units meets the SLO; 'unconfirmed': "
                             f"the count met the SLO in a run still flagged after its longer re-runs (see Flags). "
                             f"In bold, the cheapest per target. [seeds agree]: the count and one fewer were run "
@@ -245,6 +251,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                             f"Like for like: against the candidate on {answer['baseline']}'s compute nodes with the "
                             f"same KV options (kv_cache section), where the named baseline's differ; 'no "
                             f"candidate' where the plan has none such.")
+    shared_pool_section(doc, answer, stem, _rate)
     sensitivity_section(doc, answer, stem)
     doc.heading("Capacity of one unit")
     rows = [[c["system"], _capacity_text(c["capacity"], _rate), _rate(c["capacity"]["fail_load"]),

@@ -4,7 +4,8 @@ Each system of the scenario is a *candidate*, written as one *unit* (e.g. one se
 server plus its share of a storage pool). ``kvsim plan`` finds, for each candidate, the most load
 one unit sustains within the scenario's ``slo:``, then for each target load the fewest units that
 serve it within the SLO (a unit count multiplies every node count of the system: its compute
-pools and its remote KV pool alike), and names the cheapest candidate per target.
+pools and its remote KV pool alike -- except a pool shared by the units and sized on its own axis,
+``shared_pools``), and names the cheapest candidate per target.
 
 The load is the arrival rate of an open-loop workload (``targets``, requests/s) or the number of
 clients of a closed loop (``target_clients``): a closed loop's clients each send a request, wait
@@ -16,6 +17,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from kvsim.scenario.sensitivity_spec import SensitivitySpec
+from kvsim.scenario.shared_pool_spec import SharedPoolSpec
 from kvsim.spec_types import FrozenSpec, PositiveInt, Rate
 
 __all__ = ["PlanSpec", "UnitRange"]
@@ -54,6 +56,9 @@ class PlanSpec(FrozenSpec):
     sensitivity : SensitivitySpec
         The figures marked as assumptions that the answer is tested against, and their ranges
         (:mod:`kvsim.scenario.sensitivity_spec`); ``off`` for none.
+    shared_pools : dict, optional
+        Candidate -> its remote KV pool sized on its own axis and shared by all its units
+        (:mod:`kvsim.scenario.shared_pool_spec`): ``{nodes: [1, 2, 4], usd_per_tb_month: X}``.
     """
 
     targets: list[Rate] | None = Field(default=None, min_length=1)
@@ -64,6 +69,7 @@ class PlanSpec(FrozenSpec):
     rel_tol: float = Field(default=0.05, gt=0, lt=1)
     seed_checks: int = Field(default=2, ge=0, le=16)
     sensitivity: SensitivitySpec = Field(default_factory=SensitivitySpec)
+    shared_pools: dict[str, SharedPoolSpec] | None = None
 
     def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
         """Checks against the scenario's systems, as ``(field path, message)``."""

@@ -14,6 +14,7 @@ from kvsim.models.engine import EngineSpec
 from kvsim.scenario.cost_spec import CostSpec
 from kvsim.scenario.limits import MAX_REQUESTS  # noqa: F401 - re-exported (checked in kvsim.scenario.limits)
 from kvsim.scenario.plan_spec import PlanSpec
+from kvsim.scenario.shared_pool_spec import shared_pool_problems
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec,
                                   RouterKind)
@@ -363,6 +364,7 @@ class ScenarioSpec(FrozenSpec):
             problems += self._lora_problems(name, system)
         if self.plan is not None:
             problems += self.plan.problems(list(self.systems))
+            problems += shared_pool_problems(self.plan.shared_pools, self.plan.chosen(list(self.systems)), self.systems)
             if not any((self.slo.ttft_p99, self.slo.tpot_p99, self.slo.e2e_p99)):
                 problems.append((("plan",), "plans the most load within the SLO: give slo.ttft_p99, slo.tpot_p99 "
                                             "and/or slo.e2e_p99"))
