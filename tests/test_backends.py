@@ -32,6 +32,7 @@ from kvsim import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from random_scenarios import random_case  # noqa: E402
+from test_chunk_reclaim import reclaim_scenario  # noqa: E402
 from test_coalesce import CHUNKED, CUT, SHIPPED, SLOW, _same_summary, _shortened  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,6 +189,14 @@ def test_prefill_chunk_runs_are_the_same_compiled(tmp_path, rate):
     path = tmp_path / "chunks.yaml"
     path.write_text(CHUNKED.format(rate=rate))
     _assert_equal(*_both(kvsim.load_scenario(path)))
+
+
+@needs_compiled
+@pytest.mark.parametrize("rate", [6, 14])
+def test_chunk_runs_across_deferred_reclaims_are_the_same_compiled(tmp_path, rate):
+    """Chunk runs that cross cached-page reclaims, made when the runs are settled
+    (tests/test_chunk_reclaim.py), with routers reading the index and copies landing."""
+    _assert_equal(*_both(reclaim_scenario(tmp_path, rate=rate, duration="20 s")))
 
 
 @needs_compiled

@@ -188,7 +188,7 @@ def _cluster(block_tokens=16):
     hbm = {name: _store(f"{name}.hbm") for name in "ABC"}
     dram = {"x": _store("x.dram")}
     cache = SimpleNamespace(geometry=SimpleNamespace(block_tokens=block_tokens), index=index, extents=False, dram=dram,
-                            nvme={}, remote=[], rank={id(dram["x"]): 1})
+                            nvme={}, remote=[], rank={id(dram["x"]): 1}, pending_reclaims=[])
     return cache, hbm, dram
 
 

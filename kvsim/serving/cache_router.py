@@ -100,6 +100,8 @@ class CacheAwareRouter:
         # the blocks the loader may serve: whole ones, never the one with the last token to compute
         bt = self.block_tokens
         eligible = max(0, min(seq.prompt_tokens // bt, (seq.prefill_target - 1) // bt))
+        if self.cache.pending_reclaims:  # (chunk runs' deferred reclaims: the index as it is now)
+            self.cache.settle_reclaims()
         if self.view is not None:
             self.view.refresh()
         if self.extents:

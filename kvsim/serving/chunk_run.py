@@ -15,17 +15,33 @@ through it in one event (:func:`~kvsim.serving.engine_loop.sleep_through`); anyt
 the instance settles it first (every step that has ended by then is applied: its tokens, the
 input tokens it counts, the next chunk's pages), anything that changes the instance cuts it at
 the step in progress. A run stops before a chunk whose pages the pool could give only by
-reclaiming cached pages or preempting (those are decisions made at the step's start, left to
-the step-by-step loop), and before the prompt's final chunk (the prompt's completion files its
-blocks in the cache and emits its first token; the last step a run holds is completed by the
-scheduler as usual, after the run).
+preempting (a decision made at the step's start, left to the step-by-step loop), and before the
+prompt's final chunk (the prompt's completion files its blocks in the cache and emits its first
+token; the last step a run holds is completed by the scheduler as usual, after the run).
+
+A chunk whose pages the pool gives by reclaiming cached pages (evicting unheld blocks from the
+instance's HBM store, :meth:`~kvsim.serving.cache.writer.CacheWriter.reclaim`) does not stop
+the run when the reclaim can be *deferred*
+(:meth:`~kvsim.serving.cache.writer.CacheWriter.deferrable_blocks`: write-through, the
+instance's own store, no peers reading it, an index without watchers) and the store holds
+enough evictable blocks at planning (their count does not fall during the run: only the
+instance itself pins or reads its store, and while it sleeps through a run only its landing
+copies do, which unpin first; a deferred reclaim that found fewer would raise). The run counts the pages free as the reclaim would,
+and the reclaim is made when the step's pages are (:meth:`ChunkRun.settle`): its victims chosen
+then, from the store as it is then -- as the step found it, since everything that reads or
+changes a store or the system's index (other instances' admissions and filings, copies landing,
+routers, the tier sampler, the instance's own hooks) settles the system's pending reclaims
+first (:meth:`~kvsim.serving.cache.tiers.SystemCache.settle_reclaims`). Where a reclaim cannot
+be deferred the run stops before the chunk, as before.
 
 Unlike a decode run, a chunk run is not cut by a request arriving: the arrival waits in the queue,
 and no step of the run admits anything (each takes the whole budget), so the steps do not change.
 
 The step-by-step engine stays as the reference (``engine.coalesce: false``): records, counters
 and levels are equal bit for bit (``tests/test_coalesce.py``), with the same caveat as decode
-runs for an outside event at exactly the instant a step ends.
+runs for an outside event at exactly the instant a step ends (the run counts the step as ended,
+so such an event sees the next step's pages taken and its deferred reclaim made; the
+step-by-step loop orders the tie by event id).
 
 Pure Python in both backends: a run costs one plan (the step model's breakdown of each chunk), a
 few settles (one ``prefill_computed`` call per step) and one account (the engine time's and the
@@ -37,12 +53,14 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvsim.models.step_time import BatchShape
 
 if TYPE_CHECKING:
+    from kvsim.kv.block_pool import BlockPool
     from kvsim.models.step_time import StepBreakdown
+    from kvsim.serving.cache.writer import CacheWriter
     from kvsim.serving.instance import Instance
     from kvsim.serving.scheduler import Batch
 
@@ -50,6 +68,13 @@ __all__ = ["MAX_CHUNKS", "ChunkRun"]
 
 MAX_CHUNKS = 4096
 """Longest run planned at once (a prompt of more chunks is planned again when the run ends)."""
+
+
+def _writer(pool: BlockPool) -> Any:
+    """The cache writer whose reclaim ``pool`` calls, if it can defer one
+    (:meth:`~kvsim.serving.cache.writer.CacheWriter.deferrable_blocks`), else None."""
+    writer = getattr(pool.reclaim, "__self__", None)
+    return writer if hasattr(writer, "deferrable_blocks") else None
 
 
 class ChunkRun:
@@ -64,13 +89,13 @@ class ChunkRun:
 
     __slots__ = ("accounted", "applied", "batch", "batches0", "blocks", "chunk", "comm_s", "compute_s", "ends_s",
                  "free0", "instance", "kernels_s", "kv0", "last", "memory_s", "new_blocks", "overhead_s", "planned",
-                 "seq", "total_s")
+                 "reclaim_last", "reclaims", "seq", "total_s", "writer")
 
     cut_by_arrivals = False  # (see the module docstring; Instance.submit reads it)
 
     def __init__(self, instance: Instance, batch: Batch, ends_s: list[float],
                  steps: tuple[list[float], list[float], list[float], float, float, float], blocks: list[int],
-                 new_blocks: list[int]):
+                 new_blocks: list[int], reclaims: list[int] | None = None, writer: CacheWriter | None = None):
         self.instance = instance
         self.batch = batch
         self.seq, self.chunk = batch.prefills[0]
@@ -86,6 +111,15 @@ class ChunkRun:
         self.last = self.planned = len(ends_s) - 1
         self.applied = 0
         self.accounted = 0
+        # step i's deferred reclaim, in blocks, at [i] (None: no step reclaims); applied when the
+        # step's pages are (settle), by ``writer``; the run is among its system's pending
+        # reclaims until the last of them (``reclaim_last``) is applied or cut off
+        self.reclaims: list[int] = reclaims if reclaims is not None else []
+        self.writer: Any = writer
+        self.reclaim_last = 0
+        if reclaims is not None and writer is not None:
+            self.reclaim_last = max(i for i, n in enumerate(reclaims) if n)
+            writer.system.pending_reclaims.append(self)
 
     @staticmethod
     def plan(instance: Instance, batch: Batch, first_s: float, first_parts: StepBreakdown, now: float,
@@ -109,6 +143,10 @@ class ChunkRun:
         breakdown = instance.step_model.breakdown  # type: ignore[attr-defined]  # (the engine loop checked)
         block = pool.block_size_tokens
         free = pool._free
+        room = -2  # evictable HBM blocks a deferred reclaim may still take (-2: not asked yet; -1: none)
+        per_block = 1  # (pages per cached block, once asked)
+        writer = None
+        reclaims: list[int] | None = None
         shared = seq.shared_tokens
         have = seq.kv_blocks
         taken = 0
@@ -120,12 +158,30 @@ class ChunkRun:
         for i in range(2, steps + 1):
             cached = kv0 + (i - 1) * chunk
             # its pages, as the scheduler finds them (BatchScheduler.schedule, BlockPool.grow):
-            # stop before a chunk the pool could hold only by reclaiming or preempting
+            # stop before a chunk the pool could hold only by preempting, or by reclaiming
+            # cached pages where that cannot be deferred (CacheWriter.deferrable_blocks)
             own = cached + chunk - shared
             if own > have * block:
                 extra = -(-own // block) - have
-                if taken + extra > free:
-                    break
+                short = taken + extra - free
+                if short > 0:
+                    # the pool's reclaim (CacheWriter.reclaim): as many victims as whole blocks
+                    # cover the shortfall, if the store has that many evictable
+                    if room == -2:
+                        writer = _writer(pool)
+                        room = writer.deferrable_blocks() if writer is not None else -1
+                        if room >= 0:
+                            per_block = writer.cache.geometry.pages_per_block
+                    victims = -(-short // per_block)
+                    if victims > room:
+                        if writer is not None:
+                            writer.system.reclaim_stops += 1
+                        break
+                    room -= victims
+                    if reclaims is None:
+                        reclaims = [0] * (steps + 1)
+                    reclaims[i] = victims
+                    taken -= victims * per_block
                 taken += extra
                 have += extra
             # its shape, as the scheduler forms it (one chunk, no token sampled, no remote reads)
@@ -146,8 +202,12 @@ class ChunkRun:
         if len(ends) < 3:
             return None
         new_blocks.append(taken)  # (no step after the last: its pages are the last step's)
+        if reclaims is not None:
+            reclaims = reclaims[:len(ends)]  # (a step that stopped the run after its pages is not kept)
+            if not any(reclaims):
+                reclaims = None
         return ChunkRun(instance, batch, ends, (totals, computes, memories, comm_s, kernels_s, overhead_s), blocks,
-                        new_blocks)
+                        new_blocks, reclaims, writer)
 
     @property
     def end_s(self) -> float:
@@ -169,6 +229,16 @@ class ChunkRun:
         for i in range(first, done + 1):  # what BatchScheduler.complete does for a chunk short of the end
             seq.kv_tokens = kv0 + i * chunk
             prefill_computed(seq, chunk, ends[i])
+        if self.reclaim_last:
+            # the deferred reclaims of the steps whose pages are allocated now, in step order (each
+            # at its step's start: nothing read or changed the store, the index or the pool since,
+            # or it would have settled the run first)
+            reclaims, writer = self.reclaims, self.writer
+            for i in range(first + 1, min(done + 1, self.reclaim_last) + 1):
+                if reclaims[i]:
+                    writer.reclaim_deferred(reclaims[i])
+            if done + 1 >= self.reclaim_last:
+                self._reclaimed()
         instance.pool._free = self.free0 - self.new_blocks[done + 1]
         seq.kv_blocks = self.blocks[done + 1]
         scheduler.batches_formed = self.batches0 + done
@@ -197,6 +267,20 @@ class ChunkRun:
         """Settle, and make the step in progress at ``now`` (or ``keep`` steps after it) the last."""
         self.settle(now)
         self.last = min(self.last, self.applied + 1 + keep)
+        if self.reclaim_last > self.last:
+            # the reclaims of the steps cut off are never made; those up to the step in progress
+            # were made by the settle (and any of the ``keep`` steps after it will be, when settled)
+            last = max((i for i in range(self.last + 1) if self.reclaims[i]), default=0)
+            if last <= self.applied + 1:
+                self._reclaimed()
+            else:
+                self.reclaim_last = last
+
+    def _reclaimed(self) -> None:
+        """Every deferred reclaim the run will make is made: off its system's pending list."""
+        if self.reclaim_last:
+            self.reclaim_last = 0
+            self.writer.system.pending_reclaims.remove(self)
 
     def next_horizon(self, horizon: int) -> int:
         """The instance's decode-run horizon, unchanged (a chunk run plans to the prompt's end)."""

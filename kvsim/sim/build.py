@@ -197,6 +197,8 @@ class System:
         stores = {"hbm": cache.hbm, "dram": list(cache.dram.values()), "nvme": list(cache.nvme.values()),
                   "remote": cache.remote}
         while self.env.now <= until_s:
+            if cache.pending_reclaims:  # (a chunk run's deferred reclaims: the stores as they are now)
+                cache.settle_reclaims()
             row = {"time_s": self.env.now}
             for tier, group in stores.items():
                 # (sum over map, not a generator: the same terms summed in the same order)

@@ -121,6 +121,8 @@ class InstanceCache(AdmissionHook):
 
     # -- AdmissionHook ---------------------------------------------------------------------
     def admit(self, seq: Sequence, now: float) -> str | None:
+        if self.system.pending_reclaims:  # (a lookup reads the index and the stores)
+            self.system.settle_reclaims()
         if seq.swapped:
             return self.swapper.swap_in(seq)
         if seq.hashes is None:
@@ -137,12 +139,16 @@ class InstanceCache(AdmissionHook):
         state.hits, state.loaded_bytes = {}, 0.0
 
     def prompt_done(self, seq: Sequence, now: float) -> None:
+        if self.system.pending_reclaims:
+            self.system.settle_reclaims()
         self.writer.file_prompt(seq)
 
     def released(self, seq: Sequence, finished: bool) -> None:
         state = seq.cache
         if state is None:
             return
+        if self.system.pending_reclaims:
+            self.system.settle_reclaims()
         if finished and seq.sequence_hashes is not None:
             self.writer.cache_decoded(seq)
         self._drop_readers(state.blocks)
@@ -204,6 +210,8 @@ class InstanceCache(AdmissionHook):
         """Leading blocks of ``seq``'s prompt already in this instance's HBM store."""
         if seq.hashes is None:
             return 0
+        if self.system.pending_reclaims:  # (a router reads the store)
+            self.system.settle_reclaims()
         hbm, blocks = self.hbm, 0
         for block in seq.hashes:
             if block not in hbm:
@@ -216,6 +224,8 @@ class InstanceCache(AdmissionHook):
 
     def flush(self) -> None:
         """Drop the cached blocks no one holds, giving their pages back (a role change)."""
+        if self.system.pending_reclaims:
+            self.system.settle_reclaims()
         self.writer.flush()
 
     # -- shared by the parts ---------------------------------------------------------------

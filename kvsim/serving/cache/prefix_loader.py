@@ -290,6 +290,8 @@ class PrefixLoader:
                 group_done = self._copy_from(holder, blocks, nbytes)
 
             def unpin_source(_event, store=store, blocks=blocks):
+                if system.pending_reclaims:
+                    system.settle_reclaims()
                 store.unpin_each(blocks)
 
             group_done.callbacks.append(unpin_source)
@@ -301,6 +303,8 @@ class PrefixLoader:
         promote = [b for b, store, _ in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
 
         def landed(_event):
+            if system.pending_reclaims:
+                system.settle_reclaims()
             cache.hbm.unpin_each(loaded)
             inflight = cache.inflight
             for block in loaded:

@@ -139,6 +139,21 @@ class SystemCache:
         self.domain_blocks = dict(domain_blocks or {})
         self.domain_pools: dict[str, DomainPool | ExtentDomainPool] = {}
         self.remote_reads = RemoteReads(self)
+        # prefill chunk runs whose steps' reclaims are deferred (kvsim.serving.chunk_run): what
+        # reads or changes a store or the index settles them first (settle_reclaims)
+        self.pending_reclaims: list = []
+        self.reclaims_deferred = 0  # steps whose reclaim a chunk run applied when settled
+        self.reclaim_stops = 0  # chunk runs stopped before a step whose reclaim could not be deferred
+
+    def settle_reclaims(self) -> None:
+        """Apply the deferred reclaims of chunk-run steps that have started by now (each run
+        settled to now, in the order the runs were planned: their stores differ, and the index
+        has no watchers, so the order of their changes is seen by nothing).
+
+        Callers check ``pending_reclaims`` first: nothing pending costs one test."""
+        now = self.env.now
+        for run in list(self.pending_reclaims):
+            run.settle(now)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None, write_limit: int | None = None,
@@ -393,6 +408,8 @@ class SystemCache:
 
     def file(self, store: BlockStore, blocks: list) -> None:
         """Insert ``blocks`` into ``store``; under write-back, what it evicts moves a tier down."""
+        if self.pending_reclaims:
+            self.settle_reclaims()
         index = self.index
         done, _, out = index.insert_run(store, blocks)
         evicted = [victim for _, victim in out]

@@ -113,6 +113,8 @@ class CacheWriter:
             cache.hbm.pin_each(group)
 
             def stored(_event, store=store, group=group):
+                if system.pending_reclaims:
+                    system.settle_reclaims()
                 cache.hbm.unpin_each(group)
                 system.file(store, group)
                 cache.wake()
@@ -165,6 +167,8 @@ class CacheWriter:
         """Evict unheld cached blocks from HBM to free ``shortfall_pages`` pages -- only if they
         can: a request that cannot be met evicts nothing."""
         cache = self.cache
+        if self.system.pending_reclaims:
+            self.system.settle_reclaims()
         if cache.domain_pool is not None:
             cache.domain_pool.reclaim(cache, shortfall_pages)
             return
@@ -179,6 +183,34 @@ class CacheWriter:
         cache.pool.give(len(victims) * g.pages_per_block)
         if victims and self.system.spec.write_policy == "write_back":
             self.write_back(victims)
+
+    def deferrable_blocks(self) -> int:
+        """The HBM blocks a prefill chunk run may plan to reclaim later (when it is settled,
+        :mod:`kvsim.serving.chunk_run`): the store's evictable blocks now, or -1 where a reclaim
+        cannot be deferred exactly.
+
+        Deferred, a step's victims are chosen when the run is settled, from the store as it is
+        then; everything that reads or changes the stores or the index settles pending reclaims
+        first (:meth:`~kvsim.serving.cache.tiers.SystemCache.settle_reclaims`), so that is the
+        store as the step found it. Not deferred: write-back (an eviction starts its copies at
+        that instant), a domain's shared store (a reclaim moves blocks to peers), peers reading
+        this HBM (their pins could take the evictable blocks the plan counted), and an index
+        with watchers (a router's delayed view logs each change at the time it is made)."""
+        cache, system = self.cache, self.system
+        if (cache.domain_pool is not None or system.spec.write_policy != "write_through"
+                or system.spec.peer_hbm != "none" or system.extents or system.index._watchers):
+            return -1
+        return cache.hbm.evictable_blocks
+
+    def reclaim_deferred(self, blocks: int) -> None:
+        """A deferred reclaim of ``blocks`` blocks (:meth:`deferrable_blocks`): the victims
+        evicted and forgotten as :meth:`reclaim` does; their pages were counted free by the run."""
+        cache = self.cache
+        victims = cache.hbm.evict_run(blocks)
+        if len(victims) != blocks:
+            raise RuntimeError("a deferred reclaim found fewer evictable blocks than its run planned")
+        self.system.index.discard_run(victims, cache.hbm)
+        self.system.reclaims_deferred += 1
 
     def flush(self) -> None:
         """Evict every cached block no one holds (the instance leaves a role that caches)."""
