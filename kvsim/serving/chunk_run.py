@@ -119,7 +119,9 @@ class ChunkRun:
         self.reclaim_last = 0
         if reclaims is not None and writer is not None:
             self.reclaim_last = max(i for i, n in enumerate(reclaims) if n)
-            writer.system.pending_reclaims.append(self)
+            system = writer.system
+            system.pending_reclaims.append(self)
+            system.next_reclaim_s = min(system.next_reclaim_s, self.next_reclaim_s())
 
     @staticmethod
     def plan(instance: Instance, batch: Batch, first_s: float, first_parts: StepBreakdown, now: float,
@@ -275,6 +277,14 @@ class ChunkRun:
                 self._reclaimed()
             else:
                 self.reclaim_last = last
+
+    def next_reclaim_s(self) -> float:
+        """When the next deferred reclaim not yet made falls due, seconds: the start of its step
+        (:meth:`settle` makes step ``i``'s once ``ends_s[i - 1] <= now``); inf if none is left."""
+        for i in range(self.applied + 2, self.reclaim_last + 1):
+            if self.reclaims[i]:
+                return self.ends_s[i - 1]
+        return math.inf
 
     def _reclaimed(self) -> None:
         """Every deferred reclaim the run will make is made: off its system's pending list."""

@@ -9,8 +9,6 @@ their bytes. The per-instance logic (what a request hits, loads and writes) is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import simpy
 
 from kvsim.backend import Kernels
@@ -24,56 +22,17 @@ from kvsim.serving.cache.access import SOURCES, CacheAccess
 from kvsim.serving.cache.connector import FanoutPlan, fanout_plan, io_size_bytes
 from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
 from kvsim.serving.cache.extent_pool import ExtentDomainPool, ExtentDomainStore
+from kvsim.serving.cache.geometry import CacheGeometry
 from kvsim.serving.cache.remote_reads import RemoteReads
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.cache.warm_rule import UnofferedShare
+
+_INF = float("inf")
 
 __all__ = ["CacheGeometry", "SystemCache", "TIERS", "SOURCES"]
 
 TIERS = ("hbm", "dram", "nvme", "remote")
 """Tier names, fastest first; a store's rank is its tier's position here."""
-
-
-@dataclass(frozen=True)
-class CacheGeometry:
-    """Sizes of one cache block.
-
-    Attributes
-    ----------
-    block_tokens, page_tokens : int
-        Tokens per cache block and per engine page.
-    block_bytes : float
-        KV bytes of one block for the whole model (what a lower tier stores and a write moves).
-    block_bytes_per_card : float
-        KV bytes of one block on one card of a TP group (what one card loads). When TP exceeds
-        the KV head count, engines replicate heads, so ``tp * block_bytes_per_card`` exceeds
-        ``block_bytes``: each card loads its own copy of the replicated heads.
-    tp : int
-    num_layers : int
-        For layer-by-layer overlap: the first token waits one layer's share of the load.
-    groupable : bool
-        The cards are one tensor-parallel group (no pipeline stages, no data-parallel attention),
-        so ranks sharing a KV shard are consecutive and a load can be read once per shard
-        (``fanout: once_per_node``); otherwise every card moves its own bytes.
-    """
-
-    block_tokens: int
-    page_tokens: int
-    block_bytes: float
-    block_bytes_per_card: float
-    tp: int
-    num_layers: int
-    groupable: bool = True
-
-    @property
-    def pages_per_block(self) -> int:
-        return self.block_tokens // self.page_tokens
-
-    @property
-    def shards(self) -> int:
-        """Distinct KV shards over the ``tp`` cards: 1 for MLA (every card holds the latent), the
-        KV head count when heads are replicated, ``tp`` when nothing is."""
-        return max(1, min(self.tp, round(self.block_bytes / self.block_bytes_per_card)))
 
 
 class SystemCache:
@@ -142,18 +101,20 @@ class SystemCache:
         # prefill chunk runs whose steps' reclaims are deferred (kvsim.serving.chunk_run): what
         # reads or changes a store or the index settles them first (settle_reclaims)
         self.pending_reclaims: list = []
+        self.next_reclaim_s = _INF  # no pending reclaim falls due before this (never above the truth)
         self.reclaims_deferred = 0  # steps whose reclaim a chunk run applied when settled
         self.reclaim_stops = 0  # chunk runs stopped before a step whose reclaim could not be deferred
 
     def settle_reclaims(self) -> None:
-        """Apply the deferred reclaims of chunk-run steps that have started by now (each run
-        settled to now, in the order the runs were planned: their stores differ, and the index
-        has no watchers, so the order of their changes is seen by nothing).
-
-        Callers check ``pending_reclaims`` first: nothing pending costs one test."""
+        """Apply the deferred reclaims of chunk-run steps started by now (each run settled to now,
+        in planning order: their stores differ and the index has no watchers, so that order is
+        seen by nothing). Callers test ``pending_reclaims`` first; none due yet is a second test."""
         now = self.env.now
+        if now < self.next_reclaim_s:
+            return
         for run in list(self.pending_reclaims):
             run.settle(now)
+        self.next_reclaim_s = min((run.next_reclaim_s() for run in self.pending_reclaims), default=_INF)
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None, write_limit: int | None = None,
