@@ -7,8 +7,8 @@ and an L20 server with a remote NVMe KV pool node. It runs ``kvsim plan`` in qui
 a user would (a child process, ``--workers`` local processes, default 2), into a temporary folder,
 and reports:
 
-- wall seconds and CPU seconds of the whole plan (the child and its worker processes), and the
-  probes it ran (``plan.json``);
+- wall seconds of the whole plan (the child and its worker processes), and the probes it ran
+  (``plan.json``);
 - each candidate's unit count at the target, and the check a sceptical planner would make: the
   deciding count and one fewer re-run with the probe's window doubled (duration and warm-up x2),
   judged by the same SLO verdict. "confirmed" means the count meets the SLO and one fewer does not,
@@ -45,7 +45,8 @@ def _children_cpu_s() -> float:
 
 
 def ask(out: Path, workers: int, backend: str) -> dict:
-    """Run the question in a child ``kvsim plan`` and return its cost and its answer."""
+    """Run the question in a child ``kvsim plan`` and return its wall time and its answer (``cpu_s``
+    counts only the processes the child reaped: not its pool's workers)."""
     env = {**os.environ, "KVSIM_BACKEND": backend}
     command = [sys.executable, "-c", "import sys; from kvsim.cli import main; sys.exit(main(sys.argv[1:]))", "plan", *QUESTION, "--out", str(out), "--workers", str(workers),
                "--no-progress"]
@@ -102,9 +103,9 @@ def main() -> None:
         asked = ask(out, args.workers, args.backend)
         answer = asked["answer"]
         probes = len(answer.get("probes", []))
-        print(f"{args.backend}, {args.workers} worker(s): {asked['wall_s']:.1f} s wall, "
-              f"{asked['cpu_s']:.1f} CPU-s, {probes} probes")
-        print(asked["printed"].strip().splitlines()[-1])
+        print(f"{args.backend}, {args.workers} worker(s): {asked['wall_s']:.1f} s wall, {probes} probes "
+              f"(and {len((answer.get('sensitivity') or {}).get('probes') or [])} sensitivity probes)")
+        print(next((line for line in asked["printed"].splitlines() if line.startswith("Serving")), "(no answer line)"))
         checks = [] if args.no_confirm else confirm(out, answer)
     load_after = os.getloadavg()
     for row in checks:
