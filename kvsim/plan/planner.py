@@ -314,14 +314,7 @@ def plan(scenario: Scenario, map_probes: MapProbes | None = None, parallel: int 
             from kvsim.plan.pool_axis import plan_pool_axis
 
             return plan_pool_axis(scenario, system, start, judge, parallel), ran
-        search = find_max_load(lambda loads: judge([Probe(system, 1, x) for x in loads]), start,
-                               rel_tol=spec.rel_tol, parallel=parallel, floor=start / 64,
-                               ceiling=max(targets[-1], start) * 2, integer=clients, unit=load_unit(scenario))
-        found = CandidatePlan(system, search)
-        for target in targets:
-            found.units_for[target], found.notes[target] = _fewest_units(system, target, search, spec.units, judge,
-                                                                         load_unit(scenario))
-        return found, ran
+        return unit_search(scenario, system, start, judge, parallel), ran
 
     if concurrent > 1 and len(systems) > 1:
         with ThreadPoolExecutor(max_workers=min(concurrent, len(systems))) as threads:
@@ -426,6 +419,22 @@ class _Runner:
 
     def __call__(self, probe: Probe) -> ProbeOutcome:
         return run_probe(self.scenario, probe, self.objectives)
+
+
+def unit_search(scenario: Scenario, system: str, start: float, judge: Callable[[Sequence[Probe]], list[ProbeOutcome]],
+                parallel: int | Callable[[], int], floor: float | None = None) -> CandidatePlan:
+    """One candidate's search: the most load one unit sustains (from ``start``, down to ``floor``,
+    default ``start / 64``), then the fewest units per target load; ``judge`` runs the probes."""
+    spec = scenario.spec.plan
+    unit = load_unit(scenario)
+    targets = spec.loads
+    search = find_max_load(lambda loads: judge([Probe(system, 1, x) for x in loads]), start,
+                           rel_tol=spec.rel_tol, parallel=parallel, floor=start / 64 if floor is None else floor,
+                           ceiling=max(targets[-1], start) * 2, integer=spec.by_clients, unit=unit)
+    found = CandidatePlan(system, search)
+    for target in targets:
+        found.units_for[target], found.notes[target] = _fewest_units(system, target, search, spec.units, judge, unit)
+    return found
 
 
 def _fewest_units(system: str, target: float, capacity: LoadSearch | None, units: Any,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvsim.plan.search import LoadSearch, ProbeOutcome, find_max_load
+from kvsim.plan.search import LoadSearch, ProbeOutcome
 
 __all__ = ["PoolPoint", "AxisCosts", "axis_costs", "plan_pool_axis", "cheapest_point", "frontier",
            "beats_compute_up_to", "pool_axis_answer"]
@@ -150,12 +150,10 @@ def plan_pool_axis(scenario: Any, system: str, start: float, judge: Judge, paral
         ``units_for`` and ``notes`` per target at the cheapest pool size, ``pool_nodes_for`` that
         size, ``pool_axis`` every :class:`PoolPoint`, ``capacity`` the smallest pool's search.
     """
-    from kvsim.plan.planner import CandidatePlan, Probe, _fewest_units, load_unit
+    from kvsim.plan.planner import CandidatePlan, unit_search
 
     plan = scenario.spec.plan
     targets = plan.loads
-    unit = load_unit(scenario)
-    clients = plan.by_clients
     floor = start / 64
     points: list[PoolPoint] = []
     begin = start
@@ -168,13 +166,9 @@ def plan_pool_axis(scenario: Any, system: str, start: float, judge: Judge, paral
         def with_pool(probes: Sequence[Any], nodes: int = pool_nodes) -> list[ProbeOutcome]:
             return judge([replace(probe, pool_nodes=nodes) for probe in probes])
 
-        search = find_max_load(lambda loads: with_pool([Probe(system, 1, x) for x in loads]), begin,
-                               rel_tol=plan.rel_tol, parallel=parallel, floor=min(floor, begin),
-                               ceiling=max(targets[-1], begin) * 2, integer=clients, unit=unit)
-        point = PoolPoint(pool_nodes, search)
-        for target in targets:
-            point.units_for[target], point.notes[target] = _fewest_units(system, target, search, plan.units,
-                                                                         with_pool, unit)
+        searched = unit_search(scenario, system, begin, with_pool, parallel, floor=min(floor, begin))
+        search = searched.capacity
+        point = PoolPoint(pool_nodes, search, searched.units_for, searched.notes)
         points.append(point)
         for target in targets:
             cost = costs.total(point.units_for[target], pool_nodes)
