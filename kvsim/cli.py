@@ -263,7 +263,31 @@ def _report(args: argparse.Namespace) -> int:
         print(f"kvsim report: {answer_path} has plan format {answer.get('format', 1)}, this kvsim writes and reads "
               f"format {PLAN_FORMAT}: run kvsim plan again with this version", file=sys.stderr)
         return EXIT_BAD_INPUT
-    return _write_report(args, plan_report_files(answer, args.name or "plan"))
+    deploy_files = None
+    if args.out is not None and args.out.resolve() != args.results.resolve():
+        deploy_files = _deploy_files(args.results, answer)
+        if isinstance(deploy_files, str):
+            print(f"kvsim report: {deploy_files}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    return _write_report(args, plan_report_files(answer, args.name or "plan", deploy_files))
+
+
+def _deploy_files(results: Path, answer: dict) -> dict[str, bytes] | str:
+    """The deployment files ``plan.json`` lists (``deploy/...``), read from the plan's folder to go
+    with a report written elsewhere; or why they cannot be (a listed file missing or outside
+    ``deploy/``)."""
+    files: dict[str, bytes] = {}
+    root = (results / "deploy").resolve()
+    for row in answer.get("deployment") or ():
+        for name in row.get("files") or ():
+            path = (results / name).resolve()
+            if not (isinstance(name, str) and path.is_relative_to(root)):
+                return f"{results / 'plan.json'} lists a deployment file outside {results / 'deploy'}: {name!r}"
+            if not path.is_file():
+                return (f"{results / 'plan.json'} lists the deployment file {name}, which is not in {results}: "
+                        f"run kvsim plan again, or report into the plan's folder")
+            files[name] = path.read_bytes()
+    return files
 
 
 def _run_report(args: argparse.Namespace) -> int:

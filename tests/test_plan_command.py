@@ -120,8 +120,21 @@ def test_report_renders_a_plan_again_from_its_answer_alone(tmp_path, capsys):
     first = (tmp_path / "out" / "plan.md").read_text()
     again = (tmp_path / "docs" / "study.md").read_text()
     assert again == first.replace("plan_capacity.png", "study_capacity.png").replace(
-        "plan_probes.png", "study_probes.png").replace("plan_sensitivity.png", "study_sensitivity.png")
+        "plan_probes.png", "study_probes.png").replace("plan_sensitivity.png", "study_sensitivity.png").replace(
+        " deploy/", " study_deploy/")
     assert (tmp_path / "docs" / "study_probes.png").is_file() and (tmp_path / "docs" / "study.html").is_file()
+    # the deployment files go with the report written elsewhere, under <name>_deploy/, listed there
+    listed = [name for row in _answer(tmp_path / "out")["deployment"] for name in row["files"]]
+    assert listed and all(name.startswith("deploy/") for name in listed)
+    for name in listed:
+        copied = tmp_path / "docs" / name.replace("deploy/", "study_deploy/", 1)
+        assert copied.read_bytes() == (tmp_path / "out" / name).read_bytes()
+        assert copied.relative_to(tmp_path / "docs").as_posix() in again
+    # a listed file gone from the plan's folder: one message, exit 2, nothing half-written
+    (tmp_path / "out" / listed[0]).unlink()
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "docs2")]) == 2
+    assert f"lists the deployment file {listed[0]}" in capsys.readouterr().err
+    assert not (tmp_path / "docs2").exists()
     assert main(["report", str(tmp_path)]) == 2
     assert "holds no plan.json" in capsys.readouterr().err
     (tmp_path / "bad").mkdir()

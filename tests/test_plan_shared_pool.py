@@ -307,3 +307,21 @@ def test_sensitivity_prices_a_shared_candidate_with_its_pool_at_each_end_of_a_fi
             assert row[f"ratio_{end}"] == pytest.approx(shared / alone, rel=1e-12)
         # the pool's price moves the shared candidate's cost: the two ends differ
         assert row["ratio_low"] < row["ratio_high"]
+
+
+def test_frontier_lines_merge_targets_with_the_same_points():
+    """Two targets whose frontiers are the same points are one line naming both (drawn apart, the
+    later hid the earlier in docs/plan_offload_shared_pool.png); a different frontier stays apart."""
+    from kvsim.report.pool_frontier import frontier_lines
+
+    def table(load, costs, chosen=1):
+        return {"load": load, "chosen_pool_nodes": chosen,
+                "rows": [{"pool_nodes": p, "cost_per_hour_usd": c, "units": 1} for p, c in costs]}
+
+    same = [(1, 5.55), (2, 7.63)]
+    series = [("l20-pool", table(4.0, same)), ("l20-pool", table(8.0, same)),
+              ("l20-pool", table(16.0, [(1, 9.03), (2, 11.11)])), ("h20-pool", table(4.0, same))]
+    lines = frontier_lines(series, lambda load: f"{load:g}/s")
+    assert [(system, loads) for system, loads, _, _ in lines] == [
+        ("l20-pool", ["4/s", "8/s"]), ("l20-pool", ["16/s"]), ("h20-pool", ["4/s"])]
+    assert lines[0][2] == [(1, 5.55, 1), (2, 7.63, 1)]

@@ -150,6 +150,7 @@ def write_files(out_dir: str | Path, files: list[tuple[str, bytes]]) -> list[Pat
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for name, data in files:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)  # (a plan's deployment files: in folders)
         write_bytes_atomic(out / name, data)
         written.append(out / name)
     return written

@@ -180,8 +180,9 @@ def _png(fig: Any) -> bytes:
     return buffer.getvalue()
 
 
-def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
-    """The report of a plan's answer (the dict of ``plan.json``); figures are named ``<stem>_*.png``."""
+def plan_document(answer: dict[str, Any], stem: str = "plan", deploy_dir: str = "deploy") -> Document:
+    """The report of a plan's answer (the dict of ``plan.json``); figures are named ``<stem>_*.png``;
+    the deployment files are listed under ``deploy_dir`` (the plan writes them under ``deploy/``)."""
     doc = Document(f"Capacity plan: {answer['scenario']}")
     _rate = _loader(answer)
     targets = ", ".join(_rate(t) for t in answer["targets"])
@@ -204,7 +205,8 @@ def plan_document(answer: dict[str, Any], stem: str = "plan") -> Document:
                       "listing what could not be mapped (docs/deploy.md).")
         doc.table(["target", "candidate", "units", "files"],
                   [[_rate(row["load"]), row["system"], str(row["units"]),
-                    ", ".join(row["files"]) if row["files"] else f"none: {row['problem']}"] for row in deployment])
+                    ", ".join(_moved(name, deploy_dir) for name in row["files"]) if row["files"]
+                    else f"none: {row['problem']}"] for row in deployment])
     doc.heading("Units and cost per target load")
     header = ["candidate", "one unit"] + [f"{_rate(t)}: units (capex, USD/h)" for t in answer["targets"]]
     rows = []
@@ -374,15 +376,28 @@ def _nearest_misses(doc: Document, answer: dict[str, Any]) -> None:
                     "multiple of a limit, over the objectives).")
 
 
-def plan_report_files(answer: dict[str, Any], stem: str = "plan") -> list[tuple[str, bytes]]:
+def _moved(name: str, deploy_dir: str) -> str:
+    """A deployment file's name (``deploy/...``, as the plan wrote it) under ``deploy_dir``."""
+    head, sep, rest = name.partition("/")
+    return f"{deploy_dir}/{rest}" if sep and head == "deploy" else name
+
+
+def plan_report_files(answer: dict[str, Any], stem: str = "plan",
+                      deploy_files: dict[str, bytes] | None = None) -> list[tuple[str, bytes]]:
     """The files of a plan's report as (name, bytes): ``<stem>.json`` (the answer), the PNG
-    figures, ``<stem>.md`` and ``<stem>.html``, not yet written."""
+    figures, ``<stem>.md`` and ``<stem>.html``, not yet written.
+
+    ``deploy_files``: the plan's deployment files by the names ``plan.json`` lists
+    (``deploy/...``), for a report written away from the plan's folder: they are then part of the
+    report, under ``<stem>_deploy/``, and the report lists them there."""
     import json
 
     from kvsim.report.document import document_files
 
     answer_file = (f"{stem}.json", (json.dumps(answer, indent=2, allow_nan=False) + "\n").encode())
-    return [answer_file] + document_files(plan_document(answer, stem), stem)
+    deploy_dir = f"{stem}_deploy" if deploy_files else "deploy"
+    moved = [(_moved(name, deploy_dir), data) for name, data in (deploy_files or {}).items()]
+    return [answer_file] + document_files(plan_document(answer, stem, deploy_dir), stem) + moved
 
 
 def write_plan_report(answer: dict[str, Any], out_dir: Any, stem: str = "plan") -> list[Any]:

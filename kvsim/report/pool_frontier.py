@@ -95,6 +95,25 @@ def shared_pool_section(doc: Document, answer: dict[str, Any], stem: str, rate: 
         doc.figure(figure)
 
 
+def frontier_lines(series: list[tuple[str, dict[str, Any]]], rate: Callable[[Any], str]
+                   ) -> list[tuple[str, list[str], list[tuple[int, float, int]], Any]]:
+    """The lines of the shared-pool figure: per (system, frontier table), ``(system, loads,
+    points, chosen pool nodes)`` with ``points`` the ``(pool nodes, USD/h, units)`` priced.
+
+    Targets whose frontiers are the same points (the same units and costs at every P) are one
+    line labelled with every such target: drawn apart, the later would hide the earlier."""
+    lines: dict[tuple, tuple[str, list[str], list[tuple[int, float, int]], Any]] = {}
+    for system, table in series:
+        points = [(r["pool_nodes"], r["cost_per_hour_usd"], r["units"]) for r in table["rows"]
+                  if r["cost_per_hour_usd"] is not None]
+        key = (system, tuple(points), table["chosen_pool_nodes"])
+        if key in lines:
+            lines[key][1].append(rate(table["load"]))
+        else:
+            lines[key] = (system, [rate(table["load"])], points, table["chosen_pool_nodes"])
+    return list(lines.values())
+
+
 @literal_figure_text
 def _figure(shared: list[dict[str, Any]], stem: str, rate: Callable[[Any], str]) -> Figure | None:
     series = [(c["system"], t) for c in shared for t in c["shared_pool"]["frontier"]
@@ -107,14 +126,13 @@ def _figure(shared: list[dict[str, Any]], stem: str, rate: Callable[[Any], str])
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    for system, table in series:
-        points = [(r["pool_nodes"], r["cost_per_hour_usd"], r["units"]) for r in table["rows"]
-                  if r["cost_per_hour_usd"] is not None]
+    for system, loads, points, chosen in frontier_lines(series, rate):
+        at = ", ".join(loads)
         line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                        label=f"{system} at {rate(table['load'])}" if len(shared) > 1 else rate(table["load"]))
+                        label=f"{system} at {at}" if len(shared) > 1 else at)
         for x, y, n in points:
             ax.annotate(f"{n}u", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        best = next((p for p in points if p[0] == table["chosen_pool_nodes"]), None)
+        best = next((p for p in points if p[0] == chosen), None)
         if best is not None:
             ax.scatter([best[0]], [best[1]], s=120, facecolors="none", edgecolors=line.get_color(), zorder=3)
     ax.set_xlabel("shared pool nodes P")
