@@ -67,9 +67,9 @@ def shared_pool_section(doc: Document, answer: dict[str, Any], stem: str, rate: 
         doc.paragraph(f"{c['system']}: one pool of P x {pool['pool_node']} shared by all its compute units over the "
                       f"network, P searched over {', '.join(map(str, pool['nodes']))}; the pool is {price}; one "
                       f"compute unit costs {_usd(pool['unit_usd_per_hour'])}/h. For each P, n(P) is the fewest "
-                      f"units that serve the target with that pool. One unit alone with the pool sustains "
+                      f"units that serve the target with that pool. One unit alone with the pool sustains at least "
                       + "; ".join(f"{rate(p['max_load'])} with P={p['pool_nodes']}" for p in pool["capacity"])
-                      + " (within the SLO; the search's lower end)."
+                      + " (the most load each capacity search found within the SLO)."
                       + (f" Not probed: P={', '.join(map(str, pool['not_probed']))} -- at every target even the "
                          f"fewest units allowed with that pool would cost at least the cheapest pair already found."
                          if pool.get("not_probed") else ""))
