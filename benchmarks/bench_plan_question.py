@@ -7,8 +7,9 @@ and an L20 server with a remote NVMe KV pool node. It runs ``kvsim plan`` in qui
 a user would (a child process, ``--workers`` local processes, default 2), into a temporary folder,
 and reports:
 
-- wall seconds of the whole plan (the child and its worker processes), and the probes it ran
-  (``plan.json``);
+- wall seconds of the whole plan (the child and its worker processes), the seconds at which it
+  printed the answer (before the sensitivity re-plans of what the answer hinges on), and the
+  probes it ran (``plan.json``);
 - each candidate's unit count at the target, and the check a sceptical planner would make: the
   deciding count and one fewer re-run with the probe's window doubled (duration and warm-up x2),
   judged by the same SLO verdict. "confirmed" means the count meets the SLO and one fewer does not,
@@ -48,15 +49,18 @@ def ask(out: Path, workers: int, backend: str) -> dict:
     """Run the question in a child ``kvsim plan`` and return its wall time and its answer (``cpu_s``
     counts only the processes the child reaped: not its pool's workers)."""
     env = {**os.environ, "KVSIM_BACKEND": backend}
-    command = [sys.executable, "-c", "import sys; from kvsim.cli import main; sys.exit(main(sys.argv[1:]))", "plan", *QUESTION, "--out", str(out), "--workers", str(workers),
-               "--no-progress"]
+    command = [sys.executable, "-c", "import sys; from kvsim.cli import main; sys.exit(main(sys.argv[1:]))", "plan",
+               *QUESTION, "--out", str(out), "--workers", str(workers)]
     cpu0, wall0 = _children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     wall_s, cpu_s = time.perf_counter() - wall0, _children_cpu_s() - cpu0
     if done.returncode != 0:
         sys.exit(f"kvsim plan failed ({done.returncode}):\n{done.stderr}")
     answer = json.loads((out / "plan.json").read_text())
-    return {"wall_s": wall_s, "cpu_s": cpu_s, "answer": answer, "printed": done.stdout}
+    # the progress line that says the answer before the sensitivity re-plans: "[  93.1 s] answer, ..."
+    early = [line for line in done.stderr.splitlines() if "] answer, before what it hinges on" in line]
+    answer_s = float(early[0].split("]")[0].strip("[ s")) if early else None
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "answer": answer, "printed": done.stdout, "answer_s": answer_s}
 
 
 def confirm(out: Path, answer: dict) -> list[dict]:
@@ -103,7 +107,8 @@ def main() -> None:
         asked = ask(out, args.workers, args.backend)
         answer = asked["answer"]
         probes = len(answer.get("probes", []))
-        print(f"{args.backend}, {args.workers} worker(s): {asked['wall_s']:.1f} s wall, {probes} probes "
+        early = "" if asked["answer_s"] is None else f"the answer at {asked['answer_s']:.1f} s, "
+        print(f"{args.backend}, {args.workers} worker(s): {early}{asked['wall_s']:.1f} s wall in all, {probes} probes "
               f"(and {len((answer.get('sensitivity') or {}).get('probes') or [])} sensitivity probes)")
         print(next((line for line in asked["printed"].splitlines() if line.startswith("Serving")), "(no answer line)"))
         checks = [] if args.no_confirm else confirm(out, answer)
@@ -120,7 +125,7 @@ def main() -> None:
           f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"backend": args.backend, "workers": args.workers, "wall_s": asked["wall_s"],
-                                         "cpu_s": asked["cpu_s"], "probes": probes, "checks": checks,
+                                         "answer_s": asked["answer_s"], "cpu_s": asked["cpu_s"], "probes": probes, "checks": checks,
                                          "load_before": load_before, "load_after": load_after}, indent=1) + "\n")
 
 

@@ -131,6 +131,10 @@ def test_a_second_run_reuses_every_sensitivity_probe(planned):
     scenario, out, answer, lines = planned
     assert "sensitivity: 0 probes run" not in lines[-1] and "sensitivity:" in lines[-1]
     assert any("sensitivity probe 1 (catalog.accelerators.l20.efficiency.compute=" in line for line in lines)
+    # the answer is said as soon as it is known, before the first sensitivity probe
+    (early,) = [k for k, line in enumerate(lines) if "answer, before what it hinges on: " in line]
+    first = next(k for k, line in enumerate(lines) if "sensitivity probe 1 " in line)
+    assert early < first and "the cheapest is" in lines[early]
     again: list[str] = []
     run_plan(scenario, out, workers=1, log=again.append)
     stored = len(list((out / "sensitivity").glob("*.json")))

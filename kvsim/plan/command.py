@@ -355,6 +355,11 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
                       parallel=max(1, workers // candidates),
                       unit_cost=lambda system: (costs(system) or {}).get("cost_per_hour_usd"))
         answer = plan_answer(result, costs)
+        if sensitivity_line:  # the answer is known: say it now, not after the re-plans of what it hinges on
+            from kvsim.report.plan_report import summary_paragraph
+
+            emit(f"[{time.monotonic() - started:7.1f} s] answer, before what it hinges on: "
+                 f"{terminal_text(summary_paragraph(answer))}")
         # the sensitivity probes: the same workers, a folder of their own (sensitivity/), counted apart
         extra = copy.copy(stored)
         extra.folder, extra.ran, extra.reused = out / "sensitivity", 0, 0
