@@ -268,24 +268,23 @@ def _report(args: argparse.Namespace) -> int:
         deploy_files = _deploy_files(args.results, answer)
         if isinstance(deploy_files, str):
             print(f"kvsim report: {deploy_files}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            deploy_files = None
     return _write_report(args, plan_report_files(answer, args.name or "plan", deploy_files))
 
 
 def _deploy_files(results: Path, answer: dict) -> dict[str, bytes] | str:
     """The deployment files ``plan.json`` lists (``deploy/...``), read from the plan's folder to go
-    with a report written elsewhere; or why they cannot be (a listed file missing or outside
-    ``deploy/``)."""
+    with a report written elsewhere; or, when they cannot all be (a listed file missing, e.g. a
+    plan.json copied alone, or outside ``deploy/``), why not: the report then names them as the
+    plan wrote them, relative to the plan's folder."""
     files: dict[str, bytes] = {}
     root = (results / "deploy").resolve()
     for row in answer.get("deployment") or ():
         for name in row.get("files") or ():
-            path = (results / name).resolve()
-            if not (isinstance(name, str) and path.is_relative_to(root)):
-                return f"{results / 'plan.json'} lists a deployment file outside {results / 'deploy'}: {name!r}"
-            if not path.is_file():
-                return (f"{results / 'plan.json'} lists the deployment file {name}, which is not in {results}: "
-                        f"run kvsim plan again, or report into the plan's folder")
+            path = (results / str(name)).resolve()
+            if not (isinstance(name, str) and path.is_relative_to(root) and path.is_file()):
+                return (f"note: {results / 'plan.json'} lists the deployment file {name}, which is not in "
+                        f"{results / 'deploy'}: the report names the files as the plan wrote them, none copied")
             files[name] = path.read_bytes()
     return files
 

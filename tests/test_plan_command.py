@@ -130,11 +130,13 @@ def test_report_renders_a_plan_again_from_its_answer_alone(tmp_path, capsys):
         copied = tmp_path / "docs" / name.replace("deploy/", "study_deploy/", 1)
         assert copied.read_bytes() == (tmp_path / "out" / name).read_bytes()
         assert copied.relative_to(tmp_path / "docs").as_posix() in again
-    # a listed file gone from the plan's folder: one message, exit 2, nothing half-written
+    # a listed file gone from the plan's folder (or a plan.json copied alone): the report is still
+    # written, names the files as the plan wrote them, copies none, and says so
     (tmp_path / "out" / listed[0]).unlink()
-    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "docs2")]) == 2
-    assert f"lists the deployment file {listed[0]}" in capsys.readouterr().err
-    assert not (tmp_path / "docs2").exists()
+    assert main(["report", str(tmp_path / "out"), "--out", str(tmp_path / "docs2")]) == 0
+    assert f"lists the deployment file {listed[0]}, which is not in" in capsys.readouterr().err
+    assert listed[0] in (tmp_path / "docs2" / "plan.md").read_text()
+    assert not (tmp_path / "docs2" / "plan_deploy").exists()
     assert main(["report", str(tmp_path)]) == 2
     assert "holds no plan.json" in capsys.readouterr().err
     (tmp_path / "bad").mkdir()
