@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import kvsim
+from kvsim.serving.cache.segments import prompt_address, segment_range
 from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.cache.writer import CacheWriter
 
@@ -93,7 +94,7 @@ def _observer(log: list):
             step += 1
             seen = system.front.prompt_hashes
             prompts = [SimpleNamespace(hashes=h, prompt_tokens=len(h) * block_tokens,
-                                       prefill_target=len(h) * block_tokens)
+                                       prefill_target=len(h) * block_tokens, segments=None)
                        for h in (seen[(step * k) % len(seen)] for k in (1, 7, 31) if seen) if h is not None]
             routed = [[inst.cached_prefix_tokens(seq) for inst in instances] for seq in prompts]
             if hasattr(router, "cached_credit_tokens"):
@@ -101,9 +102,16 @@ def _observer(log: list):
             if cache.pending_reclaims:
                 cache.settle_reclaims()
             hbm = [(len(s), s.evictable_blocks, s.evictions) for s in cache.hbm]
-            probes = [tuple(cache.hbm.index(s) for s in cache.index.locations(block) if s in cache.hbm)
-                      for seq in prompts for block in seq.hashes[:4].tolist()]
-            log.append((system.name, env.now, routed, len(cache.index), hbm, probes))
+            if cache.extents:  # (an instance's own HBM kept as extents: blocks addressed in chains)
+                where = [cache.index.locations(chain, pos) for seq in prompts
+                         for chain, start, end in segment_range(prompt_address(seq, block_tokens), 0, 4)
+                         for pos in range(start, end)]
+                size = cache.index.blocks()
+            else:
+                where = [cache.index.locations(block) for seq in prompts for block in seq.hashes[:4].tolist()]
+                size = len(cache.index)
+            probes = [tuple(cache.hbm.index(s) for s in stores if s in cache.hbm) for stores in where]
+            log.append((system.name, env.now, routed, size, hbm, probes))
     return observe
 
 

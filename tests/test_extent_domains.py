@@ -505,11 +505,12 @@ POOL_NODE = "remote: {pool_node: nvme-storage-16x, nodes: 1}"
     (DOCUMENTS, "\n  adapters: {count: 2, rank: 16}", "", ", lora: {kv_sharing: byte_sharing}", False),
 ], ids=["document_domains", "lfu", "dram", "nvme", "pool", "prewarm", "fixed_hit", "lora"])
 def test_the_systems_kept_as_extents(prefix, workload, cache, system, kept):
-    """Only shared documents on domains read in place under LRU with nothing below HBM (no LoRA,
-    no P/D, no copy_in) are kept as extents; the rest stay per block."""
+    """Only shared documents on HBM under LRU -- each instance's own or domains read in place --
+    with nothing below HBM (no LoRA, no P/D, no copy_in) are kept as extents; the rest stay per
+    block."""
     from kvsim.sim import check_scenario
 
-    for mode, expected in (("read_in_place", kept), ("copy_in", False)):
+    for mode, expected in (("read_in_place", kept), ("none", kept), ("copy_in", False)):
         text = (ELIGIBLE % (prefix, workload, cache, system)).replace("read_in_place", mode)
         scenario = kvsim.parse_scenario(text, "e.yaml")
         (sizing,) = check_scenario(scenario).values()

@@ -308,12 +308,22 @@ systems:
 """
 
 
-def test_miss_blocks_count_the_blocks_a_cache_computes_and_files():
+def test_miss_blocks_count_the_blocks_a_cache_computes_and_files(monkeypatch):
+    from kvsim.sim import build
+
     # one shared 1,024-token document (64 blocks) and 128-token suffixes (8 blocks): the first
-    # request computes all 72 blocks, every later one its 8 suffix blocks
+    # request computes all 72 blocks, every later one its 8 suffix blocks. Kept as extents (an
+    # instance's own HBM, shared documents), the cache is counted per request and missed share
     cost = run_cost(kvsim.parse_scenario(DOCUMENT.replace("DOCS", "1"), "doc.yaml"))
     n = cost.requests
     assert n > 50
+    assert cost.counts.hbm_block == cost.counts.miss_block == 0.0
+    assert cost.counts.extent_request == n
+    assert cost.counts.extent_miss * 72 == pytest.approx(72 + (n - 1) * 8)
+    # kept per block (the reference), per block
+    monkeypatch.setattr(build, "KV_EXTENTS", False)
+    cost = run_cost(kvsim.parse_scenario(DOCUMENT.replace("DOCS", "1"), "doc.yaml"))
+    assert cost.counts.extent_request == cost.counts.extent_miss == 0.0
     assert cost.counts.miss_block == pytest.approx(72 + (n - 1) * 8)
     assert cost.counts.hbm_block == pytest.approx(72 * n)  # every block is looked up
     # 10,000 documents, each seen about once in the run: nearly every request computes its document

@@ -75,6 +75,9 @@ class IntervalMap:
         if start >= end:
             return []
         starts, ends, values = self.starts, self.ends, self.values
+        i = bisect_right(starts, start) - 1
+        if i >= 0 and end <= ends[i]:
+            return self._assign_inside(i, start, end, change)
         # the stretches overlapping or touching [start, end) are rebuilt (touching ones may join)
         lo, hi = bisect_left(ends, start), bisect_right(starts, end)
         old = list(zip(starts[lo:hi], ends[lo:hi], values[lo:hi]))
@@ -105,6 +108,36 @@ class IntervalMap:
         ends[lo:hi] = [b[1] for b in built]
         values[lo:hi] = [b[2] for b in built]
         return changed
+
+    def _assign_inside(self, i: int, start: int, end: int, change: Callable) -> list[tuple[int, int, object, object]]:
+        """:meth:`assign` where ``[start, end)`` lies inside stretch ``i`` (the common case: a
+        run filed, read or evicted where one tuple of stores holds it), without the general
+        rebuild: the stretch is cut in up to three and the middle joined with a touching
+        neighbour of the same new value."""
+        starts, ends, values = self.starts, self.ends, self.values
+        old = values[i]
+        new = change(old)
+        if new is old:
+            return []
+        s0, e0 = starts[i], ends[i]
+        lo, hi = i, i + 1
+        built: list[list] = []
+        if s0 < start:
+            built.append([s0, start, old])
+        elif new is not None and i > 0 and ends[i - 1] == start and values[i - 1] is new:
+            lo = i - 1
+            built.append([starts[i - 1], end, new])
+        if new is not None and not (built and built[-1][2] is new):
+            built.append([start, end, new])
+        if end < e0:
+            built.append([end, e0, old])
+        elif new is not None and hi < len(starts) and starts[hi] == end and values[hi] is new:
+            built[-1][1] = ends[hi]
+            hi += 1
+        starts[lo:hi] = [b[0] for b in built]
+        ends[lo:hi] = [b[1] for b in built]
+        values[lo:hi] = [b[2] for b in built]
+        return [(start, end, old, new)]
 
 
 class ExtentIndex:
@@ -141,9 +174,16 @@ class ExtentIndex:
     def _change(self, chain, start: int, end: int, store, added: bool) -> None:
         m = self._maps.get(chain)
         if m is None:
-            if not added:
+            if not added or start >= end:
                 return
+            # a chain new to the index (a prompt's own blocks filed): one stretch in one store
             m = self._maps[chain] = IntervalMap()
+            m.starts.append(start)
+            m.ends.append(end)
+            m.values.append(self._interned((store,)))
+            for watcher in self._watchers:
+                watcher(chain, start, end, store, True)
+            return
         interned = self._interned
         cache: dict[int, tuple | None] = {}  # (one new tuple per old tuple met: tuples are interned)
 

@@ -28,8 +28,8 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
 - ``extent_request`` and ``extent_miss``: for a system whose cache is kept as extents
-  (:func:`kvsim.sim.build.kv_extents`: its HBM shared in place per domain, a few entries per
-  stretch of blocks however long), the requests through it and the share of each request's
+  (:func:`kvsim.sim.build.kv_extents`: each instance's own HBM, or its HBM shared in place per
+  domain, a few entries per stretch of blocks however long), the requests through it and the share of each request's
   prompt it misses (computed, filed and made room for), in requests, in place of
   ``hbm_block``, ``miss_block`` and ``domain_block``;
 - ``handoff`` and ``handoff_flow``: prefill-to-decode handoffs (disaggregated systems: one per

@@ -400,15 +400,18 @@ block, the reference the tests hold the extents to)."""
 
 
 def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
-    """Whether the system's cache is kept as extents (:mod:`kvsim.serving.cache.extent_pool`):
+    """Whether the system's cache is kept as extents (:mod:`kvsim.serving.cache.extent_cache`):
     every prompt's blocks have addresses -- a ``shared_documents`` workload, whose prompts are a
     document's chain and a chain of their own (:mod:`kvsim.serving.cache.segments`) -- and the
-    cache is what the extents keep: each addressing domain's HBM shared in place (``peer_hbm:
-    read_in_place``) under LRU, with no tier below HBM, no LoRA adapter (whose ids are renamed
-    per adapter) and no P/D handoff. The records are the same either way; only the cost differs."""
+    cache is what the extents keep: HBM under LRU, either each instance's own (``peer_hbm:
+    none``) or each addressing domain's shared in place (``peer_hbm: read_in_place``,
+    :mod:`kvsim.serving.cache.extent_pool`), with no tier below HBM, no prewarm, no LoRA adapter
+    (whose ids are renamed per adapter) and no P/D handoff. The records are the same either way;
+    only the cost differs."""
     cache = sizing.spec.kv_cache
     workload = spec.workload
-    return (KV_EXTENTS and cache is not None and cache.peer_hbm == "read_in_place" and cache.hbm_eviction == "lru"
+    return (KV_EXTENTS and cache is not None and cache.peer_hbm in ("none", "read_in_place")
+            and cache.hbm_eviction == "lru"
             and cache.dram is None and cache.nvme is None and cache.remote is None and not cache.prewarm
             and not sizing.disaggregated and workload.adapters is None and sizing.spec.lora is None
             and isinstance(workload.prefix, SharedDocuments) and not workload.trace)

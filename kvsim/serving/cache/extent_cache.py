@@ -1,17 +1,20 @@
-"""An instance's cache over segments: admission, filing and release on a domain kept as extents
-(issue 23, item 1; docs/extents.md).
+"""An instance's cache over segments: admission, filing and release on HBM kept as extents
+(issue 23, item 1; docs/extents.md, "Phase 4" and "Phase 5").
 
 :class:`ExtentInstanceCache` is :class:`~kvsim.serving.cache.instance_cache.InstanceCache` for a
-system whose domains are :class:`~kvsim.serving.cache.extent_pool.ExtentDomainPool`\\ s and whose
-index is an :class:`~kvsim.kv.extent_index.ExtentIndex`: every prompt is handled as the
-segments of its blocks (:mod:`kvsim.serving.cache.segments`), so a call costs a few entries per
-stretch of blocks however long the stretch. Each method does what its per-block counterpart
-does on the blocks of its stretches in order -- the same hits, loads, flows, homes, remote reads
-and records -- and ``tests/test_extent_domains.py`` runs both on the same scenarios.
+system whose HBM stores are kept as extents and whose index is an
+:class:`~kvsim.kv.extent_index.ExtentIndex`: either each instance's own store
+(:class:`~kvsim.serving.cache.extent_pool.ExtentHbmStore`, ``peer_hbm: none``) or each addressing
+domain's shared one (:class:`~kvsim.serving.cache.extent_pool.ExtentDomainPool`, ``peer_hbm:
+read_in_place``). Every prompt is handled as the segments of its blocks
+(:mod:`kvsim.serving.cache.segments`), so a call costs a few entries per stretch of blocks
+however long the stretch. Each method does what its per-block counterpart does on the blocks of
+its stretches in order -- the same hits, loads, flows, homes, remote reads, evictions and records
+-- and ``tests/test_extent_domains.py`` and ``tests/test_extent_plain.py`` run both on the same
+scenarios.
 
-Only what such a system uses is kept this way: HBM shared in place across each domain
-(``peer_hbm: read_in_place``), LRU, no tier below HBM, no LoRA and no P/D handoff
-(:func:`kvsim.sim.build.kv_extents` chooses).
+Only what such a system uses is kept this way: HBM under LRU, no tier below it, no LoRA and no
+P/D handoff (:func:`kvsim.sim.build.kv_extents` chooses).
 """
 
 from __future__ import annotations
@@ -191,14 +194,15 @@ class ExtentCacheWriter(CacheWriter):
             return
         hbm, index, domain = cache.hbm, self.system.index, cache.domain_pool
         run = segment_range(prompt_address(seq, g.block_tokens), first_new, full)
-        # as CacheWriter.file_prompt: a block the domain holds already was computed twice and
-        # its cached copy is read in place from now on; the others are stored and homed here
+        # as CacheWriter.file_prompt: a block the store holds already was computed twice and its
+        # cached copy is kept (in a domain, read in place from now on); the others are stored
+        # (and homed here); the sequence reads every one of them
         pieces = []  # (chain, start, end, new)
         for chain, start, end in run:
             done, new, evicted = index.insert_run(hbm, chain, start, end, read=True, touch=False)
-            if done < end - start or evicted:
+            if done < end - start or (evicted and domain is not None):
                 # (a domain store holds what its members' pages hold: it never evicts on filing)
-                raise RuntimeError("a domain store refused or evicted on filing blocks whose pages the sequence held")
+                raise RuntimeError("HBM cache index refused a block whose pages the sequence held")
             pos = start
             for a, b in new:
                 if pos < a:
@@ -210,14 +214,49 @@ class ExtentCacheWriter(CacheWriter):
         twice = sum(e - s for _, s, e, new in pieces if not new)
         if twice:
             cache.pool.give(twice * g.pages_per_block)
-        for chain, s, e, new in pieces:
-            if new:
-                domain.homed_run(chain, s, e, cache)
-            else:
-                cache.read_remote_run(seq, [(chain, s, e)])
+        if domain is not None:
+            for chain, s, e, new in pieces:
+                if new:
+                    domain.homed_run(chain, s, e, cache)
+                else:
+                    cache.read_remote_run(seq, [(chain, s, e)])
         seq.cache.blocks.extend(run)
         seq.kv_blocks -= (full - first_new) * g.pages_per_block
         seq.shared_tokens = full * g.block_tokens
+        # (write-through copies nothing: a system kept as extents has no tier below HBM)
+
+    def reclaim(self, shortfall_pages: int) -> None:
+        """:meth:`CacheWriter.reclaim` of an instance's own store kept as extents (a domain's
+        pool reclaims as extents itself): the same victims, as stretches."""
+        cache = self.cache
+        if self.system.pending_reclaims:
+            self.system.settle_reclaims()
+        if cache.domain_pool is not None:
+            cache.domain_pool.reclaim(cache, shortfall_pages)
+            return
+        g = cache.geometry
+        if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
+            return
+        victims = self._evict(-(-shortfall_pages // g.pages_per_block))
+        cache.pool.give(victims * g.pages_per_block)
+        # (write-back copies nothing: no tier below HBM)
+
+    def _evict(self, blocks: int) -> int:
+        """Evict up to ``blocks`` victims from the instance's store, in the policy's order, and
+        forget them in the index in that order; returns how many."""
+        hbm, index = self.cache.hbm, self.system.index
+        victims = hbm.evict_run(blocks)
+        count = 0
+        for chain, start, end in victims:
+            index.discard_run(chain, start, end, hbm)
+            count += end - start
+        return count
+
+    def reclaim_deferred(self, blocks: int) -> None:
+        """:meth:`CacheWriter.reclaim_deferred` over stretches."""
+        if self._evict(blocks) != blocks:
+            raise RuntimeError("a deferred reclaim found fewer evictable blocks than its run planned")
+        self.system.reclaims_deferred += 1
 
     def cache_decoded(self, seq: Sequence) -> None:
         if seq.sequence_hashes is not None:
@@ -237,6 +276,8 @@ class ExtentInstanceCache(InstanceCache):
 
     def read_remote_run(self, seq: Sequence, blocks) -> int:
         """:meth:`InstanceCache.read_remote_run` of the segments ``blocks``."""
+        if self.domain_pool is None:
+            return 0  # (an instance's own store: no peer holds what it reads)
         homes, state = self.domain_pool.homes, seq.cache
         remote_from, tokens = state.remote_from, self.geometry.block_tokens
         remote = 0
@@ -252,9 +293,11 @@ class ExtentInstanceCache(InstanceCache):
         raise RuntimeError("a domain kept as extents reads stretches: use read_remote_run")
 
     def cached_prefix_blocks(self, seq: Sequence) -> int:
-        """Leading blocks of ``seq``'s prompt held in this domain's store."""
+        """Leading blocks of ``seq``'s prompt held in this instance's (or its domain's) store."""
         if seq.hashes is None:
             return 0
+        if self.system.pending_reclaims:  # (a router reads the store)
+            self.system.settle_reclaims()
         blocks = 0
         for chain, start, end in prompt_address(seq, self.geometry.block_tokens):
             pieces = self.hbm.holds(chain, start, end)

@@ -29,22 +29,21 @@ if TYPE_CHECKING:
     from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
-__all__ = ["ExtentDomainStore", "ExtentDomainPool", "InflightMap"]
+__all__ = ["ExtentHbmStore", "ExtentDomainStore", "ExtentDomainPool", "InflightMap"]
 
 
-class ExtentDomainStore(ExtentStore):
-    """The domain's store as extents (LRU), counting bytes as :class:`~kvsim.kv.BlockStore`
-    does; hits refresh the blocks' places in their homes' orders, as
-    :class:`~kvsim.serving.cache.domain_pool.DomainStore`'s do."""
+class ExtentHbmStore(ExtentStore):
+    """An HBM store kept as extents (LRU), counting bytes as :class:`~kvsim.kv.BlockStore` does:
+    an instance's own HBM cache (``peer_hbm: none``), and the base of a domain's shared store."""
 
     def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru",
-                 pool: "ExtentDomainPool | None" = None):
+                 whole_pins: bool = False):
+        # (``whole_pins`` is how the per-block store keeps run pins; pins are per extent here)
         if policy != "lru":
             raise ValueError(f"a store kept as extents evicts least recently used blocks, not by {policy!r}")
         super().__init__(name, whole_blocks(capacity_bytes, block_bytes))
         self.block_bytes = float(block_bytes)
         self.policy_kind = "lru"
-        self.pool = pool
 
     capacity_bytes = property(lambda self: self.capacity_blocks * self.block_bytes,
                               doc="Bytes usable for whole blocks.")
@@ -52,6 +51,16 @@ class ExtentDomainStore(ExtentStore):
                               doc="Bytes of stored copies: one per block however many readers share it.")
     logical_bytes = property(lambda self: self._reader_refs * self.block_bytes,
                              doc="Bytes the readers see: one block's bytes per reader reference.")
+
+
+class ExtentDomainStore(ExtentHbmStore):
+    """The domain's store as extents (LRU); hits refresh the blocks' places in their homes'
+    orders, as :class:`~kvsim.serving.cache.domain_pool.DomainStore`'s do."""
+
+    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru",
+                 pool: "ExtentDomainPool | None" = None):
+        super().__init__(name, capacity_bytes, block_bytes, policy)
+        self.pool = pool
 
     def read_run(self, chain, start: int, end: int, read: bool = True, pin: bool = False) -> int:
         hits = self.hits

@@ -21,7 +21,7 @@ from kvsim.network.transfers import Transfers
 from kvsim.serving.cache.access import SOURCES, CacheAccess
 from kvsim.serving.cache.connector import FanoutPlan, fanout_plan, io_size_bytes
 from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
-from kvsim.serving.cache.extent_pool import ExtentDomainPool, ExtentDomainStore
+from kvsim.serving.cache.extent_pool import ExtentDomainPool, ExtentDomainStore, ExtentHbmStore
 from kvsim.serving.cache.geometry import CacheGeometry
 from kvsim.serving.cache.remote_reads import RemoteReads
 from kvsim.serving.cache.spec import KVCacheSpec
@@ -118,8 +118,8 @@ class SystemCache:
 
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None, write_limit: int | None = None,
-               whole_pins: bool = False) -> BlockStore:
-        store = self._block_store(name, capacity, block_bytes, policy, whole_pins)
+               whole_pins: bool = False, store_type: type | None = None) -> BlockStore:
+        store = (store_type or self._block_store)(name, capacity, block_bytes, policy, whole_pins)
         self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
@@ -130,9 +130,11 @@ class SystemCache:
 
     def add_instance_hbm(self, instance: int, node: str, capacity_blocks: int) -> BlockStore:
         """The HBM store of instance ``instance`` (on compute node ``node``), ``capacity_blocks`` blocks."""
-        # (its write-downs pin runs the writing sequence reads: kept whole, see BlockStore.pin_each)
+        # (its write-downs pin runs the writing sequence reads: kept whole, see BlockStore.pin_each;
+        # kept as extents where kvsim.sim.build.kv_extents says so)
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True)
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True,
+                            store_type=ExtentHbmStore if self.extents else None)
         self.hbm.append(store)
         self.access.stores_changed()
         return store

@@ -198,7 +198,7 @@ class CacheWriter:
         with watchers (a router's delayed view logs each change at the time it is made)."""
         cache, system = self.cache, self.system
         if (cache.domain_pool is not None or system.spec.write_policy != "write_through"
-                or system.spec.peer_hbm != "none" or system.extents or system.index._watchers):
+                or system.spec.peer_hbm != "none" or system.index._watchers):
             return -1
         return cache.hbm.evictable_blocks
 
