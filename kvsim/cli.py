@@ -242,7 +242,7 @@ _seed = _integer(0, "non-negative")
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kvsim.report.plan_report import plan_report_files
+    from kvsim.report.plan_report import plan_deploy_files, plan_report_files
 
     answer_path = args.results / "plan.json"
     if not answer_path.is_file():
@@ -265,28 +265,12 @@ def _report(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     deploy_files = None
     if args.out is not None and args.out.resolve() != args.results.resolve():
-        deploy_files = _deploy_files(args.results, answer)
+        deploy_files = plan_deploy_files(args.results, answer)
         if isinstance(deploy_files, str):
             print(f"kvsim report: {deploy_files}", file=sys.stderr)
             deploy_files = None
     return _write_report(args, plan_report_files(answer, args.name or "plan", deploy_files))
 
-
-def _deploy_files(results: Path, answer: dict) -> dict[str, bytes] | str:
-    """The deployment files ``plan.json`` lists (``deploy/...``), read from the plan's folder to go
-    with a report written elsewhere; or, when they cannot all be (a listed file missing, e.g. a
-    plan.json copied alone, or outside ``deploy/``), why not: the report then names them as the
-    plan wrote them, relative to the plan's folder."""
-    files: dict[str, bytes] = {}
-    root = (results / "deploy").resolve()
-    for row in answer.get("deployment") or ():
-        for name in row.get("files") or ():
-            path = (results / str(name)).resolve()
-            if not (isinstance(name, str) and path.is_relative_to(root) and path.is_file()):
-                return (f"note: {results / 'plan.json'} lists the deployment file {name}, which is not in "
-                        f"{results / 'deploy'}: the report names the files as the plan wrote them, none copied")
-            files[name] = path.read_bytes()
-    return files
 
 
 def _run_report(args: argparse.Namespace) -> int:

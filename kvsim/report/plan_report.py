@@ -5,6 +5,7 @@ self-contained HTML page. It reads the saved answer only; nothing is re-run."""
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 from kvsim.report.document import Document, Figure, Strong
@@ -398,6 +399,23 @@ def plan_report_files(answer: dict[str, Any], stem: str = "plan",
     deploy_dir = f"{stem}_deploy" if deploy_files else "deploy"
     moved = [(_moved(name, deploy_dir), data) for name, data in (deploy_files or {}).items()]
     return [answer_file] + document_files(plan_document(answer, stem, deploy_dir), stem) + moved
+
+
+def plan_deploy_files(results: Path, answer: dict[str, Any]) -> dict[str, bytes] | str:
+    """The deployment files ``plan.json`` lists (``deploy/...``), read from the plan's folder to go
+    with a report written elsewhere; or, when they cannot all be (a listed file missing, e.g. a
+    plan.json copied alone, or outside ``deploy/``), why not: the report then names them as the
+    plan wrote them, relative to the plan's folder."""
+    files: dict[str, bytes] = {}
+    root = (results / "deploy").resolve()
+    for row in answer.get("deployment") or ():
+        for name in row.get("files") or ():
+            path = (results / str(name)).resolve()
+            if not (isinstance(name, str) and path.is_relative_to(root) and path.is_file()):
+                return (f"note: {results / 'plan.json'} lists the deployment file {name}, which is not in "
+                        f"{results / 'deploy'}: the report names the files as the plan wrote them, none copied")
+            files[name] = path.read_bytes()
+    return files
 
 
 def write_plan_report(answer: dict[str, Any], out_dir: Any, stem: str = "plan") -> list[Any]:
