@@ -225,20 +225,11 @@ class ExtentCacheWriter(CacheWriter):
         seq.shared_tokens = full * g.block_tokens
         # (write-through copies nothing: a system kept as extents has no tier below HBM)
 
-    def reclaim(self, shortfall_pages: int) -> None:
-        """:meth:`CacheWriter.reclaim` of an instance's own store kept as extents (a domain's
-        pool reclaims as extents itself): the same victims, as stretches."""
+    def _reclaim_blocks(self, blocks: int) -> None:
+        """:meth:`CacheWriter._reclaim_blocks` of an instance's own store kept as extents (a
+        domain's pool reclaims as extents itself): the same victims, as stretches."""
         cache = self.cache
-        if self.system.pending_reclaims:
-            self.system.settle_reclaims()
-        if cache.domain_pool is not None:
-            cache.domain_pool.reclaim(cache, shortfall_pages)
-            return
-        g = cache.geometry
-        if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
-            return
-        victims = self._evict(-(-shortfall_pages // g.pages_per_block))
-        cache.pool.give(victims * g.pages_per_block)
+        cache.pool.give(self._evict(blocks) * cache.geometry.pages_per_block)
         # (write-back copies nothing: no tier below HBM)
 
     def _evict(self, blocks: int) -> int:

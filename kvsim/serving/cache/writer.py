@@ -175,10 +175,17 @@ class CacheWriter:
         g = cache.geometry
         if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
             return
+        self._reclaim_blocks(-(-shortfall_pages // g.pages_per_block))
+
+    def _reclaim_blocks(self, blocks: int) -> None:
+        """Evict ``blocks`` victims for :meth:`reclaim` (there are that many), give their pages
+        back and, under write-back, copy them down."""
+        cache = self.cache
+        g = cache.geometry
         # one block at a time until the pages are freed: as many victims as whole blocks cover
         # the shortfall, evicted in the policy's order and then forgotten by the index in that
         # order (no decision reads the index in between)
-        victims = cache.hbm.evict_run(-(-shortfall_pages // g.pages_per_block))
+        victims = cache.hbm.evict_run(blocks)
         self.system.index.discard_run(victims, cache.hbm)
         cache.pool.give(len(victims) * g.pages_per_block)
         if victims and self.system.spec.write_policy == "write_back":
