@@ -120,14 +120,20 @@ def test_systems_outside_the_extents_stay_per_block(monkeypatch):
 def _random_domain_scenario(seed: int) -> kvsim.Scenario:
     """A small random read-in-place scenario of shared documents (the systems extents keep), its
     HBM as small as the validator allows (a draw it refuses gets more memory)."""
+    return first_valid(_domain_text, seed, "domain")
+
+
+def first_valid(text_of, seed: int, kind: str) -> kvsim.Scenario:
+    """The first scenario ``text_of(seed, extra_memory)`` gives that the validator accepts, with
+    0, 0.02, ... 0.14 of extra memory: the memory as small as the validator allows."""
     for extra in range(8):
         try:
-            scenario = kvsim.parse_scenario(_domain_text(seed, 0.02 * extra), f"random-domain-{seed}.yaml")
+            scenario = kvsim.parse_scenario(text_of(seed, 0.02 * extra), f"random-{kind}-{seed}.yaml")
             kvsim.check(scenario)
             return scenario
         except kvsim.SpecError:
             continue
-    raise AssertionError(f"no valid random domain scenario for seed {seed}")
+    raise AssertionError(f"no valid random {kind} scenario for seed {seed}")
 
 
 def _domain_text(seed: int, extra_memory: float) -> str:

@@ -21,7 +21,7 @@ import pytest
 import kvsim
 from kvsim.sim import build
 
-from test_extent_domains import _summaries
+from test_extent_domains import _summaries, first_valid
 
 
 def _both(scenario: kvsim.Scenario, monkeypatch, used: bool = True) -> tuple:
@@ -131,14 +131,7 @@ def test_systems_outside_the_extents_stay_per_block(monkeypatch):
 def _random_plain_scenario(seed: int) -> kvsim.Scenario:
     """A small random scenario of shared documents on instances with their own HBM cache, the
     memory as small as the validator allows (a draw it refuses gets more memory)."""
-    for extra in range(8):
-        try:
-            scenario = kvsim.parse_scenario(_plain_text(seed, 0.02 * extra), f"random-plain-{seed}.yaml")
-            kvsim.check(scenario)
-            return scenario
-        except kvsim.SpecError:
-            continue
-    raise AssertionError(f"no valid random plain scenario for seed {seed}")
+    return first_valid(_plain_text, seed, "plain")
 
 
 def _plain_text(seed: int, extra_memory: float) -> str:
