@@ -48,16 +48,24 @@ _QUANTILE = {"p50": 0.5, "p90": 0.9, "p99": 0.99}
 
 def certain_failure(objectives: Sequence[Objective], warmup_s: float) -> Callable[[Any, float, int], str | None] | None:
     """A stop check (:data:`kvsim.sim.run.StopCheck`) that ends a probe's run as soon as it has
-    certainly failed a percentile objective on TTFT or end-to-end latency: more than
-    ``(1 - q) * N + 1`` of the ``N`` requests arriving in the window (from ``warmup_s``) have
-    waited longer than the limit for their first token (last token) -- those that got it late and
-    those still waiting -- so the ``q``-quantile over the window's arrivals exceeds the limit
-    whatever the rest of the run does. An overloaded probe is the dearest to simulate (its backlog
-    and its drain grow with it); this stops it once the verdict cannot change. None when no
-    objective can be decided so (TPOT and means need the whole run)."""
+    certainly failed a percentile objective on TTFT, TPOT or end-to-end latency.
+
+    Of the ``N`` requests arriving in the window (from ``warmup_s``), more than ``(1 - q) * N + 1``
+    are already over the limit, so the ``q``-quantile over the window's requests exceeds it whatever
+    the rest of the run does (the summary's quantile is over at most ``N`` values, interpolated
+    linearly: ``c`` values over the limit put it over once ``c - 1 > (1 - q) * (M - 1)`` for ``M``
+    values, which ``c > (1 - q) * N + 1`` implies for every ``M <= N``). Over the limit: for TTFT
+    (end-to-end), those that got their first (last) token late and those still waiting past the
+    limit; for TPOT, only requests already finished with more than one output token whose time per
+    output token exceeds it -- a request still decoding may never finish inside the run and then
+    does not count. An overloaded probe is the dearest to simulate (its backlog and its drain grow
+    with it); this stops it once the verdict cannot change. None when no objective can be decided
+    so (means need the whole run)."""
     checks = [(o, _MILESTONE[o.metric], 1.0 - _QUANTILE[o.statistic]) for o in objectives
               if o.metric in _MILESTONE and o.statistic in _QUANTILE]
-    if not checks:
+    per_token = [(o, 1.0 - _QUANTILE[o.statistic]) for o in objectives
+                 if o.metric == "tpot_s" and o.statistic in _QUANTILE]
+    if not checks and not per_token:
         return None
 
     def stop(records: Any, now_s: float, window_arrivals: int) -> str | None:
@@ -73,6 +81,18 @@ def certain_failure(objectives: Sequence[Objective], warmup_s: float) -> Callabl
                 return (f"stopped at {now_s:.4g} s: {over} of the window's {window_arrivals} arrivals already took over "
                         f"{objective.limit_s:g} s to their {'first' if column == 'first_token_s' else 'last'} token, "
                         f"so {objective.metric.removesuffix('_s')} {objective.statistic} > {objective.limit_s:g} s")
+        if per_token:
+            outputs = records.column("output_tokens")
+            steps = outputs - 1.0
+            decoded = in_window & (steps > 0.0) & ~np.isnan(records.column("finish_s"))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                tpot = (records.column("finish_s") - records.column("first_token_s")) / steps
+            for objective, share in per_token:
+                over = int(np.count_nonzero(decoded & (tpot > objective.limit_s)))
+                if over > share * window_arrivals + 1:
+                    return (f"stopped at {now_s:.4g} s: {over} of the window's {window_arrivals} arrivals already "
+                            f"finished at over {objective.limit_s * 1e3:g} ms per output token, so "
+                            f"tpot {objective.statistic} > {objective.limit_s * 1e3:g} ms")
         return None
 
     return stop
