@@ -97,7 +97,8 @@ def handoff_problems(problems: list[str], name: str, run, system, spec, rtol: fl
 def controller_problems(problems: list[str], name: str, run, spec, instances: int, rtol: float) -> None:
     """The P:D controller's decisions and switches: every instance serving in one role or
     switching; no decision moves more than its step, nor takes a role below its minimum; each
-    switch drains before it changes role and then stays out for ``switch_time``."""
+    switch drains before it changes role and then stays out for ``switch_time``; only instances of
+    switchable pools switch."""
     control = spec.systems[name].controller
     for d in run.decisions:
         if d["prefill"] + d["decode"] + d["switching"] != instances:
@@ -118,7 +119,11 @@ def controller_problems(problems: list[str], name: str, run, spec, instances: in
     if len(run.switches) > sum(abs(d["moved"]) for d in run.decisions):
         problems.append(f"{name}: {len(run.switches)} switches for {sum(abs(d['moved']) for d in run.decisions)} "
                         "instances the decisions moved")
+    pools = spec.systems[name].pool_specs()
     for sw in run.switches:
+        if not pools[sw["pool"]].may_switch:
+            problems.append(f"{name}: instance {sw['instance']} of pool {sw['pool']} switched, a pool of fixed role")
+            break
         if sw["from_role"] == sw["to_role"] or not sw["decided_s"] <= sw["drained_s"] <= sw["ready_s"]:
             problems.append(f"{name}: switch of instance {sw['instance']}: {sw}")
             break

@@ -143,8 +143,18 @@ SIGNAL_BANDS = {  # signal -> (threshold bands, proportional setpoints and gains
     "ttft_attainment": ([(0.5, 0.9), (0.8, 0.99)], [(0.9, 10.0), (0.95, 4.0)]),
     "tpot_attainment": ([(0.5, 0.9), (0.8, 0.99)], [(0.9, 10.0), (0.95, 4.0)]),
     "decode_kv_occupancy": ([(0.2, 0.6), (0.4, 0.9)], [(0.5, 4.0), (0.8, 10.0)]),
+    "decode_queue": ([(0.5, 2.0), (1.0, 8.0)], [(1.0, 1.0), (4.0, 0.5)]),
 }
-"""Bands and setpoints in each signal's own range (tokens per prefill instance; shares in [0, 1])."""
+"""Bands and setpoints in each signal's own range (tokens per prefill instance; requests per decode
+instance; shares in [0, 1])."""
+
+
+def _pool_bounds(rng: np.random.Generator, pool: dict[str, Any], split: dict[str, int], state: dict) -> None:
+    """Sometimes a split pool's own minimum in a role (at most what the split holds in all)."""
+    total = split["prefill"] + split["decode"]
+    if total >= 3 and rng.random() < 0.3:
+        pool[pick(rng, ["min_prefill", "min_decode"])] = int(rng.integers(1, total))
+        state["features"].append("pool_bounds")
 
 
 def _controller(rng: np.random.Generator, state: dict, instances: int) -> dict[str, Any]:
@@ -154,7 +164,7 @@ def _controller(rng: np.random.Generator, state: dict, instances: int) -> dict[s
     interval = f"{float(rng.choice([0.25, 0.5, 1.0]))} s"
     if kind == "static":
         return {"kind": "static", "interval": interval}
-    signal = pick(rng, list(SIGNAL_BANDS), [2, 1, 1, 1])
+    signal = pick(rng, list(SIGNAL_BANDS), [2, 1, 1, 1, 1])
     state["features"].append(f"signal_{signal}")
     if signal.endswith("_attainment"):
         state["slo"] = True
@@ -255,8 +265,17 @@ def disaggregated(rng: np.random.Generator, model: str, node: str, nodes: list[s
     switchable = False
     if rng.random() < (0.7 if shape == "pd_roles" else 0.45):
         system["controller"] = control = _controller(rng, state, total)
-        if control["kind"] != "static":  # any instance may come to compute prompts
-            switchable, caching = True, total
+        if control["kind"] != "static":  # an instance of a switchable pool may come to compute prompts
+            switchable = True
+            if shape == "pd_roles":
+                caching = total
+                _pool_bounds(rng, system["pools"]["dt"], split, state)
+            else:  # fixed roles: the controller may move only the pools declared switchable
+                which = pick(rng, ["d", "p", "both"], [2, 1, 1])
+                for name in ("p", "d") if which == "both" else (which,):
+                    system["pools"][name]["switchable"] = True
+                state["features"].append("pool_fixed_beside_switchable" if which != "both" else "pools_switchable")
+                caching = n_p + (n_d if which != "p" else 0)
     if linked and rng.random() < 0.4:
         per = _domains(rng, system, linked, state)
         state["placed"] = (state["placed"][0], per)

@@ -152,7 +152,8 @@ EVERY_FEATURE = {"layout_pp", "layout_ep", "layout_dp_attention", "layout_multi_
                  "multi_node_instance", "pd_layouts_differ", "scale_up_domain", "peer_copy_in", "peer_read_in_place",
                  "domain_store_shared", "domain_store_multi_node", "several_domains", "controller_static",
                  "controller_threshold", "controller_proportional", "signal_prefill_queue", "signal_ttft_attainment",
-                 "signal_tpot_attainment", "signal_decode_kv_occupancy", "lora", "prewarm", "preempt_swap",
+                 "signal_tpot_attainment", "signal_decode_kv_occupancy", "signal_decode_queue", "pool_fixed_beside_switchable",
+                 "pool_bounds", "lora", "prewarm", "preempt_swap",
                  "warmup_auto", "diurnal", "prefix_fixed_hit", "cache_dram_nvme", "cache_dram_remote"}
 
 

@@ -245,7 +245,11 @@ catalog:
 
 
 def test_a_decode_pool_that_may_switch_to_prefill_is_checked_for_the_cache(refused):
-    err = refused("pools: {p: {node: h20-8x, instances: 2, role: prefill}, d: {node: h20-8x, instances: 2, "
-                  "role: decode, instance: {block_size_tokens: 32}}}\n    kv_cache: {}\n"
-                  "    controller: {kind: threshold, signal: prefill_queue, low: 1, high: 2}")
+    pools = ("pools: {p: {node: h20-8x, instances: 2, role: prefill}, d: {node: h20-8x, instances: 2, "
+             "role: decode, switchable: SWITCH, instance: {block_size_tokens: 32}}}\n    kv_cache: {}\n"
+             "    controller: {kind: threshold, signal: prefill_queue, low: 1, high: 2}")
+    err = refused(pools.replace("SWITCH", "true"))
     assert "whole engine pages of 32 tokens" in err
+    # a decode pool that never switches never caches: its page size is its own
+    err = refused(pools.replace("SWITCH", "false"))
+    assert "whole engine pages" not in err and "every pool here has a fixed role" in err

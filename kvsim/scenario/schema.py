@@ -100,6 +100,16 @@ class SystemSpec(FrozenSpec):
         """Prefill and decode run on separate instances."""
         return any(p.role != "mixed" or p.roles is not None for p in self.pool_specs().values())
 
+    @property
+    def adaptive(self) -> bool:
+        """The system's controller moves instances between roles (threshold or proportional)."""
+        return self.controller is not None and self.controller.kind != "static"
+
+    def may_switch(self, pool: PoolSpec) -> bool:
+        """Instances of ``pool`` may change role in a run: an adaptive controller and a switchable
+        pool (:attr:`PoolSpec.may_switch`)."""
+        return self.adaptive and pool.may_switch
+
     def shape_problems(self) -> list[tuple[tuple[str, ...], str]]:
         """Problems with the system's pools, as ``(field path below the system, message)``."""
         problems: list[tuple[tuple[str, ...], str]] = []
@@ -119,6 +129,7 @@ class SystemSpec(FrozenSpec):
                 problems.append((("pools", name), "pool names use letters, digits, '-' and '_'"))
         roles = set()
         for name, pool in self.pools.items():
+            problems += _switch_problems(name, pool)
             if pool.roles is None:
                 roles.add(pool.role)
                 continue
@@ -173,10 +184,36 @@ class SystemSpec(FrozenSpec):
         if control.kind == "threshold" and not control.low < control.high:
             problems.append((("controller", "high"), f"must exceed low ({control.low:g}); the band between "
                                                       "them is the hysteresis"))
+        pools = self.pool_specs()
+        if not any(pool.may_switch for pool in pools.values()):
+            fixed = ", ".join(f"{name} ({pool.role})" for name, pool in pools.items())
+            problems.append((("controller",), f"a {control.kind} controller moves instances of switchable pools, and "
+                                              f"every pool here has a fixed role: {fixed}. Split a pool with roles: "
+                                              "{prefill: N, decode: M}, or give a pool switchable: true"))
         need = {"ttft_attainment": ("ttft_p99", slo.ttft_p99), "tpot_attainment": ("tpot_p99", slo.tpot_p99)}
         if control.signal in need and need[control.signal][1] is None:
             problems.append((("controller", "signal"), f"{control.signal} needs slo.{need[control.signal][0]}"))
         return problems
+
+
+def _switch_problems(name: str, pool: PoolSpec) -> list[tuple[tuple[str, ...], str]]:
+    """Problems with a pool's switching fields (``switchable``, ``min_prefill``, ``min_decode``)."""
+    problems: list[tuple[tuple[str, ...], str]] = []
+    path = ("pools", name)
+    if pool.switchable and pool.roles is None and pool.role == "mixed":
+        problems.append((path + ("switchable",), "a colocated (mixed) pool has no role to switch: give it role: "
+                                                 "prefill or decode, or roles: {prefill: N, decode: M}"))
+    bounds = [f for f in ("min_prefill", "min_decode") if getattr(pool, f) > 0]  # (a resolved file writes the 0s)
+    if bounds and not pool.may_switch:
+        problems.append((path + (bounds[0],), f"{bounds[0]} bounds a switchable pool's instances in a role; this "
+                                              f"pool keeps role {pool.role}: give it switchable: true or drop "
+                                              f"{' and '.join(bounds)}"))
+    count = sum(pool.roles.values()) if pool.roles is not None else pool.instances
+    if count is not None and pool.min_prefill + pool.min_decode > count:
+        problems.append((path + ("min_prefill" if "min_prefill" in bounds else "min_decode",),
+                         f"min_prefill {pool.min_prefill} + min_decode {pool.min_decode} exceed the pool's "
+                         f"{count} instances"))
+    return problems
 
 
 class CompareSpec(FrozenSpec):

@@ -25,14 +25,14 @@ from kvsim.metrics.summary import request_latencies
 from kvsim.serving.handoff import KVHandoff, is_handoff
 from kvsim.serving.instance import Instance
 from kvsim.serving.scheduler import AdmissionHook
-from kvsim.serving.specs import StaticController
+from kvsim.serving.specs import PoolSpec, StaticController
 
 __all__ = ["RoleController"]
 
 _PIN_POLL_S = 0.01  # how often a drained instance checks that its cache's writes have landed
 
 # which way a high signal pushes: +1 = prefill is short, -1 = decode is short
-_ORIENTATION = {"prefill_queue": 1.0, "ttft_attainment": -1.0, "tpot_attainment": 1.0,
+_ORIENTATION = {"prefill_queue": 1.0, "decode_queue": -1.0, "ttft_attainment": -1.0, "tpot_attainment": 1.0,
                 "decode_kv_occupancy": -1.0}
 
 
@@ -54,11 +54,16 @@ class RoleController:
     records : RequestRecords
     slo_s : dict
         ``{"ttft_s": ..., "tpot_s": ...}`` thresholds (None where absent).
+    pools : list of (str, PoolSpec), optional
+        Each instance's pool, by instance index: only instances of switchable pools
+        (:attr:`~kvsim.serving.specs.PoolSpec.may_switch`) move, within their pool's
+        ``min_prefill`` / ``min_decode``. Default: every instance may move, unbounded.
     """
 
     def __init__(self, env: simpy.Environment, spec, instances: list[Instance],
                  hooks: Callable[[Instance, str], AdmissionHook | None], handoff: KVHandoff,
-                 reroute_prompt: Callable, records: RequestRecords, slo_s: dict[str, float | None]):
+                 reroute_prompt: Callable, records: RequestRecords, slo_s: dict[str, float | None],
+                 pools: list[tuple[str, PoolSpec]] | None = None):
         self.env = env
         self.spec = spec
         self.instances = instances
@@ -68,6 +73,7 @@ class RoleController:
         self.records = records
         self.slo_s = slo_s
         self.window_s = getattr(spec, "window", None) or spec.interval
+        self.pools = pools
         self.decisions: list[dict[str, Any]] = []
         self.switches: list[dict[str, Any]] = []
         self._target: dict[int, str] = {}  # instance -> the role it is switching to
@@ -95,11 +101,14 @@ class RoleController:
             inst.settle()  # a coalesced decode run applies its steps so far: first tokens, pages
         prefill, decode = self._serving("prefill"), self._serving("decode")
         queue = sum(inst.pending_prompt_tokens for inst in prefill)
+        # handed-off prompts a decode instance has not admitted yet: they wait for its KV room
+        waiting = sum(1 for inst in decode for seq in inst.scheduler.waiting if is_handoff(seq))
         blocks = sum(inst.pool.num_blocks for inst in decode)
         since = self.env.now - self.window_s
         latencies = request_latencies(self.records)
         return {
             "prefill_queue": queue / len(prefill) if prefill else math.nan,
+            "decode_queue": waiting / len(decode) if decode else math.nan,
             "ttft_attainment": self._attainment(latencies, "ttft", self.slo_s.get("ttft_s"), since),
             "tpot_attainment": self._attainment(latencies, "tpot", self.slo_s.get("tpot_s"), since),
             "decode_kv_occupancy": (sum(i.pool.used_blocks for i in decode) / blocks) if blocks else math.nan,
@@ -139,10 +148,10 @@ class RoleController:
         moved = []
         if delta > 0:
             room = len(decode) - self.spec.min_decode
-            moved = [(inst, "prefill") for inst in self._least_busy(decode)[:max(0, min(delta, room))]]
+            moved = [(inst, "prefill") for inst in self._movable(decode, "decode", min(delta, room))]
         elif delta < 0:
             room = len(prefill) - self.spec.min_prefill
-            moved = [(inst, "decode") for inst in self._least_busy(prefill)[:max(0, min(-delta, room))]]
+            moved = [(inst, "decode") for inst in self._movable(prefill, "prefill", min(-delta, room))]
         for inst, role in moved:
             self.env.process(self.switch(inst, role))
         applied = sum(1 if role == "prefill" else -1 for _, role in moved)
@@ -152,6 +161,30 @@ class RoleController:
             "prefill_target": len(prefill) + applied, "decode_target": len(decode) - applied,
             **{f"signal_{name}": v for name, v in signals.items()},
         })
+
+    def _movable(self, serving: list[Instance], role: str, count: int) -> list[Instance]:
+        """Up to ``count`` of the ``serving`` instances of ``role`` to move out of it, least busy
+        first: only instances of switchable pools, each pool keeping its own minimum in ``role``
+        counting the moves already under way."""
+        if count <= 0:
+            return []
+        if self.pools is None:
+            return self._least_busy(serving)[:count]
+        bound = "min_prefill" if role == "prefill" else "min_decode"
+        held: dict[str, int] = {}  # per pool: instances in role once the switches under way are done
+        for inst in self.instances:
+            if self._target.get(inst.index, inst.role) == role:
+                name = self.pools[inst.index][0]
+                held[name] = held.get(name, 0) + 1
+        out = []
+        for inst in self._least_busy(serving):
+            name, pool = self.pools[inst.index]
+            if len(out) == count:
+                break
+            if pool.may_switch and held[name] > getattr(pool, bound):
+                out.append(inst)
+                held[name] -= 1
+        return out
 
     @staticmethod
     def _least_busy(instances: list[Instance]) -> list[Instance]:
@@ -191,6 +224,7 @@ class RoleController:
         inst.accepting = True
         del self._target[inst.index]
         inst.wake()
-        self.switches.append({"instance": inst.index, "from_role": old, "to_role": role, "decided_s": decided,
+        self.switches.append({"instance": inst.index, "pool": self.pools[inst.index][0] if self.pools else "",
+                              "from_role": old, "to_role": role, "decided_s": decided,
                               "drained_s": drained, "ready_s": self.env.now, "moved_requests": len(moving)})
 

@@ -160,6 +160,12 @@ class PoolSpec(FrozenSpec):
     ``instances`` defaults to every card in use. ``roles`` splits one pool between prefill
     and decode instead (``{prefill: 2, decode: 6}``: the first two instances start as prefill),
     so a P:D ratio on identical hardware is one sweepable field.
+
+    Under an adaptive controller (``controller.kind`` threshold or proportional) only *switchable*
+    pools change role: by default a pool split by ``roles`` is switchable and one with a fixed
+    ``role`` is not (a prefill-only product such as a 950PR server is never made to decode).
+    ``switchable`` says otherwise explicitly. ``min_prefill`` and ``min_decode`` bound a switchable
+    pool's own instances in each role (the controller's own minimums bound the whole system's).
     """
 
     node: str
@@ -168,6 +174,14 @@ class PoolSpec(FrozenSpec):
     instances: PositiveInt | None = None
     role: Role = "mixed"
     roles: dict[Literal["prefill", "decode"], int] | None = None  # each >= 1: SystemSpec.shape_problems says why
+    switchable: bool | None = None  # None: switchable when split by roles, fixed when given one role
+    min_prefill: Count = 0
+    min_decode: Count = 0
+
+    @property
+    def may_switch(self) -> bool:
+        """An adaptive controller may move this pool's instances between prefill and decode."""
+        return self.roles is not None if self.switchable is None else self.switchable
 
     def initial_roles(self, instances: int) -> list[str]:
         """The role each of the pool's ``instances`` instances starts in."""
@@ -196,10 +210,12 @@ class HandoffSpec(FrozenSpec):
     gpu_direct: bool = True
 
 
-Signal = Literal["prefill_queue", "ttft_attainment", "tpot_attainment", "decode_kv_occupancy"]
+Signal = Literal["prefill_queue", "decode_queue", "ttft_attainment", "tpot_attainment", "decode_kv_occupancy"]
 SIGNALS: dict[str, str] = {
     "prefill_queue": "prompt tokens waiting or being prefilled, per prefill instance (tokens); "
                      "high means prefill is short",
+    "decode_queue": "computed prompts handed to a decode instance and not yet admitted there (waiting for KV "
+                    "room or a batch slot), per decode instance (requests); high means decode is short",
     "ttft_attainment": "share of first tokens in the trailing window within the TTFT SLO; low means "
                        "prefill is short",
     "tpot_attainment": "share of requests finished in the trailing window within the TPOT SLO; low "

@@ -282,9 +282,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     control = system_spec.controller
     if sizing.disaggregated and control is None:
         control = StaticController()
-    switchable = control is not None and control.kind != "static"
-    # instances that compute prompts cache them; with a controller any instance may come to
-    caching = [p.role != "decode" or switchable for p in system.placements]
+    # instances that compute prompts cache them, and so do those a controller may move to prefill
+    caching = [p.role != "decode" or system_spec.may_switch(p.pool.spec) for p in system.placements]
     if cache_spec is not None:
         system.cache = _build_cache(env, spec, system, sizing, [(i, p) for i, (p, c) in enumerate(
             zip(system.placements, caching)) if c], block_tokens)
@@ -341,7 +340,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99}
         system.controller = RoleController(env, control, system.instances,
                                            lambda inst, role: system.hooks.get((inst.index, role)), handoff,
-                                           system.front.route, records, slo)
+                                           system.front.route, records, slo,
+                                           [(p.pool.name, p.pool.spec) for p in system.placements])
     system.check()
     return system
 

@@ -164,10 +164,8 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
             "a cached prefix would need every layer's): remove kv_cache, or use a model without a window"))
     if cache is not None:
         block_tokens = spec.workload.block_tokens
-        control = system.controller
-        switchable = control is not None and control.kind != "static"  # any instance may come to prefill
         for pool in pools:
-            if pool.role == "decode" and not switchable:
+            if pool.role == "decode" and not system.may_switch(pool.spec):  # never comes to prefill
                 continue  # no prefix cache on decode instances
             if block_tokens % pool.spec.instance.block_size_tokens:
                 raise SizingError(("workload", "block_tokens"), (
@@ -193,7 +191,7 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                 raise SizingError(("systems", name, "kv_cache", "remote", "pool_node"), (
                     f"pool node {pool_node.name} has no NICs (nics.count: 0): compute nodes could not reach it"))
             for pool in pools:
-                if pool.node.nics.count < 1 and (pool.role != "decode" or switchable):
+                if pool.node.nics.count < 1 and (pool.role != "decode" or system.may_switch(pool.spec)):
                     raise SizingError(("systems", name) + system.pool_path(pool.name) + ("node",), (
                         f"node {pool.node.name} has no NICs (nics.count: 0): it could not reach the remote KV "
                         f"pool {pool_node.name}"))
@@ -257,8 +255,7 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
     if cache is None or cache.peer_hbm == "none":
         return
     where = ("systems", name, "kv_cache", "peer_hbm")
-    switchable = system.controller is not None and system.controller.kind != "static"
-    caching = [p for p in pools if p.role != "decode" or switchable]
+    caching = [p for p in pools if p.role != "decode" or system.may_switch(p.spec)]
     if cache.peer_hbm == "read_in_place":
         for pool in caching:
             if pool.accelerator.scale_up_bandwidth is None:
@@ -270,7 +267,7 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
                 raise SizingError(where, (
                     f"read_in_place is modelled for plain tensor-parallel instances inside one node; pool "
                     f"{pool.name} runs {pool.layout.label()}: use copy_in"))
-        if switchable:
+        if any(system.may_switch(p.spec) for p in pools):
             raise SizingError(where, "read_in_place with a controller that switches roles is not modelled "
                                      "(a switching instance's HBM would leave the shared pool): use copy_in")
         pages = {p.spec.instance.block_size_tokens for p in caching}
@@ -370,11 +367,9 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     else:  # a token's KV spread over every card of the instance (what a transfer moves per card)
         kv_per_token = model.kv_bytes_per_token(kv_dtype, layout.attention_tp) * layout.attention_tp / layout.cards
     max_in, max_out = spec.workload.max_input_tokens, spec.workload.max_output_tokens
-    control = system.controller
-    switchable = control is not None and control.kind != "static"  # any instance may come to decode
     if max_in is None or max_out is None:
         longest = 0  # traces: checked on load
-    elif pool.role == "prefill" and pool.roles is None and not switchable:
+    elif pool.role == "prefill" and pool.roles is None and not system.may_switch(pool):  # never comes to decode
         longest = max_in  # a prefill instance holds the prompt until its KV is handed off
     else:
         longest = max_in + max_out
@@ -438,8 +433,7 @@ def request_capacities(sizing: SystemSizing) -> list[tuple[str, bool, int]]:
         return []
     out = []
     for pool in sizing.pools:
-        prompt_only = pool.role == "prefill" and pool.spec.roles is None and not (
-            sizing.spec.controller is not None and sizing.spec.controller.kind != "static")
+        prompt_only = pool.role == "prefill" and pool.spec.roles is None and not sizing.spec.may_switch(pool.spec)
         capacity = pool.kv_blocks_per_instance // pool.layout.dp_attention * pool.spec.instance.block_size_tokens
         out.append((pool.name, prompt_only, capacity))
     return out
