@@ -275,6 +275,7 @@ def build_scenario(raw: dict[str, Any], located: Located, base_dir: FsPath | Non
     errors, warnings = inert_settings(points, catalogs, located)
     if errors and strict:
         raise SpecError(errors)
+    warnings += shadowed_catalog_entries(spec, located)
     return Scenario(spec, raw, located, catalogs, points, base_dir, calibration, tuple(errors + warnings))
 
 
@@ -292,6 +293,30 @@ def _catalogs(spec: ScenarioSpec, located: Located) -> Catalogs:
         models=model_catalog().extended(spec.catalog.models, located, ("catalog", "models")),
         pool_nodes=pool_node_catalog().extended(spec.catalog.pool_nodes, located, ("catalog", "pool_nodes")),
     )
+
+
+_SHIPPED = {"accelerators": ("accelerator", accelerator_catalog, "kvsim/hardware/data/accelerators.yaml"),
+            "nodes": ("node", node_catalog, "kvsim/hardware/data/nodes.yaml"),
+            "models": ("model", model_catalog, "kvsim/models/data/models.yaml"),
+            "pool_nodes": ("pool node", pool_node_catalog, "kvsim/hardware/data/pool_nodes.yaml")}
+
+
+def shadowed_catalog_entries(spec: ScenarioSpec, located: Located) -> list[str]:
+    """Warnings for the scenario's catalog entries named like shipped ones: such an entry replaces
+    the shipped entry of that name for this scenario (its fields layered over the shipped ones),
+    so figures quoted under the shipped name are not the catalog's."""
+    warnings = []
+    for family, (kind, shipped, source) in _SHIPPED.items():
+        names = shipped().names()
+        for name, fields in getattr(spec.catalog, family).items():
+            if name not in names:
+                continue
+            changed = sorted(k for k in (fields or {}) if k not in ("base", "name")) if isinstance(fields, dict) else []
+            what = f" ({', '.join(changed)})" if changed else ""
+            warnings.append(located.problem(("catalog", family, name), (
+                f"replaces the shipped {kind} {name} ({source}) for this scenario{what}: results under that name "
+                f"are not the catalog's; to keep both, name it differently and start from it with base: {name}")))
+    return warnings
 
 
 class _SweepKeys:
