@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import kvsim
 from kvsim.plan.command import run_plan
@@ -191,3 +192,15 @@ def test_a_plan_on_dask_without_dask_installed_says_how_to_get_it(tmp_path, caps
     scenario.write_text(PLAN)
     assert main(["plan", str(scenario), "--out", str(tmp_path / "out"), "--dask"]) == 2
     assert "pip install 'kvsim[dask]'" in capsys.readouterr().err
+
+
+def test_a_plan_says_it_is_still_running_when_nothing_else_was_said(tmp_path, monkeypatch):
+    from kvsim.plan import progress
+
+    # a heartbeat every 10 ms: probes that take longer than that get a "still running" line
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.01)
+    lines: list[str] = []
+    run_plan(kvsim.parse_scenario(PLAN, "plan.yaml"), tmp_path, workers=1, log=lines.append)
+    beats = [line for line in lines if "still running:" in line]
+    assert beats and all(re.match(r"\[ *[0-9.]+ s\] still running: \d+ probes? done, the longest in flight for at "
+                                  r"least ", line) for line in beats)

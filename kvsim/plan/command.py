@@ -306,7 +306,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
     started = time.monotonic()
     count = 0
     from kvsim.plan.first_guess import plan_cost
-    from kvsim.plan.progress import format_duration
+    from kvsim.plan.progress import HEARTBEAT_S, format_duration, start_heartbeat
 
     expected = plan_cost(scenario)
     from kvsim.plan.sensitivity import sensitivity_cost
@@ -325,6 +325,21 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         eta = (time.monotonic() - started) / done * left
         return f"; ~{left:.0f} more probes expected, about {format_duration(eta)} left"
 
+    last_line = [started]
+    said = threading.Lock()  # the heartbeat's thread and the probes' callbacks write whole lines
+
+    def say(line: str) -> None:
+        with said:
+            last_line[0] = time.monotonic()
+            emit(line)
+
+    def heartbeat() -> None:
+        """A line when a probe has run for HEARTBEAT_S with nothing said (a long probe is not a hang)."""
+        now = time.monotonic()
+        if now - last_line[0] >= HEARTBEAT_S:
+            say(f"[{now - started:7.1f} s] still running: {count} probe{'' if count == 1 else 's'} done, the "
+                f"longest in flight for at least {format_duration(now - last_line[0])}{remaining(count)}")
+
     def on_probe(probe: Probe, outcome: ProbeOutcome) -> None:
         nonlocal count
         count += 1
@@ -339,7 +354,7 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         seed = f" (seed {probe.seed})" if probe.seed is not None else ""
         pool = f" + {probe.pool_nodes} shared pool node{'s' if probe.pool_nodes != 1 else ''}" \
             if probe.pool_nodes is not None else ""
-        emit(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units}{pool} at "
+        say(f"[{time.monotonic() - started:7.1f} s] probe {count}: {terminal_text(probe.system)} x{probe.units}{pool} at "
              f"{probe.load:.4g} {load_unit(scenario)}{seed} {verdict}{took}{remaining(count)}")
 
     with _StoredMap(scenario, out / "probes", workers, dask=dask, scheduler=scheduler) as stored:
@@ -351,9 +366,15 @@ def run_plan(scenario: Scenario, out_dir: str | Path, workers: int | None = None
         # that would only contend for the interpreter)
         parallel_probes = workers > 1 or stored.on_dask
         costs = catalog_unit_cost(scenario)
-        result = plan(scenario, map_probes=stored, on_probe=on_probe, concurrent=candidates if parallel_probes else 1,
-                      parallel=max(1, workers // candidates),
-                      unit_cost=lambda system: (costs(system) or {}).get("cost_per_hour_usd"))
+        quiet = threading.Event()
+        beating = start_heartbeat(quiet, heartbeat, HEARTBEAT_S)
+        try:
+            result = plan(scenario, map_probes=stored, on_probe=on_probe,
+                          concurrent=candidates if parallel_probes else 1, parallel=max(1, workers // candidates),
+                          unit_cost=lambda system: (costs(system) or {}).get("cost_per_hour_usd"))
+        finally:
+            quiet.set()
+            beating.join()
         answer = plan_answer(result, costs)
         if sensitivity_line:  # the answer is known: say it now, not after the re-plans of what it hinges on
             from kvsim.report.plan_report import summary_paragraph

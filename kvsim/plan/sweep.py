@@ -87,9 +87,10 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
     for leftover in store.stale_temporaries():
         leftover.unlink(missing_ok=True)
     requests = {p.index: point_requests(scenario, p, read_files=False) for p in scenario.points}
+    cpu_s = _estimated_cpu_s(scenario) if log or bar else None
     file_cache: dict = {}
     code = code_fingerprint()
-    tasks = sweep_tasks(scenario, seed, requests, file_cache)
+    tasks = sweep_tasks(scenario, seed, requests, file_cache, cpu_s)
     finished: dict[str, list[SystemRun]] = {}
     todo: list[SweepTask] = []
     for task in tasks:
@@ -108,8 +109,11 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
     inline = not dask and scheduler is None and in_process(workers, len(todo))
     progress = None
     if log or bar:
+        priced = cpu_s is not None  # then every task's weight is its CPU seconds (sweep_tasks)
         progress = SweepProgress(scenario.name, todo, stored=len(finished), bar=bar and not inline,
-                                 stream=None if log else _Discard())
+                                 stream=None if log else _Discard(),
+                                 workers=1 if inline else workers,
+                                 estimated_cpu_s=sum(t.weight for t in todo) if priced else None)
         where = (f"on the Dask scheduler at {scheduler}" if scheduler else
                  f"on a Dask LocalCluster of {workers} worker(s)" if dask else
                  "in this process" if inline else f"on {min(workers, len(todo))} local worker processes")
@@ -145,6 +149,23 @@ def run_sweep(scenario: Scenario, out: str | Path, *, seed: int | None = None, w
         stored.setdefault(task.index, []).append(store.relative(task.key))
     root_seed = scenario.spec.seed if seed is None else int(seed)
     return RunResult.from_runs(scenario, root_seed, runs, stored)
+
+
+def _estimated_cpu_s(scenario: Scenario) -> dict[int, float] | None:
+    """The cost model's CPU seconds of each point, all systems and replicas (:mod:`kvsim.plan.run_cost`,
+    at the rates of the backend that runs it), for the progress lines' ETA; None when a point has
+    none."""
+    from kvsim.backend import resolve
+    from kvsim.plan.run_cost import run_cost
+
+    try:
+        backend = resolve(scenario.spec.system_engine(next(iter(scenario.spec.systems))).backend)
+        per_point = run_cost(scenario, backend=backend).per_point_cpu_s
+    except Exception:  # an estimate for progress lines only: it must never stop a run that check_scenario passed
+        return None
+    if not all(per_point.get(p.index, 0.0) > 0.0 for p in scenario.points):
+        return None
+    return per_point
 
 
 def _warn(line: str, log: bool) -> None:

@@ -135,20 +135,26 @@ def task_key(inputs: dict[str, Any]) -> str:
 
 
 def sweep_tasks(scenario: Scenario, seed: int | None = None, requests: dict[int, float | None] | None = None,
-                file_cache: dict[Path, str] | None = None) -> list[SweepTask]:
+                file_cache: dict[Path, str] | None = None, cpu_s: dict[int, float] | None = None) -> list[SweepTask]:
     """Every task of ``scenario``, in (point, replica) order.
 
-    ``seed`` overrides every point's root seed (``kvsim run --seed``); ``requests`` (point index
-    -> estimated requests per system, :mod:`kvsim.plan.run_cost`) weights the ETA when every point
-    has one, simulated seconds otherwise.
+    ``seed`` overrides every point's root seed (``kvsim run --seed``). A task's weight (its share
+    of the ETA) is, when every point has one, its CPU seconds by the cost model (``cpu_s``: point
+    index -> CPU seconds of all its systems and replicas, :attr:`kvsim.plan.run_cost.RunCost.per_point_cpu_s`);
+    else its estimated requests (``requests``: point index -> requests per system) x systems; else
+    its simulated seconds x systems.
     """
     tasks = []
     file_cache = file_cache if file_cache is not None else {}
     code = code_fingerprint()
+    priced = cpu_s is not None and all((cpu_s.get(p.index) or 0.0) > 0.0 for p in scenario.points)
     known = requests is not None and all(requests.get(p.index) is not None for p in scenario.points)
     for point in scenario.points:
-        per_system = requests[point.index] if known else point.spec.duration
-        weight = max(float(per_system), 1e-9) * len(point.spec.systems)
+        if priced:
+            weight = cpu_s[point.index] / point.spec.replications
+        else:
+            per_system = requests[point.index] if known else point.spec.duration
+            weight = max(float(per_system), 1e-9) * len(point.spec.systems)
         for replica in range(point.spec.replications):
             run_seed = point_seed(point, seed, replica)
             key = task_key(task_inputs(scenario, point, run_seed, replica, file_cache, code))
