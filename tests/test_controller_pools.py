@@ -8,28 +8,15 @@ import pytest
 
 import kvsim
 
-HETERO = """
-name: hetero
-seed: {seed}
-duration: 240 s
-warmup: 0 s
-model: qwen3-8b
-workload:
-  arrival:
-    kind: phases
-    phases:
-      - {{duration: 120 s, arrival: {{kind: poisson, rate: 6/s}}, input_tokens: {{kind: fixed, value: 3000}},
-         output_tokens: {{kind: fixed, value: 20}}}}
-      - {{duration: 120 s, arrival: {{kind: poisson, rate: 8/s}}, input_tokens: {{kind: fixed, value: 200}},
-         output_tokens: {{kind: fixed, value: 600}}}}
-slo: {{ttft_p99: 3 s, tpot_p99: 60 ms}}
-systems:
-  pd:
-    pools:
-      pr: {{node: h20-8x, instances: 2, role: prefill}}
-      dt: {{node: h20-8x, roles: {{prefill: 2, decode: 4}}{bounds}}}
-    controller: {controller}
-"""
+from test_controller import SHIFT  # (the tests folder is on the path, as for conftest)
+
+# the shifting workload of test_controller.py (prompt-heavy, then output-heavy), served by a fixed
+# prefill pool beside a switchable one
+HETERO = SHIFT.replace("seed: 5", "seed: {seed}").replace("name: shift", "name: hetero").replace(
+    "      h20: {{node: h20-8x, roles: {{prefill: 4, decode: 4}}}}\n",
+    "      pr: {{node: h20-8x, instances: 2, role: prefill}}\n"
+    "      dt: {{node: h20-8x, roles: {{prefill: 2, decode: 4}}{bounds}}}\n")
+assert "pr: {{node" in HETERO
 
 CONTROLLERS = [
     "{kind: threshold, signal: prefill_queue, interval: 10 s, low: 500, high: 8000, switch_time: 5 s}",
