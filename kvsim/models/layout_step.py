@@ -66,18 +66,21 @@ class LayoutStepTime:
         The engine's per-step overhead.
     weight_dtypes : dict, optional
         Storage format of weight groups that differ from ``dtype``.
+    compute_dtype : str, optional
+        The format the matrix multiplies run in (default: ``dtype``).
     """
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, layout: Layout, links: LayoutLinks,
                  dtype: str, kv_dtype: str, micro_batches: int | None = None,
                  schedule: PipelineSchedule = "continuous", expert_skew: float = 0.0,
-                 engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None):
+                 engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
+                 compute_dtype: str | None = None):
         self.model, self.accelerator, self.layout, self.links = model, accelerator, layout, links
         self.dtype, self.kv_dtype = dtype, kv_dtype
         self.micro_batches = micro_batches or layout.pp
         self.schedule = schedule
         self.engine = engine if engine is not None else EngineSpec()
-        self._rates = AchievedRates(accelerator, dtype, layout.tp)  # one stage
+        self._rates = AchievedRates(accelerator, compute_dtype or dtype, layout.tp)  # one stage
         L = model.num_layers
         self._layers = max(stage_layers(L, layout.pp))
         self._share = self._layers / L

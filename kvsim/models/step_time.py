@@ -183,7 +183,10 @@ class RooflineStepTime:
         The engine's per-step overhead (defaults: :class:`EngineSpec`).
     weight_dtypes : dict, optional
         Storage format of weight groups that differ from ``dtype`` (see
-        :meth:`~kvsim.models.llm.ModelSpec.weight_bytes`); compute runs at the ``dtype`` peak.
+        :meth:`~kvsim.models.llm.ModelSpec.weight_bytes`).
+    compute_dtype : str, optional
+        The format the matrix multiplies run in, whose dense peak bounds compute (default:
+        ``dtype``): ``dtype`` mxfp4 with ``compute_dtype`` bf16 is W4A16.
     """
 
     # the compiled backend's field types are in step_time.pxd (the same names)
@@ -194,7 +197,8 @@ class RooflineStepTime:
                  "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s")
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
-                 engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None):
+                 engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
+                 compute_dtype: str | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.model = model
@@ -205,7 +209,7 @@ class RooflineStepTime:
         self.engine = engine if engine is not None else EngineSpec()
         self.weight_dtypes = dict(weight_dtypes or {})
         eff = accelerator.efficiency
-        self._rates = AchievedRates(accelerator, dtype, tp)
+        self._rates = AchievedRates(accelerator, compute_dtype or dtype, tp)
         self._kv_bytes_per_token_card = model.kv_bytes_per_token(kv_dtype, tp)
         self._body_flops = model.body_flops_per_token
         self._lm_head_flops = model.lm_head_flops

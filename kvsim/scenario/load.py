@@ -435,7 +435,7 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
         if cache is not None and cache.dram is not None and cache.dram.capacity is None:
             problems.append(problem(path + ("kv_cache", "dram"), "give the host DRAM set aside for KV, "
                                     "e.g. capacity: 512 GiB"))
-        dtype = spec.system_dtype(name)
+        dtype, compute = spec.system_dtype(name), spec.system_compute_dtype(name)
         for pool_name, pool in system.pool_specs().items():
             pool_path = path + system.pool_path(pool_name)
             if pool.node not in catalogs.nodes:
@@ -456,4 +456,8 @@ def _reference_problems(spec: ScenarioSpec, catalogs: Catalogs, problem) -> list
                     where = pool_path + ("node",)  # the default dtype: blame the choice of hardware
                 problems.append(problem(where, f"{accelerator.name} (node {pool.node}) has no {dtype} peak in "
                                         f"the catalog; it lists: {', '.join(accelerator.flops)}"))
+            elif compute not in accelerator.flops:
+                where = path + ("compute_dtype",) if system.compute_dtype else ("compute_dtype",)
+                problems.append(problem(where, f"{accelerator.name} (node {pool.node}) has no {compute} peak in "
+                                        f"the catalog to compute in; it lists: {', '.join(accelerator.flops)}"))
     return problems

@@ -76,6 +76,7 @@ class SystemSpec(FrozenSpec):
     controller: ControllerSpec | None = None
     model: str | None = None
     dtype: Dtype | None = None
+    compute_dtype: Dtype | None = None  # the number format matmuls run in (default: dtype); W4A16 is mxfp4 + bf16
     kv_dtype: Dtype | None = None
     kv_cache: KVCacheSpec | None = None
     engine: EngineSpec | None = None
@@ -303,6 +304,10 @@ class ScenarioSpec(FrozenSpec):
     drain_limit: Seconds | None = None  # 0 s: stop at duration, counting what has not finished
     model: str
     dtype: Dtype = "bf16"
+    compute_dtype: Dtype | None = None
+    """The number format the matrix multiplies run in, whose dense peak bounds compute (default:
+    ``dtype``, i.e. W4A4 for mxfp4 weights). Weights stay stored in ``dtype`` (and
+    ``weight_dtypes``): ``dtype: mxfp4, compute_dtype: fp8`` is W4A8, ``compute_dtype: bf16`` W4A16."""
     kv_dtype: Dtype | None = None
     weight_dtypes: dict[WeightGroup, Dtype] = Field(default_factory=dict)
     engine: EngineSpec = Field(default_factory=EngineSpec)
@@ -435,6 +440,10 @@ class ScenarioSpec(FrozenSpec):
 
     def system_dtype(self, system: str) -> str:
         return self.systems[system].dtype or self.dtype
+
+    def system_compute_dtype(self, system: str) -> str:
+        """The number format ``system``'s matrix multiplies run in (its own, the scenario's, or its dtype)."""
+        return self.systems[system].compute_dtype or self.compute_dtype or self.system_dtype(system)
 
     def system_weight_dtypes(self, system: str) -> dict[str, str]:
         """Weight groups stored in another format than ``dtype``: the scenario's, with the

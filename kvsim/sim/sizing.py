@@ -66,6 +66,7 @@ class PoolSizing:
     kv_blocks_per_instance: int
     engine: EngineSpec
     weight_dtypes: dict[str, str] = field(default_factory=dict)
+    compute_dtype: str = ""  # the format matmuls run in ("": dtype)
     layout: Layout = Layout()
     links: LayoutLinks | None = None
 
@@ -96,11 +97,11 @@ class PoolSizing:
         if self.links is None:
             roofline = kernels.step_time.RooflineStepTime if kernels is not None else RooflineStepTime
             return roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
-                            self.weight_dtypes)
+                            self.weight_dtypes, self.compute_dtype or None)
         inst = self.spec.instance
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
                               inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine,
-                              self.weight_dtypes)
+                              self.weight_dtypes, self.compute_dtype or None)
 
     def _layout_text(self) -> str:
         return f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
@@ -387,7 +388,7 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
         kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
-        weight_dtypes=weight_dtypes,
+        weight_dtypes=weight_dtypes, compute_dtype=spec.system_compute_dtype(name),
     )
 
 
