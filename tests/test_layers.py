@@ -8,6 +8,7 @@ on an upward import added to the real graph, so a kept contract means something.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import grimp
@@ -18,7 +19,8 @@ from importlinter.contracts.layers import LayersContract
 
 from kvsim.backend_kernels import KERNELS
 
-PYPROJECT = str(Path(__file__).resolve().parents[1] / "pyproject.toml")
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = str(ROOT / "pyproject.toml")
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +78,11 @@ def test_the_backend_exception_is_exactly_its_kernels(config: dict) -> None:
     loaded = {line.split("->")[1].strip() for line in options["ignore_imports"]
               if line.split("->")[0].strip() == "kvsim.backend"}
     assert loaded == set(KERNELS)
+
+
+def test_the_architecture_page_names_only_files_that_exist() -> None:
+    # docs/architecture.md is the map of the code: a renamed or removed file must not stay on it
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:kvsim|tests|docs|benchmarks|scenarios)/[^`\s]*)`", text))
+    assert len(named) > 100
+    assert sorted(p for p in named if not (ROOT / p).exists()) == []
