@@ -51,6 +51,7 @@ def test_contracts_are_kept(capsys: pytest.CaptureFixture[str]) -> None:
     ("layers", "kvsim.models.llm", "kvsim.network.topology"),           # one component library into another
     ("layers", "kvsim.units", "kvsim.hardware.specs"),                  # the foundation reaching up
     ("layers", "kvsim.sim.build", "kvsim.report.table"),                # the simulation into its reports
+    ("serving", "kvsim.serving.scheduler", "kvsim.serving.router"),     # batching that knows the routers
     ("serving-cache", "kvsim.serving.cache.geometry", "kvsim.serving.cache.instance_cache"),
 ])
 def test_an_upward_import_breaks_a_contract(config: dict, graph: grimp.ImportGraph, contract_id: str,
