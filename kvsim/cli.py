@@ -14,7 +14,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import kvsim
+# the version from its own module, not the package root (whose lazy API import is no part of the CLI)
+from kvsim._version import __version__
 from kvsim.cli_catalog import catalog_command
 from kvsim.cli_plan import plan_command
 from kvsim.cli_report import report_command
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvsim", description="Discrete-event simulator of LLM inference serving.")
-    parser.add_argument("--version", action="version", version=f"kvsim {kvsim.__version__}")
+    parser.add_argument("--version", action="version", version=f"kvsim {__version__}")
     parser.add_argument("--debug", action="store_true", help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     common = argparse.ArgumentParser(add_help=False)  # every command takes --debug, before or after its name

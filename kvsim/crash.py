@@ -215,7 +215,8 @@ def _one_line(message: str) -> str:
 
 def _write_traceback(text: str, repro: Reproduction) -> Path | None:
     """``kvsim-error-<time>-<pid>-*.txt`` in the temporary folder, with what a bug report needs."""
-    from kvsim import __version__
+    # the version from its own module: the package root's lazy API import sits in the layer above
+    from kvsim._version import __version__
 
     try:
         handle, name = tempfile.mkstemp(prefix=f"kvsim-error-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-",
