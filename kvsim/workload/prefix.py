@@ -234,8 +234,9 @@ class BlockChain:
         """Append ``count`` whole blocks of ``source`` from token ``offset`` (no tokens pending):
         each block is the one piece ``(source, offset, block_tokens)``, hashed as
         ``chain_hashes(last, [content_id([piece])])`` hashes it but without the per-block calls
-        (the bulk of a long document's hashing). Returns the blocks appended: 0 when the chain's
-        last id or the piece is out of range, so that the general path raises its errors."""
+        (the bulk of a long document's hashing), by the backend's kernel
+        (:mod:`kvsim.workload.block_hash`). Returns the blocks appended: 0 when the chain's last
+        id (or its type) or the piece is out of range, so that the general path raises its errors."""
         size, last = self.block_tokens, self._last
         if count < 1:
             return 0
