@@ -210,3 +210,22 @@ def test_prefix_errors_on_each_backend(hashing):
 def test_a_parent_numpy_int_gives_the_ids_of_the_int(hashing):
     assert (BlockChain(4, parent=np.int64(99)).append(5, 40).hash_ids().tolist()
             == BlockChain(4, parent=99).append(5, 40).hash_ids().tolist())
+
+
+def test_a_stale_hashing_kernel_is_refused(monkeypatch):
+    """The hashing kernel is one of the compiled backend's: built from other sources than the
+    installed ones (its .py or .pxd edited since), the backend is refused as for any kernel."""
+    if PURE_INSTALL:
+        pytest.skip("a pure-Python install has no build to go stale")
+    assert "kvsim.workload.block_hash" in backend.KERNELS
+    real = backend._source_digest
+    backend.compiled_problem.cache_clear()
+    monkeypatch.setattr(backend, "_source_digest",
+                        lambda module: "0" * 64 if module == "kvsim.workload.block_hash" else real(module))
+    try:
+        problem = backend.compiled_problem()
+        assert problem is not None and "workload_block_hash was built from another version" in problem
+    finally:
+        monkeypatch.undo()
+        backend.compiled_problem.cache_clear()
+    assert backend.compiled_problem() is None
