@@ -63,6 +63,7 @@ class Kernels(NamedTuple):
     frontend: ModuleType
     filling: ModuleType
     flows: ModuleType
+    block_hash: ModuleType  # prompt block ids (kvsim.workload.prefix hashes with it)
 
 
 def compiled_name(module: str) -> str:
@@ -98,6 +99,7 @@ def _compiled_modules() -> dict[str, ModuleType]:
         serving_scheduler,
         serving_sequence,
         sim_frontend,
+        workload_block_hash,
     )
 
     return {"kvsim.models.step_time": models_step_time, "kvsim.metrics.levels": metrics_levels,
@@ -107,7 +109,8 @@ def _compiled_modules() -> dict[str, ModuleType]:
             "kvsim.serving.scheduler": serving_scheduler, "kvsim.serving.instance": serving_instance,
             "kvsim.serving.load_board": serving_load_board, "kvsim.serving.engine_loop": serving_engine_loop,
             "kvsim.sim.frontend": sim_frontend,
-            "kvsim.network.filling": network_filling, "kvsim.network.flows": network_flows}
+            "kvsim.network.filling": network_filling, "kvsim.network.flows": network_flows,
+            "kvsim.workload.block_hash": workload_block_hash}
 
 
 def _python_modules() -> dict[str, ModuleType]:
@@ -117,6 +120,7 @@ def _python_modules() -> dict[str, ModuleType]:
     from kvsim.network import filling, flows
     from kvsim.serving import decode_run, engine_loop, instance, load_board, scheduler, sequence
     from kvsim.sim import frontend
+    from kvsim.workload import block_hash
 
     return {"kvsim.models.step_time": step_time, "kvsim.metrics.levels": levels,
             "kvsim.metrics.engine_time": engine_time, "kvsim.serving.decode_run": decode_run,
@@ -125,7 +129,8 @@ def _python_modules() -> dict[str, ModuleType]:
             "kvsim.serving.scheduler": scheduler, "kvsim.serving.instance": instance,
             "kvsim.serving.load_board": load_board, "kvsim.serving.engine_loop": engine_loop,
             "kvsim.sim.frontend": frontend,
-            "kvsim.network.filling": filling, "kvsim.network.flows": flows}
+            "kvsim.network.filling": filling, "kvsim.network.flows": flows,
+            "kvsim.workload.block_hash": block_hash}
 
 
 @cache

@@ -22,4 +22,5 @@ KERNELS = (
     "kvsim.sim.frontend",
     "kvsim.network.filling",
     "kvsim.network.flows",
+    "kvsim.workload.block_hash",
 )

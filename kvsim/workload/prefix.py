@@ -11,7 +11,8 @@ so an id identifies a block's content *and everything before it*: two prompts sh
 exactly when they share blocks ``0..i`` (up to a 2^-63 hash collision), and once two prompts diverge
 every later id differs. ``H`` is BLAKE2b (8-byte digest, personalised), shifted to 63 bits so every id
 is a non-negative ``int64``; it is deterministic across runs, processes and platforms (no Python
-``hash()``, no salt).
+``hash()``, no salt). The block digests are computed by :mod:`kvsim.workload.block_hash`: hashlib in
+the pure-Python reference, BLAKE2b written out in C in the compiled backend, equal bit for bit.
 
 Content ids. Synthetic prompts have no real tokens, so a block's content is described by the *pieces*
 it is made of: ``(source, offset, length)`` triples, where ``source`` names a token sequence (a shared
@@ -36,7 +37,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-import struct
+from functools import cache
+from types import ModuleType
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
@@ -50,17 +52,25 @@ HASH_BITS = 63
 """Every id is an int in ``[0, 2**63)``, so it fits a signed ``int64``."""
 
 _ROOT_FLAG, _CHILD_FLAG = 0, 1
-_CHAIN = hashlib.blake2b(digest_size=8, person=b"kvsim.chain")
-_CONTENT = hashlib.blake2b(digest_size=8, person=b"kvsim.content")
 _SOURCE = hashlib.blake2b(digest_size=8, person=b"kvsim.source")
-_PACK_LINK = struct.Struct("<BQQ").pack
-_PACK_PIECE = struct.Struct("<QQQ").pack
 
 
 def _digest(base, data: bytes) -> int:
     h = base.copy()
     h.update(data)
     return int.from_bytes(h.digest(), "little") >> (64 - HASH_BITS)
+
+
+@cache
+def _hasher() -> ModuleType:
+    """The block hashing kernel (:mod:`kvsim.workload.block_hash`) of the backend ``auto`` resolves
+    to when this process first hashes (``KVSIM_BACKEND``; compiled where built, else the hashlib
+    reference). The ids are the same either way (tests/test_block_hash.py), so the choice is made
+    once; a workload is drawn apart from the engine, so a scenario's ``engine.backend`` does not
+    choose it."""
+    from kvsim.backend import kernels, resolve
+
+    return kernels(resolve("auto")).block_hash
 
 
 def chain_hashes(parent: int | None, content_ids: Sequence[int]) -> list[int]:
@@ -89,24 +99,23 @@ def chain_hashes(parent: int | None, content_ids: Sequence[int]) -> list[int]:
     if parent is not None and not 0 <= parent < 2**HASH_BITS:
         raise ValueError(f"parent must be None or an int in [0, 2**{HASH_BITS}) (got {parent!r})")
     flag, link = (_ROOT_FLAG, 0) if parent is None else (_CHILD_FLAG, parent)
-    try:
-        for content in content_ids:
-            link = _digest(_CHAIN, _PACK_LINK(flag, link, content))
-            flag = _CHILD_FLAG
-            out.append(link)
-    except struct.error:
-        raise ValueError(f"parent must be None or an int in [0, 2**{HASH_BITS}) and content ids ints in "
-                         f"[0, 2**64) (got parent={parent!r})") from None
+    link_id = _hasher().link_id
+    for content in content_ids:
+        link = link_id(flag, link, content)
+        if link < 0:  # a value struct's <BQQ would refuse
+            raise ValueError(f"parent must be None or an int in [0, 2**{HASH_BITS}) and content ids ints in "
+                             f"[0, 2**64) (got parent={parent!r})")
+        flag = _CHILD_FLAG
+        out.append(link)
     return out
 
 
 def content_id(pieces: Iterable[tuple[int, int, int]]) -> int:
     """Content id of a block made of ``(source, offset, length)`` pieces, in order."""
-    try:
-        data = b"".join(_PACK_PIECE(source, offset, length) for source, offset, length in pieces)
-    except struct.error:
-        raise ValueError("pieces must be (source, offset, length) of non-negative ints below 2**64") from None
-    return _digest(_CONTENT, data)
+    content = _hasher().content_id(pieces)
+    if content < 0:
+        raise ValueError("pieces must be (source, offset, length) of non-negative ints below 2**64")
+    return content
 
 
 def source_id(*parts: str | int) -> int:
@@ -225,31 +234,21 @@ class BlockChain:
         """Append ``count`` whole blocks of ``source`` from token ``offset`` (no tokens pending):
         each block is the one piece ``(source, offset, block_tokens)``, hashed as
         ``chain_hashes(last, [content_id([piece])])`` hashes it but without the per-block calls
-        (the bulk of a long document's hashing). Returns the blocks appended: 0 when the chain's
-        last id or the piece is out of range, so that the general path raises its errors."""
+        (the bulk of a long document's hashing), by the backend's kernel
+        (:mod:`kvsim.workload.block_hash`). Returns the blocks appended: 0 when the chain's last
+        id (or its type) or the piece is out of range, so that the general path raises its errors."""
         size, last = self.block_tokens, self._last
+        if count < 1:
+            return 0
         if last is None:
             flag, link = _ROOT_FLAG, 0
-        elif 0 <= last < 2**HASH_BITS:
+        elif isinstance(last, int) and 0 <= last < 2**HASH_BITS:
             flag, link = _CHILD_FLAG, last
         else:
             return 0
         if not (isinstance(source, int) and 0 <= source < 2**64 and offset + count * size < 2**64):
             return 0
-        content_copy, chain_copy = _CONTENT.copy, _CHAIN.copy
-        pack_piece, pack_link, from_bytes = _PACK_PIECE, _PACK_LINK, int.from_bytes
-        shift = 64 - HASH_BITS
-        new = self._new
-        for _ in range(count):
-            h = content_copy()
-            h.update(pack_piece(source, offset, size))
-            h2 = chain_copy()
-            h2.update(pack_link(flag, link, from_bytes(h.digest(), "little") >> shift))
-            link = from_bytes(h2.digest(), "little") >> shift
-            flag = _CHILD_FLAG
-            new.append(link)
-            offset += size
-        self._last = link
+        self._last = _hasher().whole_blocks(flag, link, source, offset, size, count, self._new)
         self.tokens += count * size
         return count
 
