@@ -20,6 +20,7 @@ from kvsim.serving.cache.instance_cache import InstanceCache
 from kvsim.serving.cache.prefix_loader import PrefixLoader
 from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.cache.writer import CacheWriter
+from kvsim.sim import build
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 if str(BENCH) not in sys.path:
@@ -242,6 +243,9 @@ def _scenarios():
 @pytest.mark.parametrize("name, scenario", list(_scenarios()), ids=lambda v: v if isinstance(v, str) else "")
 def test_runs_equal_the_per_block_reference(name, scenario, monkeypatch):
     monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's classes are the ones patched below
+    # the per-block path's run calls against the per-block code they replaced: every cache per
+    # block (the extents are held to this path by tests/test_extent_*.py)
+    monkeypatch.setattr(build, "KV_EXTENTS", False)
     by_run = kvsim.run(scenario).records_digest()
     # CacheWriter.reclaim is the pool's reclaim hook, bound when an instance is built: patched
     # on the class before the run, it is the reference's that gets bound

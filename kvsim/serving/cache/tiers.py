@@ -119,7 +119,9 @@ class SystemCache:
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None, write_limit: int | None = None,
                whole_pins: bool = False, store_type: type | None = None) -> BlockStore:
-        store = (store_type or self._block_store)(name, capacity, block_bytes, policy, whole_pins)
+        # (a system kept as extents keeps every store so: kvsim.serving.cache.extent_tiers)
+        store_type = store_type or (ExtentHbmStore if self.extents else self._block_store)
+        store = store_type(name, capacity, block_bytes, policy, whole_pins)
         self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
@@ -133,8 +135,7 @@ class SystemCache:
         # (its write-downs pin runs the writing sequence reads: kept whole, see BlockStore.pin_each;
         # kept as extents where kvsim.sim.build.kv_extents says so)
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True,
-                            store_type=ExtentHbmStore if self.extents else None)
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True)
         self.hbm.append(store)
         self.access.stores_changed()
         return store
