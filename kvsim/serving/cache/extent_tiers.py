@@ -116,7 +116,7 @@ class ExtentSystemCache(SystemCache):
     def cascade(self, store, blocks: list) -> None:
         raise RuntimeError("a system kept as extents writes through (no write-back cascade)")
 
-    def _warm(self, store, chain, start: int, end: int) -> int:
+    def _warm_stretch(self, store, chain, start: int, end: int) -> int:
         """File ``[start, end)`` in ``store`` as :meth:`prewarm` does block by block; returns how
         many were not in the store at their turn (stored now, or refused)."""
         index = self.index
@@ -148,7 +148,7 @@ class ExtentSystemCache(SystemCache):
             unoffered.offer(hashes)
             for chain, start, end in (ids_address(hashes, block_tokens) if len(hashes) else []):
                 for store in stores:
-                    budget[id(store)] -= self._warm(store, chain, start, end)
+                    budget[id(store)] -= self._warm_stretch(store, chain, start, end)
             if all(b <= 0 for b in budget.values()) or used >= max_prompts:
                 break
             if used % batch == 0 and unoffered.upper_bound() < settle:
