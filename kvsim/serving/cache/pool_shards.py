@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["node_of", "by_node"]
+__all__ = ["by_node", "node_of"]
 
 _MODULUS = np.uint64(2**61 - 1)
 """CPython hashes an int ``x`` as ``sign(x) * (|x| mod (2**61 - 1))``, -1 becoming -2
