@@ -18,6 +18,7 @@ does not read the lower tiers (the cache-aware router's reach walks them per blo
 
 from __future__ import annotations
 
+from kvsim.kv.extents import ExtentStore
 from kvsim.serving.cache.segments import Segment, ids_address
 from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.cache.warm_rule import UnofferedShare
@@ -85,8 +86,9 @@ class ExtentSystemCache(SystemCache):
             stores = local[:1]
         else:
             stores = local + self.remote
+        extents: list[ExtentStore] = stores  # type: ignore[assignment]  # (every store of such a system)
         found = []  # (position of the first block it lacks, place among a block's stores, store, stretches)
-        for place, store in enumerate(stores):
+        for place, store in enumerate(extents):
             group: list[Segment] = []
             first = -1
             pos = 0
