@@ -500,23 +500,30 @@ DOCUMENTS = ("{kind: shared_documents, documents: 4, zipf_s: 1.0, document_token
 POOL_NODE = "remote: {pool_node: nvme-storage-16x, nodes: 1}"
 
 
-@pytest.mark.parametrize("prefix, workload, cache, system, kept", [
-    (DOCUMENTS, "", "", "", True),
-    (DOCUMENTS, "", ", hbm_eviction: lfu", "", False),
-    (DOCUMENTS, "", ", dram: {capacity: 64 GiB}", "", False),
-    (DOCUMENTS, "", ", nvme: {}", "", False),
-    (DOCUMENTS, "", ", " + POOL_NODE, "", False),
-    (DOCUMENTS, "", ", " + POOL_NODE + ", prewarm: true", "", False),
-    ("{kind: fixed_hit, hit_ratio: 0.5}", "\n  input_tokens: {kind: fixed, value: 1600}", "", "", False),
-    (DOCUMENTS, "\n  adapters: {count: 2, rank: 16}", "", ", lora: {kv_sharing: byte_sharing}", False),
-], ids=["document_domains", "lfu", "dram", "nvme", "pool", "prewarm", "fixed_hit", "lora"])
-def test_the_systems_kept_as_extents(prefix, workload, cache, system, kept):
-    """Only shared documents on HBM under LRU -- each instance's own or domains read in place --
-    with nothing below HBM (no LoRA, no P/D, no copy_in) are kept as extents; the rest stay per
-    block."""
+@pytest.mark.parametrize("prefix, workload, cache, system, kept, kept_own", [
+    (DOCUMENTS, "", "", "", True, True),
+    (DOCUMENTS, "", ", hbm_eviction: lfu", "", False, False),
+    (DOCUMENTS, "", ", dram: {capacity: 64 GiB}", "", False, True),
+    (DOCUMENTS, "", ", nvme: {}", "", False, True),
+    (DOCUMENTS, "", ", " + POOL_NODE, "", False, True),
+    (DOCUMENTS, "", ", " + POOL_NODE + ", prewarm: true", "", False, True),
+    (DOCUMENTS, "", ", dram: {capacity: 64 GiB}, write_policy: write_back", "", False, False),
+    (DOCUMENTS, "", ", dram: {capacity: 64 GiB, eviction: lfu}", "", False, False),
+    (DOCUMENTS, "", ", remote: {pool_node: nvme-storage-16x, nodes: 2}", "", False, False),
+    (DOCUMENTS, "", ", dram: {capacity: 64 GiB}", ", router: cache_aware", False, False),
+    (DOCUMENTS, "", ", write_policy: write_back", ", router: cache_aware", True, True),
+    ("{kind: fixed_hit, hit_ratio: 0.5}", "\n  input_tokens: {kind: fixed, value: 1600}", "", "", False, False),
+    (DOCUMENTS, "\n  adapters: {count: 2, rank: 16}", "", ", lora: {kv_sharing: byte_sharing}", False, False),
+], ids=["document_domains", "lfu", "dram", "nvme", "pool", "prewarm", "dram_write_back", "dram_lfu", "pool_of_two",
+        "dram_cache_aware", "hbm_only_write_back_cache_aware", "fixed_hit", "lora"])
+def test_the_systems_kept_as_extents(prefix, workload, cache, system, kept, kept_own):
+    """Only shared documents under LRU are kept as extents: HBM -- each instance's own or domains
+    read in place -- and, under each instance's own HBM only, tiers below it written through with
+    at most one pool node and a router that does not walk them (no LoRA, no P/D, no copy_in);
+    the rest stay per block."""
     from kvsim.sim import check_scenario
 
-    for mode, expected in (("read_in_place", kept), ("none", kept), ("copy_in", False)):
+    for mode, expected in (("read_in_place", kept), ("none", kept_own), ("copy_in", False)):
         text = (ELIGIBLE % (prefix, workload, cache, system)).replace("read_in_place", mode)
         scenario = kvsim.parse_scenario(text, "e.yaml")
         (sizing,) = check_scenario(scenario).values()

@@ -122,8 +122,9 @@ def test_routers_and_options(cache, system, monkeypatch):
 
 
 def test_systems_outside_the_extents_stay_per_block(monkeypatch):
-    """An instance's own HBM under LFU, or with a DRAM tier, or copying from peers, stays per block."""
-    for cache in ("hbm_eviction: lfu", "dram: {capacity: 64 GiB}", "peer_hbm: copy_in"):
+    """An instance's own HBM under LFU, or with a DRAM tier written back, or copying from peers,
+    stays per block (a DRAM tier written through is kept as extents: tests/test_extent_tiers.py)."""
+    for cache in ("hbm_eviction: lfu", "dram: {capacity: 64 GiB}, write_policy: write_back", "peer_hbm: copy_in"):
         extents, blocks, _ = _both(_plain(cache=cache, duration=2.0), monkeypatch, used=False)
         assert extents.records_digest() == blocks.records_digest()
 

@@ -40,6 +40,7 @@ op_st = st.one_of(
     st.tuples(st.just("evict_run"), st.integers(-1, 7)),
     st.tuples(st.just("evict_one")),
     st.tuples(st.just("missing"), _seg),
+    st.tuples(st.just("touch_run"), _seg),  # a lookup's touch below HBM (phase 6)
     st.tuples(st.sampled_from(["lookup", "remove"]), _chain, st.integers(0, LENGTH - 1)),
 )
 
@@ -173,7 +174,9 @@ def _uniform_ops(rng: random.Random, n: int) -> list:
             ops.append(("read_run", seg))
         elif kind < 0.55:
             ops.append(("lookup_pin_run", seg))
-        elif kind < 0.8:
+        elif kind < 0.6:
+            ops.append(("touch_run", seg))
+        elif kind < 0.82:
             ops.append((rng.choice(["release", "release", "unpin_some"]), chain, rng.randrange(1, 8)))
         elif kind < 0.9:
             ops.append(("evict_run", rng.randrange(0, 6)))

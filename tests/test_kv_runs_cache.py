@@ -20,6 +20,7 @@ from kvsim.serving.cache.instance_cache import InstanceCache
 from kvsim.serving.cache.prefix_loader import PrefixLoader
 from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.cache.writer import CacheWriter
+from kvsim.sim import build
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"
 if str(BENCH) not in sys.path:
@@ -217,6 +218,72 @@ def groups(self, to_load):
     return found
 
 
+def touch_below(self, node, blocks, loads):
+    skip = {}
+    for _block, store, source_id in loads:
+        if self.rank[id(store)]:
+            skip.setdefault(id(store), set()).add(source_id)
+    for store in self._node_stores(node):
+        self._touch(store, blocks, skip)
+    shards = {}
+    for block in blocks if self.remote else ():
+        store = self.remote_store(block)
+        shards.setdefault(id(store), (store, []))[1].append(block)
+    for store, group in shards.values():
+        self._touch(store, group, skip)
+
+
+def missing_below(self, node, blocks, first_only=False):
+    local = self._node_stores(node)
+    if first_only and local:
+        local, remote = local[:1], False
+    else:
+        remote = bool(self.remote)
+    found = []
+    for pos, block in enumerate(blocks):
+        stores = local + ([self.remote_store(block)] if remote else [])
+        for place, store in enumerate(stores):
+            if block not in store:
+                key = next((e for e in found if e[2] is store), None)
+                if key is None:
+                    found.append((pos, place, store, [block]))
+                else:
+                    key[3].append(block)
+    found.sort(key=lambda entry: (entry[0], entry[1]))
+    return [(store, group) for _, _, store, group in found]
+
+
+def prewarm(self, prompts, max_blocks_per_store=2.0, batch=1000, settle=0.005, max_prompts=200_000,
+            confidence=0.95):
+    from kvsim.serving.cache.warm_rule import UnofferedShare
+
+    locals_ = list(self.dram.values()) + list(self.nvme.values())
+    stores = locals_ + self.remote
+    if not stores:
+        return 0
+    budget = {id(s): max_blocks_per_store * s.capacity_blocks for s in stores}
+    unoffered = UnofferedShare(confidence)
+    used = 0
+    for hashes in prompts:
+        used += 1
+        unoffered.offer(hashes)
+        for block in hashes:
+            for store in locals_:
+                if block not in store:
+                    budget[id(store)] -= 1
+                self.index.insert(store, block)
+            if self.remote:
+                store = self.remote_store(block)
+                if block not in store:
+                    budget[id(store)] -= 1
+                self.index.insert(store, block)
+        if all(b <= 0 for b in budget.values()) or used >= max_prompts:
+            break
+        if used % batch == 0 and unoffered.upper_bound() < settle:
+            break
+    return used
+
+
 REFERENCE = [
     (BlockStore, "read_run", read_run), (DomainStore, "read_run", read_run),
     (BlockStore, "lookup_pin_run", lookup_pin_run), (DomainStore, "lookup_pin_run", lookup_pin_run),
@@ -227,6 +294,8 @@ REFERENCE = [
     (CacheWriter, "write_down", write_down), (CacheWriter, "cache_decoded", cache_decoded),
     (CacheWriter, "reclaim", reclaim), (CacheWriter, "write_back", write_back),
     (SystemCache, "file", file), (InstanceCache, "read_remote_run", read_remote_run), (DomainPool, "touched_run", touched_run),
+    (SystemCache, "touch_below", touch_below), (SystemCache, "missing_below", missing_below),
+    (SystemCache, "prewarm", prewarm),
 ]
 
 
@@ -235,6 +304,11 @@ def _scenarios():
         STRESS.format(dram="2 GiB", write="write_through", preemption="recompute"), "stress.yaml")
     yield "stress-write_back", kvsim.parse_scenario(
         STRESS.format(dram="2 GiB", write="write_back", preemption="swap"), "stress.yaml")
+    # a pool of three nodes (blocks spread by id) and a prewarm
+    yield "stress-pool3-prewarm", kvsim.parse_scenario(
+        STRESS.format(dram="2 GiB", write="write_through", preemption="recompute").replace(
+            "remote: {pool_node: nvme-storage-16x}", "remote: {pool_node: nvme-storage-16x, nodes: 3}, prewarm: true"),
+        "stress.yaml")
     for case, scale in (("offload-dram_nvme", 0.03), ("mooncake", 0.03), ("domains", 0.01)):
         yield case, speed_cases.scenario_for(case, {"scale": scale, "capacity_per_s": 3.55})
 
@@ -242,6 +316,9 @@ def _scenarios():
 @pytest.mark.parametrize("name, scenario", list(_scenarios()), ids=lambda v: v if isinstance(v, str) else "")
 def test_runs_equal_the_per_block_reference(name, scenario, monkeypatch):
     monkeypatch.setenv("KVSIM_BACKEND", "python")  # the reference's classes are the ones patched below
+    # the per-block path's run calls against the per-block code they replaced: every cache per
+    # block (the extents are held to this path by tests/test_extent_*.py)
+    monkeypatch.setattr(build, "KV_EXTENTS", False)
     by_run = kvsim.run(scenario).records_digest()
     # CacheWriter.reclaim is the pool's reclaim hook, bound when an instance is built: patched
     # on the class before the run, it is the reference's that gets bound

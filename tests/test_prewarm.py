@@ -51,10 +51,11 @@ def _prewarmed(documents: int, zipf: float, tier: str = POOL, monkeypatch=None):
     sizing = check_scenario(scenario)[(0, "s")]
     used = []
     if monkeypatch is not None:
+        from kvsim.serving.cache.extent_tiers import ExtentSystemCache
         from kvsim.serving.cache.tiers import SystemCache
-        original = SystemCache.prewarm
-        monkeypatch.setattr(SystemCache, "prewarm",
-                            lambda self, prompts, *a, **k: used.append(original(self, prompts, *a, **k)) or used[-1])
+        for kind in (SystemCache, ExtentSystemCache):  # (kept per block or as extents: the same rule)
+            monkeypatch.setattr(kind, "prewarm", lambda self, prompts, *a, _original=kind.prewarm, **k:
+                                used.append(_original(self, prompts, *a, **k)) or used[-1])
     system = build_system(simpy.Environment(), spec, sizing, RequestRecords(16), RandomStreams(24), 256)
     library = DocumentLibrary(spec.workload.prefix, 256, RandomStreams(24).generator("workload.prefix.document_tokens"))
     leads = np.array([int(library.prompt(d, 0, ("lead",))[1][0]) for d in range(documents)])
@@ -62,8 +63,10 @@ def _prewarmed(documents: int, zipf: float, tier: str = POOL, monkeypatch=None):
 
 
 def _unoffered_mass(cache, popularity, leads) -> float:
-    """The exact share of prompts whose document's first block the pool lacks."""
-    missing = [p for p, lead in zip(popularity, leads.tolist()) if lead not in cache.remote_store(lead)]
+    """The exact share of prompts whose document's first block the pool lacks (kept as extents,
+    that block is position 0 of the document's chain, keyed by its id)."""
+    missing = [p for p, lead in zip(popularity, leads.tolist())
+               if ((lead, 0) if cache.extents else lead) not in cache.remote_store(lead)]
     return float(sum(missing))
 
 

@@ -305,6 +305,24 @@ class ExtentStore:
             self.hits += hits
         return hits
 
+    def touch_run(self, chain, start: int, end: int) -> int:
+        """:meth:`BlockStore.touch_run` of ``[start, end)``: each stored block moves to the most
+        recent end in order (the use a lookup that found it records), the others are skipped;
+        no counter changes. Returns how many blocks were touched."""
+        touched, pos = 0, start
+        head = self._head
+        while pos < end:
+            ext, stop = self._pieces(chain, pos, end)
+            if ext is not None:
+                touched += stop - pos
+                prev = ext.prev
+                unlink(ext)
+                if prev is not head:
+                    self._join_next(prev)
+                self._append(ext)
+            pos = stop
+        return touched
+
     def lookup_pin_run(self, chain, start: int, end: int) -> None:
         """:meth:`BlockStore.lookup_pin_run` of ``[start, end)``."""
         self.read_run(chain, start, end, read=False, pin=True)

@@ -32,6 +32,7 @@ from kvsim.serving.cache import SOURCES, TIERS, CacheGeometry, InstanceCache, Sy
 from kvsim.serving.cache.access import addressing_domain
 from kvsim.serving.cache.connector import resolve_fanout
 from kvsim.serving.cache.extent_cache import ExtentInstanceCache
+from kvsim.serving.cache.extent_tiers import ExtentSystemCache
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
@@ -390,8 +391,11 @@ def _build_cache(env: simpy.Environment, scenario: ScenarioSpec, system: System,
     pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
     replicated = geometry.tp * geometry.block_bytes_per_card > geometry.block_bytes * (1.0 + 1e-9)
     fanout = resolve_fanout(spec.fanout, spec.connector, sizing.model.mla is not None, replicated)
+    if kv_extents(scenario, sizing):
+        return ExtentSystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks,
+                                 kernels=system.kernels, fanout=fanout)
     return SystemCache(env, spec, geometry, system.transfers, dram, nvme, pools, pool_bytes, domain_blocks,
-                       kernels=system.kernels, extents=kv_extents(scenario, sizing), fanout=fanout)
+                       kernels=system.kernels, fanout=fanout)
 
 
 KV_EXTENTS = True
@@ -405,16 +409,26 @@ def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
     document's chain and a chain of their own (:mod:`kvsim.serving.cache.segments`) -- and the
     cache is what the extents keep: HBM under LRU, either each instance's own (``peer_hbm:
     none``) or each addressing domain's shared in place (``peer_hbm: read_in_place``,
-    :mod:`kvsim.serving.cache.extent_pool`), with no tier below HBM, no prewarm, no LoRA adapter
-    (whose ids are renamed per adapter) and no P/D handoff. The records are the same either way;
-    only the cost differs."""
+    :mod:`kvsim.serving.cache.extent_pool`), no LoRA adapter (whose ids are renamed per
+    adapter) and no P/D handoff; tiers below HBM (and their prewarm) only under each instance's
+    own HBM, LRU, written through, with at most one pool node and a router other than
+    ``cache_aware`` (:mod:`kvsim.serving.cache.extent_tiers`). The records are the same either
+    way; only the cost differs."""
     cache = sizing.spec.kv_cache
     workload = spec.workload
-    return (KV_EXTENTS and cache is not None and cache.peer_hbm in ("none", "read_in_place")
+    if not (KV_EXTENTS and cache is not None and cache.peer_hbm in ("none", "read_in_place")
             and cache.hbm_eviction == "lru"
-            and cache.dram is None and cache.nvme is None and cache.remote is None and not cache.prewarm
             and not sizing.disaggregated and workload.adapters is None and sizing.spec.lora is None
-            and isinstance(workload.prefix, SharedDocuments) and not workload.trace)
+            and isinstance(workload.prefix, SharedDocuments) and not workload.trace):
+        return False
+    lower = [tier for tier in (cache.dram, cache.nvme, cache.remote) if tier is not None]
+    # tiers below HBM (kvsim.serving.cache.extent_tiers): under each instance's own HBM, LRU,
+    # written through, the pool on one node (several spread blocks by id), and a router that does
+    # not walk them (the cache-aware router's reach reads the lower tiers per block)
+    return not lower or (cache.peer_hbm == "none" and all(tier.eviction == "lru" for tier in lower)
+                         and cache.write_policy == "write_through"
+                         and (cache.remote is None or cache.remote.nodes == 1)
+                         and sizing.spec.router != "cache_aware")
 
 
 def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:

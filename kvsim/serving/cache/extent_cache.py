@@ -13,14 +13,16 @@ its stretches in order -- the same hits, loads, flows, homes, remote reads, evic
 -- and ``tests/test_extent_domains.py`` and ``tests/test_extent_plain.py`` run both on the same
 scenarios.
 
-Only what such a system uses is kept this way: HBM under LRU, no tier below it, no LoRA and no
-P/D handoff (:func:`kvsim.sim.build.kv_extents` chooses).
+Only what such a system uses is kept this way: LRU in every tier; tiers below HBM (DRAM, NVMe,
+one remote pool node: :mod:`kvsim.serving.cache.extent_tiers`) only under each instance's own
+HBM and write-through; no LoRA and no P/D handoff (:func:`kvsim.sim.build.kv_extents` chooses).
 """
 
 from __future__ import annotations
 
 import simpy
 
+from kvsim.serving.cache.extent_pool import InflightMap
 from kvsim.serving.cache.instance_cache import InstanceCache
 from kvsim.serving.cache.prefix_loader import PrefixLoader, SeqCache
 from kvsim.serving.cache.segments import prompt_address, segment_blocks, segment_range
@@ -44,6 +46,7 @@ class ExtentPrefixLoader(PrefixLoader):
         eligible = max(min(seq.prompt_tokens // bt, (seq.prefill_target - 1) // bt), 0)
         prefix = segment_range(prompt_address(seq, bt), 0, eligible)
         n = index.longest_prefix(prefix, usable) if eligible > 0 else 0
+        found = n  # the cached prefix the lookup found (the load policy may load less of it)
         sources = index.tier_breakdown(prefix, n, rank, usable) if n else []
         hbm = cache.hbm
         local = sources[0][1] if sources and sources[0][0] is hbm else 0
@@ -83,6 +86,9 @@ class ExtentPrefixLoader(PrefixLoader):
             for chain, s, e in held:
                 hbm.drop_reader_each(chain, s, e)
             return None
+        if found and system.has_lower:
+            # the lookup refreshes the copies it found below HBM (SystemCache.touch_below)
+            system.touch_below(cache.node, segment_range(prefix, 0, found), to_load)
         state = SeqCache(blocks=held)
         seq.cache = state
         seq.kv_blocks = first_pages  # its own pages (the loaded blocks' pages belong to the cache)
@@ -92,14 +98,16 @@ class ExtentPrefixLoader(PrefixLoader):
         if remote:
             state.hits["peer_hbm"] = remote * bt
         if to_load:
-            # the copies land in this domain, homed here and read by the sequence; the transfer
-            # pins them until the bytes are there
+            # the copies land in this HBM (a domain's: homed here), read by the sequence; the
+            # transfer pins them until the bytes are there
+            domain = cache.domain_pool
             for _, chain, s, e in to_load:
                 done, _, evicted = index.insert_run(hbm, chain, s, e, read=True)
-                if done < e - s or evicted:
-                    raise RuntimeError("a domain store refused or evicted on filing blocks it had pages for")
-            for _, chain, s, e in to_load:
-                cache.domain_pool.homed_run(chain, s, e, cache)
+                if done < e - s or (evicted and domain is not None):
+                    raise RuntimeError("HBM cache index refused a block it had pages for")
+            if domain is not None:
+                for _, chain, s, e in to_load:
+                    domain.homed_run(chain, s, e, cache)
             for _, chain, s, e in to_load:
                 hbm.pin_each(chain, s, e)
             held += [(chain, s, e) for _, chain, s, e in to_load]
@@ -115,10 +123,16 @@ class ExtentPrefixLoader(PrefixLoader):
         in order (another domain's store holds each block in its home)."""
         cache, access = self.cache, self.access
         groups: dict[tuple[int, int], tuple] = {}
+        tier_of = self.system.tier_of
         for store, chain, start, end in to_load:
+            tier = tier_of[id(store)]
+            if tier != "hbm":  # a lower tier: one source for all its blocks
+                entry = groups.setdefault((id(store), id(None)), (store, None, tier, []))
+                entry[3].append((chain, start, end))
+                continue
             pool = access.pools.get(id(store))
-            if self.system.tier_of[id(store)] != "hbm" or pool is None or store is cache.hbm:
-                raise RuntimeError(f"a domain kept as extents loads only from other domains, not {store.name}")
+            if pool is None or store is cache.hbm:
+                raise RuntimeError(f"a cache kept as extents loads from lower tiers and other domains, not {store.name}")
             for s, e, holder in pool.homes.homes(chain, start, end):
                 kind = "peer_hbm" if holder.domain == cache.domain else "other_domain"
                 entry = groups.setdefault((id(store), id(holder)), (store, holder, kind, []))
@@ -144,7 +158,7 @@ class ExtentPrefixLoader(PrefixLoader):
 
     def _load_stretches(self, state: SeqCache, to_load: list) -> simpy.Event:
         """:meth:`PrefixLoader._load` of ``to_load`` (``(store, chain, start, end)``)."""
-        cache, system = self.cache, self.system
+        cache, system, access = self.cache, self.system, self.access
         g = cache.geometry
         events = []
         for store, holder, tier, stretches in self._source_groups(to_load).values():
@@ -154,12 +168,22 @@ class ExtentPrefixLoader(PrefixLoader):
             nbytes = blocks * g.block_bytes_per_card
             state.hits[tier] = state.hits.get(tier, 0) + blocks * g.block_tokens
             state.loaded_bytes += nbytes * g.tp
-            system.count(system.bytes_loaded, tier, nbytes * g.tp)
-            if tier == "other_domain":
-                system.count_cross_domain(nbytes * g.tp)
-            group_done = self._copy_stretches_from(holder, stretches, nbytes)
+            if holder is None:  # a lower tier, as PrefixLoader._load loads it
+                reads, hops = access.load_routes(cache, store)
+                system.count(system.bytes_loaded, tier, nbytes * len(reads))
+                io = system.io(store, False, cache.node, g.block_bytes_per_card)
+                group_done = system.transfers.move(reads, nbytes, "cache_load", io)
+                if hops:  # load once per node: the readers hand the bytes on, card to card
+                    group_done = simpy.AllOf(system.env, [group_done, system.transfers.move(hops, nbytes, "fanout")])
+            else:
+                system.count(system.bytes_loaded, tier, nbytes * g.tp)
+                if tier == "other_domain":
+                    system.count_cross_domain(nbytes * g.tp)
+                group_done = self._copy_stretches_from(holder, stretches, nbytes)
 
             def unpin_source(_event, store=store, stretches=stretches):
+                if system.pending_reclaims:
+                    system.settle_reclaims()
                 for chain, s, e in stretches:
                     store.unpin_each(chain, s, e)
 
@@ -170,14 +194,33 @@ class ExtentPrefixLoader(PrefixLoader):
         inflight = cache.inflight
         for chain, s, e in loaded:
             inflight.set(chain, s, e, done)
+        promote = [(chain, s, e) for store, chain, s, e in to_load if system.tier_of[id(store)] in ("nvme", "remote")]
 
         def landed(_event):
+            if system.pending_reclaims:
+                system.settle_reclaims()
             for chain, s, e in loaded:
                 cache.hbm.unpin_each(chain, s, e)
                 inflight.clear(chain, s, e, done)
+            if promote and system.spec.promote_on_hit:
+                self._promote(promote)
 
         done.callbacks.insert(0, landed)
         return done
+
+    def _promote(self, stretches: list) -> None:
+        """:meth:`PrefixLoader._promote` of ``stretches`` (loaded from NVMe or the pool)."""
+        system = self.system
+        dram = system.dram.get(self.cache.node)
+        if dram is None:
+            return
+        missing = [(chain, a, b) for chain, s, e in stretches for a, b in dram.missing(chain, s, e)]
+        if not missing:
+            return
+        if not system.spec.gpu_direct:
+            system.file(dram, missing)  # the bounce staged these bytes in host DRAM already
+            return
+        self.cache.writer.write_down(None, missing, only=dram)
 
 
 class ExtentCacheWriter(CacheWriter):
@@ -223,14 +266,55 @@ class ExtentCacheWriter(CacheWriter):
         seq.cache.blocks.extend(run)
         seq.kv_blocks -= (full - first_new) * g.pages_per_block
         seq.shared_tokens = full * g.block_tokens
-        # (write-through copies nothing: a system kept as extents has no tier below HBM)
+        if self.system.spec.write_policy == "write_through":
+            new_blocks = [(chain, s, e) for chain, s, e, new in pieces if new]
+            if new_blocks:
+                self.write_down(seq, new_blocks)
+
+    def write_down(self, seq: Sequence | None, blocks: list, only=None) -> None:
+        """:meth:`CacheWriter.write_down` of the stretches ``blocks``: copied from this HBM to
+        every lower tier that lacks them (or to ``only``), pinned in HBM until the copies land."""
+        if not blocks:
+            return
+        cache, system = self.cache, self.system
+        g = cache.geometry
+        if only is not None:
+            group = [(chain, a, b) for chain, s, e in blocks for a, b in only.missing(chain, s, e)]
+            targets = [(only, group)] if group else []
+        else:
+            targets = system.missing_below(cache.node, blocks)
+        writers, unit = self._unit
+        legacy = system.write_fanout == "legacy"
+        hbm = cache.hbm
+        for store, group in targets:
+            count = segment_blocks(group)
+            # (legacy: the expression kvsim always used, so its records stay bit for bit)
+            per_card = count * g.block_bytes / g.tp if legacy else count * unit
+            io = system.io(store, True, cache.node, unit)
+            done = system.write(store, self._paths(store), per_card, per_card * len(writers), io)
+            if done is None:
+                continue  # the store's write queue is full: no copy there (counted by system.write)
+            if seq is not None:
+                cache.record_written(seq, per_card * len(writers))
+            for chain, s, e in group:
+                hbm.pin_each(chain, s, e)
+
+            def stored(_event, store=store, group=group):
+                if system.pending_reclaims:
+                    system.settle_reclaims()
+                for chain, s, e in group:
+                    hbm.unpin_each(chain, s, e)
+                system.file(store, group)
+                cache.wake()
+
+            done.callbacks.append(stored)
 
     def _reclaim_blocks(self, blocks: int) -> None:
         """:meth:`CacheWriter._reclaim_blocks` of an instance's own store kept as extents (a
         domain's pool reclaims as extents itself): the same victims, as stretches."""
         cache = self.cache
         cache.pool.give(self._evict(blocks) * cache.geometry.pages_per_block)
-        # (write-back copies nothing: no tier below HBM)
+        # (write-back copies nothing: a system kept as extents with a tier below HBM writes through)
 
     def _evict(self, blocks: int) -> int:
         """Evict up to ``blocks`` victims from the instance's store, in the policy's order, and
@@ -260,6 +344,11 @@ class ExtentInstanceCache(InstanceCache):
 
     loader_type = ExtentPrefixLoader
     writer_type = ExtentCacheWriter
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.domain_pool is None:  # (a domain's blocks in flight are its pool's)
+            self.inflight = InflightMap()
 
     def _drop_readers(self, blocks) -> None:
         for chain, s, e in blocks:

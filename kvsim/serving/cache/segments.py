@@ -16,7 +16,7 @@ from typing import Any
 
 from kvsim.workload.reuse import prompt_segments
 
-__all__ = ["Segment", "prompt_address", "segment_range", "segment_blocks"]
+__all__ = ["Segment", "prompt_address", "ids_address", "segment_range", "segment_blocks"]
 
 Segment = tuple[Any, int, int]
 """``(chain key, start, end)``: blocks ``start .. end - 1`` of one chain."""
@@ -32,13 +32,17 @@ def prompt_address(seq: Any, block_tokens: int) -> list[Segment]:
     """
     segments = seq.segments
     if segments is None:
-        found = prompt_segments(seq.hashes, block_tokens)
-        if found is not None:
-            segments = [(key, start, end) for key, _, start, end in found]
-        else:
-            segments = [(int(seq.hashes[0]), 0, len(seq.hashes))] if len(seq.hashes) else []
-        seq.segments = segments
+        segments = seq.segments = ids_address(seq.hashes, block_tokens)
     return segments
+
+
+def ids_address(hashes, block_tokens: int) -> list[Segment]:
+    """The blocks ``hashes`` names (a prompt's ids, from its first block) as segments: what
+    :func:`prompt_address` keeps on a sequence, for ids with no sequence (a prewarm's prompts)."""
+    found = prompt_segments(hashes, block_tokens)
+    if found is not None:
+        return [(key, start, end) for key, _, start, end in found]
+    return [(int(hashes[0]), 0, len(hashes))] if len(hashes) else []
 
 
 def segment_range(segments: list[Segment], start: int, end: int) -> list[Segment]:

@@ -23,6 +23,7 @@ from kvsim.serving.cache.connector import FanoutPlan, fanout_plan, io_size_bytes
 from kvsim.serving.cache.domain_pool import DomainPool, DomainStore
 from kvsim.serving.cache.extent_pool import ExtentDomainPool, ExtentDomainStore, ExtentHbmStore
 from kvsim.serving.cache.geometry import CacheGeometry
+from kvsim.serving.cache.pool_shards import by_node
 from kvsim.serving.cache.remote_reads import RemoteReads
 from kvsim.serving.cache.spec import KVCacheSpec
 from kvsim.serving.cache.warm_rule import UnofferedShare
@@ -119,7 +120,9 @@ class SystemCache:
     def _store(self, name: str, capacity: float, block_bytes: float, policy: str, tier: str,
                endpoint: str, node: str | None, write_limit: int | None = None,
                whole_pins: bool = False, store_type: type | None = None) -> BlockStore:
-        store = (store_type or self._block_store)(name, capacity, block_bytes, policy, whole_pins)
+        # (a system kept as extents keeps every store so: kvsim.serving.cache.extent_tiers)
+        store_type = store_type or (ExtentHbmStore if self.extents else self._block_store)
+        store = store_type(name, capacity, block_bytes, policy, whole_pins)
         self.write_limit[id(store)] = write_limit
         self.rank[id(store)] = TIERS.index(tier)
         self.endpoint[id(store)] = endpoint
@@ -133,8 +136,7 @@ class SystemCache:
         # (its write-downs pin runs the writing sequence reads: kept whole, see BlockStore.pin_each;
         # kept as extents where kvsim.sim.build.kv_extents says so)
         store = self._store(f"instance{instance}.hbm", capacity_blocks * self.geometry.block_bytes,
-                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True,
-                            store_type=ExtentHbmStore if self.extents else None)
+                            self.geometry.block_bytes, self.spec.hbm_eviction, "hbm", "", node, whole_pins=True)
         self.hbm.append(store)
         self.access.stores_changed()
         return store
@@ -310,21 +312,8 @@ class SystemCache:
                 skip.setdefault(id(store), set()).add(source_id)
         for store in self._node_stores(node):
             self._touch(store, blocks, skip)
-        remote = self.remote
-        if not remote:
-            return
-        if len(remote) == 1:
-            self._touch(remote[0], blocks, skip)
-            return
-        shards: dict[int, tuple[BlockStore, list]] = {}
-        count = len(remote)
-        for block in blocks:  # (each block lives on its own pool node: remote_store)
-            store = remote[hash(block) % count]
-            entry = shards.get(id(store))
-            if entry is None:
-                entry = shards[id(store)] = (store, [])
-            entry[1].append(block)
-        for store, group in shards.values():
+        # (each block lives on its own pool node: remote_store, asked of the whole run)
+        for store, group in by_node(self.remote, blocks):
             self._touch(store, group, skip)
 
     @staticmethod
@@ -356,16 +345,11 @@ class SystemCache:
             if group:
                 found.append((blocks.index(group[0]), place, store, group))
         if remote:
-            by_store: dict[int, tuple] = {}
-            place, remote_store = len(local), self.remote_store
-            for pos, block in enumerate(blocks):
-                store = remote_store(block)
-                if block not in store:
-                    entry = by_store.get(id(store))
-                    if entry is None:
-                        entry = by_store[id(store)] = (pos, place, store, [])
-                    entry[3].append(block)
-            found.extend(by_store.values())
+            place = len(local)
+            for store, shard in by_node(self.remote, blocks):
+                group = store.missing(shard)
+                if group:
+                    found.append((blocks.index(group[0]), place, store, group))
         found.sort(key=lambda entry: (entry[0], entry[1]))  # (distinct: one remote node per block)
         return [(store, group) for _, _, store, group in found]
 
@@ -406,6 +390,20 @@ class SystemCache:
             if done is not None:
                 done.callbacks.append(lambda _event, target=target, group=group: self.file(target, group))
 
+    def _warm(self, store: BlockStore, blocks: list) -> int:
+        """Insert ``blocks`` into ``store`` in order, as :meth:`prewarm` does block by block (a
+        refused block skipped, the rest tried); returns how many were not in the store at their
+        turn."""
+        offered, pos, index = 0, 0, self.index
+        while pos < len(blocks):
+            done, new_at, _ = index.insert_run(store, blocks[pos:] if pos else blocks)
+            offered += len(new_at)
+            pos += done
+            if pos < len(blocks):  # refused (not stored): it counts, the rest are tried
+                offered += 1
+                pos += 1
+        return offered
+
     def prewarm(self, prompts, max_blocks_per_store: float = 2.0, batch: int = 1000,
                 settle: float = 0.005, max_prompts: int = 200_000, confidence: float = 0.95) -> int:
         """Fill every lower tier with the full blocks of ``prompts`` (hash arrays), in order.
@@ -445,16 +443,14 @@ class SystemCache:
         for hashes in prompts:
             used += 1
             unoffered.offer(hashes)
-            for block in hashes:
-                for store in locals_:
-                    if block not in store:
-                        budget[id(store)] -= 1
-                    self.index.insert(store, block)
-                if self.remote:
-                    store = self.remote_store(block)
-                    if block not in store:
-                        budget[id(store)] -= 1
-                    self.index.insert(store, block)
+            # each store's blocks in order, store after store (a store's own calls, and the order
+            # in which a block's stores acquire it, are the per-block loop's: the same stores and
+            # the same index; nothing reads them in between)
+            blocks = hashes.tolist() if hasattr(hashes, "tolist") else list(hashes)
+            for store in locals_:
+                budget[id(store)] -= self._warm(store, blocks)
+            for store, group in by_node(self.remote, blocks):
+                budget[id(store)] -= self._warm(store, group)
             if all(b <= 0 for b in budget.values()) or used >= max_prompts:
                 break
             if used % batch == 0 and unoffered.upper_bound() < settle:
