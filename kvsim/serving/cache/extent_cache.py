@@ -158,7 +158,7 @@ class ExtentPrefixLoader(PrefixLoader):
 
     def _load_stretches(self, state: SeqCache, to_load: list) -> simpy.Event:
         """:meth:`PrefixLoader._load` of ``to_load`` (``(store, chain, start, end)``)."""
-        cache, system, access = self.cache, self.system, self.access
+        cache, system = self.cache, self.system
         g = cache.geometry
         events = []
         for store, holder, tier, stretches in self._source_groups(to_load).values():
@@ -169,16 +169,9 @@ class ExtentPrefixLoader(PrefixLoader):
             state.hits[tier] = state.hits.get(tier, 0) + blocks * g.block_tokens
             state.loaded_bytes += nbytes * g.tp
             if holder is None:  # a lower tier, as PrefixLoader._load loads it
-                reads, hops = access.load_routes(cache, store)
-                system.count(system.bytes_loaded, tier, nbytes * len(reads))
-                io = system.io(store, False, cache.node, g.block_bytes_per_card)
-                group_done = system.transfers.move(reads, nbytes, "cache_load", io)
-                if hops:  # load once per node: the readers hand the bytes on, card to card
-                    group_done = simpy.AllOf(system.env, [group_done, system.transfers.move(hops, nbytes, "fanout")])
+                group_done = self._read_below(store, tier, nbytes)
             else:
-                system.count(system.bytes_loaded, tier, nbytes * g.tp)
-                if tier == "other_domain":
-                    system.count_cross_domain(nbytes * g.tp)
+                self._count_peer_read(tier, nbytes)
                 group_done = self._copy_stretches_from(holder, stretches, nbytes)
 
             def unpin_source(_event, store=store, stretches=stretches):

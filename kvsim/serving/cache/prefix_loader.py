@@ -262,9 +262,29 @@ class PrefixLoader:
                 home, last_home = pools[id(store)].home, holder
         return groups
 
+    def _read_below(self, store, tier: str, nbytes: float) -> simpy.Event:
+        """Start loading ``nbytes`` per card from ``store``, a tier below HBM, into this instance:
+        once per node, the readers handing the bytes on card to card; counted as loaded from
+        ``tier``. The returned event fires when they have landed."""
+        cache, system = self.cache, self.system
+        reads, hops = self.access.load_routes(cache, store)
+        system.count(system.bytes_loaded, tier, nbytes * len(reads))
+        io = system.io(store, False, cache.node, cache.geometry.block_bytes_per_card)
+        done = system.transfers.move(reads, nbytes, "cache_load", io)
+        if hops:
+            done = simpy.AllOf(system.env, [done, system.transfers.move(hops, nbytes, "fanout")])
+        return done
+
+    def _count_peer_read(self, tier: str, nbytes: float) -> None:
+        """Count ``nbytes`` per card copied from a peer's HBM (``tier``: its domain or another)."""
+        system, tp = self.system, self.cache.geometry.tp
+        system.count(system.bytes_loaded, tier, nbytes * tp)
+        if tier == "other_domain":
+            system.count_cross_domain(nbytes * tp)
+
     def _load(self, state: SeqCache, to_load: list) -> simpy.Event:
         """Start the flows that bring ``to_load`` into HBM; the returned event fires when all land."""
-        cache, system, access = self.cache, self.system, self.access
+        cache, system = self.cache, self.system
         g = cache.geometry
         groups = self._groups(to_load)
         events = []
@@ -277,16 +297,9 @@ class PrefixLoader:
             if store is cache.hbm:  # another adapter's copy in this HBM: a copy inside the card
                 group_done = system.env.timeout(nbytes / cache.local_copy_Bps)
             elif holder is None:
-                reads, hops = access.load_routes(cache, store)
-                system.count(system.bytes_loaded, tier, nbytes * len(reads))
-                io = system.io(store, False, cache.node, g.block_bytes_per_card)
-                group_done = system.transfers.move(reads, nbytes, "cache_load", io)
-                if hops:  # load once per node: the readers hand the bytes on, card to card
-                    group_done = simpy.AllOf(system.env, [group_done, system.transfers.move(hops, nbytes, "fanout")])
+                group_done = self._read_below(store, tier, nbytes)
             else:
-                system.count(system.bytes_loaded, tier, nbytes * g.tp)
-                if tier == "other_domain":
-                    system.count_cross_domain(nbytes * g.tp)
+                self._count_peer_read(tier, nbytes)
                 group_done = self._copy_from(holder, blocks, nbytes)
 
             def unpin_source(_event, store=store, blocks=blocks):
