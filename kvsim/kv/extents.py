@@ -28,20 +28,9 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
 
+from kvsim.kv.linked import link_after, unlink
+
 __all__ = ["Extent", "ExtentStore"]
-
-
-
-def link_after(where, ext) -> None:
-    """Put ``ext`` right after ``where`` in a circular doubly linked list (``prev`` / ``next``)."""
-    nxt = where.next
-    ext.prev, ext.next = where, nxt
-    where.next = nxt.prev = ext
-
-
-def unlink(ext) -> None:
-    """Take ``ext`` out of its circular doubly linked list."""
-    ext.prev.next, ext.next.prev = ext.next, ext.prev
 
 
 class Extent:
@@ -267,12 +256,9 @@ class ExtentStore:
         if ext.readers or ext.pins:
             self._settle(ext)
             raise ValueError(f"block {block!r} in {self.name} is pinned or read; cannot remove it")
-        prev = ext.prev
-        self._drop(ext)
+        self._leave(ext, drop=True)
         self._used -= 1
         self.removals += 1
-        if prev is not self._head:
-            self._join_next(prev)
 
     # -- runs -----------------------------------------------------------------------------------
 
@@ -293,13 +279,7 @@ class ExtentStore:
                     pos = stop
                     continue
                 hits += stop - pos
-                prev = ext.prev
-                unlink(ext)
-                if prev is not self._head:
-                    self._join_next(prev)
-                if readers or pins:
-                    self._count(ext, readers, pins)
-                self._append(ext)
+                self._renew(ext, readers, pins)
                 pos = stop
         finally:
             self.hits += hits
@@ -310,18 +290,33 @@ class ExtentStore:
         recent end in order (the use a lookup that found it records), the others are skipped;
         no counter changes. Returns how many blocks were touched."""
         touched, pos = 0, start
-        head = self._head
         while pos < end:
             ext, stop = self._pieces(chain, pos, end)
             if ext is not None:
                 touched += stop - pos
-                prev = ext.prev
-                unlink(ext)
-                if prev is not head:
-                    self._join_next(prev)
-                self._append(ext)
+                self._renew(ext, 0, 0)
             pos = stop
         return touched
+
+    def _renew(self, ext: Extent, readers: int, pins: int) -> None:
+        """Move ``ext`` (one piece cut by :meth:`_pieces`) to the most recent end, the extents it
+        leaves side by side joined where they can be, with ``readers`` and ``pins`` added."""
+        self._leave(ext)
+        if readers or pins:
+            self._count(ext, readers, pins)
+        self._append(ext)
+
+    def _leave(self, ext: Extent, drop: bool = False) -> Extent:
+        """Take ``ext`` out of the recency list (and, with ``drop``, out of the store), joining the
+        extents it leaves side by side where they spell one; returns the one that preceded it."""
+        prev = ext.prev
+        if drop:
+            self._drop(ext)
+        else:
+            unlink(ext)
+        if prev is not self._head:
+            self._join_next(prev)
+        return prev
 
     def lookup_pin_run(self, chain, start: int, end: int) -> None:
         """:meth:`BlockStore.lookup_pin_run` of ``[start, end)``."""
@@ -420,11 +415,7 @@ class ExtentStore:
             self.evictions += take
             n -= take
             if take == node.end - node.start:
-                prev = node.prev
-                self._drop(node)
-                if prev is not head:
-                    self._join_next(prev)
-                node = prev.next
+                node = self._leave(node, drop=True).next
             else:
                 cmap = self._chains[node.chain]
                 i = bisect_left(cmap.starts, node.start)
@@ -459,13 +450,7 @@ class ExtentStore:
             ext, stop = self._pieces(chain, pos, end)
             if ext is not None:
                 if touch:
-                    prev = ext.prev
-                    unlink(ext)
-                    if prev is not self._head:
-                        self._join_next(prev)
-                    if readers:
-                        self._count(ext, readers, 0)
-                    self._append(ext)
+                    self._renew(ext, readers, 0)
                 else:
                     if readers:
                         self._count(ext, readers, 0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from collections.abc import Hashable
 
-from kvsim.kv.extents import link_after, unlink
+from kvsim.kv.linked import link_after, unlink
 
 __all__ = ["ExtentHomes", "HomeExtent"]
 
