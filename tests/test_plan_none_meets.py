@@ -54,7 +54,7 @@ def _attempts(answer, target):
 def test_an_slo_no_candidate_can_meet_is_said_with_the_nearest_miss(tmp_path, capsys):
     # 1 ms TTFT p99 for 2,000-token prompts: no card prefills that fast at any load
     answer, printed, out = _plan(tmp_path, capsys, "1 ms", "[3/s]")
-    assert answer["format"] == PLAN_FORMAT == 6
+    assert answer["format"] == PLAN_FORMAT == 7
     assert answer["no_candidate_meets_slo"] is True
     assert all(c["capacity"]["max_load"] is None for c in answer["candidates"])
     row = answer["answers"][0]

@@ -15,7 +15,7 @@ from kvsim.plan.pool_axis import pool_axis_answer
 
 __all__ = ["plan_answer", "UnitCost", "catalog_unit_cost", "PLAN_FORMAT", "READABLE_FORMATS", "nearest_miss", "miss_text", "like_for_like"]
 
-PLAN_FORMAT = 6
+PLAN_FORMAT = 7
 """Version of ``plan.json``'s layout. 2: every load is under ``load`` (``max_load``, ...) with its
 unit in ``load.unit`` (requests/s, or clients for a closed loop), where 1 had ``rate_per_s``.
 3: an answer no candidate serves carries its ``nearest_miss`` (which candidate came closest and
@@ -36,10 +36,13 @@ flips (:func:`kvsim.plan.sensitivity.plan_sensitivity`).
 6: a candidate of ``plan.shared_pools`` carries ``shared_pool`` (its pool node's cost and, per target, the
 frontier of pool sizes, :func:`kvsim.plan.pool_axis.pool_axis_answer`), each of its targets ``pool_nodes``
 and ``pool_cost_per_hour_usd``, and each probe its ``pool_nodes`` (None: the pool as written x the units).
-Format-4 and -5 answers read as ones without these (:data:`READABLE_FORMATS`)."""
+7: with ``plan.failures``, each candidate carries ``failures`` (its unit's cards, nodes, failures a year and
+availability) and each of its targets ``spares`` (spare units, the chance that enough units are up without
+and with them, and the cost with them, :mod:`kvsim.plan.spares`); the cheapest is then chosen with its spares.
+Format-4 to -6 answers read as ones without these (:data:`READABLE_FORMATS`)."""
 
-READABLE_FORMATS = (4, 5, PLAN_FORMAT)
-"""``plan.json`` formats ``kvsim report`` renders: 5 and 6 only add optional fields."""
+READABLE_FORMATS = (4, 5, 6, PLAN_FORMAT)
+"""``plan.json`` formats ``kvsim report`` renders: 5, 6 and 7 only add optional fields."""
 
 UnitCost = Callable[[str], dict[str, Any] | None]
 """``unit_cost(system)``: the cost of one unit of a candidate (``capex_usd``, ``cost_per_hour_usd``
@@ -139,6 +142,11 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         if found.pool_axis:  # units x pool nodes, the pool priced on its own (kvsim.plan.pool_axis)
             pool_axis_answer(candidates[-1], found, scenario)
             costs[found.system] = candidates[-1]["unit_cost"]
+    if plan.failures is not None:  # spares to hold the SLO through failures (kvsim.plan.spares)
+        from kvsim.plan.spares import add_spares, unit_parts
+        from kvsim.sim.sizing import size_system
+        add_spares(candidates, {name: unit_parts(size_system(spec, name, scenario.catalogs)) for name in names},
+                   plan.failures)
     twins = like_for_like(scenario.raw["systems"], names, baseline, plan.shared_pools)
     answers = []
     unit = load_unit(scenario)
@@ -146,15 +154,17 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         rows = {c["system"]: c["targets"][k] for c in candidates}
         served = {name: row for name, row in rows.items() if row["units"] is not None}
         priced = {name: row for name, row in served.items() if row["cost_per_hour_usd"] is not None}
-        cheapest = min(priced, key=lambda name: (priced[name]["cost_per_hour_usd"], names.index(name))) \
-            if priced else None
+        if plan.failures is not None:  # the units bought include their spares
+            priced = {name: row for name, row in priced.items() if (row["spares"] or {}).get("cost_per_hour_usd") is not None}
+        cheapest = min(priced, key=lambda name: (_hourly(priced[name]), names.index(name))) if priced else None
         savings = {name: _saving(row, rows[baseline]) for name, row in rows.items() if name != baseline}
         like = {name: {"against": twins[name], **_saving(row, rows[twins[name]])} if twins[name] is not None
                 else {"against": None, "capex_usd": None, "cost_per_hour_usd": None}
                 for name, row in rows.items() if name != baseline}
         miss = None
         if cheapest is not None:
-            note = f"{cheapest}: {rows[cheapest]['units']} units"
+            note = f"{cheapest}: {rows[cheapest]['units']} units" + (
+                f" + {rows[cheapest]['spares']['units']} spare(s)" if plan.failures is not None else "")
         elif served:
             note = "served by " + ", ".join(served) + ", but no candidate that serves it has a price"
         else:
@@ -200,6 +210,12 @@ def plan_answer(result: PlanResult, unit_cost: UnitCost | None = None) -> dict[s
         "no_candidate_meets_slo": all(c.capacity.max_load is None for c in result.candidates),
         "probes": probes,
     }
+
+
+def _hourly(row: dict[str, Any]) -> float:
+    """What a candidate costs per hour at one target: with its spares when the plan has failures."""
+    spares = row.get("spares")
+    return float(spares["cost_per_hour_usd"] if spares else row["cost_per_hour_usd"])
 
 
 def _indistinct(cheapest: str | None, priced: dict[str, dict[str, Any]],

@@ -48,6 +48,38 @@ def _units(n: int) -> str:
     return f"{n} unit" if n == 1 else f"{n} units"
 
 
+def _spares(doc: Any, answer: dict[str, Any], _rate: Any) -> None:
+    """The spares each candidate needs to hold its SLO through failures (``plan.failures``), if any."""
+    if not any(c.get("failures") for c in answer["candidates"]):
+        return
+    doc.heading("Spares for failures")
+    header = ["candidate", "cards, nodes a unit", "unit failures a year", "unit availability"] + [
+        f"{_rate(t)}: units + spares (USD/h)" for t in answer["targets"]]
+    rows = []
+    for c in answer["candidates"]:
+        f = c["failures"]
+        cells = [c["system"], f"{f['cards_per_unit']}, {f['nodes_per_unit']}", f"{f['unit_failures_per_year']:.3g}",
+                 f"{f['unit_availability']:.6f}"]
+        for t, a in zip(c["targets"], answer["answers"]):
+            spares = t.get("spares")
+            if t["units"] is None or spares is None:
+                cell = "none"
+            elif spares["units"] is None:
+                cell = f"{t['units']} + no count of spares reaches the confidence"
+            else:
+                cell = (f"{t['units']} + {spares['units']} ({_usd(spares['cost_per_hour_usd'])}; enough up "
+                        f"{spares['prob_enough_up_without']:.4g} of the time without spares, "
+                        f"{spares['prob_enough_up']:.6g} with)")
+            cells.append(Strong(cell) if a.get("cheapest") == c["system"] else cell)
+        rows.append(cells)
+    doc.table(header, rows, "A unit is down from any failure of its cards or nodes until it is repaired; units fail "
+                            "and are repaired independently, so the units up at a random moment are binomial "
+                            "(k-out-of-n availability, kvsim/plan/spares.py). Spares: the fewest extra units that "
+                            "keep at least the units the SLO needs up for the plan's confidence share of the time; "
+                            "the cheapest (in bold) is chosen with its spares. Not priced: the requests and KV a "
+                            "failed unit loses, and common-cause failures (a shared switch or power feed).")
+
+
 def summary_paragraph(answer: dict[str, Any]) -> str:
     baseline = answer["baseline"]
     _rate = _loader(answer)
@@ -63,6 +95,10 @@ def summary_paragraph(answer: dict[str, Any]) -> str:
         pool = f" + {pool_words(cost['pool_nodes'])}" if cost.get("pool_nodes") is not None else ""
         text = (f"At {target} the cheapest is {cheapest} ({_units(cost['units'])}{pool}, {_usd(cost['capex_usd'])} capex, "
                 f"{_usd(cost['cost_per_hour_usd'])}/h)")
+        spares = cost.get("spares")
+        if spares and spares["units"] is not None:
+            text += (f" and {spares['units']} spare unit(s) for failures ({_usd(spares['cost_per_hour_usd'])}/h with "
+                     f"them; enough units up {spares['prob_enough_up']:.6g} of the time)")
         saving = row["savings_vs_baseline"].get(cheapest)
         if saving and saving["capex_usd"] is not None:
             text += f", {_pct(saving['capex_usd'])} capex against {baseline}"
@@ -232,6 +268,7 @@ def plan_document(answer: dict[str, Any], stem: str = "plan", deploy_dir: str = 
                             f"In bold, the cheapest per target. [seeds agree]: the count and one fewer were run "
                             f"again under other seeds (the same for every candidate) and every seed called for the "
                             f"count; [a-b by seed]: the seeds call for between a and b units.")
+    _spares(doc, answer, _rate)
     doc.heading(f"Savings against {answer['baseline']}, as named and like for like")
     header = ["candidate", "against"] + [f"{_rate(a['load'])}: capex, USD/h" for a in answer["answers"]]
     rows = []

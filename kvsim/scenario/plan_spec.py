@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from kvsim.scenario.failures_spec import FailureSpec
 from kvsim.scenario.sensitivity_spec import SensitivitySpec
 from kvsim.scenario.shared_pool_spec import SharedPoolSpec
 from kvsim.spec_types import FrozenSpec, PositiveInt, Rate
@@ -59,6 +60,10 @@ class PlanSpec(FrozenSpec):
     shared_pools : dict, optional
         Candidate -> its remote KV pool sized on its own axis and shared by all its units
         (:mod:`kvsim.scenario.shared_pool_spec`): ``{nodes: [1, 2, 4], usd_per_tb_month: X}``.
+    failures : FailureSpec, optional
+        Failure and repair rates: each candidate then gets the spare units that keep enough up
+        with the stated confidence, and the cheapest is chosen with its spares
+        (:mod:`kvsim.scenario.failures_spec`, :mod:`kvsim.plan.spares`).
     """
 
     targets: list[Rate] | None = Field(default=None, min_length=1)
@@ -70,6 +75,7 @@ class PlanSpec(FrozenSpec):
     seed_checks: int = Field(default=2, ge=0, le=16)
     sensitivity: SensitivitySpec = Field(default_factory=SensitivitySpec)
     shared_pools: dict[str, SharedPoolSpec] | None = None
+    failures: FailureSpec | None = None
 
     def problems(self, systems: list[str]) -> list[tuple[tuple[str, ...], str]]:
         """Checks against the scenario's systems, as ``(field path, message)``."""
