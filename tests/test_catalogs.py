@@ -70,11 +70,15 @@ def test_every_node_figure_has_a_source(name):
 @pytest.mark.parametrize("catalog", [ACCELERATORS, NODES], ids=["accelerators", "nodes"])
 def test_source_keys_name_real_fields(catalog):
     # A misspelt source key ("memory_bandwith") would leave the real figure unsourced while
-    # looking sourced; every key's first component must be a field of the spec.
+    # looking sourced; every key's first component must be a field of the spec, or an engine default
+    # measured on this card (``engine.kernel_s``: a field of EngineSpec).
+    from kvsim.models.engine import EngineSpec
+
     fields = set(catalog.spec_type.model_fields)
     for name in catalog.names():
         for key in catalog.raw[name]["sources"]:
-            assert key.split(".")[0] in fields, (name, key)
+            head, _, rest = key.partition(".")
+            assert head in fields or (head == "engine" and rest in EngineSpec.model_fields), (name, key)
 
 
 def test_unsourced_rule_detects_gaps():
@@ -581,10 +585,18 @@ def test_atlas_850_and_850e_carry_the_prefill_and_decode_parts():
     from kvsim.hardware import accelerator_catalog, node_catalog
 
     nodes, accs = node_catalog(), accelerator_catalog()
-    assert nodes["atlas-850"].accelerator == "ascend-950pr" and nodes["atlas-850e"].accelerator == "ascend-950dt"
+    assert nodes["atlas-850"].accelerator == "ascend-950pr" and nodes["atlas-850e"].accelerator == "ascend-950dt-850e"
     for name in ("atlas-850", "atlas-850e"):
         assert nodes[name].accelerators_per_node == 8
-        assert "assumption" in nodes[name].sources["accelerator"]
+    assert "assumption" in nodes["atlas-850"].sources["accelerator"]
+    assert "14.2 PFLOPS" in nodes["atlas-850e"].sources["accelerator"]
     for name in ("ascend-950pr", "ascend-950dt"):
         assert accs[name].scale_up_latency_s == pytest.approx(2.1e-6)
         assert accs[name].peak_flops("mxfp4") == 2 * accs[name].peak_flops("fp8")
+    # the 850E's eight 950DT give 14.2 PFLOPS mxFP4 (issue 26): 1.775 a card, FP8 derated alike;
+    # its SuperPoD's 3 us round trip per remote access; the memory the bare card's
+    in_node, bare = accs["ascend-950dt-850e"], accs["ascend-950dt"]
+    assert 8 * in_node.peak_flops("mxfp4") == pytest.approx(14.2e15)
+    assert in_node.peak_flops("mxfp4") == 2 * in_node.peak_flops("fp8")
+    assert in_node.scale_up_latency_s == pytest.approx(3e-6)
+    assert (in_node.memory_bytes, in_node.memory_bandwidth) == (bare.memory_bytes, bare.memory_bandwidth)

@@ -158,7 +158,9 @@ def test_cost_figures_found_by_default_and_their_exact_flip_under_amortisation()
     assert {"cost.energy_usd_per_kwh", "cost.pue", "cost.amortisation"} <= set(fields)
     physics = [f.field for f in kept if f.kind == "physics"]
     assert physics == ["catalog.accelerators.l20.efficiency.compute", "engine.step_fixed_s"]  # PRIORITY, 2 by default
-    assert [f.field for f in left] == ["catalog.accelerators.l20.efficiency.memory"]
+    # last in PRIORITY: the H100's kernel-launch gap, taken for the L20 (no measurement on its family)
+    assert [f.field for f in left] == ["catalog.accelerators.l20.efficiency.memory", "engine.kernel_s"]
+    assert "not measured on" in left[1].source and left[1].low == pytest.approx(0.5 * 3.64e-6)
     # two systems, costs a + b / T: where they cross, by the formula and by bisection
     years = 8760.0 * 3600.0
     figure = Figure("cost.amortisation", "", "cost", 4 * years, 1 * years, 9 * years, "years", "", "")

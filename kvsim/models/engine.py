@@ -34,16 +34,52 @@ a step, a whole step, then its own. vLLM turned async scheduling on by default i
 SGLang's overlap scheduler does the same; ``async_scheduling: false`` is the older synchronous
 loop. An idle engine takes a request at once either way.
 
+Graphs and eager steps. Engines capture the forward pass as a graph (CUDA graphs on NVIDIA,
+ACLGraph on Ascend) for each batch size up to a captured maximum and replay it, so the host issues
+one launch per iteration instead of one per kernel; ``kernel_s`` is then the GPU-side gap each
+kernel leaves (ramp-up, tail, the hop to the next) inside the replayed graph. An iteration of more
+tokens than the captured maximum (``graph_max_tokens``), or every iteration with ``graph_mode:
+false`` (vLLM ``--enforce-eager``), runs eagerly: the host issues each kernel itself, at
+``eager_launch_s`` a kernel, while the GPU runs the ones already issued. The GPU then waits for
+the host whenever issuing the pass takes longer than the GPU's own work on it::
+
+    issue_s   = eager_launch_s * launches_per_pass
+    exposed_s = max(0, issue_s - (max(linear compute, weight streaming) + comm_s + kernels_s))
+    kernels_s (eager) = kernel_s * launches_per_pass + exposed_s
+
+The GPU work the issue is set against is the part that does not grow with the context (the
+linear layers' FLOPs over the iteration's tokens, or streaming the weights, whichever is longer),
+so the exposed time is a function of the token count alone and a coalesced decode run keeps one
+figure (attention over a long context would hide some more of it: an upper bound there). A slow
+card hides the launches and a fast one shows them: the 1.26x a CUDA graph gives an H100 against
+1.03x on an L4 decoding a 7B model at batch 1 (arXiv:2605.30571, M) is this ``max``.
+
 Defaults, and where they come from:
 
+- ``graph_mode`` on, with ``graph_max_tokens`` vLLM's rule when unset: ``min(2 x max_num_seqs,
+  512, max_num_batched_tokens)`` of the instance (vllm/config/vllm.py ``_set_cudagraph_sizes``;
+  an iteration above it runs with ``CUDAGraphMode.NONE``, vllm/v1/cudagraph_dispatcher.py; H).
+  vLLM runs CUDA graphs unless ``--enforce-eager``; vLLM-Ascend runs ACLGraph by default on the V1
+  engine since v0.9.1rc1 ("Graph Mode Guide", docs.vllm.ai/projects/ascend, v0.9.1-v0.18.0, H).
+  kvsim counts a graph per iteration (full graphs for decode, piecewise for mixed batches, as
+  vLLM's ``FULL_AND_PIECEWISE``) and does not charge the attention kernels a piecewise graph
+  leaves eager.
+- ``eager_launch_s`` 10 us a kernel issued from the host: PyTorch's dispatcher and
+  ``cudaLaunchKernel`` (assumption, L). Bounds: a bare CUDA launch costs a few us; a blog's
+  Llama-3.1-8B decode step on an H100 took 8.4 ms eager against 5.1 ms replayed as a graph
+  (cloudai.pt, "CUDA Graphs + torch.compile: 1.65x LLM Decode Speedup", L), which for an
+  unfused eager Llama (some 800 kernels a pass) is about 10 us each.
 - ``kernel_s`` 3.64 us per kernel launch: Hazy Research measured SGLang (overlap scheduler: no host
-  time on the GPU's path) at about 50 % of an H100's 3.35 TB/s decoding Llama-3.2-1B at batch 1
+  time on the GPU's path; CUDA graphs on, SGLang's default for decode, so this is the gap inside a
+  replayed graph, not an eager launch) at about 50 % of an H100's 3.35 TB/s decoding Llama-3.2-1B at batch 1
   ("Look Ma, No Bubbles!", 2025-05-27, H). That model reads 2.47 GB of weights per step (16 layers
   of 60.8 M parameters and its tied 262.7 M-parameter LM head, bf16): 1.476 ms at 50 %, against
   0.878 ms streamed at the kernels' 0.84 (the H100's ``efficiency.memory``); the 0.597 ms left over
   164 launches (16 layers x 10 + 4, :mod:`kvsim.models.kernels`) is 3.64 us each (derived, M). The
   same post has vLLM slower still (its megakernel 2.5x faster than vLLM), so for vLLM this is a
-  floor; ``kvsim calibrate`` can fit it.
+  floor; ``kvsim calibrate`` can fit it. Measured on the H100 only: for every other card family it
+  is the H100's figure taken as is (an assumption that ``kvsim plan`` varies in its sensitivity,
+  x0.5 - x2; a card whose catalog sources have ``engine.kernel_s`` was measured on its family).
 - ``step_fixed_s`` 0.5 ms: the per-step floor above the roofline with CUDA graphs (assumption, L).
   Public single-stream benchmarks bound it from above: an SGLang serving benchmark at concurrency 1
   reports a mean TPOT of 1.47 ms for a small MoE model, forward pass included (radixark SGLang
@@ -67,7 +103,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
-from kvsim.spec_types import FrozenSpec, Seconds
+from kvsim.spec_types import FrozenSpec, PositiveInt, Seconds
 
 __all__ = ["EngineSpec"]
 
@@ -96,6 +132,15 @@ class EngineSpec(FrozenSpec):
         The engine forms the next batch while the current one runs (see the module docstring).
     kernel_s : float
         GPU time per kernel launch outside the roofline (setup, tail, gap), seconds.
+    graph_mode : bool
+        The engine replays captured graphs for iterations of up to ``graph_max_tokens`` tokens
+        (default true: vLLM's CUDA graphs, vLLM-Ascend's ACLGraph); false runs every iteration
+        eagerly (vLLM ``--enforce-eager``).
+    graph_max_tokens : int, optional
+        The largest iteration captured, in tokens (per data-parallel rank); None: vLLM's rule,
+        ``min(2 x max_num_seqs, 512, max_num_batched_tokens)`` of the instance.
+    eager_launch_s : float
+        Host time to issue one kernel in an eager iteration, seconds.
     coalesce : bool
         Advance a run of decode iterations whose batch does not change, or of one long prompt's
         prefill chunks, in one simulation event (a simulator setting, not an engine's: results
@@ -115,6 +160,9 @@ class EngineSpec(FrozenSpec):
     output_s: Seconds = 1e-3
     async_scheduling: bool = True
     kernel_s: Seconds = 3.64e-6
+    graph_mode: bool = True
+    graph_max_tokens: PositiveInt | None = None
+    eager_launch_s: Seconds = 10e-6
     coalesce: bool = True
     backend: Literal["auto", "python", "compiled"] = "auto"
 
@@ -128,6 +176,15 @@ class EngineSpec(FrozenSpec):
             if problem is not None:
                 raise ValueError(f"the compiled backend cannot run here: {problem} (use auto or python)")
         return value
+
+    def captured_tokens(self, max_num_seqs: int, max_batched_tokens: int) -> int:
+        """The largest iteration replayed as a graph, in tokens, for an instance with these limits
+        (0: none, every iteration eager)."""
+        if not self.graph_mode:
+            return 0
+        if self.graph_max_tokens is not None:
+            return self.graph_max_tokens
+        return min(2 * max_num_seqs, 512, max_batched_tokens)
 
     def step_overhead_s(self, sequences: int, tokens: int) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""

@@ -68,13 +68,17 @@ class LayoutStepTime:
         Storage format of weight groups that differ from ``dtype``.
     compute_dtype : str, optional
         The format the matrix multiplies run in (default: ``dtype``).
+    graph_max_tokens : int, optional
+        The largest micro-batch a data-parallel rank replays as a graph, tokens (as
+        :class:`~kvsim.models.step_time.RooflineStepTime`; a rank's share of a micro-batch is
+        ``tokens / (micro_batches x dp_attention)``).
     """
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, layout: Layout, links: LayoutLinks,
                  dtype: str, kv_dtype: str, micro_batches: int | None = None,
                  schedule: PipelineSchedule = "continuous", expert_skew: float = 0.0,
                  engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
-                 compute_dtype: str | None = None):
+                 compute_dtype: str | None = None, graph_max_tokens: int | None = None):
         self.model, self.accelerator, self.layout, self.links = model, accelerator, layout, links
         self.dtype, self.kv_dtype = dtype, kv_dtype
         self.micro_batches = micro_batches or layout.pp
@@ -106,7 +110,12 @@ class LayoutStepTime:
         self._fixed_bytes = (self._share * (attention * b["attention"] / a + ffn * b["feed_forward"] / t)
                              + lm_head * lm_head_b / t)
         self._expert_bytes = model.expert_params * b["experts"] / t  # one touched expert, one layer, per card
-        self._kernels_s = self.engine.kernel_s * launches_per_pass(model, self._layers)  # one stage pass
+        launches = launches_per_pass(model, self._layers)  # one stage pass
+        self._kernels_s = self.engine.kernel_s * launches
+        self._issue_s = self.engine.eager_launch_s * launches
+        if graph_max_tokens is None:
+            graph_max_tokens = self.engine.captured_tokens(256, 2048)
+        self._graph_max = graph_max_tokens if self.engine.graph_mode else 0
 
     # -------------------------------------------------------------------------------- parts
 
@@ -153,9 +162,16 @@ class LayoutStepTime:
                               self.links.send_Bps, self.links.send_latency_s)
         # small GEMMs reach less of the peak: the micro-batch's tokens set the size (see step_time)
         rates = self._rates
-        return StepBreakdown(compute_s=flops / rates.gemm_flops_per_s(tokens),
+        rate = rates.gemm_flops_per_s(tokens)
+        comm_s = self._comm_s(tokens) + send
+        kernels_s = self._kernels_s
+        if tokens / lay.dp_attention > self._graph_max:  # eager: the host's issue time the GPU does not hide
+            linear = (model.body_flops_per_token + (self.imbalance - 1.0) * self._expert_flops) * tokens * self._share
+            gpu_s = max(linear / rate, weights / rates.weight_Bps) + comm_s + kernels_s
+            kernels_s += max(0.0, self._issue_s - gpu_s)
+        return StepBreakdown(compute_s=flops / rate,
                              memory_s=weights / rates.weight_Bps + kv / rates.kv_Bps,
-                             comm_s=self._comm_s(tokens) + send, overhead_s=0.0, kernels_s=self._kernels_s)
+                             comm_s=comm_s, overhead_s=0.0, kernels_s=kernels_s)
 
     def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None) -> StepBreakdown:
         """Time components of one iteration: the slowest stage's, times the pipeline factor.

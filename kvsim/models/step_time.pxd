@@ -13,7 +13,8 @@ cdef class RooflineStepTime:
     # every one a float in the reference (checked by tests/test_backends.py)
     cdef public double _kv_bytes_per_token_card, _body_flops, _lm_head_flops, _attn_prefill, _attn_decode
     cdef public double _dense_bytes_read, _activation_bytes_per_token, _hop_latency_s, _peer_Bps, _kernels_s
-    cdef public double _kv_Bps, _step_fixed_s, _step_per_seq_s, _step_per_token_s
+    cdef public double _kv_Bps, _step_fixed_s, _step_per_seq_s, _step_per_token_s, _issue_s
+    cdef public long _graph_max
     cdef tuple _token_terms(self, tokens)
 
 cdef void fill_decode_steps(tuple terms, double context_tokens, double seqs, Py_ssize_t steps,

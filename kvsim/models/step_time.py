@@ -14,6 +14,7 @@ Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration):
     comm_s     = 2 * layers * allreduce(n * hidden * 2 B, t, collective_latency_s,
                                         peer_bw * efficiency.interconnect)    (t > 1)
     kernels_s  = engine.kernel_s * launches_per_pass(model)     (kvsim.models.kernels)
+                 + exposed eager issue time if n > the captured maximum (kvsim.models.engine)
     iteration  = max(compute_s, memory_s, remote_s) + comm_s + kernels_s + engine.step_overhead_s(sequences, n)
 
 KV *read in place* from a peer's HBM (``kv_cache.peer_hbm: read_in_place``) streams over the
@@ -187,6 +188,10 @@ class RooflineStepTime:
     compute_dtype : str, optional
         The format the matrix multiplies run in, whose dense peak bounds compute (default:
         ``dtype``): ``dtype`` mxfp4 with ``compute_dtype`` bf16 is W4A16.
+    graph_max_tokens : int, optional
+        The largest iteration replayed as a graph, tokens (default: ``engine.graph_max_tokens``,
+        else 512; 0 with ``engine.graph_mode`` false); larger ones run eagerly
+        (:mod:`kvsim.models.engine`).
     """
 
     # the compiled backend's field types are in step_time.pxd (the same names)
@@ -194,11 +199,12 @@ class RooflineStepTime:
                  "_kv_bytes_per_token_card", "_body_flops", "_lm_head_flops", "_attn_prefill", "_attn_decode",
                  "_dense_weights", "_dense_bytes_read", "_allreduces", "_activation_bytes_per_token",
                  "_hop_latency_s", "_peer_Bps", "_kernels_s", "_remote_Bps", "_decode_cache", "_comm_cache",
-                 "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s")
+                 "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s",
+                 "_issue_s", "_graph_max")
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
                  engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
-                 compute_dtype: str | None = None):
+                 compute_dtype: str | None = None, graph_max_tokens: int | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.model = model
@@ -221,7 +227,13 @@ class RooflineStepTime:
         self._activation_bytes_per_token = model.hidden_size * DTYPE_BYTES[ACTIVATION_DTYPE]
         self._hop_latency_s = eff.collective_latency_s
         self._peer_Bps = accelerator.peer_bandwidth * eff.interconnect
-        self._kernels_s = self.engine.kernel_s * launches_per_pass(model)
+        launches = launches_per_pass(model)
+        self._kernels_s = self.engine.kernel_s * launches
+        self._issue_s = self.engine.eager_launch_s * launches  # issuing a whole pass from the host
+        if graph_max_tokens is None:
+            graph_max_tokens = self.engine.captured_tokens(256, 2048) if self.engine.graph_max_tokens is None \
+                else self.engine.graph_max_tokens
+        self._graph_max = graph_max_tokens if self.engine.graph_mode else 0
         scale_up = accelerator.scale_up_bandwidth
         self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
         self._decode_cache: dict[int, tuple] = {}
@@ -252,14 +264,25 @@ class RooflineStepTime:
 
     def _token_terms(self, tokens):  # a C method compiled (step_time.pxd): no annotations
         """The parts of an iteration over ``tokens`` tokens that depend on nothing else: the
-        achieved FLOP/s, the weights' streaming time, the TP all-reduce time (cached: every
-        iteration asks, and a batch's token count repeats)."""
+        achieved FLOP/s, the weights' streaming time, the TP all-reduce time, the kernel-launch
+        time (cached: every iteration asks, and a batch's token count repeats)."""
         terms = self._tokens_cache.get(tokens)
         if terms is None:
-            terms = self._tokens_cache[tokens] = (self._rates.gemm_flops_per_s(tokens),
-                                                  self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps,
-                                                  self.comm_s(tokens))
+            rate = self._rates.gemm_flops_per_s(tokens)
+            weights_s = self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps
+            comm_s = self.comm_s(tokens)
+            terms = self._tokens_cache[tokens] = (rate, weights_s, comm_s,
+                                                  self._launch_s(tokens, rate, weights_s, comm_s))
         return terms
+
+    def _launch_s(self, tokens, rate, weights_s, comm_s) -> float:
+        """Kernel-launch time of an iteration over ``tokens`` tokens: the gaps inside a replayed
+        graph, plus, for an eager one, the host's issue time the GPU's context-free work (linear
+        layers or weight streaming, collectives, gaps) does not hide (:mod:`kvsim.models.engine`)."""
+        if tokens <= self._graph_max:
+            return self._kernels_s
+        gpu_s = max(self._body_flops * tokens / rate, weights_s) + comm_s + self._kernels_s
+        return self._kernels_s + max(0.0, self._issue_s - gpu_s)
 
     @cython.locals(tokens_f=cython.double, sequences=cython.double, flops=cython.double, kv_tokens=cython.double,
                    remote_tokens=cython.double, remote_s=cython.double, rate=cython.double, weights_s=cython.double,
@@ -286,13 +309,13 @@ class RooflineStepTime:
             if rate_Bps is None:
                 raise ValueError(f"{self.accelerator.name} has no scale-up link to read KV in place over")
             remote_s = remote_tokens * self._kv_bytes_per_token_card / rate_Bps
-        rate, weights_s, comm_s = self._token_terms(tokens)
+        rate, weights_s, comm_s, kernels_s = self._token_terms(tokens)
         sequences = prefill_seqs + decode_seqs  # batch.sequences
         # EngineSpec.step_overhead_s(sequences, tokens), its constants read once
         overhead_s = self._step_fixed_s + self._step_per_seq_s * sequences + self._step_per_token_s * tokens_f
         # a named tuple made as tuple.__new__ does (its generated __new__ runs as Python code)
         return tuple.__new__(StepBreakdown, (flops / rate, weights_s + kv_tokens * self._kv_bytes_per_token_card
-                                             / self._kv_Bps, comm_s, overhead_s, self._kernels_s, remote_s))
+                                             / self._kv_Bps, comm_s, overhead_s, kernels_s, remote_s))
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""
@@ -306,10 +329,9 @@ class RooflineStepTime:
             tokens = seqs
             # breakdown() adds the prefill-pair term (0.0 here) between these; x + 0.0 == x
             fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
-            terms = (fixed_flops, self._attn_decode, self._rates.gemm_flops_per_s(tokens),
-                     self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps,
-                     self._kv_bytes_per_token_card, self._rates.kv_Bps, self.comm_s(tokens), self._kernels_s,
-                     self.engine.step_overhead_s(seqs, tokens))
+            rate, weights_s, comm_s, kernels_s = self._token_terms(tokens)
+            terms = (fixed_flops, self._attn_decode, rate, weights_s, self._kv_bytes_per_token_card, self._rates.kv_Bps,
+                     comm_s, kernels_s, self.engine.step_overhead_s(seqs, tokens))
             self._decode_cache[seqs] = terms
         return terms
 

@@ -219,6 +219,7 @@ def _batching(vllm: EngineCommand, sglang: EngineCommand, p: str, pool: PoolSizi
              (inst.memory_utilization,))
     sglang.add("--mem-fraction-static", f"{inst.memory_utilization:g}", (src + "memory_utilization",),
                (inst.memory_utilization,), "weights + KV pool share of device memory")
+    _graphs(vllm, sglang, spec, system)
     dtype = spec.system_dtype(system)
     where = f"systems.{system}.dtype" if spec.systems[system].dtype else "dtype"
     if dtype in _VLLM_DTYPE:
@@ -227,6 +228,24 @@ def _batching(vllm: EngineCommand, sglang: EngineCommand, p: str, pool: PoolSizi
     elif dtype == "fp8":
         vllm.add("--quantization", "fp8", (where,), (dtype,), "fp8 weights: online fp8 quantization")
         sglang.add("--quantization", "fp8", (where,), (dtype,), "fp8 weights: online fp8 quantization")
+
+
+def _graphs(vllm: EngineCommand, sglang: EngineCommand, spec: Any, system: str) -> None:
+    """Graph capture (``engine.graph_mode``, ``engine.graph_max_tokens``): eager, or a captured maximum."""
+    engine = spec.system_engine(system)
+    own = spec.systems[system].engine
+
+    def where(name: str) -> str:
+        return f"systems.{system}.engine.{name}" if own is not None and name in own.model_fields_set else f"engine.{name}"
+
+    if not engine.graph_mode:
+        vllm.add("--enforce-eager", None, (where("graph_mode"),), (False,), "graph_mode: false")
+        sglang.add("--disable-cuda-graph", None, (where("graph_mode"),), (False,), "graph_mode: false")
+    elif engine.graph_max_tokens is not None:
+        n = engine.graph_max_tokens
+        vllm.add("--max-cudagraph-capture-size", n, (where("graph_max_tokens"),), (n,))
+        sglang.add("--cuda-graph-max-bs-decode", n, (where("graph_max_tokens"),), (n,),
+                   "SGLang caps captured decode batches in sequences (one token each)")
 
 
 def _kv_dtype(vllm: EngineCommand, sglang: EngineCommand, spec: Any, system: str) -> None:
@@ -320,7 +339,8 @@ def _system_gaps(spec: Any, system: str) -> list[Gap]:
     if s.lora is not None:
         gaps.append(Gap("all", f"systems.{system}.lora", "given", "LoRA adapters are not written (name them with --lora-modules)"))
     if s.engine is not None or spec.engine.model_fields_set:
-        gaps.append(Gap("all", "engine", "given", "kvsim's engine cost figures describe the engine; they are not settings"))
+        gaps.append(Gap("all", "engine", "given", "kvsim's engine cost figures describe the engine; they are not settings (graph_mode and "
+                        "graph_max_tokens are written as flags)"))
     return gaps
 
 

@@ -32,6 +32,10 @@ cost.amortisation               3 - 6 years        cloud depreciation before and
 efficiency.compute (assumed)    x0.75 - x1.25      measured cards sit 0.35-0.6 (catalog)
 efficiency.memory, kv_memory    x0.9 - x1.1        stand-ins from a sibling card's kernels
 engine.step_fixed_s (default)   x0.5 - x2          "assumption, L" (kvsim/models/engine.py)
+engine.kernel_s (default, on a  x0.5 - x2          measured (derived) on the H100 only; another
+card measured on no kin)                           family takes the H100's graph-mode gap as is
+                                                   (a card is measured if its catalog sources
+                                                   have ``engine.kernel_s``)
 host_staging.memcpy_bandwidth   x0.5 - x2          9-20 GB/s per thread measured on client cores
 pool read/write_bandwidth       x0.75 - x1.25      write taken as half of read (assumption)
 pool access_latency_s           x0.5 - x2          70-90 us drives; software on top unknown
@@ -66,17 +70,19 @@ DEFAULT_RANGES: dict[str, tuple[str, float, float]] = {
     "efficiency.compute": ("x", 0.75, 1.25),
     "efficiency.memory": ("x", 0.9, 1.1),
     "step_fixed_s": ("x", 0.5, 2.0),
+    "kernel_s": ("x", 0.5, 2.0),
     "memcpy_bandwidth": ("x", 0.5, 2.0),
     "pool_bandwidth": ("x", 0.75, 1.25),
     "access_latency_s": ("x", 0.5, 2.0),
 }
 
 PRIORITY = ("efficiency.compute", "step_fixed_s", "memcpy_bandwidth", "pool_bandwidth", "efficiency.memory",
-            "access_latency_s")
+            "access_latency_s", "kernel_s")
 """Order in which physics figures are taken up to ``plan.sensitivity.physics``: the card's compute
 efficiency first (it sets prefill time, hence TTFT), then the engine's fixed cost per step (it
 sets TPOT at small batches), host staging, the pool's bandwidths, memory efficiencies (stand-ins
-from a sibling card, closer to measured), and the pool's latency."""
+from a sibling card, closer to measured), the pool's latency, and the kernel-launch gap taken from
+another card family (a few per cent of a step but for deep models at small batches)."""
 
 _UNIT = {"power": "W", "bandwidth": "B/s", "time": "s"}
 
@@ -227,6 +233,12 @@ def find_figures(scenario: Scenario, systems: Sequence[str]) -> list[Figure]:
         if engine.step_fixed_s == EngineSpec().step_fixed_s and spec.engine.step_fixed_s == engine.step_fixed_s:
             add("engine.step_fixed_s", "engine fixed cost per step", "physics", engine.step_fixed_s, "step_fixed_s",
                 "time", "assumption (L): the per-step floor above the roofline (kvsim/models/engine.py)", system)
+        unmeasured = [pool.accelerator.name for pool in sizing.pools if "engine.kernel_s" not in pool.accelerator.sources]
+        if unmeasured and engine.kernel_s == EngineSpec().kernel_s and spec.engine.kernel_s == engine.kernel_s:
+            add("engine.kernel_s", "GPU gap per kernel launch", "physics", engine.kernel_s, "kernel_s", "time",
+                "assumption: the H100's graph-mode gap per kernel (derived from Hazy Research's SGLang "
+                "measurement, M; kvsim/models/engine.py) taken as is for cards of families it was not measured on",
+                system)
     defaults = " ".join(_model_assumptions(spec.cost, remote_pool=False))
     first = systems[0] if systems else ""
     for name, label, dimension in (("energy_usd_per_kwh", "electricity price (USD/kWh)", None),

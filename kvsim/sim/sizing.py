@@ -94,14 +94,15 @@ class PoolSizing:
     def step_model(self, kernels: Kernels | None = None) -> RooflineStepTime | LayoutStepTime:
         """The instance's step-time model: the plain roofline for tensor parallelism inside one
         node, the layout model (pipeline, experts, data-parallel attention, links) otherwise."""
+        inst = self.spec.instance
+        captured = self.engine.captured_tokens(inst.max_num_seqs, inst.max_batched_tokens)
         if self.links is None:
             roofline = kernels.step_time.RooflineStepTime if kernels is not None else RooflineStepTime
             return roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
-                            self.weight_dtypes, self.compute_dtype or None)
-        inst = self.spec.instance
+                            self.weight_dtypes, self.compute_dtype or None, captured)
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
                               inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine,
-                              self.weight_dtypes, self.compute_dtype or None)
+                              self.weight_dtypes, self.compute_dtype or None, captured)
 
     def _layout_text(self) -> str:
         return f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
