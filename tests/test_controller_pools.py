@@ -4,6 +4,7 @@ counts prompts waiting for decode room."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import kvsim
@@ -117,3 +118,31 @@ def test_decode_queue_counts_handed_off_prompts_waiting_for_a_decode_instance(bu
 def test_bad_switching_fields_are_refused_with_the_line(refused, system, fragment, field):
     err = refused(system)
     assert fragment in err and field in err and "bad.yaml:1" in err
+
+
+def test_a_signal_measured_over_named_pools_counts_only_their_instances(built_systems):
+    # a band no reading leaves (the controller never moves), so the three runs are the same run, read
+    # over every pool, over pr and over dt at every tick. Both pools keep two prefill instances, and
+    # the queue is tokens per prefill instance: the whole system's reading is the mean of the two
+    frames = {}
+    for pools in (None, "[pr]", "[dt]"):
+        where = "" if pools is None else f", signal_pools: {pools}"
+        controller = "{kind: threshold, signal: prefill_queue, interval: 5 s, low: 0, high: 1e15" + where + "}"
+        result = kvsim.run(kvsim.parse_scenario(HETERO.format(seed=1, controller=controller, bounds=""), "h.yaml"))
+        assert len(result.switches_frame()) == 0
+        frames[pools] = result.decisions_frame()
+    every, pr, dt = (frames[k].signal_prefill_queue.to_numpy() for k in (None, "[pr]", "[dt]"))
+    assert len(every) == len(pr) == len(dt) > 20
+    assert (pr != dt).any() and (pr > 0).any() and (dt > 0).any()  # not vacuous: the pools differ
+    assert every == pytest.approx((pr + dt) / 2, rel=1e-12, abs=1e-9)
+    # decode instances are all in dt: over pr there is no decode queue to read
+    assert np.isnan(frames["[pr]"].signal_decode_queue).all()
+    assert not np.isnan(frames["[dt]"].signal_decode_queue).any()
+
+
+def test_signal_pools_must_name_pools_of_the_system():
+    text = HETERO.format(seed=1, controller="{kind: threshold, signal: decode_queue, low: 0.1, high: 2, "
+                                            "signal_pools: [dt, decode850e]}", bounds="")
+    with pytest.raises(kvsim.SpecError) as caught:
+        kvsim.parse_scenario(text, "h.yaml")
+    assert "signal_pools" in str(caught.value) and "'decode850e' is not a pool of this system" in str(caught.value)

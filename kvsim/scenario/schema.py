@@ -191,6 +191,10 @@ class SystemSpec(FrozenSpec):
             problems.append((("controller",), f"a {control.kind} controller moves instances of switchable pools, and "
                                               f"every pool here has a fixed role: {fixed}. Split a pool with roles: "
                                               "{prefill: N, decode: M}, or give a pool switchable: true"))
+        for name in control.signal_pools or ():
+            if name not in pools:
+                problems.append((("controller", "signal_pools"), f"{name!r} is not a pool of this system: "
+                                                                 f"{', '.join(pools)}"))
         need = {"ttft_attainment": ("ttft_p99", slo.ttft_p99), "tpot_attainment": ("tpot_p99", slo.tpot_p99)}
         if control.signal in need and need[control.signal][1] is None:
             problems.append((("controller", "signal"), f"{control.signal} needs slo.{need[control.signal][0]}"))

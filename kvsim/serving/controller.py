@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+import numpy as np
 import simpy
 
 from kvsim.metrics.records import RequestRecords
@@ -74,6 +75,10 @@ class RoleController:
         self.slo_s = slo_s
         self.window_s = getattr(spec, "window", None) or spec.interval
         self.pools = pools
+        names = getattr(spec, "signal_pools", None)
+        # the instances the signal is measured over (None: all); pools are fixed, roles move
+        self._measured: np.ndarray | None = None if names is None or pools is None else np.array(
+            [inst.index for inst in instances if pools[inst.index][0] in names], dtype=np.int64)
         self.decisions: list[dict[str, Any]] = []
         self.switches: list[dict[str, Any]] = []
         self._target: dict[int, str] = {}  # instance -> the role it is switching to
@@ -84,22 +89,32 @@ class RoleController:
         return [inst for inst in self.instances if inst.role == role and inst.accepting]
 
     def _attainment(self, latencies: dict, column: str, limit: float | None, since_s: float) -> float:
-        """Share of requests whose ``column`` milestone fell in the trailing window that met the SLO."""
+        """Share of requests whose ``column`` milestone fell in the trailing window that met the SLO
+        (with ``signal_pools``: those whose first token, or last, the measured instances produced)."""
         if limit is None:
             return math.nan
         records = self.records
         if column == "ttft":
-            met = latencies["ttft_s"][records.column("first_token_s") > since_s] <= limit
+            recent = records.column("first_token_s") > since_s
+            where = "prefill_instance"
         else:
             recent = (records.column("finish_s") > since_s) & (records.column("output_tokens") > 1)
-            met = latencies["tpot_s"][recent] <= limit
+            where = "instance"
+        if self._measured is not None:
+            recent &= np.isin(records.column(where), self._measured)
+        met = latencies["ttft_s" if column == "ttft" else "tpot_s"][recent] <= limit
         return float(met.mean()) if met.size else math.nan
 
     def measure(self) -> dict[str, float]:
-        """Every signal now (NaN where there is nothing to measure)."""
+        """Every signal now (NaN where there is nothing to measure), over the instances of
+        ``signal_pools`` where the spec names them."""
         for inst in self.instances:
             inst.settle()  # a coalesced decode run applies its steps so far: first tokens, pages
         prefill, decode = self._serving("prefill"), self._serving("decode")
+        if self._measured is not None:
+            measured = set(self._measured.tolist())  # membership only: the instances' order is kept
+            prefill = [inst for inst in prefill if inst.index in measured]
+            decode = [inst for inst in decode if inst.index in measured]
         queue = sum(inst.pending_prompt_tokens for inst in prefill)
         # handed-off prompts a decode instance has not admitted yet: they wait for its KV room
         waiting = sum(1 for inst in decode for seq in inst.scheduler.waiting if is_handoff(seq))
@@ -139,7 +154,7 @@ class RoleController:
         signals = self.measure()
         signal = getattr(self.spec, "signal", None)
         value = signals[signal] if signal is not None else math.nan
-        prefill, decode = self._serving("prefill"), self._serving("decode")
+        prefill, decode = self._serving("prefill"), self._serving("decode")  # what moves: every pool
         switching = len(self._target)
         wanted = self._delta(value)
         # moves still in flight the same way already answer this signal: count them (anti-windup)

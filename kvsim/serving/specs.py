@@ -238,6 +238,7 @@ class StaticController(FrozenSpec):
 
 class _Adaptive(FrozenSpec):
     signal: Signal
+    signal_pools: list[str] | None = Field(default=None, min_length=1)
     interval: PositiveSeconds = 30.0
     window: PositiveSeconds | None = None
     min_prefill: PositiveInt = 1
@@ -273,6 +274,12 @@ class ThresholdController(_Adaptive):
     ``low`` and ``high`` are in the signal's unit: tokens (>= 0) for ``prefill_queue``, a share
     in [0, 1] for the others (:data:`SHARE_SIGNALS`). ``interval`` and ``window`` are above zero;
     ``switch_time`` may be 0 (an idealised instant restart).
+
+    ``signal_pools`` (default: every pool) measures the signal over the named pools' instances
+    only: the decode queue of the switchable 850E pool, say, rather than of every decode
+    instance. The queue and occupancy signals then count those instances in the role the signal
+    is about; the attainment signals count the requests whose first token (TTFT) or last token
+    (TPOT) those instances produced.
     """
 
     kind: Literal["threshold"] = "threshold"
