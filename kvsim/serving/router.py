@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence as Seq
 
+import numpy as np
+
 from kvsim.serving.cache_router import CacheAwareRouter
 from kvsim.serving.load_board import LeastOutstandingRouter, LoadBoard, least_outstanding_scan
 from kvsim.serving.specs import CacheAwareSpec
 
 __all__ = [
-    "Router", "RoundRobinRouter", "LeastOutstandingRouter", "LeastPromptTokensRouter", "MostFreeKVRouter",
+    "Router", "RoundRobinRouter", "RandomRouter", "LeastOutstandingRouter", "LeastPromptTokensRouter", "MostFreeKVRouter",
     "PrefixAwareRouter", "ROUTERS", "make_router", "least_outstanding_scan",
 ]
 
@@ -61,6 +63,18 @@ class RoundRobinRouter:
         index = self._next % len(instances)
         self._next = index + 1
         return index
+
+
+class RandomRouter:
+    """An instance drawn uniformly at random, from the named stream ``router.random`` (the
+    baseline of load balancers; also what makes a system of ``k`` instances ``k`` independent
+    queues, each fed a Poisson stream of ``1 / k`` the rate: Poisson thinning)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
+        return int(self._rng.integers(len(instances)))
 
 
 class LeastPromptTokensRouter:
@@ -102,10 +116,15 @@ ROUTERS = {
 
 
 def make_router(kind: str, cache: Any = None, spec: Any = None, clock: Any = None,
-                board: LoadBoard | None = None) -> Router:
+                board: LoadBoard | None = None, rng: np.random.Generator | None = None) -> Router:
     """A router of ``kind``; ``cache_aware`` needs the system's cache (a
     :class:`~kvsim.serving.cache.SystemCache`), its spec (default settings if None) and the clock;
-    ``least_outstanding`` reads the system's ``board`` if given (it scans otherwise)."""
+    ``least_outstanding`` reads the system's ``board`` if given (it scans otherwise); ``random``
+    draws from ``rng`` (the point's ``router.random`` stream)."""
+    if kind == "random":
+        if rng is None:
+            raise ValueError("the random router draws from a named stream: pass rng")
+        return RandomRouter(rng)
     if kind == "cache_aware":
         if cache is None:
             raise ValueError("the cache_aware router reads the cluster KV index: the system needs a kv_cache")

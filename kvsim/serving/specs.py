@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 RouterKind = Literal["round_robin", "least_outstanding", "least_prompt_tokens", "most_free_kv", "prefix_aware",
-                     "cache_aware"]
+                     "cache_aware", "random"]
 """How a router picks an instance among those of one role (see :mod:`kvsim.serving.router`)."""
 
 

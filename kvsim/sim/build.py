@@ -291,7 +291,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     if sizing.disaggregated:
         system.handoff = KVHandoff(
             env, system_spec.kv_handoff, system.transfers, records,
-            make_router(system_spec.decode_router, board=system.board),
+            make_router(system_spec.decode_router, board=system.board, rng=streams.generator("router.random.decode")),
             lambda: system.role_instances("decode"),
             lambda inst, tokens: _held_kv_bytes_per_card(system.placements[inst.index].pool, tokens),
             sizing.model.num_layers)
@@ -299,7 +299,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     entry = system.entry_role
     # before the prewarm: a cache-aware router with a delayed view follows the index from its start
     router = make_router(system_spec.prefill_router if entry == "prefill" else system_spec.router, system.cache,
-                         system_spec.cache_aware, lambda: env.now, system.board)
+                         system_spec.cache_aware, lambda: env.now, system.board, streams.generator("router.random"))
     if cache_spec is not None and cache_spec.prewarm:
         system.cache.prewarm(warm_prompts(spec.workload, duration, streams, block_tokens))
     system.front = system.kernels.frontend.FrontEnd(
