@@ -47,8 +47,10 @@ from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
 from kvsim.models.kernels import launches_per_pass
 from kvsim.models.llm import ModelSpec
+from kvsim.models.weight_offload import WeightStream
 
-__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates", "DecodeSteps"]
+__all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates", "DecodeSteps",
+           "streamed_memory_s"]
 
 ACTIVATION_DTYPE = "bf16"  # activations travel in 16-bit even when weights are FP8
 
@@ -192,6 +194,9 @@ class RooflineStepTime:
         The largest iteration replayed as a graph, tokens (default: ``engine.graph_max_tokens``,
         else 512; 0 with ``engine.graph_mode`` false); larger ones run eagerly
         (:mod:`kvsim.models.engine`).
+    stream : WeightStream, optional
+        Layers kept in host DRAM and streamed every iteration (:mod:`kvsim.models.weight_offload`):
+        their transfers bound the memory phase (:func:`streamed_memory_s`).
     """
 
     # the compiled backend's field types are in step_time.pxd (the same names)
@@ -200,11 +205,12 @@ class RooflineStepTime:
                  "_dense_weights", "_dense_bytes_read", "_allreduces", "_activation_bytes_per_token",
                  "_hop_latency_s", "_peer_Bps", "_kernels_s", "_remote_Bps", "_decode_cache", "_comm_cache",
                  "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s",
-                 "_issue_s", "_graph_max")
+                 "_issue_s", "_graph_max", "_stream_layers", "_stream_k", "_stream_tau")
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
                  engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
-                 compute_dtype: str | None = None, graph_max_tokens: int | None = None):
+                 compute_dtype: str | None = None, graph_max_tokens: int | None = None,
+                 stream: WeightStream | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.model = model
@@ -234,6 +240,9 @@ class RooflineStepTime:
             graph_max_tokens = self.engine.captured_tokens(256, 2048) if self.engine.graph_max_tokens is None \
                 else self.engine.graph_max_tokens
         self._graph_max = graph_max_tokens if self.engine.graph_mode else 0
+        self._stream_layers = float(stream.layers) if stream is not None else 1.0
+        self._stream_k = float(stream.offloaded) if stream is not None else 0.0  # 0: every layer in HBM
+        self._stream_tau = stream.layer_s if stream is not None else 0.0
         scale_up = accelerator.scale_up_bandwidth
         self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
         self._decode_cache: dict[int, tuple] = {}
@@ -286,7 +295,7 @@ class RooflineStepTime:
 
     @cython.locals(tokens_f=cython.double, sequences=cython.double, flops=cython.double, kv_tokens=cython.double,
                    remote_tokens=cython.double, remote_s=cython.double, rate=cython.double, weights_s=cython.double,
-                   comm_s=cython.double, overhead_s=cython.double)
+                   comm_s=cython.double, overhead_s=cython.double, compute_s=cython.double, memory_s=cython.double)
     def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None) -> StepBreakdown:
         """Time components of one iteration (seconds); ``remote_kv_Bps`` is the per-card rate of
         the KV read in place from peers (default: the uncontended scale-up rate)."""
@@ -313,9 +322,12 @@ class RooflineStepTime:
         sequences = prefill_seqs + decode_seqs  # batch.sequences
         # EngineSpec.step_overhead_s(sequences, tokens), its constants read once
         overhead_s = self._step_fixed_s + self._step_per_seq_s * sequences + self._step_per_token_s * tokens_f
+        compute_s = flops / rate
+        memory_s = weights_s + kv_tokens * self._kv_bytes_per_token_card / self._kv_Bps
+        if self._stream_k > 0.0:
+            memory_s = streamed_memory_s(compute_s, memory_s, self._stream_layers, self._stream_k, self._stream_tau)
         # a named tuple made as tuple.__new__ does (its generated __new__ runs as Python code)
-        return tuple.__new__(StepBreakdown, (flops / rate, weights_s + kv_tokens * self._kv_bytes_per_token_card
-                                             / self._kv_Bps, comm_s, overhead_s, kernels_s, remote_s))
+        return tuple.__new__(StepBreakdown, (compute_s, memory_s, comm_s, overhead_s, kernels_s, remote_s))
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""
@@ -331,7 +343,8 @@ class RooflineStepTime:
             fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
             rate, weights_s, comm_s, kernels_s = self._token_terms(tokens)
             terms = (fixed_flops, self._attn_decode, rate, weights_s, self._kv_bytes_per_token_card, self._rates.kv_Bps,
-                     comm_s, kernels_s, self.engine.step_overhead_s(seqs, tokens))
+                     comm_s, kernels_s, self.engine.step_overhead_s(seqs, tokens), self._stream_layers, self._stream_k,
+                     self._stream_tau)
             self._decode_cache[seqs] = terms
         return terms
 
@@ -362,30 +375,56 @@ class RooflineStepTime:
     def decode_steps_array(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """:meth:`decode_steps` as numpy arrays: element-wise the same float operations in the same
         order, so each step equals :meth:`breakdown` to the bit (for long runs)."""
-        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = self._decode_terms(seqs)
+        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s, layers, k, tau = \
+            self._decode_terms(seqs)
         context = context_tokens + seqs * np.arange(steps, dtype=np.int64)
         compute = (fixed_flops + attn * context) / rate
         memory = weights_s + context * kv_bytes / kv_Bps
+        if k > 0.0:  # streamed_memory_s element-wise: the same operations, so the same bits
+            per_layer = np.where(compute >= memory, compute, memory) / layers
+            stream = k * tau + per_layer
+            fill = tau + k * per_layer
+            bound = np.where(stream >= fill, stream, fill)
+            memory = np.where(bound > memory, bound, memory)
         total = np.where(compute >= memory, compute, memory) + comm_s + kernels_s + overhead_s
         return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
+
+
+@cython.locals(x=cython.double, per_layer=cython.double, stream=cython.double, fill=cython.double,
+               bound=cython.double)
+def streamed_memory_s(compute_s, memory_s, layers, offloaded, layer_s) -> float:
+    """The memory phase of an iteration whose weights for its last ``offloaded`` of ``layers``
+    layers stream from the host, ``layer_s`` seconds a layer (:mod:`kvsim.models.weight_offload`):
+    ``max(memory, k tau + c, tau + k c)`` with ``c`` one layer's share of ``max(compute, memory)``.
+    (A C function compiled, ``step_time.pxd``; the numpy form in ``decode_steps_array`` does the
+    same operations.)"""
+    x = compute_s if compute_s >= memory_s else memory_s
+    per_layer = x / layers
+    stream = offloaded * layer_s + per_layer
+    fill = layer_s + offloaded * per_layer
+    bound = stream if stream >= fill else fill
+    return bound if bound > memory_s else memory_s
 
 
 @cython.locals(fixed_flops=cython.double, attn=cython.double, rate=cython.double, weights_s=cython.double,
                kv_bytes=cython.double, kv_Bps=cython.double, comm_s=cython.double, kernels_s=cython.double,
                overhead_s=cython.double, context=cython.double, step_seqs=cython.double, c=cython.double,
-               m=cython.double, k=cython.Py_ssize_t)
+               m=cython.double, k=cython.Py_ssize_t, layers=cython.double, offloaded=cython.double,
+               tau=cython.double)
 def fill_decode_steps(terms, context_tokens, seqs, steps, total_s, compute_s, memory_s) -> None:
     """Write the first ``steps`` decode-only iterations' ``total_s``, ``compute_s`` and
     ``memory_s`` (see :meth:`RooflineStepTime.decode_steps`; ``terms``: its
     ``_decode_terms(seqs)``): into lists in the pure-Python reference, into C arrays compiled
     (where a decode run keeps its steps; a C function there, ``step_time.pxd``)."""
-    fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s = terms
+    fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s, layers, offloaded, tau = terms
     # token counts below 2**53 are exact as floats, so context * x is the same product either way
     context = context_tokens
     step_seqs = seqs
     for k in range(steps):
         c = (fixed_flops + attn * context) / rate
         m = weights_s + context * kv_bytes / kv_Bps
+        if offloaded > 0.0:
+            m = streamed_memory_s(c, m, layers, offloaded, tau)
         compute_s[k] = c
         memory_s[k] = m
         total_s[k] = (c if c >= m else m) + comm_s + kernels_s + overhead_s

@@ -7,6 +7,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import Field, model_validator
 
+from kvsim.models.weight_offload import WeightOffloadSpec
 from kvsim.spec_types import (Bytes, Count, Fraction, FrozenSpec, NonNegativeFloat, PositiveFloat, PositiveInt,
                               PositiveSeconds, Seconds, field_errors)
 
@@ -135,6 +136,11 @@ class InstanceSpec(FrozenSpec):
     runtime_reserve : float
         With ``activation_reserve`` computed: bytes per card for CUDA graphs, communication
         buffers and workspaces (assumption: 1 GiB).
+    weight_offload : WeightOffloadSpec or None
+        Keep a share of the layers in host DRAM and stream them to the cards every iteration
+        (``{fraction: 0.5}``; :mod:`kvsim.models.weight_offload`): more HBM for KV, or a model on
+        fewer cards, for host-link time on every step. Dense models, tensor parallelism inside
+        one node. None (default): every weight in HBM.
     """
 
     tp: PositiveInt = 1
@@ -151,6 +157,7 @@ class InstanceSpec(FrozenSpec):
     memory_utilization: Fraction = 0.9
     activation_reserve: Bytes | None = None  # 0 is a choice: every byte left after weights holds KV
     runtime_reserve: Bytes = 1.0 * 2**30
+    weight_offload: WeightOffloadSpec | None = None
 
 
 class PoolSpec(FrozenSpec):

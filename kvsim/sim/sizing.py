@@ -21,6 +21,7 @@ from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes
 from kvsim.models.engine import EngineSpec
 from kvsim.models.memory import activation_reserve_bytes
 from kvsim.models.step_time import RooflineStepTime
+from kvsim.models.weight_offload import WeightStream, offload_sizing
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
 from kvsim.serving.specs import PoolSpec
@@ -69,6 +70,7 @@ class PoolSizing:
     compute_dtype: str = ""  # the format matmuls run in ("": dtype)
     layout: Layout = Layout()
     links: LayoutLinks | None = None
+    stream: WeightStream | None = None  # layers kept on the host, streamed every iteration
 
     @property
     def role(self) -> str:
@@ -99,7 +101,7 @@ class PoolSizing:
         if self.links is None:
             roofline = kernels.step_time.RooflineStepTime if kernels is not None else RooflineStepTime
             return roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
-                            self.weight_dtypes, self.compute_dtype or None, captured)
+                            self.weight_dtypes, self.compute_dtype or None, captured, self.stream)
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
                               inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine,
                               self.weight_dtypes, self.compute_dtype or None, captured)
@@ -343,6 +345,15 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
                           f"{instances * layout.cards} cards; {pool.nodes} x {node.name} has {pool_cards}")
     weight_dtypes = spec.system_weight_dtypes(name)
     weights_per_card = weight_bytes_per_card(model, layout, dtype, weight_dtypes)
+    stream = None
+    if inst.weight_offload is not None:
+        cache = system.kv_cache
+        try:
+            stream, freed = offload_sizing(inst.weight_offload, model, node, accelerator, layout, dtype, weight_dtypes,
+                                           cache.dram.capacity if cache is not None and cache.dram is not None else 0.0)
+        except ValueError as problem:
+            raise SizingError(path + ("instance", "weight_offload"), str(problem)) from None
+        weights_per_card -= freed
     adapters_per_card = adapter_slot_bytes_per_card(spec, system, model, layout)
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
@@ -389,7 +400,7 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         kv_dtype=kv_dtype, instances=instances, weight_bytes_per_card=weights_per_card,
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
         kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
-        weight_dtypes=weight_dtypes, compute_dtype=spec.system_compute_dtype(name),
+        weight_dtypes=weight_dtypes, compute_dtype=spec.system_compute_dtype(name), stream=stream,
     )
 
 
