@@ -47,9 +47,17 @@ def rst_to_md(text: str) -> str:
     return text.replace("``", "`")
 
 
+def escape_html(text: str) -> str:
+    """``<``, ``>`` and ``&`` outside code spans as entities, so ``results/<scenario name>`` is not
+    read as an HTML tag (inside backticks Markdown shows them as they are)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else
+                   part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") for part in parts)
+
+
 def one_line(text: str) -> str:
-    """Collapse whitespace (a table cell is one line) and escape the table's pipes."""
-    return re.sub(r"\s+", " ", text).strip().replace("|", "\\|")
+    """Collapse whitespace (a table cell is one line), escape HTML and the table's pipes."""
+    return escape_html(re.sub(r"\s+", " ", text).strip()).replace("|", "\\|")
 
 
 def numpydoc_parts(doc: str) -> tuple[str, dict[str, str]]:
@@ -146,11 +154,103 @@ def _default(node: dict[str, Any]) -> str:
     return "`" + json.dumps(value, ensure_ascii=False).replace("|", "\\|") + "`"
 
 
+_ARRIVALS = ("ClosedLoop", "DiurnalArrivals", "GammaArrivals", "PoissonArrivals", "PhasedArrivals", "PhaseSpec",
+             "StagedArrivals", "RateStage")
+PROSE: dict[str, tuple[str, str]] = {
+    **{name: ("Arrivals", "scenario-files.md#arrivals") for name in _ARRIVALS},
+    **{name: ("Lengths", "scenario-files.md#lengths")
+       for name in ("EmpiricalLength", "FixedLength", "LognormalLength", "UniformLength")},
+    **{name: ("KV cache", "scenario-files.md#kv-cache")
+       for name in ("KVCacheSpec", "TierSpec", "RemotePoolSpec", "ConnectorSpec")},
+    **{name: ("Prefill/decode disaggregation", "scenario-files.md#prefilldecode-disaggregation")
+       for name in ("PoolSpec", "HandoffSpec", "StaticController", "ThresholdController", "ProportionalController")},
+    **{name: ("Prefix structure", "scenario-files.md#prefix-structure")
+       for name in ("MultiTurn", "SharedDocuments", "FixedHit")},
+    **{name: ("Studies", "scenario-files.md#studies")
+       for name in ("GapStudySpec", "OptionsStudySpec", "PDStudySpec", "FigureRange")},
+    **{name: ("How to plan capacity", "../planning.md#writing-the-scenario")
+       for name in ("PlanSpec", "SensitivitySpec", "SharedPoolSpec", "UnitRange")},
+    **{name: ("Your own hardware", "scenario-files.md#your-own-hardware")
+       for name in ("CatalogEntries", "CatalogAcceleratorSpec", "CatalogEfficiencySpec", "CatalogHostStagingSpec",
+                    "CatalogMlaSpec", "CatalogModelSpec", "CatalogMoeSpec", "CatalogNicSpec", "CatalogNodeSpec",
+                    "CatalogNvmeSpec", "CatalogPoolNodeSpec")},
+    **{name: ("An example", "scenario-files.md#an-example")
+       for name in ("ScenarioSpec", "WorkloadSpec", "SloSpec", "CompareSpec")},
+    "AdapterSpec": ("LoRA adapters", "scenario-files.md#lora-adapters"),
+    "LoraSpec": ("LoRA adapters", "scenario-files.md#lora-adapters"),
+    "CacheAwareSpec": ("Cache-aware routing", "scenario-files.md#cache-aware-routing"),
+    "CostSpec": ("Cost", "scenario-files.md#cost"),
+    "CsvColumnsSpec": ("Trace replay", "scenario-files.md#trace-replay"),
+    "TraceSpec": ("Trace replay", "scenario-files.md#trace-replay"),
+    "EngineSpec": ("Engine costs", "scenario-files.md#engine-costs"),
+    "InstanceSpec": ("Parallel layouts", "scenario-files.md#parallel-layouts"),
+    "SystemSpec": ("Systems", "scenario-files.md#systems"),
+}
+"""Where the prose of Scenario files (or the planning page) explains each object: a map of
+sections, not of facts; ``mkdocs build --strict`` checks every anchor."""
+
+
+def _model_classes() -> dict[str, type]:
+    """Every pydantic model class kvsim defines, by name (the schema's titles are class names; the
+    ``Catalog*`` copies of the catalog specs are found under their own names without the prefix)."""
+    import pydantic
+
+    import kvsim.scenario.json_schema  # noqa: F401  (imports every spec the schema is made from)
+
+    found: dict[str, type] = {}
+    todo = list(pydantic.BaseModel.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if cls.__module__.startswith("kvsim."):
+            found.setdefault(cls.__name__, cls)
+    return found
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """A model's per-field text from its source: the docstring under a field, or else the comment
+    on its line (base classes first, so a subclass's own text wins)."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not klass.__module__.startswith("kvsim."):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        lines = source.split("\n")
+        body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+        for i, stmt in enumerate(body):
+            if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+                continue
+            following = body[i + 1] if i + 1 < len(body) else None
+            if (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)
+                    and isinstance(following.value.value, str)):
+                docs[stmt.target.id] = inspect.cleandoc(following.value.value)
+                continue
+            last = lines[(stmt.end_lineno or stmt.lineno) - 1]
+            if "#" in last and "noqa" not in last.split("#", 1)[1]:
+                docs[stmt.target.id] = last.split("#", 1)[1].strip()
+    return docs
+
+
 def _object_section(name: str, node: dict[str, Any], defs: dict[str, Any], title: str | None = None) -> list[str]:
     summary, documented = numpydoc_parts(node.get("description", ""))
+    classes = _model_classes()
+    cls = classes.get(name) or classes.get(name.removeprefix("Catalog"))
+    if cls is not None:
+        documented = {**attribute_docs(cls), **documented}
     out = [f"## {title or name} {{#{_anchor(name)}}}", ""]
     if summary:
-        out += [rst_to_md(summary), ""]
+        out += [escape_html(rst_to_md(summary)), ""]
+    if name in PROSE:
+        section, link = PROSE[name]
+        where = "How to plan capacity" if link.startswith("../") else "Scenario files"
+        out += [f"Explained in [{where} › {section}]({link}).", ""]
     properties = node.get("properties", {})
     if not properties:
         out += [f"Type: {_type({k: v for k, v in node.items() if k != 'description'})}", ""]
@@ -211,7 +311,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
             continue
         names = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.dest}`"
-        if action.nargs == 0:
+        if action.nargs == 0 or not action.option_strings and not action.choices:
             value = ""
         else:
             metavar = action.metavar or (action.dest.upper() if action.option_strings else action.dest)
@@ -237,7 +337,8 @@ def cli_page() -> str:
     out += _option_rows(parser) + [""]
     for name, aliases, helptext, sub in _subcommands(parser):
         also = f" (also `kvsim {'`, `kvsim '.join(aliases)}`)" if aliases else ""
-        out += [f"## kvsim {name}", "", f"{rst_to_md(helptext)}{also}.", "", "```text",
+        sentence = escape_html(rst_to_md(helptext))
+        out += [f"## kvsim {name}", "", f"{sentence[:1].upper()}{sentence[1:]}{also}.", "", "```text",
                 _usage(sub, f"kvsim {name}"), "```", ""]
         groups = [g for g in sub._action_groups if g._group_actions and g.title not in ("positional arguments",
                                                                                           "options")]
@@ -254,7 +355,7 @@ def cli_page() -> str:
 
 def _usage(parser: argparse.ArgumentParser, prog: str) -> str:
     parser.prog = prog
-    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)  # type: ignore[assignment]
+    parser.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=78)  # type: ignore[assignment]
     return parser.format_usage().strip().removeprefix("usage: ")
 
 
@@ -443,8 +544,13 @@ def _flagged(text: str, metrics: dict[str, Any]) -> str:
     return f"{text}\\*" if metrics.get("flags") else text
 
 
+def _figure(value: float) -> str:
+    """Three significant figures, trailing zeros kept (4.90, 0.200, 17.0, 103)."""
+    return f"{value:#.3g}".rstrip(".")
+
+
 def _seconds(value: float) -> str:
-    return f"{value:.3g} s"
+    return f"{_figure(value)} s"
 
 
 def headline_block() -> str:
@@ -452,8 +558,8 @@ def headline_block() -> str:
     the first at which no system is in steady state."""
     summary = json.loads((ROOT / HEADLINE_DIR / "summary.json").read_text(encoding="utf-8"))
     key = next(iter(summary["sweep"]))
-    rows = ["| load | system | goodput (req/s) | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | backlog at "
-            f"{summary['duration_s']:g} s |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    rows = ["| load | system | goodput /s | TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | backlog |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|"]
     left_out = []
     for number, point in enumerate(summary["points"]):
         systems = point["systems"]
@@ -464,12 +570,14 @@ def headline_block() -> str:
             continue
         for name in summary["system_names"]:
             m = systems[name]
-            cells = [f"{m['goodput_requests_per_s']:.3g}", _seconds(m["ttft_s"]["p50"]), _seconds(m["ttft_s"]["p99"]),
-                     f"{m['tpot_s']['p50'] * 1e3:.3g} ms", f"{m['tpot_s']['p99'] * 1e3:.3g} ms",
+            cells = [_figure(m["goodput_requests_per_s"]), _seconds(m["ttft_s"]["p50"]), _seconds(m["ttft_s"]["p99"]),
+                     f"{_figure(m['tpot_s']['p50'] * 1e3)} ms", f"{_figure(m['tpot_s']['p99'] * 1e3)} ms",
                      f"{m['requests_unfinished']:,}"]
             rows.append(f"| {load} | {name} | " + " | ".join(_flagged(c, m) for c in cells) + " |")
     flags = list(dict.fromkeys(f for p in summary["points"] for m in p["systems"].values() for f in m.get("flags", [])))
-    note = (f"\\* Flagged `{', '.join(flags)}` by `kvsim run`: not a steady-state number (the backlog grows "
+    note = (f"Goodput: requests per second completed within the SLO; backlog: requests not finished when "
+            f"arrivals stop at {summary['duration_s']:g} s.\n\n"
+            f"\\* Flagged `{', '.join(flags)}` by `kvsim run`: not a steady-state number (the backlog grows "
             "through the window); it says \"overloaded\", and its value depends on how long the window was.")
     if left_out:
         note += f" Not shown: {', '.join(left_out)}, where every system is overloaded (in the report)."
