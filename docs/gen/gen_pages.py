@@ -469,9 +469,11 @@ def notebooks_block() -> str:
         run_by = f"`tests/{runner}`" if runner else "**no test**"
         rows.append(f"| [`notebooks/{path.name}`](../../notebooks/{path.name}) | {one_line(title)} | {run_by} |")
     count = len(rows) - 2
+    untested = sum("**no test**" in row for row in rows)
+    runs = ("the test suite runs each one top to bottom" if not untested else
+            f"the test suite runs {count - untested} of them top to bottom")
     return "\n".join([BANNER.format(source="notebooks/*.ipynb"), "",
-                      f"The repository has {count} notebooks; the test suite runs each one top to bottom.", ""]
-                     + rows)
+                      f"The repository has {count} notebooks; {runs}.", ""] + rows)
 
 
 # ---------------------------------------------------------------------------------------------
