@@ -150,3 +150,38 @@ def test_every_object_of_the_scenario_schema_points_to_its_prose():
 
     schema = json.loads((ROOT / "docs" / "scenario.schema.json").read_text(encoding="utf-8"))
     assert sorted(set(schema["$defs"]) - set(_gen_pages().PROSE)) == []
+
+
+def test_the_speed_report_writes_its_table_into_the_docs_not_the_readme(tmp_path):
+    """benchmarks/speed.py's table moved from the README to docs/speed.md; the writer refuses the
+    README (whose text it would otherwise replace whole) and fills a docs page's markers."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from speed_report import END, START, write_out
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    readme = tmp_path / "README.md"
+    readme.write_text("# front door\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        write_out(readme, "| table |")
+    assert readme.read_text(encoding="utf-8") == "# front door\n"
+    page = tmp_path / "speed.md"
+    page.write_text(f"# How fast\n\nbefore\n{START}\nold\n{END}\nafter\n", encoding="utf-8")
+    write_out(page, "| table |")
+    assert page.read_text(encoding="utf-8") == f"# How fast\n\nbefore\n{START}\n| table |\n{END}\nafter\n"
+    assert START in (ROOT / "docs" / "speed.md").read_text(encoding="utf-8")
+
+
+def test_the_docs_pages_name_only_files_that_exist():
+    """A path in backticks on the README or a page written for the site (``kvsim/...``,
+    ``scenarios/...``) names a file or folder of the repository, or a pattern that matches one.
+    (The older pages under docs/ also name files of other projects, by the same paths.)"""
+    pages = [README, ROOT / "docs" / "index.md", ROOT / "docs" / "about-these-docs.md"]
+    pages += [page for kind in ("tutorials", "how-to", "reference", "explanation")
+              for page in (ROOT / "docs" / kind).glob("*.md")]
+    named = {m for page in pages for m in re.findall(
+        r"`((?:kvsim|tests|docs|benchmarks|scenarios|notebooks)/[^`\s]*)`", page.read_text(encoding="utf-8"))}
+    assert len(named) > 100
+    missing = [n for n in sorted(named)
+               if not (any(ROOT.glob(n)) if "*" in n else (ROOT / n.split("::")[0].rstrip(":,.")).exists())]
+    assert missing == []

@@ -496,30 +496,54 @@ def _doc_md(obj: Any) -> list[str]:
     return out
 
 
+def _signature(name: str, func: Any) -> str:
+    """``name(params) -> return`` with annotations as written in the source (no quotes)."""
+    import inspect
+
+    def shown(annotation: Any) -> str:
+        return annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+
+    sig = inspect.signature(func)
+    params = []
+    for param in sig.parameters.values():
+        text = ("*" if param.kind is param.VAR_POSITIONAL else "**" if param.kind is param.VAR_KEYWORD else "")
+        text += param.name
+        if param.annotation is not param.empty:
+            text += f": {shown(param.annotation)}"
+        if param.default is not param.empty:
+            text += f" = {param.default!r}"
+        params.append(text)
+    out = f"{name}({', '.join(params)})"
+    if sig.return_annotation is not sig.empty:
+        out += f" -> {shown(sig.return_annotation)}"
+    return out
+
+
 def python_api_page() -> str:
     import inspect
 
     import kvsim
 
     out = [BANNER.format(source="the docstrings of kvsim's public names (kvsim.__all__)"), "", "# Python API", "",
-           "The names `import kvsim` offers (`kvsim.__all__`), generated from their own docstrings. A first "
-           "walk through them: [Your first notebook](../tutorials/first-notebook.md).", ""]
+           "The names `import kvsim` offers (`kvsim.__all__`), generated from their own signatures and "
+           "docstrings. A first walk through them: [Your first notebook](../tutorials/first-notebook.md).", ""]
     for name in kvsim.__all__:
         if name.startswith("_"):
             continue
         obj = getattr(kvsim, name)
         if inspect.isclass(obj):
-            out += [f"## `kvsim.{name}` (class)", ""] + _doc_md(obj)
+            out += [f"## `kvsim.{name}`", "", f"*class* `kvsim.{name}`", ""] + _doc_md(obj)
             for member, value in sorted(vars(obj).items()):
                 if member.startswith("_"):
                     continue
                 if isinstance(value, property):
-                    out += [f"### `{name}.{member}` (property)", ""] + _doc_md(value)
+                    out += [f"### `{name}.{member}`", "", "*property*", ""] + _doc_md(value)
                 elif inspect.isfunction(value) or isinstance(value, (classmethod, staticmethod)):
                     func = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
-                    out += [f"### `{name}.{member}{inspect.signature(func)}`", ""] + _doc_md(func)
+                    out += [f"### `{name}.{member}`", "", "```python", _signature(member, func), "```", ""]
+                    out += _doc_md(func)
         elif callable(obj):
-            out += [f"## `kvsim.{name}{inspect.signature(obj)}`", ""] + _doc_md(obj)
+            out += [f"## `kvsim.{name}`", "", "```python", _signature(f"kvsim.{name}", obj), "```", ""] + _doc_md(obj)
     return "\n".join(out).rstrip() + "\n"
 
 
