@@ -87,6 +87,13 @@ def test_the_readme_table_quotes_the_committed_run():
                if line.startswith(f"| {first['params']['workload.arrival.rate']} | h20 |"))
     assert f"| {h20['tpot_s']['p50'] * 1e3:#.3g} ms |" in row
     assert f"| {h20['requests_unfinished']:,} |" in row
+    # the ratios the README's bullets quote, from the same run
+    l20 = first["systems"]["l20"]
+    text = README.read_text(encoding="utf-8")
+    tpot_ratio = l20["tpot_s"]["p50"] / h20["tpot_s"]["p50"]
+    ttft_ratio = l20["ttft_s"]["p50"] / h20["ttft_s"]["p50"]
+    assert f"about {round(tpot_ratio)}× the\n  H20's" in text
+    assert f"only about {ttft_ratio:.1f}× the H20's" in text
 
 
 def test_the_readme_is_a_front_door():
