@@ -237,7 +237,11 @@ def report(results: Results, baseline: dict[str, dict[str, Any]] | None, command
 
 
 def write_out(path, text: str) -> None:
-    """Put ``text`` between the speed-table markers of ``path`` (or write a page holding them)."""
+    """Put ``text`` between the speed-table markers of ``path`` (or write a page holding them).
+    Never into the README: the table lives in ``docs/speed.md`` (issue 29: the README is a front
+    door, and a page without the markers would be overwritten whole)."""
+    if path.name.lower() == "readme.md":
+        raise SystemExit(f"{path}: the speed table is written into docs/speed.md, not the README")
     page = path.read_text(encoding="utf-8") if path.exists() else ""
     if START in page and END in page:
         head, rest = page.split(START, 1)

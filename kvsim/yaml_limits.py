@@ -22,7 +22,7 @@ MAX_PROBLEMS = 20
 """Most problems reported from one text (reading stops there)."""
 BYTES_VARIABLE = "KVSIM_YAML_MAX_BYTES"
 NODES_VARIABLE = "KVSIM_YAML_MAX_NODES"
-LIMITS_DOC = "README.md, Scenario files"
+LIMITS_DOC = "docs/reference/scenario-files.md, YAML limits"
 """Where the limits are described (named in their messages)."""
 
 

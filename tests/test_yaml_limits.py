@@ -130,8 +130,8 @@ def test_a_file_over_the_size_limit_is_refused_before_parsing(tmp_path, monkeypa
     assert parsed == []
     assert problem == (f"{path}: {size:,} bytes is more than kvsim reads as YAML (4,194,304 bytes; a scenario is a "
                        f"few KB, long lists belong in a length or trace file): is this the right file? To read it "
-                       f"anyway, set the environment variable KVSIM_YAML_MAX_BYTES={size} or more (see README.md, "
-                       f"Scenario files)")
+                       f"anyway, set the environment variable KVSIM_YAML_MAX_BYTES={size} or more (see "
+                       f"docs/reference/scenario-files.md, YAML limits)")
 
 
 def test_raising_the_size_limit_reads_the_file(tmp_path, monkeypatch):
@@ -154,7 +154,8 @@ def test_a_file_over_the_value_limit_is_refused_at_the_first_value_over(tmp_path
     problem = _one_problem(*_validate(path))
     assert problem == (f"{path}:6: more than 2,000 keys, values and list items once aliases (*name) are expanded "
                        f"(a scenario holds a few hundred): is this the right file? To read it anyway, set the "
-                       f"environment variable KVSIM_YAML_MAX_NODES=4000 or more (see README.md, Scenario files)")
+                       f"environment variable KVSIM_YAML_MAX_NODES=4000 or more (see docs/reference/scenario-files.md, "
+                       f"YAML limits)")
     monkeypatch.setenv("KVSIM_YAML_MAX_NODES", "4000")  # raising it reads the file
     status, _, err = _validate(path)
     assert status == 0, err
@@ -184,8 +185,8 @@ def test_the_default_value_limit_names_the_way_to_raise_it(tmp_path):
     problem = _one_problem(*_validate(path))
     assert problem.startswith(f"{path}:7: more than 1,000,000 keys, values and list items once aliases (*name) are "
                               f"expanded")
-    assert problem.endswith("set the environment variable KVSIM_YAML_MAX_NODES=2000000 or more (see README.md, "
-                            "Scenario files)")
+    assert problem.endswith("set the environment variable KVSIM_YAML_MAX_NODES=2000000 or more (see "
+                            "docs/reference/scenario-files.md, YAML limits)")
 
 
 @pytest.mark.parametrize("variable", ["KVSIM_YAML_MAX_BYTES", "KVSIM_YAML_MAX_NODES"])
