@@ -184,6 +184,8 @@ PROSE: dict[str, tuple[str, str]] = {
     "TraceSpec": ("Trace replay", "scenario-files.md#trace-replay"),
     "EngineSpec": ("Engine costs", "scenario-files.md#engine-costs"),
     "InstanceSpec": ("Parallel layouts", "scenario-files.md#parallel-layouts"),
+    "WeightOffloadSpec": ("Weight offload", "../explanation/physics.md"),
+    "FailureSpec": ("Spares for failures", "../planning.md#spares-for-failures-planfailures"),
     "SystemSpec": ("Systems", "scenario-files.md#systems"),
 }
 """Where the prose of Scenario files (or the planning page) explains each object: a map of
