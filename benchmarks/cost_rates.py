@@ -16,12 +16,23 @@ offload-nocache and offload-dram_nvme (the same requests without and with DRAM +
 tier blocks and transfers), mooncake (HBM + DRAM cache on a trace; again as
 ``mooncake-cache_aware``, routed by cache: every instance scored per request), domains (its
 three systems: per-block work across addressing domains; again as ``domains-local``, its 8-card
-servers with each instance's own HBM cache: the same blocks without domain lookups), pd (handoffs; also as ``pd-tp4``, two servers of tp-4
-instances, for the handoff's flows per card) -- at ``--scale`` of their durations,
-ladder-64 again at 3x that scale, the ladder's saturation probe (a closed loop) and
-``scenarios/plan_offload.yaml``'s pool systems (a cache prewarm; remote-pool transfers) and its
-DRAM-tier system (``dram``: about 22 blocks per local transfer where the offload cases move 27, so
-tier blocks and transfers, which those cases move in step, are told apart), ``domains@3``
+servers with each instance's own HBM cache: the same blocks without domain lookups; and as
+``domains-nocache``, those servers without a cache: its documents' blocks hashed, which move
+with its requests through the cache in the other domains cases), pd (handoffs; also as
+``pd-tp4``, two servers of tp-4 instances, for the handoff's flows per card) -- at ``--scale``
+of their durations, ladder-64 again at 3x that scale, the ladder's saturation probe (a closed
+loop) and ``scenarios/plan_offload.yaml``'s H20 (``plain``: each instance's own HBM kept as
+extents, no lower tier, at 8/s: most requests miss; ``plain-hot``, the same with one document:
+most requests hit), its one-node pool systems (a cache prewarm; remote-pool
+transfers), its DRAM-tier system (``dram``; and ``dram-hot``, with one document at 8/s: its requests
+find it in HBM, so the lower tier's work per request is told from its loads) and its L20 with DRAM and NVMe (``tiers``: two lower
+stores a prompt where the others have one) -- all kept as extents since phase 6
+(docs/extents.md), so they set the extent paths below HBM (``extent_tier``, ``extent_prewarm``)
+and the per-block ones (``tier_block``, ``prewarm_block``) are set by the offload, mooncake,
+gap-remote and quick-pool cases --, one probe of the planning question of docs/planning.md
+(16-token blocks, one shared document) on its DRAM candidate (``quick-dram``: kept as extents,
+four nodes' DRAM prewarmed) and its pool candidate (``quick-pool``: four pool nodes, per block),
+``domains@3``
 (domains three times as long: more of its prompts hit, so computed blocks and looked-up ones are
 told apart), ``lora`` (``scenarios/lora_shared_context.yaml`` at 16K-token documents and 32
 clients: full caches, per-adapter KV, value reuse's lookups; ``lora-refused``, its value-reuse
@@ -65,14 +76,16 @@ from kvsim.workload.reuse import forget_document_chains  # noqa: E402
 from speed_measure import machine  # noqa: E402
 
 CASES = ("ladder-8", "ladder-64", "ladder-256", "ladder-64@3", "offload-nocache", "offload-dram_nvme", "mooncake",
-         "mooncake-cache_aware", "domains", "domains-local", "domains@3", "pd", "pd-tp4", "probe", "prewarm", "remote",
-         "dram", "lora", "lora-refused", "gap-remote")
+         "mooncake-cache_aware", "domains", "domains-local", "domains-nocache", "domains@3", "pd", "pd-tp4", "probe",
+         "plain", "plain-hot", "prewarm", "remote", "dram", "dram-hot", "tiers", "quick-dram", "quick-pool", "lora",
+         "lora-refused", "gap-remote")
 """The cases fitted, in order; ``CASE@k`` runs ``CASE`` at ``k`` times ``--scale`` (a longer run of
 the same system separates the per-run costs from the per-request ones)."""
 
 
 def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
-    """The scenario of ``case``: a speed case; ``prewarm``, ``scenarios/plan_offload.yaml``'s L20
+    """The scenario of ``case``: a speed case; ``plain``, ``scenarios/plan_offload.yaml``'s H20 at 8/s;
+    ``prewarm``, its L20
     with a remote pool (prewarmed) at 1/s, where the prewarm is most of the run; ``remote``, its
     H20 with the same pool at 8/s, where the requests' remote-pool transfers are; ``dram``, its L20
     with a 512 GiB DRAM tier (prewarmed) at 4/s."""
@@ -87,6 +100,10 @@ def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
         domains = scenario_for("domains", {"scale": scale})
         local = {**domains.raw["systems"]["servers_16x8"], "kv_cache": {"peer_hbm": "none"}}
         return domains.with_changes({"systems": {"servers_16x8_local": local}})
+    if case == "domains-nocache":  # its servers without a cache: the documents hashed, no cache path
+        domains = scenario_for("domains", {"scale": scale})
+        bare = {k: v for k, v in domains.raw["systems"]["servers_16x8"].items() if k != "kv_cache"}
+        return domains.with_changes({"systems": {"servers_16x8_nocache": {**bare, "router": "round_robin"}}})
     if case == "pd-tp4":  # the pd case on two servers of tp-4 instances: 4 flows per handoff
         pool = "systems.pd.pools.h20"
         return scenario_for("pd", {"scale": scale}).with_changes(
@@ -106,12 +123,46 @@ def case_scenario(case: str, scale: float, capacity: float) -> kvsim.Scenario:
                                  "workload.prefix.document_tokens.value": 7680,
                                  "workload.prefix.suffix_tokens.low": 256, "workload.prefix.suffix_tokens.high": 768,
                                  "workload.arrival.clients": 16, "duration": 1400 * scale, "warmup": 400 * scale})
-    if case in ("prewarm", "remote", "dram"):
-        name, rate = {"prewarm": ("l20-pool", "1/s"), "remote": ("h20-pool", "8/s"), "dram": ("l20-dram", "4/s")}[case]
+    if case in ("quick-dram", "quick-pool"):
+        return quick_probe(case, scale)
+    if case in ("plain-hot", "dram-hot"):  # one document at 8/s: the requests find it in HBM (no loads from below)
+        return case_scenario(case[:-4], scale, capacity).with_changes(
+            {"workload.prefix.documents": 1, "workload.arrival.rate": "8/s"})
+    if case == "tiers":  # plan_offload's L20 with DRAM and the node's NVMe, both prewarmed, at 4/s
+        plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
+        kv = {"dram": {"capacity": "512 GiB"}, "nvme": {}, "prewarm": True}
+        return plan.with_changes({"systems": {"l20-dram_nvme": {**plan.raw["systems"]["l20"], "kv_cache": kv}},
+                                  "plan": None, "workload.arrival.rate": "4/s", "duration": 240 * scale,
+                                  "warmup": 60 * scale})
+    if case in ("plain", "plain-hot", "prewarm", "remote", "dram"):
+        name, rate = {"plain": ("h20", "8/s"), "prewarm": ("l20-pool", "1/s"), "remote": ("h20-pool", "8/s"),
+                      "dram": ("l20-dram", "4/s")}[case]
         plan = kvsim.load_scenario(HERE.parent / "scenarios" / "plan_offload.yaml")
         return plan.with_changes({"systems": {name: plan.raw["systems"][name]}, "plan": None,
                                   "workload.arrival.rate": rate, "duration": 240 * scale, "warmup": 60 * scale})
     return scenario_for(case, {"scale": scale, "capacity_per_s": capacity})
+
+
+QUICK = "h20-8x,l20-8x,l20-8x+dram=512GiB,l20-8x+pool=nvme-storage-16x"
+"""The candidates of the planning question of docs/planning.md (quick mode)."""
+
+
+def quick_probe(case: str, scale: float) -> kvsim.Scenario:
+    """One probe of the planning question of docs/planning.md (``kvsim plan --model qwen3-8b
+    --target 40/s --prompt-tokens 8192 --shared-prefix-tokens 7168 --output-tokens 200``, its
+    blocks of 16 tokens): 4 units at 40/s of its DRAM candidate (``quick-dram``: kept as extents,
+    each node's DRAM prewarmed) or its pool candidate (``quick-pool``: 4 pool nodes, so per
+    block), the probe's window scaled by ``scale``."""
+    from kvsim.hardware import node_catalog, pool_node_catalog
+    from kvsim.plan.planner import Probe, probe_scenario
+    from kvsim.plan.quick import parse_candidates, quick_scenario_text
+
+    text = quick_scenario_text(model="qwen3-8b", targets=[40.0], slo={"ttft_p99": 2.0, "tpot_p99": 0.1},
+                               candidates=parse_candidates(QUICK, node_catalog().names(), pool_node_catalog().names()),
+                               prompt_tokens=8192, output_tokens=200, shared_prefix_tokens=7168)
+    system = {"quick-dram": "l20-8x_dram-512GiB", "quick-pool": "l20-8x_pool-nvme-storage-16x"}[case]
+    probe = probe_scenario(kvsim.parse_scenario(text, "quick.yaml"), Probe(system, 4, 40.0))
+    return probe.with_changes({"duration": probe.spec.duration * scale, "warmup": probe.spec.warmup * scale})
 
 
 def system_points(scenario: kvsim.Scenario):

@@ -28,10 +28,13 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 - ``domain_block``: prompt blocks looked up across the peers of an addressing domain
   (``kv_cache.peer_hbm`` other than ``none``);
 - ``extent_request`` and ``extent_miss``: for a system whose cache is kept as extents
-  (:func:`kvsim.sim.build.kv_extents`: each instance's own HBM, or its HBM shared in place per
-  domain, a few entries per stretch of blocks however long), the requests through it and the share of each request's
-  prompt it misses (computed, filed and made room for), in requests, in place of
-  ``hbm_block``, ``miss_block`` and ``domain_block``;
+  (:func:`kvsim.sim.build.kv_extents`, the builder's own rule: each instance's own HBM, or its
+  HBM shared in place per domain, a few entries per stretch of blocks however long), the
+  requests through it and the share of each request's prompt it misses (computed, filed and made
+  room for), in requests, in place of ``hbm_block``, ``miss_block`` and ``domain_block``;
+  ``extent_tier``: such a system's requests x its tiers below HBM (DRAM, NVMe, a one-node pool:
+  the lookup's touch, the write-through's missing stretches and their filing, per stretch), in
+  place of ``tier_block``;
 - ``handoff`` and ``handoff_flow``: prefill-to-decode handoffs (disaggregated systems: one per
   request) and their flows (one per card of the decode instance);
 - ``queued_request``: requests x the share of them that wait for a batch slot: closed-loop
@@ -44,8 +47,11 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
   shared block another adapter computed (about half the adapters' keys per block copied);
   ``refused_block``: the blocks such an admission scans, pins and unpins again each time it is
   refused for want of KV room (:func:`refused_share`);
-- ``prewarm_prompt`` and ``prewarm_block``: prompts drawn and block insertions of a cache
-  prewarm (``kv_cache.prewarm``), found as
+- ``prewarm_prompt``, ``prewarm_filing`` and ``prewarm_block``: prompts drawn, filings (a
+  prompt's blocks into one lower store: each node's DRAM and NVMe, each pool node its blocks
+  are spread over) and block insertions (none where the system is kept as extents: a filing is
+  then a few stretches) of a cache prewarm (``kv_cache.prewarm``; the prompts' own blocks are
+  hashed as they are drawn, counted in ``prompt_block``), the prompts found as
   :meth:`kvsim.serving.cache.tiers.SystemCache.prewarm` stops: every lower store fed twice its
   capacity, or (checked every 1,000 prompts) fewer than 0.005 of future prompts would, at 95 %
   confidence, read a document no prewarm prompt offered (:func:`prewarm_prompts`).
@@ -111,6 +117,9 @@ class PathCounts:
     refused_block: float = 0.0
     extent_request: float = 0.0
     extent_miss: float = 0.0
+    extent_tier: float = 0.0
+    prewarm_filing: float = 0.0
+    load: float = 0.0
 
     def cpu_s(self, backend: str = "python") -> float:
         """CPU-seconds at the measured rates of ``backend`` (:func:`~kvsim.plan.cost_rates.rates_for`)."""
@@ -354,17 +363,20 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
     iterations = n_decode * duration * busy / max(_decode_s(step_d, b, context), 1e-9) * (outputs > 1.0) \
         + requests * math.ceil(inputs * (1.0 - hit) / chunk)
     bpr = shape.blocks_per_request
-    prompts = blocks = 0.0
+    extents = cache is not None and kv_extents(spec, sizing)  # the builder's rule (else kept per block)
+    per_block = cache is not None and not extents
+    prompts = filings = warm_blocks = 0.0
     if warm:
-        prompts, blocks = _prewarm(spec, sizing, compute, shape)
+        prompts, filings, warm_blocks = _prewarm(spec, sizing, compute, shape)
+    # the share of prompt tokens found below HBM, and of requests that load theirs from there
+    below = max(0.0, hit - hit_hbm)
+    loading = min(1.0, below / shape.shared_fraction) if shape.shared_fraction > 0 else 0.0
     remote_flows = 0.0
     if remote:
         # a transfer to or from the pool is one flow per card per pool node its blocks are spread
         # over: the computed blocks written down, and the ones found below HBM loaded (by the
         # share of requests that find their context there)
         nodes, cards = cache.remote.nodes, pool_p.layout.cards
-        below = max(0.0, hit - hit_hbm)
-        loading = min(1.0, below / shape.shared_fraction) if shape.shared_fraction > 0 else 0.0
         remote_flows = requests * cards * (_touched(nodes, bpr * (1.0 - hit))
                                            + (loading * _touched(nodes, bpr * below / loading) if loading else 0.0))
     value_keys = refused_blocks = 0.0
@@ -379,34 +391,47 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
         refused_blocks = refusals * bpr * hit * other
     # the router that places a request on a compute instance: the prefill router when disaggregated
     aware = (system.prefill_router if sizing.disaggregated else system.router) == "cache_aware"
-    per_block = cache is not None and not kv_extents(spec, sizing)  # (else its cache is kept as extents)
     return PathCounts(
         run=1.0,
         instance=float(sizing.instances),
         request=requests,
         iteration=iterations,
+        prompt_block=prompts * _hashed_per_prompt(shape) if shape.hashed else 0.0,  # the prewarm's, as drawn
         hbm_block=requests * bpr if per_block else 0.0,
         miss_block=requests * bpr * (1.0 - hit) if per_block else 0.0,
-        extent_request=requests if cache is not None and not per_block else 0.0,
-        extent_miss=requests * (1.0 - hit) if cache is not None and not per_block else 0.0,
-        tier_block=requests * bpr * tiers,
-        flow=requests * local * (1.0 + hit),
+        extent_request=requests if extents else 0.0,
+        extent_miss=requests * (1.0 - hit) if extents else 0.0,
+        tier_block=requests * bpr * tiers if per_block else 0.0,
+        extent_tier=requests * tiers if extents else 0.0,
+        flow=requests * local * (1.0 + loading),  # each request's write-through, and the loads from below
+        load=requests * loading if tiers else 0.0,
         remote_flow=remote_flows,
         domain_block=requests * bpr if per_block and cache.peer_hbm != "none" else 0.0,
         handoff=requests if sizing.disaggregated else 0.0,
         handoff_flow=requests * pool_d.layout.cards if sizing.disaggregated else 0.0,
         queued_request=requests * queued,
         prewarm_prompt=prompts,
-        prewarm_block=blocks,
+        prewarm_block=warm_blocks if per_block else 0.0,
+        prewarm_filing=filings,
         routed_candidate=requests * n_compute if aware else 0.0,
         value_key=value_keys,
         refused_block=refused_blocks,
     )
 
 
-def _prewarm(spec, sizing, compute, shape: WorkloadShape) -> tuple[float, float]:
-    """Prompts drawn and block insertions of the cache prewarm (every block into every local
-    store of the system, and into its remote store)."""
+def _hashed_per_prompt(shape: WorkloadShape) -> float:
+    """Blocks hashed when one more prompt is drawn: its own blocks where its document's chain is
+    memoised (:func:`kvsim.plan.run_cost.hashed_blocks`), every block otherwise."""
+    if shape.popularity is None or shape.document_tokens <= 0:
+        return shape.blocks_per_request
+    return max(shape.input_tokens - shape.document_tokens, 0.0) / shape.block_tokens + 1.0
+
+
+def _prewarm(spec, sizing, compute, shape: WorkloadShape) -> tuple[float, float, float]:
+    """Prompts drawn, filings and blocks filed by the cache prewarm
+    (:meth:`~kvsim.serving.cache.tiers.SystemCache.prewarm`): each prompt's blocks into every
+    local store of the system (each node's DRAM and NVMe), one filing each, and into the remote
+    pool, one filing per pool node its blocks are spread over (by id, :func:`_touched`)."""
     cache = spec.systems[sizing.name].kv_cache
     pool = compute[0]
     block_bytes = max(pool.kv_bytes_per_token_per_card * pool.layout.cards * shape.block_tokens, 1.0)
@@ -416,8 +441,10 @@ def _prewarm(spec, sizing, compute, shape: WorkloadShape) -> tuple[float, float]
             continue
         capacity = tier.capacity if tier.capacity else pool.node.nvme.count * pool.node.nvme.capacity_bytes
         stores += [(capacity / block_bytes, 1.0)] * sum(p.spec.nodes for p in compute)
+    local = len(stores)  # (a one-node pool's share is 1 too: count the node's stores here)
     if cache.remote is not None and sizing.pool_node is not None:
         stores += [(sizing.pool_node.capacity_bytes / block_bytes, 1.0 / cache.remote.nodes)] * cache.remote.nodes
     prompts = prewarm_prompts(shape, stores)
-    local = sum(1 for _, share in stores if share == 1.0)
-    return prompts, prompts * shape.blocks_per_request * (local + (1 if cache.remote is not None else 0))
+    bpr = shape.blocks_per_request
+    pool = _touched(cache.remote.nodes, bpr) if cache.remote is not None else 0.0
+    return prompts, prompts * (local + pool), prompts * bpr * (local + (1 if cache.remote is not None else 0))

@@ -112,7 +112,9 @@ _PATH_WORDS = {
     "prewarm_prompt": "cache prewarm prompts", "prewarm_block": "cache prewarm blocks",
     "routed_candidate": "cache-aware routing", "miss_block": "prompt blocks computed and cached",
     "value_key": "LoRA value-reuse lookups", "refused_block": "refused LoRA value-reuse admissions",
-    "extent_request": "the domains' KV cache", "extent_miss": "prompts computed and cached in the domains",
+    "extent_request": "KV caches kept as extents", "extent_miss": "prompts computed and cached as extents",
+    "extent_tier": "lower tiers kept as extents", "prewarm_filing": "cache prewarm filings",
+    "load": "prefixes loaded from lower tiers",
 }
 
 
