@@ -128,6 +128,17 @@ class InstanceSpec(FrozenSpec):
         every decode step that shares the iteration. The instance's iteration holds up to
         ``dp_attention x max_batched_tokens`` tokens, and one sequence's prefill chunk at most
         ``max_batched_tokens`` (a sequence lives on one rank).
+    block_size_tokens : int
+        KV page size in tokens (vLLM default 16).
+    memory_utilization : float
+        Fraction of device memory the engine may use (vLLM ``gpu_memory_utilization``, default 0.9).
+    activation_reserve : float or None
+        Bytes per card kept out of the KV cache for activations, sampling and the runtime. None
+        (default) computes it from the model and the batch limits as vLLM's profiling pass does
+        (:func:`kvsim.models.memory.activation_reserve_bytes`).
+    runtime_reserve : float
+        With ``activation_reserve`` computed: bytes per card for CUDA graphs, communication
+        buffers and workspaces (assumption: 1 GiB).
 
     Notes
     -----
@@ -136,7 +147,8 @@ class InstanceSpec(FrozenSpec):
     ``max_num_batched_tokens`` (vLLM ``docs/serving/data_parallel_deployment.md``: "each DP rank
     is deployed as a separate core engine process", "``--max-num-seqs`` applies per DP rank";
     ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.__init__``: ``max_num_running_reqs =
-    max_num_seqs``, ``max_num_scheduled_tokens = max_num_batched_tokens``; vLLM main, 2026).
+    max_num_seqs``, ``max_num_scheduled_tokens = max_num_batched_tokens``; vLLM main of 2026,
+    commits 01e4fce and 00024d3 of ``vllm-project/vllm``).
     SGLang counts its limits over the whole instance instead and divides them by ``--dp-size``
     (``server_args.py``: ``chunked_prefill_size //= dp_size`` with DP attention;
     ``model_runner.py``: ``max_running_requests // dp_size``): ``kvsim deploy`` writes the
@@ -150,17 +162,6 @@ class InstanceSpec(FrozenSpec):
     when they are not: a rank holding more than its ``max_num_seqs`` while another has room is
     allowed here, and a lone long prompt's chunk is costed as if its attention were spread over
     every rank, where in the engine one rank computes it while the others run dummy passes.
-    block_size_tokens : int
-        KV page size in tokens (vLLM default 16).
-    memory_utilization : float
-        Fraction of device memory the engine may use (vLLM ``gpu_memory_utilization``, default 0.9).
-    activation_reserve : float or None
-        Bytes per card kept out of the KV cache for activations, sampling and the runtime. None
-        (default) computes it from the model and the batch limits as vLLM's profiling pass does
-        (:func:`kvsim.models.memory.activation_reserve_bytes`).
-    runtime_reserve : float
-        With ``activation_reserve`` computed: bytes per card for CUDA graphs, communication
-        buffers and workspaces (assumption: 1 GiB).
     """
 
     tp: PositiveInt = 1
