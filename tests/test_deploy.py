@@ -309,6 +309,11 @@ def test_moe_dp_attention_and_expert_parallel():
     _, sglang = script_commands(out["deploy/s/sglang.sh"].decode())["launch_main"]
     assert value_of(sglang, "--tp-size") == "8" and value_of(sglang, "--dp-size") == "4"
     assert value_of(sglang, "--ep-size") == "8" and "--enable-dp-attention" in sglang
+    # kvsim's batch limits are vLLM's, per DP rank: vLLM takes them as they are; SGLang counts
+    # them over the instance and divides by --dp-size, so it is given dp_attention times them
+    assert value_of(vllm, "--max-num-seqs") == "256" and value_of(vllm, "--max-num-batched-tokens") == "2048"
+    assert value_of(sglang, "--max-running-requests") == str(4 * 256)
+    assert value_of(sglang, "--chunked-prefill-size") == str(4 * 2048)
 
 
 def test_fields_without_an_engine_setting_are_listed_not_dropped():

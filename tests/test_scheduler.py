@@ -101,12 +101,17 @@ requests = st.lists(
     spare_blocks=st.integers(0, 40),
     budget=st.integers(1, 512),
     max_seqs=st.integers(1, 16),
+    ranks=st.sampled_from([1, 2, 4]),
 )
-def test_conservation_of_blocks_and_tokens(reqs, block_size, spare_blocks, budget, max_seqs):
+def test_conservation_of_blocks_and_tokens(reqs, block_size, spare_blocks, budget, max_seqs, ranks):
+    # ``budget`` and ``max_seqs`` per data-parallel attention rank, as an instance of ``ranks``
+    # ranks is built (kvsim.sim.build): the instance's limits are the ranks' added up, and one
+    # sequence's chunk is one rank's budget
     longest = max(p + o for p, o in reqs)
     pool = BlockPool(-(-longest // block_size) + spare_blocks, block_size)
     log = Log()
-    scheduler = BatchScheduler(pool, max_batched_tokens=budget, max_num_seqs=max_seqs, events=log)
+    scheduler = BatchScheduler(pool, max_batched_tokens=ranks * budget, max_num_seqs=ranks * max_seqs, events=log,
+                               max_chunk_tokens=budget)
     seqs = [Sequence(i, p, o) for i, (p, o) in enumerate(reqs)]
     for seq in seqs:
         scheduler.add(seq)
@@ -120,8 +125,9 @@ def test_conservation_of_blocks_and_tokens(reqs, block_size, spare_blocks, budge
         # every sequence holds enough blocks for its KV after this iteration
         for s, chunk in batch.prefills:
             assert s.kv_blocks * block_size >= s.kv_tokens + chunk
-        assert batch.shape.tokens <= budget
-        assert len(scheduler.running) <= max_seqs
+            assert 0 < chunk <= budget
+        assert batch.shape.tokens <= ranks * budget
+        assert len(scheduler.running) <= ranks * max_seqs
         # the router's view of queued prompt work is kept without scanning the queue, and exact
         assert scheduler.waiting_prompt_tokens == sum(s.prefill_target - s.kv_tokens for s in scheduler.waiting)
         scheduler.complete(batch, step + 0.5)

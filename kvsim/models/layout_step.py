@@ -16,7 +16,9 @@ Engine semantics (how the scheduler's batch of ``T`` tokens runs):
   decode speed.
 - Data-parallel attention: each of the ``dp_attention`` ranks runs attention on ``1 /
   dp_attention`` of the sequences (balanced) over ``tp / dp_attention`` cards, reading only
-  their KV; attention weights are replicated per rank.
+  their KV; attention weights are replicated per rank. The batch is the instance's, up to
+  ``dp_attention`` times the per-rank limits (:class:`~kvsim.serving.specs.InstanceSpec`); a
+  batch the ranks could not share evenly (one long prompt alone) is costed as if they did.
 - MoE layers: with ``ep`` 1 the experts are tensor-parallel over the stage; with data-parallel
   attention the ranks' tokens are gathered before and scattered after (the volume of one
   all-reduce over the stage). With ``ep = tp`` each card dispatches ``T / (m tp)`` tokens to the

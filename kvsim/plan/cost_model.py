@@ -59,7 +59,7 @@ The counts (:class:`PathCounts`) are estimated before the run from the scenario 
 The latency of a request is a bound from the model, not a simulation: its uncached prompt
 computed in chunks of ``max_batched_tokens`` plus its output tokens at the decode step time of the
 batch it shares, the batch from Little's law (``arrival rate x latency`` per instance, at most
-``max_num_seqs``) or, in a closed loop, from the clients. The caches start empty (a prewarmed
+``max_num_seqs`` per attention rank) or, in a closed loop, from the clients. The caches start empty (a prewarmed
 system's lower tiers full): over a run of ``n`` requests the share of prompt tokens found is the
 shared documents' share times the share of requests that find their context
 (:func:`run_hit_fraction`; per adapter where adapters do not share KV). A closed loop completes at
@@ -274,9 +274,10 @@ def system_counts(spec, sizing, shape: WorkloadShape) -> PathCounts:
     inputs, outputs = shape.input_tokens, max(shape.output_tokens, 1.0)
     pool_p, pool_d = compute[0], decode[0]
     step_p, step_d = pool_p.step_model(), pool_d.step_model()
-    chunk = pool_p.spec.instance.max_batched_tokens
+    chunk = pool_p.spec.instance.max_batched_tokens  # one prompt's chunk: one attention rank's budget
     context = inputs + outputs / 2.0
-    max_seqs = max(1.0, min(pool_d.spec.instance.max_num_seqs, pool_d.kv_tokens_per_instance / max(context, 1.0)))
+    max_seqs = max(1.0, min(pool_d.spec.instance.instance_max_num_seqs,
+                            pool_d.kv_tokens_per_instance / max(context, 1.0)))
 
     def decode_latency(b: float) -> float:
         return (outputs - 1.0) * _decode_s(step_d, b, context)

@@ -207,12 +207,24 @@ def _parallel(vllm: EngineCommand, sglang: EngineCommand, p: str, pool: PoolSizi
 def _batching(vllm: EngineCommand, sglang: EngineCommand, p: str, pool: PoolSizing, spec: Any, system: str) -> None:
     inst = pool.spec.instance
     src = f"{p}.instance."
+    # kvsim's limits are vLLM's, per data-parallel attention rank; SGLang's count the whole
+    # instance and are divided by --dp-size (see InstanceSpec's notes)
     vllm.add("--max-num-seqs", inst.max_num_seqs, (src + "max_num_seqs",), (inst.max_num_seqs,))
-    sglang.add("--max-running-requests", inst.max_num_seqs, (src + "max_num_seqs",), (inst.max_num_seqs,))
     vllm.add("--max-num-batched-tokens", inst.max_batched_tokens, (src + "max_batched_tokens",),
              (inst.max_batched_tokens,))
-    sglang.add("--chunked-prefill-size", inst.max_batched_tokens, (src + "max_batched_tokens",),
-               (inst.max_batched_tokens,), "SGLang's prefill chunk; decode tokens are not counted in it")
+    chunk_rule = "SGLang's prefill chunk; decode tokens are not counted in it"
+    if inst.dp_attention == 1:
+        sglang.add("--max-running-requests", inst.max_num_seqs, (src + "max_num_seqs",), (inst.max_num_seqs,))
+        sglang.add("--chunked-prefill-size", inst.max_batched_tokens, (src + "max_batched_tokens",),
+                   (inst.max_batched_tokens,), chunk_rule)
+    else:
+        dp = (src + "dp_attention",)
+        sglang.add("--max-running-requests", inst.instance_max_num_seqs, (src + "max_num_seqs",) + dp,
+                   (inst.max_num_seqs, inst.dp_attention),
+                   "max_num_seqs x dp_attention: SGLang divides it by --dp-size")
+        sglang.add("--chunked-prefill-size", inst.instance_max_batched_tokens, (src + "max_batched_tokens",) + dp,
+                   (inst.max_batched_tokens, inst.dp_attention),
+                   chunk_rule + "; max_batched_tokens x dp_attention: SGLang divides it by --dp-size")
     vllm.add("--block-size", inst.block_size_tokens, (src + "block_size_tokens",), (inst.block_size_tokens,))
     sglang.add("--page-size", inst.block_size_tokens, (src + "block_size_tokens",), (inst.block_size_tokens,))
     vllm.add("--gpu-memory-utilization", f"{inst.memory_utilization:g}", (src + "memory_utilization",),

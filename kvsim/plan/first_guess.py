@@ -4,7 +4,8 @@ a plan will cost to run (``kvsim validate``).
 The guess is roofline arithmetic on the unit's own step-time model (the one its runs use): an
 instance serves requests of the workload's mean prompt ``I`` and answer ``O`` tokens with ``B``
 sequences decoding at once, ``B`` the largest batch whose decode step stays within the TPOT limit
-(if any), the instance's ``max_num_seqs`` and what its KV pool holds. One request then costs the
+(if any), the instance's ``max_num_seqs`` (per attention rank, times its ranks) and what its KV pool
+holds. One request then costs the
 instance ``prefill(I) + (O - 1) * step(B) / B`` seconds of iterations (its prompt computed alone,
 emitting the first token; the other ``O - 1`` tokens in ``B``-wide decode steps), so the instance
 serves at most ``mu = 1 / that`` requests per second, and the unit ``instances * mu``. The guess is :data:`HEADROOM` of that: a queue needs
@@ -60,7 +61,7 @@ def capacity_guess(scenario: Scenario, system: str) -> float | None:
     total = 0.0
     for pool in sizing.pools:
         step = pool.step_model()
-        limit = pool.spec.instance.max_num_seqs
+        limit = pool.spec.instance.instance_max_num_seqs  # (per attention rank, every rank)
         by_kv = max(1, int(pool.kv_tokens_per_instance // max(1.0, prompt + answer)))
         batch = max(1, min(limit, by_kv))
         context = prompt + answer / 2

@@ -136,6 +136,8 @@ class ChunkRun:
             return None  # sliding windows: the context a chunk reads is not its position
         seq, chunk = batch.prefills[0]
         if chunk != scheduler.max_batched_tokens or seq.remote_tokens or batch.shape.remote_kv_tokens:
+            # (with data-parallel attention a chunk is one rank's budget, never the instance's:
+            # the rest of the budget may admit a waiting request, so no step is known in advance)
             return None
         kv0 = seq.kv_tokens
         steps = (seq.prefill_target - kv0 - 1) // chunk  # chunks ending before the prompt's end

@@ -204,7 +204,8 @@ class DecodeRun:
         if head.not_before > scheduler.batches_formed + 1:
             return False  # async scheduling holds it back now, not pages: it may join mid-run
         pool = instance.pool
-        chunk = min(head.prefill_target - head.kv_tokens, scheduler.max_batched_tokens - decodes)
+        chunk = min(head.prefill_target - head.kv_tokens, scheduler.max_batched_tokens - decodes,
+                    scheduler.max_chunk_tokens)  # (as BatchScheduler._admit cuts it)
         return pool.blocks_for(head.kv_tokens + chunk - head.shared_tokens) - head.kv_blocks > pool._free
 
     @property

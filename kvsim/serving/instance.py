@@ -134,7 +134,8 @@ class Instance:
     pool : BlockPool
         KV blocks available to this instance.
     max_batched_tokens, max_num_seqs : int
-        Batching limits.
+        Batching limits of the whole instance (with data-parallel attention, every rank's
+        added up: :attr:`~kvsim.serving.specs.InstanceSpec.instance_max_num_seqs`).
     records : RequestRecords
     counters : SystemCounters
     window_start_s, window_end_s : float
@@ -169,6 +170,9 @@ class Instance:
     kernels : Kernels, optional
         The backend's kernel modules its decode runs and levels come from (:mod:`kvsim.backend`;
         default: the pure-Python reference).
+    max_chunk_tokens : int, optional
+        Most prompt tokens one sequence computes in an iteration (default ``max_batched_tokens``;
+        with data-parallel attention, one rank's budget).
 
     Notes
     -----
@@ -213,6 +217,7 @@ class Instance:
         adapters: AdapterSlots | None = None,
         coalesce: bool = False,
         kernels: Kernels | None = None,
+        max_chunk_tokens: int | None = None,
     ):
         self.env = env
         self.index = index
@@ -240,7 +245,8 @@ class Instance:
         self.adapters = adapters
         self.scheduler = self.kernels.scheduler.BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
-                                        prefill_only=role == "prefill", span=span, adapters=adapters)
+                                        prefill_only=role == "prefill", span=span, adapters=adapters,
+                                        max_chunk_tokens=max_chunk_tokens)
         self.board: LoadBoard | None = None  # told when outstanding or membership changes
         self._accepting = True
         self._idle: simpy.Event | None = None

@@ -25,7 +25,8 @@ cdef class BatchScheduler:
     cdef public BlockPool pool
     cdef public SchedulerEvents events
     cdef public object adapters, hook, span, waiting, loading, detached, observer
-    cdef public long max_batched_tokens, max_num_seqs, stalled, waiting_prompt_tokens, batches_formed
+    cdef public long max_batched_tokens, max_num_seqs, max_chunk_tokens, stalled, waiting_prompt_tokens
+    cdef public long batches_formed
     cdef public bint prefill_only
     cdef public list running
     # C methods for the compiled engine loop (kvsim/serving/engine_loop.py), Python methods too

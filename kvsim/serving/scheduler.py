@@ -5,7 +5,8 @@ One call to :meth:`BatchScheduler.schedule` forms one engine iteration; one call
 (never once per token or per block). The policy follows vLLM's V1 scheduler:
 
 1. Running sequences, oldest first, each get their next piece of work: a prefill chunk (as many
-   prompt tokens as the token budget allows) or one decode token. If the KV pool cannot grow to
+   prompt tokens as the token budget allows, and at most one data-parallel attention rank's
+   budget) or one decode token. If the KV pool cannot grow to
    hold it, the most recently admitted running sequence is preempted (its blocks freed, to be
    recomputed later) until it fits — possibly the sequence itself.
 2. If nothing was preempted, waiting sequences are admitted in arrival order while the token
@@ -94,9 +95,11 @@ class BatchScheduler:
     pool : BlockPool
         The instance's KV block pool.
     max_batched_tokens : int
-        Token budget of one iteration (prefill chunk tokens + one per decode).
+        Token budget of one iteration (prefill chunk tokens + one per decode), of the whole
+        instance: with data-parallel attention, the ranks' budgets added up.
     max_num_seqs : int
-        Cap on running sequences (loading sequences count: they hold pages).
+        Cap on running sequences (loading sequences count: they hold pages), of the whole
+        instance (the ranks' caps added up).
     events : SchedulerEvents
         Receives admission, first-token, preemption and completion milestones.
     hook : AdmissionHook, optional
@@ -109,14 +112,19 @@ class BatchScheduler:
     adapters : AdapterSlots, optional
         LoRA slots: a waiting sequence whose adapter would exceed them is skipped this step,
         and those behind it may go first (vLLM's scheduler does the same).
+    max_chunk_tokens : int, optional
+        Most prompt tokens one sequence computes in one iteration (default: ``max_batched_tokens``).
+        With data-parallel attention, one rank's budget: a sequence lives on one rank, whose
+        own scheduler cannot give it the other ranks' budgets.
     """
 
     def __init__(self, pool: BlockPool, max_batched_tokens: int, max_num_seqs: int, events: SchedulerEvents,
                  hook: AdmissionHook | None = None, prefill_only: bool = False, span: AttentionSpan | None = None,
-                 adapters: AdapterSlots | None = None):
+                 adapters: AdapterSlots | None = None, max_chunk_tokens: int | None = None):
         self.pool = pool
         self.adapters = adapters
         self.max_batched_tokens = max_batched_tokens
+        self.max_chunk_tokens = max_batched_tokens if max_chunk_tokens is None else max_chunk_tokens
         self.max_num_seqs = max_num_seqs
         self.events = events
         self.hook = hook
@@ -138,7 +146,7 @@ class BatchScheduler:
         decode token, or a prefill chunk as large as the token budget allows (what an admission
         must find pages for)."""
         remaining = seq.prefill_target - (seq.kv_tokens if kv_tokens is None else kv_tokens)
-        return min(remaining, self.max_batched_tokens) if remaining > 0 else 1
+        return min(remaining, self.max_batched_tokens, self.max_chunk_tokens) if remaining > 0 else 1
 
     @property
     def outstanding(self) -> int:
@@ -277,10 +285,11 @@ class BatchScheduler:
 
     @cython.locals(seq=Sequence, i=cython.Py_ssize_t, budget=cython.long, cached=cython.long, chunk=cython.long,
                    block=cython.long, prefilling=cython.bint, preempted=cython.bint, sampled=cython.long,
-                   remote=cython.long, prefill_tokens=cython.long, batch=Batch)
+                   remote=cython.long, prefill_tokens=cython.long, batch=Batch, most=cython.long)
     def schedule(self, now: float) -> Batch | None:
         """Form the next iteration, allocating its KV blocks; None if there is nothing to run."""
         budget = self.max_batched_tokens
+        most = self.max_chunk_tokens  # one sequence's chunk (one rank's budget)
         pool = self.pool
         span = self.span
         running = self.running
@@ -298,7 +307,7 @@ class BatchScheduler:
                 continue
             cached = seq.kv_tokens
             prefilling = cached < seq.prefill_target
-            chunk = min(seq.prefill_target - cached, budget) if prefilling else 1
+            chunk = min(seq.prefill_target - cached, budget, most) if prefilling else 1
             while not (cached + chunk - seq.shared_tokens <= seq.kv_blocks * block
                        or pool.grow(seq, cached + chunk)):
                 victim = running.pop()
@@ -376,7 +385,7 @@ class BatchScheduler:
                     self._mark_admitted(seq, now)
                     hook.committed(seq)
                     continue
-            chunk = min(seq.prefill_target - seq.kv_tokens, budget)
+            chunk = min(seq.prefill_target - seq.kv_tokens, budget, self.max_chunk_tokens)
             if not pool.grow(seq, seq.kv_tokens + chunk):
                 if hook is not None:
                     hook.released(seq, finished=False)

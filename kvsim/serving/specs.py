@@ -120,11 +120,15 @@ class InstanceSpec(FrozenSpec):
         ``given`` (default): the fields above; ``best``: try every valid layout of the pool's
         nodes and keep the one with the highest goodput (:mod:`kvsim.sim.layout_search`).
     max_num_seqs : int
-        Cap on concurrently running sequences (vLLM ``max_num_seqs``, default 256).
+        Cap on concurrently running sequences *per data-parallel attention rank* (vLLM
+        ``max_num_seqs``, default 256): the instance runs up to ``dp_attention x max_num_seqs``.
     max_batched_tokens : int
-        Token budget per iteration (vLLM ``max_num_batched_tokens``). Default 2048, vLLM V1's
-        default for an API server (it uses 8192 on large-memory GPUs). A larger budget prefills
-        faster under load but stretches every decode step that shares the iteration.
+        Token budget per iteration *per data-parallel attention rank* (vLLM
+        ``max_num_batched_tokens``). Default 2048, vLLM V1's default for an API server (it uses
+        8192 on large-memory GPUs). A larger budget prefills faster under load but stretches
+        every decode step that shares the iteration. The instance's iteration holds up to
+        ``dp_attention x max_batched_tokens`` tokens, and one sequence's prefill chunk at most
+        ``max_batched_tokens`` (a sequence lives on one rank).
     block_size_tokens : int
         KV page size in tokens (vLLM default 16).
     memory_utilization : float
@@ -141,6 +145,29 @@ class InstanceSpec(FrozenSpec):
         (``{fraction: 0.5}``; :mod:`kvsim.models.weight_offload`): more HBM for KV, or a model on
         fewer cards, for host-link time on every step. Dense models, tensor parallelism inside
         one node. None (default): every weight in HBM.
+
+    Notes
+    -----
+    The batch limits are vLLM's, per DP rank: with ``--data-parallel-size D`` every rank is its
+    own engine core with its own scheduler built from the same ``max_num_seqs`` and
+    ``max_num_batched_tokens`` (vLLM ``docs/serving/data_parallel_deployment.md``: "each DP rank
+    is deployed as a separate core engine process", "``--max-num-seqs`` applies per DP rank";
+    ``vllm/v1/core/sched/scheduler.py`` ``Scheduler.__init__``: ``max_num_running_reqs =
+    max_num_seqs``, ``max_num_scheduled_tokens = max_num_batched_tokens``; vLLM main of 2026,
+    commits 01e4fce and 00024d3 of ``vllm-project/vllm``).
+    SGLang counts its limits over the whole instance instead and divides them by ``--dp-size``
+    (``server_args.py``: ``chunked_prefill_size //= dp_size`` with DP attention;
+    ``model_runner.py``: ``max_running_requests // dp_size``): ``kvsim deploy`` writes the
+    SGLang flags as ``dp_attention x`` these values. With ``dp_attention`` 1 the two agree.
+
+    kvsim does not place sequences on ranks: one scheduler runs the instance, with
+    ``dp_attention`` times the per-rank limits, and the step model spreads the batch's attention
+    evenly over the ranks (:mod:`kvsim.models.layout_step`). That is exact when the ranks are
+    balanced -- vLLM's front end sends each request to the rank with the fewest waiting and
+    running requests (``vllm/v1/engine/core_client.py`` ``DPLBAsyncMPClient``) -- and optimistic
+    when they are not: a rank holding more than its ``max_num_seqs`` while another has room is
+    allowed here, and a lone long prompt's chunk is costed as if its attention were spread over
+    every rank, where in the engine one rank computes it while the others run dummy passes.
     """
 
     tp: PositiveInt = 1
@@ -158,6 +185,16 @@ class InstanceSpec(FrozenSpec):
     activation_reserve: Bytes | None = None  # 0 is a choice: every byte left after weights holds KV
     runtime_reserve: Bytes = 1.0 * 2**30
     weight_offload: WeightOffloadSpec | None = None
+
+    @property
+    def instance_max_num_seqs(self) -> int:
+        """Running sequences the whole instance holds: ``max_num_seqs`` per attention rank."""
+        return self.max_num_seqs * self.dp_attention
+
+    @property
+    def instance_max_batched_tokens(self) -> int:
+        """Tokens one iteration of the whole instance holds: ``max_batched_tokens`` per rank."""
+        return self.max_batched_tokens * self.dp_attention
 
 
 class PoolSpec(FrozenSpec):
