@@ -291,7 +291,7 @@ def pipeline_time_s(stage_s: float, pp: int, micro_batches: int, schedule: Pipel
 # ---------------------------------------------------------------------------- memory per card
 
 
-def _layer_params(model: ModelSpec) -> tuple[float, float, float]:
+def layer_params(model: ModelSpec) -> tuple[float, float, float]:
     """(attention + norms, non-expert feed-forward, routed experts) params of the whole model's
     layers."""
     h = model.hidden_size
@@ -319,7 +319,7 @@ def weight_bytes_per_card(model: ModelSpec, layout: Layout, dtype: str,
     if layout.plain_tp:
         return model.weight_bytes(dtype, weight_dtypes) / layout.tp
     b = {group: DTYPE_BYTES[(weight_dtypes or {}).get(group, dtype)] for group in WEIGHT_GROUPS}
-    attention, ffn, routed = _layer_params(model)
+    attention, ffn, routed = layer_params(model)
     share = max(stage_layers(model.num_layers, layout.pp)) / model.num_layers
     lm_head = 0 if model.tie_word_embeddings else model.embedding_params
     ends = model.embedding_params * b["embedding"] + lm_head * b["lm_head"] + model.hidden_size * b["attention"]

@@ -42,6 +42,7 @@ from pydantic import Field
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec
 from kvsim.models.llm import ModelSpec
+from kvsim.models.parallel import layer_params
 from kvsim.spec_types import Fraction, FrozenSpec, PositiveInt
 from kvsim.units import format_quantity
 
@@ -73,12 +74,10 @@ def offloaded_layers(model: ModelSpec, fraction: float) -> int:
 def layer_bytes_per_card(model: ModelSpec, dtype: str, weight_dtypes: dict[str, str] | None, tp: int) -> float:
     """Weight bytes of one decoder layer on each of ``tp`` cards (attention, its norms and the
     feed-forward, in their storage formats)."""
-    from kvsim.models.parallel import _layer_params  # the per-layer split the layouts use
-
     if model.moe is not None:
         raise ValueError("weight offload is modelled for dense models only")
     formats = weight_dtypes or {}
-    attention, ffn, _ = _layer_params(model)
+    attention, ffn, _ = layer_params(model)
     total = (attention * DTYPE_BYTES[formats.get("attention", dtype)]
              + ffn * DTYPE_BYTES[formats.get("feed_forward", dtype)])
     return total / model.num_layers / tp

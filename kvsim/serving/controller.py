@@ -79,6 +79,8 @@ class RoleController:
         # the instances the signal is measured over (None: all); pools are fixed, roles move
         self._measured: np.ndarray | None = None if names is None or pools is None else np.array(
             [inst.index for inst in instances if pools[inst.index][0] in names], dtype=np.int64)
+        self._measured_set: frozenset[int] = frozenset(
+            () if self._measured is None else self._measured.tolist())
         self.decisions: list[dict[str, Any]] = []
         self.switches: list[dict[str, Any]] = []
         self._target: dict[int, str] = {}  # instance -> the role it is switching to
@@ -112,7 +114,7 @@ class RoleController:
             inst.settle()  # a coalesced decode run applies its steps so far: first tokens, pages
         prefill, decode = self._serving("prefill"), self._serving("decode")
         if self._measured is not None:
-            measured = set(self._measured.tolist())  # membership only: the instances' order is kept
+            measured = self._measured_set  # membership only: the instances' order is kept
             prefill = [inst for inst in prefill if inst.index in measured]
             decode = [inst for inst in decode if inst.index in measured]
         queue = sum(inst.pending_prompt_tokens for inst in prefill)
