@@ -246,7 +246,7 @@ _seed = _integer(0, "non-negative")
 def _validate(args: argparse.Namespace) -> int:
     from kvsim.scenario.load import load_scenario
     from kvsim.sim import check_scenario
-    from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, candidates
+    from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, search_space
 
     scenario = load_scenario(args.scenario, args.overrides)
     args.root_seed = scenario.spec.seed
@@ -260,14 +260,29 @@ def _validate(args: argparse.Namespace) -> int:
     for name in first.systems:
         s = sizings.get((0, name))
         if s is None:  # layout: best, chosen by pilot runs
-            tried = candidates(first, name, scenario.catalogs_for(scenario.points[0]))
-            sizing = tried[0][1]
-            pool = sizing.pools[0]
+            space = search_space(first, name, scenario.catalogs_for(scenario.points[0]))
+            sizing = space.start_sizing
             pilot = min(first.duration, PILOT_DURATION_S)
-            say(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
-                 f"layout: best, chosen when it runs: pilots of {pilot:g} s of {len(tried)} layout(s), "
-                 f"then the best {min(FINALISTS, len(tried))} at full length")
-            say(f"    layouts tried: {', '.join(layout.label() for layout, _ in tried)}")
+            if len(space.pools) == 1 and len(sizing.pools) == 1:
+                (_, tried), = space.pools
+                pool = sizing.pools[0]
+                say(f"  {name}: {sizing.model.name} {sizing.dtype}, {pool.spec.nodes} x {pool.node.name}, "
+                     f"layout: best, chosen when it runs: pilots of {pilot:g} s of {len(tried)} layout(s), "
+                     f"then the best {min(FINALISTS, len(tried))} at full length")
+                say(f"    layouts tried: {', '.join(layout.label() for layout in tried)}")
+                continue
+            say(f"  {name}: {sizing.model.name} {sizing.dtype}, layout: best for pool(s) "
+                 f"{', '.join(p for p, _ in space.pools)}, chosen when it runs, one pool at a time: pilots of "
+                 f"{pilot:g} s of at most {space.pilots} layout(s), then the best "
+                 f"{min(FINALISTS, space.pilots)} at full length")
+            searched = dict(space.pools)
+            for pool in sizing.pools:
+                if pool.name in searched:
+                    say(f"    pool {pool.name}: {pool.spec.nodes} x {pool.node.name}, starts at "
+                         f"{dict(space.start.layouts)[pool.name].label()}; layouts tried: "
+                         f"{', '.join(layout.label() for layout in searched[pool.name])}")
+                else:
+                    say(f"    pool {pool.name}: {pool.describe()}")
             continue
         if len(s.pools) == 1 and not s.disaggregated:
             say(f"  {name}: {s.model.name} {s.dtype}, {s.pools[0].describe()}")

@@ -215,7 +215,7 @@ def point_cost(scenario: Scenario, point: ScenarioPoint, shape: WorkloadShape,
                sizings: dict | None = None) -> tuple[PathCounts, int]:
     """The work of one replica of every system at ``point`` (``warmup: auto`` runs counted twice),
     and how many of them search their layout."""
-    from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, candidates, searches_layout
+    from kvsim.sim.layout_search import FINALISTS, PILOT_DURATION_S, pilot_sizings, search_space, searches_layout
     from kvsim.sim.sizing import SizingError, size_system
 
     spec = point.spec
@@ -228,13 +228,14 @@ def point_cost(scenario: Scenario, point: ScenarioPoint, shape: WorkloadShape,
         try:
             if searches_layout(spec, name):
                 searched += 1
-                tried = candidates(spec, name, scenario.catalogs_for(point))
+                space = search_space(spec, name, scenario.catalogs_for(point))
                 pilot_spec = spec.model_copy(update={"duration": min(spec.duration, PILOT_DURATION_S)})
                 pilot_shape = _shorter(shape, pilot_spec.duration / spec.duration)
-                for _, sizing in tried:
+                tried = pilot_sizings(space, spec, name, scenario.catalogs_for(point))
+                for sizing in tried:
                     total = total + system_counts(pilot_spec, sizing, pilot_shape)
-                full = system_counts(spec, tried[0][1], shape)
-                total = total + full.scaled(min(FINALISTS, len(tried)))
+                full = system_counts(spec, tried[0] if tried else space.start_sizing, shape)
+                total = total + full.scaled(min(FINALISTS, space.pilots))
                 continue
             sizing = (sizings or {}).get((point.index, name)) or size_system(spec, name, scenario.catalogs_for(point))
         except SizingError:

@@ -49,7 +49,7 @@ from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.summary import LATENCY_KEYS
 from kvsim.plan.tasks import SweepTask
 from kvsim.scenario.load import Scenario
-from kvsim.sim.layout_search import searches_layout, with_layout, candidates
+from kvsim.sim.layout_search import resolve_choice, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system
 
@@ -186,9 +186,9 @@ class PointStore:
                 return size_system(point.spec, name, catalogs)
             search = entry["summary"].get("layout_search")
             chosen = search.get("chosen") if isinstance(search, dict) else None
-            for layout, _ in candidates(point.spec, name, catalogs):
-                if layout.label() == chosen:
-                    return size_system(with_layout(point.spec, name, layout), name, catalogs)
+            sizing = resolve_choice(point.spec, name, chosen, catalogs) if isinstance(chosen, str) else None
+            if sizing is not None:
+                return sizing
         except SizingError as exc:
             raise StoredPointError(f"system {name!r} cannot be sized: {exc.message}") from None
         raise StoredPointError(f"runs.json: system {name!r} names no layout it could run ({chosen!r})")

@@ -118,7 +118,10 @@ class InstanceSpec(FrozenSpec):
         expert rank's load over the mean (:func:`kvsim.models.parallel.expert_imbalance`).
     layout : str
         ``given`` (default): the fields above; ``best``: try every valid layout of the pool's
-        nodes and keep the one with the highest goodput (:mod:`kvsim.sim.layout_search`).
+        nodes and keep the one with the highest goodput (:mod:`kvsim.sim.layout_search`). In a
+        system of several pools (prefill and decode) each pool asking for it is searched, one
+        pool at a time, decode first; not with ``roles`` (they count instances, which the layout
+        sets).
     max_num_seqs : int
         Cap on concurrently running sequences *per data-parallel attention rank* (vLLM
         ``max_num_seqs``, default 256): the instance runs up to ``dp_attention x max_num_seqs``.

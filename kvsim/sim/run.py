@@ -22,7 +22,7 @@ from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
-from kvsim.sim.layout_search import candidates, choose_layout, searches_layout
+from kvsim.sim.layout_search import choose_layout, search_space, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
 from kvsim.sim.watchdog import Watchdog, run_until, stall_seconds
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system, too_long, too_long_note
@@ -41,7 +41,7 @@ def check_scenario(scenario: Scenario) -> dict[tuple[int, str], SystemSizing]:
         for name in point.spec.systems:
             try:
                 if searches_layout(point.spec, name):
-                    candidates(point.spec, name, scenario.catalogs_for(point))  # sized when the layout is chosen
+                    search_space(point.spec, name, scenario.catalogs_for(point))  # sized when the layout is chosen
                     continue
                 sizings[(point.index, name)] = size_system(point.spec, name, scenario.catalogs_for(point))
             except SizingError as exc:
@@ -170,9 +170,9 @@ def _run_best_layout(scenario: Scenario, point: ScenarioPoint, name: str, reques
         return simulate_system(ScenarioPoint(point.index, point.params, spec), name, sizing,
                                arrivals.get(spec.duration), streams, watchdog_s=scenario.watchdog_s)
 
-    layout, run, scores = choose_layout(point.spec, name, scenario.catalogs_for(point), simulate)
+    choice, run, scores = choose_layout(point.spec, name, scenario.catalogs_for(point), simulate)
     tracker.advance(point.spec.duration)
-    run.summary["layout_search"] = {"chosen": layout.label(), **scores}
+    run.summary["layout_search"] = {"chosen": choice.label(), **scores}
     return run
 
 

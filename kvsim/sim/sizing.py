@@ -29,7 +29,7 @@ from kvsim.sim.layout_links import layout_links
 from kvsim.units import format_quantity
 from kvsim.yaml_io import Path, dotted_path
 
-__all__ = ["SizingError", "PoolSizing", "SystemSizing", "size_system", "pool_layout"]
+__all__ = ["SizingError", "PoolSizing", "SystemSizing", "size_system", "size_pool", "pool_layout"]
 
 
 class SizingError(Exception):
@@ -201,6 +201,15 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                         f"pool {pool_node.name}"))
     return SystemSizing(name=name, spec=system, model=model, dtype=dtype, kv_dtype=kv_dtype, pools=pools,
                         pool_node=pool_node)
+
+
+def size_pool(spec: ScenarioSpec, name: str, pool_name: str, catalogs: Catalogs) -> PoolSizing:
+    """Size pool ``pool_name`` of system ``name`` on its own (the checks across pools are
+    :func:`size_system`'s); raise :class:`SizingError` if it cannot run."""
+    model = catalogs.models[spec.system_model(name)]
+    pool = spec.systems[name].pool_specs()[pool_name]
+    return _size_pool(spec, name, pool_name, pool, model, spec.system_dtype(name), spec.system_kv_dtype(name),
+                      catalogs)
 
 
 def _check_controller_minimums(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:
