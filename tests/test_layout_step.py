@@ -81,6 +81,20 @@ def test_expert_parallel_all_to_all_by_hand():
     assert model.stage_breakdown(PREFILL).comm_s == pytest.approx(expected)
 
 
+def test_each_attention_rank_schedules_its_own_share():
+    # vLLM runs each data-parallel rank as its own engine process: the host's time of an
+    # iteration is one rank's share, 64 decodes over 8 ranks -> 8 sequences and 8 tokens each
+    m, a = MODELS["qwen3-235b-a22b"], ACC["h20"]
+    links = _one_domain(a, 8)
+    ranks = LayoutStepTime(m, a, Layout(tp=8, ep=8, dp_attention=8), links, "fp8", "fp8")
+    e = ranks.engine
+    assert ranks.breakdown(DECODE).overhead_s == pytest.approx(e.step_fixed_s + 8 * e.step_per_seq_s
+                                                               + 8 * e.step_per_token_s, rel=1e-15)
+    # one scheduler for the whole batch without attention ranks
+    one = LayoutStepTime(m, a, Layout(tp=8, ep=8), links, "fp8", "fp8")
+    assert one.breakdown(DECODE).overhead_s == e.step_fixed_s + 64 * e.step_per_seq_s + 64 * e.step_per_token_s
+
+
 def test_expert_skew_loads_the_busiest_rank():
     m, a = MODELS["qwen3-235b-a22b"], ACC["h20"]
     links = _one_domain(a, 8)

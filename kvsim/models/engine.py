@@ -186,7 +186,7 @@ class EngineSpec(FrozenSpec):
             return self.graph_max_tokens
         return min(2 * max_num_seqs, 512, max_batched_tokens)
 
-    def step_overhead_s(self, sequences: int, tokens: int) -> float:
+    def step_overhead_s(self, sequences: float, tokens: float) -> float:
         """Host-side time of one iteration over ``sequences`` sequences and ``tokens`` tokens, seconds."""
         return self.step_fixed_s + self.step_per_seq_s * sequences + self.step_per_token_s * tokens
 

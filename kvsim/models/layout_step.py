@@ -26,6 +26,8 @@ Engine semantics (how the scheduler's batch of ``T`` tokens runs):
   rank computes and receives ``imbalance`` times the mean.
 - Per layer: one all-reduce after attention (over the attention group, the rank's tokens), and
   one after the dense feed-forward (the same group) or the MoE collectives above.
+- The engine's host time per iteration (scheduling, inputs) is one data-parallel rank's: each
+  rank schedules its own share of the batch in its own process, side by side with the others.
 
 Collectives use the link figures the sizing computed from the hardware the layout spans
 (:class:`~kvsim.models.parallel.LayoutLinks`).
@@ -185,8 +187,19 @@ class LayoutStepTime:
         factor = pipeline_time_s(1.0, self.layout.pp, self.micro_batches, self.schedule)
         return StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,
                              comm_s=stage.comm_s * factor,
-                             overhead_s=self.engine.step_overhead_s(batch.sequences, batch.tokens),
+                             overhead_s=self._overhead_s(batch),
                              kernels_s=stage.kernels_s * factor)
+
+    def _overhead_s(self, batch: BatchShape) -> float:
+        """The host's time of one iteration: with data-parallel attention each rank is its own
+        engine process with its own scheduler (vLLM deploys each DP rank as a separate "core
+        engine", docs/serving/data_parallel_deployment.md; SGLang's DP attention likewise runs
+        a scheduler per rank), so the ranks' host work runs side by side and the iteration waits
+        for one rank's share of the batch (even shares, as the rest of this model)."""
+        ranks = self.layout.dp_attention
+        if ranks == 1:
+            return self.engine.step_overhead_s(batch.sequences, batch.tokens)
+        return self.engine.step_overhead_s(batch.sequences / ranks, batch.tokens / ranks)
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""
