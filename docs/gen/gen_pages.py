@@ -16,6 +16,8 @@ data files or the notebooks::
 - ``docs/reference/catalog.md``: every accelerator, server, KV pool node and model shipped in
   ``kvsim/hardware/data/*.yaml`` and ``kvsim/models/data/models.yaml``, each figure as written in
   the file, with the source the file gives for it;
+- the table of ``docs/explanation/ep-decode.md`` (``gen_ep_decode.py``: kvsim's step model of a
+  large-EP decode step);
 - the block between ``<!-- notebooks -->`` markers of ``docs/tutorials/first-notebook.md``: the
   notebooks under ``notebooks/``, each with its title and the test that executes it.
 """
@@ -34,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules,
 from gen_reference import catalog_page, cli_page, notebooks_block, python_api_page  # noqa: E402
 from gen_schema import PROSE, scenario_fields_page  # noqa: E402,F401  (PROSE: for the tests)
 from gen_text import BANNER, ROOT  # noqa: E402
+from gen_ep_decode import ep_decode_block  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +116,7 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     ("docs/tutorials/first-notebook.md", "notebooks"): notebooks_block,
     ("README.md", "headline-table"): headline_block,
     ("docs/tutorials/first-run.md", "headline-table"): headline_block,
+    ("docs/explanation/ep-decode.md", "ep-decode-table"): ep_decode_block,
 }
 """Generated blocks inside hand-written pages: (page, marker) -> the text between
 ``<!-- marker -->`` and ``<!-- /marker -->``."""

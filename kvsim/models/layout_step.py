@@ -127,6 +127,20 @@ class LayoutStepTime:
         e, k = self.model.moe.num_experts, self.model.moe.experts_per_token
         return e * (1.0 - (1.0 - k / e) ** tokens) if tokens > 0 else 0.0
 
+    def weight_bytes_per_card(self, tokens: float) -> float:
+        """Weight bytes a card of the slowest stage streams for one micro-batch of ``tokens``
+        tokens: its share of the dense weights and lm_head, plus every routed expert the tokens
+        touch (each token picks ``experts_per_token`` of ``num_experts``, independently)."""
+        weights = self._fixed_bytes
+        if self.model.moe is not None:
+            weights += self._moe_layers * self._touched_experts(tokens) * self._expert_bytes
+        return weights
+
+    @property
+    def launches_per_pass(self) -> float:
+        """Kernels one pass of the slowest stage launches."""
+        return launches_per_pass(self.model, self._layers)
+
     def _comm_s(self, tokens: float) -> float:
         """Collectives of the slowest stage for one micro-batch of ``tokens`` tokens."""
         lay, links, h, act = self.layout, self.links, self.model.hidden_size, self._act
@@ -156,9 +170,7 @@ class LayoutStepTime:
                  + model.attention_flops_per_pair(True) * batch.decode_context_tokens) * self._share / m \
             + model.lm_head_flops * batch.sampled_seqs / m
         kv_tokens = (batch.prefill_context_tokens + batch.prefill_tokens + batch.decode_context_tokens) / m
-        weights = self._fixed_bytes
-        if model.moe is not None:
-            weights += self._moe_layers * self._touched_experts(tokens) * self._expert_bytes
+        weights = self.weight_bytes_per_card(tokens)
         kv = kv_tokens / lay.dp_attention * self._kv_on_card
         send = 0.0
         if lay.pp > 1:
