@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from heapq import heappush
 
 import cython
 import simpy
@@ -155,7 +156,7 @@ class FlowNetwork:
     """
 
     __slots__ = ("env", "window_start_s", "window_end_s", "_capacity", "_index", "_filling", "_bytes", "_area",
-                 "_load", "_flows", "_t", "_gen", "_wake_at")  # C fields compiled (flows.pxd)
+                 "_load", "_flows", "_t", "_gen", "_wake_at", "_woken")  # C fields compiled (flows.pxd)
 
     @cython.locals(i=cython.Py_ssize_t)
     def __init__(
@@ -185,6 +186,7 @@ class FlowNetwork:
         self._t = env.now  # time up to which bytes and areas are accounted
         self._gen = 0
         self._wake_at = math.nan  # when the armed wake-up fires (NaN: none)
+        self._woken = self._on_wake  # the wake-ups' callback, bound once
 
     def __dealloc__(self):
         if cython.compiled:
@@ -399,8 +401,8 @@ class FlowNetwork:
         env = self.env
         if latency_s > 0.0:
             event._ok = True
-            event._value = env.now + latency_s
-            env.schedule(event, NORMAL, latency_s)
+            event._value = env.now + latency_s  # the time SimPy will process it at
+            heappush(env._queue, (event._value, NORMAL, next(env._eid), event))  # as env.schedule
         else:
             event.succeed(env.now)
 
@@ -442,7 +444,10 @@ class FlowNetwork:
         """Arm a wake-up ``delay_s`` from now; any earlier one becomes stale."""
         self._gen += 1
         self._wake_at = self.env.now + delay_s  # the same sum SimPy uses for the event's time
-        self.env.schedule(_Wake([self._on_wake], self._gen), NORMAL, delay_s)
+        # what Environment.schedule does (the heap entry SimPy orders events by), without its
+        # interpreted call: the same time, priority and next event id
+        env = self.env
+        heappush(env._queue, (self._wake_at, NORMAL, next(env._eid), _Wake([self._woken], self._gen)))
 
     @cython.locals(now=cython.double, dt=cython.double, least=cython.double, p=cython.Py_ssize_t,
                    j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow, filling=_Filling, wake=_Wake)

@@ -64,6 +64,7 @@ class Transfers:
         # never change), worked out once for each (an access is keyed by its id, and the entry
         # keeps the access alive, so the id cannot come back as another's)
         self._flow_costs: dict[tuple, tuple] = {}
+        self._routes: dict[tuple, object] = {}  # (links, resources' items) -> the network's route
         # cancellable transfers in flight: their event -> (flow events, bytes each, purpose, counted)
         self._cancellable: dict[simpy.Event, tuple[list[simpy.Event], float, str, bool]] = {}
 
@@ -101,9 +102,9 @@ class Transfers:
             if entry is None:
                 cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
                 if cost is None:
-                    entry = (io, self.topology.path_latency_s(links), math.inf, self.network.route(links))
+                    entry = (io, self.topology.path_latency_s(links), math.inf, self._route(key[0], None))
                 else:
-                    entry = (io, cost.latency_s, cost.rate_cap_Bps, self.network.route(links, cost.resources))
+                    entry = (io, cost.latency_s, cost.rate_cap_Bps, self._route(key[0], cost.resources))
                 costs[key] = entry
             flows.append(transfer_on(entry[3], nbytes_each, entry[1], entry[2]))
         done = flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
@@ -111,6 +112,15 @@ class Transfers:
             self._cancellable[done] = (flows, nbytes_each, purpose, counted)
             done.callbacks.append(lambda _event: self._cancellable.pop(done, None))
         return done
+
+    def _route(self, links: tuple, resources: dict | None):
+        """The network's route over ``links`` and ``resources``, made once for each (a flow's
+        resources per byte depend on its bytes, its route on the weights alone)."""
+        key = (links, None if not resources else tuple(resources.items()))
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self.network.route(links, resources)
+        return route
 
     def cancel(self, event: simpy.Event) -> float:
         """Stop a ``cancellable`` transfer :meth:`move` returned ``event`` for, part-way.
