@@ -8,7 +8,13 @@ cdef double* _doubles(Py_ssize_t n) except NULL
 cdef Py_ssize_t* _indices(Py_ssize_t n) except NULL
 cdef void _free(void* buf) noexcept
 
+cdef class _Route:
+    cdef public Py_ssize_t k  # distinct links (and resources) crossed
+    cdef Py_ssize_t* links  # their slots, in order of first appearance
+    cdef double* counts  # crossings (a resource's weight per byte) of each
+
 cdef class _Flow:
+    cdef public _Route route  # owns the arrays links and counts point into
     cdef public object event
     cdef public double nbytes, remaining, rate, finish_s, latency_s, cap
     cdef public Py_ssize_t k  # distinct links (and resources) crossed

@@ -53,15 +53,14 @@ def _free(buf) -> None:
         free(buf)  # noqa: F821 (a C function of the .pxd, compiled only)
 
 
-class _Flow:
-    """One active transfer: its links (as indices) and crossings, bytes left, current rate and
-    completion event."""
+class _Route:
+    """The links (as indices) a flow crosses and its crossings of each, in order of first
+    appearance: worked out once per path and shared by every flow along it (never changed)."""
 
-    __slots__ = ("links", "counts", "k", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event",
-                 "cap")  # C fields compiled (flows.pxd)
+    __slots__ = ("links", "counts", "k")  # C fields compiled (filling.pxd)
 
     @cython.locals(j=cython.Py_ssize_t)
-    def __init__(self, weights: dict[int, float], nbytes: float, latency_s: float, event, cap: float = _INF):
+    def __init__(self, weights: dict[int, float]):
         self.k = len(weights)
         self.links = _indices(self.k)
         self.counts = _doubles(self.k)
@@ -70,6 +69,26 @@ class _Flow:
             self.links[j] = link
             self.counts[j] = count
             j += 1
+
+    def __dealloc__(self):
+        if cython.compiled:  # a compiled route's arrays (a Python object's are lists)
+            _free(self.links)
+            _free(self.counts)
+
+
+class _Flow:
+    """One active transfer: its route's links (as indices) and crossings, bytes left, current rate
+    and completion event."""
+
+    __slots__ = ("route", "links", "counts", "k", "nbytes", "remaining", "rate", "finish_s", "latency_s", "event",
+                 "cap")  # C fields compiled (filling.pxd)
+
+    @cython.locals(route=_Route)
+    def __init__(self, route: _Route, nbytes: float, latency_s: float, event, cap: float = _INF):
+        self.route = route  # keeps the arrays below alive
+        self.k = route.k
+        self.links = route.links
+        self.counts = route.counts
         self.cap = cap
         self.nbytes = nbytes
         self.remaining = nbytes
@@ -77,11 +96,6 @@ class _Flow:
         self.finish_s = _INF
         self.latency_s = latency_s
         self.event = event
-
-    def __dealloc__(self):
-        if cython.compiled:  # a compiled flow's arrays (a Python object's are lists)
-            _free(self.links)
-            _free(self.counts)
 
 
 class _Filling:

@@ -19,15 +19,15 @@ lists in the pure-Python reference, the same float operations in the same order 
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from heapq import heappush
 
 import cython
 import simpy
 from simpy.events import NORMAL
 
-from kvsim.network.filling import _Filling, _Flow
+from kvsim.network.filling import _Filling, _Flow, _Route
 
 if not cython.compiled:  # compiled, these are C functions of filling.pxd (cimported by flows.pxd)
     from kvsim.network.filling import _doubles, _free
@@ -38,6 +38,22 @@ __all__ = ["max_min_fair_rates", "FlowNetwork"]
 # rounding of rate x time must never leave a flow a few bytes short of finishing forever.
 _DONE_FRACTION = 1e-9
 _INF = math.inf
+
+
+class _Wake:
+    """A network's wake-up, as the SimPy event its heap entry carries: what a ``Timeout`` of the
+    same delay with the wake-up as its callback was, scheduled the same way
+    (``Environment.schedule``: the same time, priority and place in the event-id order), without
+    the timeout's interpreted constructor or a ``functools.partial`` per wake-up. ``gen`` is the
+    network's wake-up generation when it was armed (a later one supersedes it)."""
+
+    __slots__ = ("callbacks", "_ok", "_value", "gen")  # C fields compiled (flows.pxd)
+
+    def __init__(self, callbacks: list, gen: int):
+        self.callbacks = callbacks  # what SimPy calls when it processes the event (then sets None)
+        self._ok = True  # a triggered, successful event, as a timeout is from its creation
+        self._value = None
+        self.gen = gen
 
 
 def _link_weights(links: Sequence[Hashable]) -> dict[Hashable, int]:
@@ -72,7 +88,7 @@ def _solve(weights: Sequence[Mapping[Hashable, float]], capacity_Bps: Mapping[Ha
                     raise KeyError(f"unknown link {link!r}: it has no capacity_Bps")
                 index[link] = len(index)
     filling = _Filling([float(capacity_Bps[link]) for link in index])
-    flows = [_Flow({index[link]: count for link, count in flow.items()}, 0.0, 0.0, None,
+    flows = [_Flow(_Route({index[link]: count for link, count in flow.items()}), 0.0, 0.0, None,
                    _INF if caps is None else caps[i]) for i, flow in enumerate(weights)]
     filling.solve(flows)
     return [flow.rate for flow in flows]
@@ -140,7 +156,7 @@ class FlowNetwork:
     """
 
     __slots__ = ("env", "window_start_s", "window_end_s", "_capacity", "_index", "_filling", "_bytes", "_area",
-                 "_load", "_flows", "_t", "_gen", "_wake_at")  # C fields compiled (flows.pxd)
+                 "_load", "_flows", "_t", "_gen", "_wake_at", "_woken")  # C fields compiled (flows.pxd)
 
     @cython.locals(i=cython.Py_ssize_t)
     def __init__(
@@ -170,6 +186,7 @@ class FlowNetwork:
         self._t = env.now  # time up to which bytes and areas are accounted
         self._gen = 0
         self._wake_at = math.nan  # when the armed wake-up fires (NaN: none)
+        self._woken = self._on_wake  # the wake-ups' callback, bound once
 
     def __dealloc__(self):
         if cython.compiled:
@@ -184,7 +201,6 @@ class FlowNetwork:
         """Number of transfers whose bytes are still in flight."""
         return len(self._flows)
 
-    @cython.locals(inf=cython.double)
     def transfer(self, links: Sequence[Hashable], nbytes: float, latency_s: float = 0.0,
                  resources: Mapping[Hashable, float] | None = None,
                  rate_cap_Bps: float = math.inf) -> simpy.Event:
@@ -218,13 +234,21 @@ class FlowNetwork:
         ValueError
             ``nbytes`` or ``latency_s`` is negative or not finite.
         """
+        self._check_numbers(nbytes, latency_s, rate_cap_Bps)
+        return self._start(self.route(links, resources), nbytes, latency_s, rate_cap_Bps)
+
+    def route(self, links: Sequence[Hashable], resources: Mapping[Hashable, float] | None = None) -> _Route:
+        """``links`` and ``resources`` as :meth:`transfer` takes them, worked out once: pass the
+        result to :meth:`transfer_on` for every flow along the same path with the same resources.
+
+        Raises
+        ------
+        KeyError
+            A link or resource is unknown (the message names it).
+        ValueError
+            A resource's weight is not finite and > 0.
+        """
         inf = _INF
-        if not (0.0 <= nbytes < inf):
-            raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
-        if not (0.0 <= latency_s < inf):
-            raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
-        if not rate_cap_Bps > 0.0:
-            raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
         if resources:
             for resource, weight in resources.items():  # (checked before any link is looked up)
                 if not (0.0 < weight < inf):
@@ -236,13 +260,36 @@ class FlowNetwork:
                 if i is None:
                     raise KeyError(f"unknown link {resource!r}: it has no capacity_Bps")
                 weights[i] = weights.get(i, 0) + weight
+        return _Route(weights)
+
+    def transfer_on(self, route: _Route, nbytes: float, latency_s: float = 0.0,
+                    rate_cap_Bps: float = math.inf) -> simpy.Event:
+        """:meth:`transfer` along a :meth:`route` of this network (the same event, the same
+        errors for the numbers)."""
+        self._check_numbers(nbytes, latency_s, rate_cap_Bps)
+        return self._start(route, nbytes, latency_s, rate_cap_Bps)
+
+    @cython.locals(inf=cython.double)
+    def _check_numbers(self, nbytes: float, latency_s: float, rate_cap_Bps: float) -> None:
+        """ValueError naming the first of the numbers out of range."""
+        inf = _INF
+        if not (0.0 <= nbytes < inf):
+            raise ValueError(f"nbytes must be finite and >= 0, got {nbytes!r}")
+        if not (0.0 <= latency_s < inf):
+            raise ValueError(f"latency_s must be finite and >= 0, got {latency_s!r}")
+        if not rate_cap_Bps > 0.0:
+            raise ValueError(f"rate_cap_Bps must be > 0, got {rate_cap_Bps!r}")
+
+    @cython.locals(now=cython.double)
+    def _start(self, route: _Route, nbytes: float, latency_s: float, rate_cap_Bps: float) -> simpy.Event:
+        """Start a flow of ``nbytes`` along ``route`` (the numbers already checked)."""
         event = self.env.event()
-        if nbytes == 0.0 or not weights:
+        if nbytes == 0.0 or route.k == 0:
             self._complete(event, latency_s)
             return event
         now = self.env.now
         self._advance(now)
-        self._flows.append(_Flow(weights, float(nbytes), latency_s, event, float(rate_cap_Bps)))
+        self._flows.append(_Flow(route, float(nbytes), latency_s, event, float(rate_cap_Bps)))
         if self._wake_at != now:  # a wake-up already due now will include this flow in its solve
             self._schedule(0.0)
         return event
@@ -354,8 +401,8 @@ class FlowNetwork:
         env = self.env
         if latency_s > 0.0:
             event._ok = True
-            event._value = env.now + latency_s
-            env.schedule(event, NORMAL, latency_s)
+            event._value = env.now + latency_s  # the time SimPy will process it at
+            heappush(env._queue, (event._value, NORMAL, next(env._eid), event))  # as env.schedule
         else:
             event.succeed(env.now)
 
@@ -396,13 +443,17 @@ class FlowNetwork:
     def _schedule(self, delay_s: float) -> None:
         """Arm a wake-up ``delay_s`` from now; any earlier one becomes stale."""
         self._gen += 1
-        self._wake_at = self.env.now + delay_s  # the same sum SimPy uses for the timeout's time
-        self.env.timeout(delay_s).callbacks.append(functools.partial(self._on_wake, self._gen))
+        self._wake_at = self.env.now + delay_s  # the same sum SimPy uses for the event's time
+        # what Environment.schedule does (the heap entry SimPy orders events by), without its
+        # interpreted call: the same time, priority and next event id
+        env = self.env
+        heappush(env._queue, (self._wake_at, NORMAL, next(env._eid), _Wake([self._woken], self._gen)))
 
     @cython.locals(now=cython.double, dt=cython.double, least=cython.double, p=cython.Py_ssize_t,
-                   j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow, filling=_Filling)
-    def _on_wake(self, gen: int, _event: simpy.Event) -> None:
-        if gen != self._gen:
+                   j=cython.Py_ssize_t, link=cython.Py_ssize_t, flow=_Flow, filling=_Filling, wake=_Wake)
+    def _on_wake(self, wake: _Wake) -> None:
+        """A wake-up armed by :meth:`_schedule` is due: account, retire, re-solve, re-arm."""
+        if wake.gen != self._gen:
             return  # superseded by a later flow change
         self._wake_at = math.nan
         now = self.env.now

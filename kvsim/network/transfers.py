@@ -58,11 +58,13 @@ class Transfers:
         self.capacity_Bps = network_capacities(topology, self.storage)
         self.bytes_by_purpose: dict[str, float] = {}
         self.transfers_by_purpose: dict[str, int] = {}
-        # what one flow of a path costs besides its links -- (latency, resources, rate cap) --
+        # what one flow of a path costs besides its links -- (latency, rate cap, the network's
+        # route over its links and resources) --
         # by (path, storage access, bytes): a function of the three (the topology and the media
         # never change), worked out once for each (an access is keyed by its id, and the entry
         # keeps the access alive, so the id cannot come back as another's)
         self._flow_costs: dict[tuple, tuple] = {}
+        self._routes: dict[tuple, object] = {}  # (links, resources' items) -> the network's route
         # cancellable transfers in flight: their event -> (flow events, bytes each, purpose, counted)
         self._cancellable: dict[simpy.Event, tuple[list[simpy.Event], float, str, bool]] = {}
 
@@ -93,23 +95,32 @@ class Transfers:
         """
         counted = self._count(purpose, nbytes_each * len(paths))
         flows = []
-        costs, transfer = self._flow_costs, self.network.transfer
+        costs, transfer_on = self._flow_costs, self.network.transfer_on
         for links in paths:
             key = (tuple(links), id(io), nbytes_each)
             entry = costs.get(key)
             if entry is None:
                 cost = self.storage.cost(links, io, nbytes_each) if io is not None else None
                 if cost is None:
-                    entry = (io, self.topology.path_latency_s(links), None, math.inf)
+                    entry = (io, self.topology.path_latency_s(links), math.inf, self._route(key[0], None))
                 else:
-                    entry = (io, cost.latency_s, cost.resources, cost.rate_cap_Bps)
+                    entry = (io, cost.latency_s, cost.rate_cap_Bps, self._route(key[0], cost.resources))
                 costs[key] = entry
-            flows.append(transfer(links, nbytes_each, entry[1], entry[2], entry[3]))
+            flows.append(transfer_on(entry[3], nbytes_each, entry[1], entry[2]))
         done = flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
         if cancellable:
             self._cancellable[done] = (flows, nbytes_each, purpose, counted)
             done.callbacks.append(lambda _event: self._cancellable.pop(done, None))
         return done
+
+    def _route(self, links: tuple, resources: dict | None):
+        """The network's route over ``links`` and ``resources``, made once for each (a flow's
+        resources per byte depend on its bytes, its route on the weights alone)."""
+        key = (links, None if not resources else tuple(resources.items()))
+        route = self._routes.get(key)
+        if route is None:
+            route = self._routes[key] = self.network.route(links, resources)
+        return route
 
     def cancel(self, event: simpy.Event) -> float:
         """Stop a ``cancellable`` transfer :meth:`move` returned ``event`` for, part-way.
