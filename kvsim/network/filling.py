@@ -18,8 +18,9 @@ import cython
 
 # Links whose fill levels agree to this relative tolerance saturate together in one filling round;
 # it only merges rounds that rounding split apart, it never moves a rate by more than that much.
-# One tolerance over all links: splitting the filling by connected components would merge other
-# rounds, so it is done over every active flow at once.
+# One tolerance over all links: solved per connected component of links, the filling would not
+# merge two components' rounds within the tolerance as this does, so the rates could differ in
+# their last bits (tests/test_flow_components.py); it is done over every active flow at once.
 _TIE_REL = 1e-12
 _INF = math.inf
 
