@@ -102,7 +102,7 @@ def plain_log_ticks(axis, suffix: str = "") -> None:
         return f"{value:g}{suffix}"
 
     axis.set_major_locator(_PlainLogLocator(LogLocator(subs=(1.0, 2.0, 5.0)), LogLocator(subs=(1.0,)),
-                                            MaxNLocator(nbins=4), label))
+                                            MaxNLocator(nbins=5, steps=[1, 2, 5, 10]), label))
     axis.set_major_formatter(FuncFormatter(label))
     axis.set_minor_formatter(NullFormatter())
 

@@ -222,13 +222,11 @@ def goodput_heatmap(frame: pd.DataFrame, x: str, name: str, plt) -> Any:
     ax.set_title(name, fontsize=10)
     bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
     bar.set_label("goodput per card\n(requests/s within SLO)", fontsize=8)
-    bottom = 0.0
-    if flagged.any():
-        fig.legend(handles=[Patch(facecolor="white", edgecolor="0.6", hatch="///",
-                                  label="hatched, *: flagged, not a steady-state number (see the table)")],
-                   loc="lower center", fontsize=8, frameon=False)
-        bottom = 0.35 / fig.get_figheight()
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    from kvsim.report.legend import legend_below
+
+    legend_below(fig, [Patch(facecolor="white", edgecolor="0.6", hatch="///",
+                             label="hatched, *: flagged, not a steady-state number (see the table)")]
+                 if flagged.any() else [])
     return fig
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from kvsim.report.document import Document, Figure, Strong
 from kvsim.report.interactive import Tags, render
+from kvsim.report.legend import legend_below
 from kvsim.report.pool_frontier import pool_words, shared_pool_section
 from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.plan_tornado import hinge_sentence, sensitivity_section
@@ -229,12 +230,7 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
                              label="triangle: stopped early, a lower bound"),
            "capacity": Line2D([], [], ls=":", color="gray", label="dotted: unit capacity found")}
     handles = ax.get_legend_handles_labels()[0] + [key[m] for m in ("flagged", "stopped", "capacity") if m in marks]
-    # below the axes: inside, it covers the points of the largest candidate
-    columns = min(3, len(handles))
-    extra_in = 0.15 + 0.2 * -(-len(handles) // columns)
-    fig.set_figheight(fig.get_figheight() + extra_in)
-    tags.legend(fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False))
-    fig.tight_layout(rect=(0, extra_in / fig.get_figheight(), 1, 1))
+    tags.legend(legend_below(fig, handles, most_columns=3))  # inside, it covers the largest candidate's points
     png, svg = render(fig, f"{stem}_probes.png", tags)
     return Figure(f"{stem}_probes.png", png, "TTFT p99 of one unit against load, per candidate; dotted: the "
                                              "unit capacity found; hollow markers: runs flagged unstable or too "

@@ -10,6 +10,7 @@ from typing import Any
 
 from kvsim.report.document import Figure
 from kvsim.report.interactive import Tags, render
+from kvsim.report.legend import legend_below
 from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.run_data import LoadAxis, Row, metric, saturation
 
@@ -126,16 +127,7 @@ def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, st
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
-    handles = list(entries.values()) + _key_handles(any_hollow, any_saturated)
-    bottom = 0.0
-    if handles:
-        columns = min(len(handles), 4)
-        rows = -(-len(handles) // columns)
-        extra_in = 0.15 + 0.2 * rows
-        fig.set_figheight(fig.get_figheight() + extra_in)
-        bottom = extra_in / fig.get_figheight()
-        tags.legend(fig.legend(handles=handles, loc="lower center", ncol=columns, fontsize=8, frameon=False))
-    fig.tight_layout(rect=(0, bottom, 1, 1))
+    tags.legend(legend_below(fig, list(entries.values()) + _key_handles(any_hollow, any_saturated)))
     png, svg = render(fig, name, tags)
     return Figure(name, png, caption, svg)
 
@@ -214,14 +206,19 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
         plt.close(fig)
         return None
     handles, names = axes[0].get_legend_handles_labels()
-    tags.legend(fig.legend(handles, names, loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False))
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
+    legend = fig.legend(handles, names, loc="center right", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    tags.legend(legend)
+    # the panels take what the legend (its longest name) leaves; the figure widens for a long one
+    fig.canvas.draw()
+    width_in = legend.get_window_extent().width / fig.dpi + 0.1
+    fig.set_figwidth(max(fig.get_figwidth(), 8.8 + width_in))
+    fig.tight_layout(rect=(0, 0, 1 - width_in / fig.get_figwidth(), 1))
     png, svg = render(fig, f"{stem}_cdf.png", tags)
     return Figure(f"{stem}_cdf.png", png, "Distribution of TTFT and TPOT over the requests that arrived in "
                   "the measurement window (lighter lines: lower loads; requests without a first token left out)", svg)
 
 
-def _cdf_steps(values: Any, most: int = 600) -> tuple[Any, Any]:
+def _cdf_steps(values: Any, most: int = 300) -> tuple[Any, Any]:
     """The steps of the empirical CDF of sorted ``values``: every value where there are at most
     ``most``, else ``most`` evenly spaced ranks (the first and last kept) -- the same curve to the
     eye, and an SVG of a few kilobytes where a run has a hundred thousand requests."""
