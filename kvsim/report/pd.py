@@ -210,8 +210,10 @@ def goodput_heatmap(frame: pd.DataFrame, x: str, name: str, plt) -> Any:
                 continue
             red, green, blue, _ = cmap(norm(value))
             ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+            # on a hatched cell the number sits on a patch of the cell's own colour, clear of the hatching
             ax.text(j, i, f"{value:.3g}" + ("*" if flagged[i, j] else ""), ha="center", va="center", fontsize=8,
-                    color=ink)
+                    color=ink, zorder=4, bbox=dict(boxstyle="square,pad=0.2", facecolor=(red, green, blue),
+                                                   edgecolor="none") if flagged[i, j] else None)
             if flagged[i, j]:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6",
                                        linewidth=0))
