@@ -103,6 +103,8 @@ def _rounded(match: re.Match[str]) -> str:
 def _interactive(svg: str, name: str, tags: Tags) -> str:
     start = svg.index("<svg")
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg[start:], flags=re.S)
+    # inline in HTML the parser gives <svg> and xlink:href their namespaces: no URL left in the page
+    svg = re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", svg)
 
     def opened(match: re.Match[str]) -> str:
         gid, kind, series = match.group(0)[7:-2], match.group("kind"), match.group("series")
