@@ -20,7 +20,7 @@ from kvsim.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
-__all__ = ["pd_frame", "pd_markdown", "pd_figures"]
+__all__ = ["pd_frame", "pd_markdown", "pd_figures", "goodput_heatmap"]
 
 
 def _capex_usd(run: SystemRun) -> float | None:

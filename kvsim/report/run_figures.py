@@ -1,11 +1,12 @@
-"""Figures of a run report (PNG, matplotlib's Agg backend): throughput and latency against the
-swept load with the SLO line and each system's saturation point, TTFT/TPOT distributions, cache
-hit rates per tier, cost per million tokens. Flagged points (not steady state) are drawn hollow
-or hatched; :func:`load_series` is the data that decides it."""
+"""Figures of a run report (PNG, matplotlib's Agg backend, and the same drawing as SVG for the HTML
+page, with hover values and legend toggles: :mod:`kvsim.report.interactive`): throughput and
+latency against the swept load with the SLO line and each system's saturation point, TTFT/TPOT
+distributions, cache hit rates per tier, cost per million tokens. Flagged points (not steady
+state) are drawn hollow or hatched, and each figure's legend says so; :func:`load_series` is the
+data that decides it."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from kvsim.report.document import Figure
