@@ -1,5 +1,6 @@
 """What makes a figure unreadable, measured on the drawn figure: tick labels of one axis that
-overlap (by their rendered extents), log-axis tick labels that are not plain numbers, and
+overlap (by their rendered extents), log-axis tick labels that are not plain numbers, tick labels
+read against a multiplier ("1e6") printed at the axis's end, and
 texts (axis labels, titles, tick labels, legends, annotations) that leave the figure (clipped
 when saved). Used by tests/test_figure_layout.py."""
 
@@ -52,6 +53,9 @@ def layout_problems(fig: Any, tight: bool = False) -> list[str]:
                     if boxes[i].overlaps(boxes[j]):
                         problems.append(f"axes {k} {axis.axis_name}: tick labels {labels[i].get_text()!r} and "
                                         f"{labels[j].get_text()!r} overlap")
+            offset = axis.get_offset_text()
+            if offset.get_visible() and offset.get_text():
+                problems.append(f"axes {k} {axis.axis_name}: tick labels scaled by {offset.get_text()!r} above the axis")
             if axis.get_scale() == "log":
                 odd = [label.get_text() for label in labels if not _PLAIN.match(label.get_text())]
                 if odd:

@@ -161,3 +161,15 @@ def test_study_figures_are_readable(checked, tmp_path):
     gap_figure(gap, tmp_path / "gap.png")
     assert len(checked) == 2
     assert [p for problems in checked.values() for p in problems] == []
+
+
+def test_pd_study_figures_are_readable(checked, tmp_path):
+    # the P:D study of tests/test_pd_report.py: the goodput heat-map and the timeline
+    import kvsim
+    from kvsim.report.pd import pd_figures
+    from test_pd_report import SCENARIO as PD
+
+    result = kvsim.run(kvsim.parse_scenario(PD, "pd.yaml"))
+    assert [p.name for p in pd_figures(result, tmp_path)] == ["pd_goodput.png", "pd_timeline.png"]
+    assert len(checked) == 2
+    assert [p for problems in checked.values() for p in problems] == []

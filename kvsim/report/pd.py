@@ -260,6 +260,10 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
         ax.grid(alpha=0.3)
         if column.endswith(("attainment", "occupancy")):
             ax.set_ylim(-0.05, 1.05)  # shares: a flat line at 1 must not be zoomed into noise
+        elif column == "signal_prefill_queue":  # 2M, not 2 under a "1e6" above the axis
+            from matplotlib.ticker import EngFormatter
+
+            ax.yaxis.set_major_formatter(EngFormatter(sep=""))
     boundary = 0.0
     arrival = spec.workload.arrival
     for phase in getattr(arrival, "phases", [])[:-1]:
