@@ -76,3 +76,16 @@ def test_run_report_opens_offline_with_hovers_and_toggles(tmp_path):
     write_files(tmp_path, run_report_files(ROOT / "docs" / "headline", "report"))
     figures = _check_offline(tmp_path / "report.html")
     assert len(figures) >= 3  # throughput, latency, cost (the committed run keeps no records: no CDF)
+
+
+def test_a_fresh_run_report_with_every_figure_opens_offline(tmp_path):
+    # the run of tests/test_run_report.py: its records give the CDFs, its DRAM tier the hit rates
+    from test_run_report import SCENARIO
+
+    from kvsim.cli import main
+
+    (tmp_path / "s.yaml").write_text(SCENARIO, encoding="utf-8")
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "1",
+                 "--no-progress"]) == 0
+    figures = _check_offline(tmp_path / "out" / "report.html")
+    assert len(figures) == 5  # throughput, latency, CDF, hit rates, cost
