@@ -88,23 +88,54 @@ def literal_figure_text(draw: _F) -> _F:
     return literally  # type: ignore[return-value]
 
 
-def plain_log_ticks(axis) -> None:
-    """Ticks of a base-10 log ``axis`` at 1, 2, 5 x 10^k -- or, on an axis spanning less than
-    about three such steps (0.9 to 1.6, as a speed-up near 1 often does), at round linear
-    steps -- written as plain numbers (200, not 2 x 10^2), no minor labels. Matplotlib writes
-    log tick labels as mathtext (``$\\mathdefault{10^{2}}$``), which a figure drawn by
-    :func:`literal_figure_text` would show as those characters."""
+def plain_log_ticks(axis, suffix: str = "") -> None:
+    """Ticks of a base-10 log ``axis`` at 1, 2, 5 x 10^k -- at 10^k alone where those labels would
+    touch at the axis's drawn length, at every other decade where even those would -- or, on an
+    axis spanning less than about three such steps (0.9 to 1.6, as a speed-up near 1 often does),
+    at round linear steps; written as plain numbers (200, not 2 x 10^2) followed by ``suffix``
+    (``"x"``: a ratio reads 2x, 3x), no minor labels. Matplotlib writes log tick labels as mathtext
+    (``$\\mathdefault{10^{2}}$``), which a figure drawn by :func:`literal_figure_text` would show as
+    those characters."""
     from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+    def label(value: float, _position: object = None) -> str:
+        return f"{value:g}{suffix}"
+
     axis.set_major_locator(_PlainLogLocator(LogLocator(subs=(1.0, 2.0, 5.0)), LogLocator(subs=(1.0,)),
-                                            MaxNLocator(nbins=4)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+                                            MaxNLocator(nbins=5, steps=[1, 2, 5, 10]), label))
+    axis.set_major_formatter(FuncFormatter(label))
     axis.set_minor_formatter(NullFormatter())
 
 
-def _PlainLogLocator(log, decades, linear):
-    """A locator that gives ``log``'s ticks inside the view where they are 3 to 10, the
-    ``decades``' where ``log`` would give more, and ``linear``'s (positive ones) where fewer."""
+def _crowded(axis, ticks: list[float], low: float, high: float, label: Callable[[float], str]) -> bool:
+    """Whether two neighbouring labels of ``ticks`` (on a log ``axis`` viewing ``low`` to ``high``)
+    would touch at the axis's current drawn length: widths estimated at 0.62 em a character
+    along x, heights at 1.25 em along y, with 3 pixels between."""
+    import math
+
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+
+    axes = getattr(axis, "axes", None)
+    if axes is None or len(ticks) < 2 or low <= 0 or high <= low:
+        return False
+    along_x = axis.axis_name == "x"
+    length_px = axes.bbox.width if along_x else axes.bbox.height
+    size_px = (FontProperties(size=rcParams[f"{axis.axis_name}tick.labelsize"]).get_size_in_points()
+               * axes.figure.dpi / 72.0)
+    span = math.log10(high) - math.log10(low)
+    where = [(math.log10(t) - math.log10(low)) / span * length_px for t in ticks]
+    for (a, pa), (b, pb) in zip(zip(ticks, where), zip(ticks[1:], where[1:])):
+        need = ((len(label(a)) + len(label(b))) / 2 * 0.62 * size_px if along_x else 1.25 * size_px) + 3.0
+        if pb - pa < need:
+            return True
+    return False
+
+
+def _PlainLogLocator(log, decades, linear, label):
+    """A locator that gives ``log``'s ticks inside the view where they are 3 to 10 and their labels
+    do not touch, the ``decades``' where ``log`` would give more or crowd them (every other decade
+    where those crowd), and ``linear``'s (positive ones) where ``log`` gives fewer than 3."""
     from matplotlib.ticker import Locator
 
     class PlainLogLocator(Locator):
@@ -124,9 +155,15 @@ def _PlainLogLocator(log, decades, linear):
             def inside(ticks):
                 return [t for t in ticks if low - slack <= t <= high + slack]
 
+            def crowded(ticks):
+                return self.axis is not None and _crowded(self.axis, ticks, low, high, label)
+
             ticks = inside(log.tick_values(low, high))
-            if len(ticks) > 10:
-                return inside(decades.tick_values(low, high))
+            if len(ticks) > 10 or (len(ticks) >= 3 and crowded(ticks)):
+                ticks = inside(decades.tick_values(low, high))
+                while len(ticks) > 2 and crowded(ticks):
+                    ticks = ticks[::2]
+                return ticks
             if len(ticks) >= 3:
                 return ticks
             return [t for t in inside(linear.tick_values(low, high)) if t > 0]

@@ -141,7 +141,8 @@ def test_the_report_is_self_contained_and_names_every_assumption(planned, tmp_pa
     paths = {p.name for p in write_plan_report(answer, tmp_path)}
     assert {"plan.json", "plan.md", "plan.html", "plan_capacity.png", "plan_probes.png"} <= paths
     page = (tmp_path / "plan.html").read_text()
-    assert not re.search(r"(src|href)=\"(?!data:)", page)  # no external resource of any kind
+    # no external resource of any kind: data, or an id of the page's own inline figures
+    assert not re.search(r"(src|href)=\"(?!data:|#)", page)
     assert "http://" not in page and "https://" not in page
     for c in answer["candidates"]:
         for assumption in c["unit_cost"]["assumptions"]:

@@ -77,16 +77,22 @@ def test_run_writes_the_report_and_it_renders_again_from_a_copied_folder(run_dir
     assert markdown == (run_dir / "report.md").read_text(encoding="utf-8").replace("report_", "study_")
     for figure in re.findall(r"\]\((study_\w+\.png)\)", markdown):
         assert (tmp_path / "docs" / figure).is_file()
-    assert len(re.findall(r"<img ", page)) == len(re.findall(r"!\[", markdown)) >= 4
+    assert len(re.findall(r"<figure>", page)) == len(re.findall(r"!\[", markdown)) >= 4
 
 
 def test_the_page_needs_no_network_and_names_every_assumption(run_dir):
     page = (run_dir / "report.html").read_text(encoding="utf-8")
     markdown = (run_dir / "report.md").read_text(encoding="utf-8")
     assert "http://" not in page and "https://" not in page and "//" not in re.sub(r"data:[^\"]*", "", page)
+    # every reference is inside the page: the inline figures' own ids (markers, clip paths)
     links = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", page)
-    assert links and all(link.startswith("data:image/png;base64,") for link in links)
-    assert "<script" not in page and "<link" not in page and "@import" not in page
+    ids = set(re.findall(r'\bid="([^"]+)"', page))
+    assert links and all(link.startswith("#") and link[1:] in ids for link in links)
+    assert "<link" not in page and "@import" not in page
+    # one script, the report's own: a legend entry hides or shows its series (no library, nothing fetched)
+    from kvsim.report.interactive import TOGGLE_SCRIPT
+
+    assert page.count("<script") == 1 and f"<script>{TOGGLE_SCRIPT}</script>" in page
     summary = json.loads((run_dir / "summary.json").read_text())
     named = {a for p in summary["points"] for s in p["systems"].values() for a in s["cost"]["assumptions"]}
     assert named  # the catalog's L20 prices are assumptions; the cost defaults too

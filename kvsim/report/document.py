@@ -1,6 +1,7 @@
 """A report as a list of blocks -- headings, paragraphs, tables, figures -- rendered to Markdown
-and to one self-contained HTML page (figures embedded as PNG data, no external URL), so the two
-always say the same thing."""
+and to one self-contained HTML page (figures inlined as SVG with hover values and legend toggles,
+:mod:`kvsim.report.interactive`, or embedded as PNG data; no external URL), so the two always say
+the same thing."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from urllib.parse import quote
 
 from kvsim.atomic import write_bytes_atomic
 from kvsim.escape import markdown_text
+from kvsim.report.interactive import TOGGLE_SCRIPT
 
 __all__ = ["Document", "Figure", "Strong", "to_markdown", "to_html", "document_files", "write_files"]
 
@@ -24,11 +26,14 @@ class Strong(str):
 
 @dataclass(frozen=True)
 class Figure:
-    """A PNG figure: ``name`` is its file name next to the Markdown, ``png`` its bytes."""
+    """A PNG figure: ``name`` is its file name next to the Markdown, ``png`` its bytes; ``svg``, when
+    given, the same figure as an SVG element the HTML page inlines instead (with its hover titles
+    and legend toggles, :func:`kvsim.report.interactive.render`)."""
 
     name: str
     png: bytes
     caption: str
+    svg: str = ""
 
 
 @dataclass
@@ -94,10 +99,13 @@ h1 { font-size: 1.6rem; } h2 { font-size: 1.25rem; margin-top: 2rem; border-bott
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; font-size: 0.9rem; }
 th, td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
-figure { margin: 1rem 0; } figure img { max-width: 100%; } figcaption { font-size: 0.9rem; color: #555; }
+figure { margin: 1rem 0; } figure img, figure svg { max-width: 100%; height: auto; }
+.kvsim-toggle { cursor: pointer; } .hint { font-size: 0.8rem; color: #777; } figcaption { font-size: 0.9rem; color: #555; }
 .note { font-size: 0.85rem; color: #555; } .scroll { overflow-x: auto; } td { white-space: nowrap; } td.text { text-align: left; white-space: normal; }
 """
 
+
+_HINT = "Hover a point or line for its values; click a legend entry to hide or show it."
 
 _NUMBER_CELL = re.compile(r"^([-+$]?\d[\d.,]*(e[-+]?\d+)?(x|%|/s|/h| [A-Za-z/%]{1,8})?[*]?|-)$")
 
@@ -110,7 +118,8 @@ def _td(cell: Any) -> str:
 
 
 def to_html(doc: Document) -> str:
-    """One self-contained HTML page: styles inline, figures as ``data:`` URIs."""
+    """One self-contained HTML page: styles and script inline, figures as inline SVG (hover a
+    point for its values, click a legend entry to hide or show its series) or ``data:`` URIs."""
     esc = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            f"<title>{esc(doc.title)}</title><style>{_STYLE}</style></head><body>", f"<h1>{esc(doc.title)}</h1>"]
@@ -128,10 +137,16 @@ def to_html(doc: Document) -> str:
             out.append(f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>')
             if note:
                 out.append(f'<p class="note">{esc(note)}</p>')
+        elif kind == "figure" and value.svg:
+            out.append(f"<figure>{value.svg}"
+                       f"<figcaption>{esc(value.caption)}</figcaption>"
+                       f'<p class="hint">{_HINT}</p></figure>')
         elif kind == "figure":
             data = base64.b64encode(value.png).decode("ascii")
             out.append(f'<figure><img alt="{esc(value.caption)}" src="data:image/png;base64,{data}">'
                        f"<figcaption>{esc(value.caption)}</figcaption></figure>")
+    if any(figure.svg for figure in doc.figures()):
+        out.append(f"<script>{TOGGLE_SCRIPT}</script>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

@@ -321,10 +321,16 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
             prompt = _prompt_note(result, rows.point.unique())
             ax.set_title(f"{prompt}\n({title})" if prompt else title, fontsize=10)
         ax_row[0].set_ylabel(f"gap {words}: {study.high} / {study.low}\n{study.metric}")
-    axes[0][-1].legend(title="KV cache")
+    # one legend below the panels: inside one, it covers that panel's lines
+    from matplotlib.lines import Line2D
+
+    handles = axes[0][0].get_legend_handles_labels()[0]
     if frame.flagged.any():
-        fig.suptitle("hollow: a system flagged as not steady state (see the table)", fontsize=8)
-    fig.tight_layout()
+        handles.append(Line2D([], [], marker="o", ls="none", color="gray", markerfacecolor="none",
+                              label="hollow: a system flagged as not steady state (see the table)"))
+    from kvsim.report.legend import legend_below
+
+    legend_below(fig, handles, title="KV cache", fontsize=9, title_fontsize=9)
     out = Path(path)
     fig.savefig(out, dpi=120)
     plt.close(fig)

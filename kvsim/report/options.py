@@ -168,14 +168,23 @@ def options_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | No
     fig, axes = plt.subplots(1, 3, figsize=(13.5, 3.8))
     third = (("capacity", f"capacity ({study.load.split('.')[-1]} within SLO)") if study.load
              else ("cross_domain_GB", "KV copied across domains (GB)"))
-    panels = (("ttft_speedup", "TTFT p50 speed-up (x)"), ("kv_peak_GB", "peak KV in HBM (GB)"), third)
+    panels = (("ttft_speedup", "TTFT p50 speed-up"), ("kv_peak_GB", "peak KV in HBM (GB)"), third)
     if study.x is None:
         _bars(axes, frame, panels)
     else:
         _lines(axes, frame, panels, study)
-        axes[0].legend(fontsize=8)
     fig.suptitle(result.scenario.name, fontsize=10)
-    fig.tight_layout()
+    handles = []
+    if study.x is not None:  # one legend below the panels, with what hollow markers mean
+        from matplotlib.lines import Line2D
+
+        handles = axes[0].get_legend_handles_labels()[0]
+        if frame.light_flags.astype(bool).any() or frame.capacity_flags.astype(bool).any():
+            handles.append(Line2D([], [], marker="o", ls="none", color="gray", markerfacecolor="none",
+                                  label="hollow: flagged, not steady state (see the table)"))
+    from kvsim.report.legend import legend_below
+
+    legend_below(fig, handles)
     out = Path(path)
     fig.savefig(out, dpi=120)
     plt.close(fig)
@@ -228,7 +237,7 @@ def _lines(axes, frame: pd.DataFrame, panels, study) -> None:
                         ax.annotate(">=", (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
         if column == "ttft_speedup" and positive:  # no request finished at any point: no log axis
             ax.set_yscale("log")
-            plain_log_ticks(ax.yaxis)
+            plain_log_ticks(ax.yaxis, suffix="x")
         else:
             top = top if top > 0 else 1.0
             ax.set_ylim(-0.06 * top if column == "capacity" else 0.0, top * 1.15)

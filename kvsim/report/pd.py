@@ -20,7 +20,7 @@ from kvsim.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 
-__all__ = ["pd_frame", "pd_markdown", "pd_figures"]
+__all__ = ["pd_frame", "pd_markdown", "pd_figures", "goodput_heatmap"]
 
 
 def _capex_usd(run: SystemRun) -> float | None:
@@ -158,9 +158,9 @@ def pd_markdown(result: RunResult, frame: pd.DataFrame | None = None) -> str:
 
 @literal_figure_text
 def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | None = None) -> list[Path]:
-    """``pd_goodput.png`` (goodput per card against the swept load, one line per system; flagged
-    points hollow) and, when the study names systems for it, ``pd_timeline.png`` (P and D
-    instances, prefill queue and SLO attainment over time)."""
+    """``pd_goodput.png`` (a heat-map of goodput per card by system -- its P:D split -- and swept
+    load; flagged cells hatched and starred) and, when the study names systems for it,
+    ``pd_timeline.png`` (P and D instances, prefill queue and SLO attainment over time)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -172,18 +172,7 @@ def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | Non
     written = []
     x = study.x
     if x is not None and x in frame.columns:
-        fig, ax = plt.subplots(figsize=(7.5, 4.2))
-        for system, rows in frame.groupby("system", sort=False):
-            xs = [_number(v) for v in rows[x]]
-            ax.plot(xs, rows.goodput_per_card_rps, marker="", linewidth=1.2, label=system)
-            color = ax.lines[-1].get_color()
-            for xv, yv, flag in zip(xs, rows.goodput_per_card_rps, rows.flag):
-                ax.plot([xv], [yv], marker="o", color=color, markerfacecolor="none" if flag else color)
-        ax.set_xlabel(f"{x.split('.')[-1]} (requests/s)")
-        ax.set_ylabel("goodput per card (requests/s within SLO)")
-        ax.set_title(f"{result.scenario.name}: hollow = flagged (not steady state)", fontsize=10)
-        ax.legend(fontsize=8, ncol=2)
-        fig.tight_layout()
+        fig = goodput_heatmap(frame, x, result.scenario.name, plt)
         path = out / "pd_goodput.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
@@ -191,6 +180,56 @@ def pd_figures(result: RunResult, out_dir: str | Path, frame: pd.DataFrame | Non
     if study.timeline:
         written.append(_timeline(result, out / "pd_timeline.png", study.timeline, study.timeline_point, plt))
     return written
+
+
+def goodput_heatmap(frame: pd.DataFrame, x: str, name: str, plt) -> Any:
+    """A figure: one row per system (labelled with its P:D cards), one column per value of the
+    swept ``x``, each cell coloured and written with the goodput per card (requests/s within the
+    SLO); a flagged cell (not a steady-state number) is hatched and its value starred. Lines of
+    seven systems that coincide at one load and at zero at the others read as one; cells do not."""
+    from matplotlib.colors import Normalize
+    from matplotlib.patches import Patch, Rectangle
+
+    systems = list(dict.fromkeys(frame.system))
+    loads = sorted(dict.fromkeys(frame[x]), key=_number)
+    split = dict(zip(frame.system, frame.p_d_cards))
+    values = np.full((len(systems), len(loads)), np.nan)
+    flagged = np.zeros((len(systems), len(loads)), dtype=bool)
+    for system, load, goodput, flag in zip(frame.system, frame[x], frame.goodput_per_card_rps, frame.flag):
+        i, j = systems.index(system), loads.index(load)
+        values[i, j] = goodput
+        flagged[i, j] = bool(flag)
+    top = np.nanmax(values) if np.isfinite(values).any() and np.nanmax(values) > 0 else 1.0
+    norm, cmap = Normalize(0.0, top), plt.get_cmap("viridis")
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(loads) + 3.6), 0.42 * len(systems) + 2.1))
+    image = ax.imshow(values, cmap=cmap, norm=norm, aspect="auto")
+    for i in range(len(systems)):
+        for j in range(len(loads)):
+            value = values[i, j]
+            if not np.isfinite(value):
+                continue
+            red, green, blue, _ = cmap(norm(value))
+            ink = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
+            # on a hatched cell the number sits on a patch of the cell's own colour, clear of the hatching
+            ax.text(j, i, f"{value:.3g}" + ("*" if flagged[i, j] else ""), ha="center", va="center", fontsize=8,
+                    color=ink, zorder=4, bbox=dict(boxstyle="square,pad=0.2", facecolor=(red, green, blue),
+                                                   edgecolor="none") if flagged[i, j] else None)
+            if flagged[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="0.6",
+                                       linewidth=0))
+    ax.set_xticks(range(len(loads)), [str(v) for v in loads])
+    ax.set_yticks(range(len(systems)), [f"{s} ({split[s]})" for s in systems], fontsize=8)
+    ax.set_xlabel(f"{x.split('.')[-1]} (requests/s offered)")
+    ax.set_ylabel("system (prefill:decode cards)")
+    ax.set_title(name, fontsize=10)
+    bar = fig.colorbar(image, ax=ax, fraction=0.05, pad=0.02)
+    bar.set_label("goodput per card\n(requests/s within SLO)", fontsize=8)
+    from kvsim.report.legend import legend_below
+
+    legend_below(fig, [Patch(facecolor="white", edgecolor="0.6", hatch="///",
+                             label="hatched, *: flagged, not a steady-state number (see the table)")]
+                 if flagged.any() else [])
+    return fig
 
 
 def _number(value: Any) -> float:
@@ -221,6 +260,10 @@ def _timeline(result: RunResult, path: Path, systems: list[str], point: int, plt
         ax.grid(alpha=0.3)
         if column.endswith(("attainment", "occupancy")):
             ax.set_ylim(-0.05, 1.05)  # shares: a flat line at 1 must not be zoomed into noise
+        elif column == "signal_prefill_queue":  # 2M, not 2 under a "1e6" above the axis
+            from matplotlib.ticker import EngFormatter
+
+            ax.yaxis.set_major_formatter(EngFormatter(sep=""))
     boundary = 0.0
     arrival = spec.workload.arrival
     for phase in getattr(arrival, "phases", [])[:-1]:

@@ -4,11 +4,12 @@ self-contained HTML page. It reads the saved answer only; nothing is re-run."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 from kvsim.report.document import Document, Figure, Strong
+from kvsim.report.interactive import Tags, render
+from kvsim.report.legend import legend_below
 from kvsim.report.pool_frontier import pool_words, shared_pool_section
 from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.plan_tornado import hinge_sentence, sensitivity_section
@@ -139,6 +140,7 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    tags = Tags()
     front = []
     for name, cost, capacity in sorted(points, key=lambda p: (p[1], -p[2])):
         if not front or capacity > front[-1][2]:
@@ -148,7 +150,9 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     placed: list[tuple[float, float]] = []
     for name, cost, capacity in points:
         on_front = any(f[0] == name for f in front)
-        ax.scatter([cost], [capacity], s=50, color="tab:blue" if on_front else "tab:gray", zorder=3)
+        marker = ax.scatter([cost], [capacity], s=50, color="tab:blue" if on_front else "tab:gray", zorder=3)
+        tags.point(marker, name, f"{name}: {_usd(cost)} per hour a unit, sustains {capacity:.3g} "
+                                 f"{answer['load']['unit']} within the SLO" + (" (on the front)" if on_front else ""))
         # candidates at almost the same point: stack their labels instead of printing them over each other
         near = sum(1 for x, y in placed if abs(x - cost) < 0.08 * x_span and abs(y - capacity) < 0.08 * y_span)
         placed.append((cost, capacity))
@@ -161,8 +165,9 @@ def _figure_capacity(answer: dict[str, Any], stem: str) -> Figure | None:
     ax.set_ylabel(f"load one unit sustains within the SLO ({answer['load']['unit']})")
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    return Figure(f"{stem}_capacity.png", _png(fig), "Capacity against cost, per unit of each candidate "
-                                                  "(blue: no other candidate is both cheaper and larger)")
+    png, svg = render(fig, f"{stem}_capacity.png", tags)
+    return Figure(f"{stem}_capacity.png", png, "Capacity against cost, per unit of each candidate "
+                                               "(blue: no other candidate is both cheaper and larger)", svg)
 
 
 @literal_figure_text
@@ -173,48 +178,64 @@ def _figure_probes(answer: dict[str, Any], stem: str) -> Figure:
     import matplotlib.pyplot as plt
 
     ttft_limits = [o["limit_s"] for o in answer["slo"] if o["metric"] == "ttft_s" and o["statistic"] == "p99"]
+    from matplotlib.lines import Line2D
+
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    tags = Tags()
+    unit = "clients" if _by_clients(answer) else "/s"
+    marks = set()
     for k, candidate in enumerate(answer["candidates"]):
         probes = sorted((p for p in answer["probes"] if p["system"] == candidate["system"] and p["units"] == 1
                          and p.get("seed") is None
                          and p["ttft_p99_s"] is not None), key=lambda p: p["load"])
         if not probes:
             continue
-        color = f"C{k}"
-        ax.plot([p["load"] for p in probes], [p["ttft_p99_s"] for p in probes], color=color, lw=1,
-                label=candidate["system"])
+        color, name = f"C{k}", candidate["system"]
+        line, = ax.plot([p["load"] for p in probes], [p["ttft_p99_s"] for p in probes], color=color, lw=1, label=name)
+        tags.series(line, name, name)
         for p in probes:
             flagged = bool(p["flags"])
-            if p.get("stopped_at_s") is not None:  # a lower bound: an upward triangle
-                ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3, marker="^", facecolors="none", s=36)
+            stopped = p.get("stopped_at_s") is not None
+            where = f"{name} at {p['load']:.3g}{' ' if unit == 'clients' else ''}{unit}: TTFT p99 "
+            if stopped:  # a lower bound: an upward triangle
+                marker = ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3, marker="^",
+                                    facecolors="none", s=36)
+                tags.point(marker, name, f"{where}>= {p['ttft_p99_s']:.3g} s (stopped once its failure was certain)")
+                marks.add("stopped")
                 continue
-            ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3,
-                       facecolors="none" if flagged else color, s=30)
+            marker = ax.scatter([p["load"]], [p["ttft_p99_s"]], color=color, zorder=3,
+                                facecolors="none" if flagged else color, s=30)
+            tags.point(marker, name, f"{where}{p['ttft_p99_s']:.3g} s"
+                       + (f" (flagged: {', '.join(p['flags'])})" if flagged else ""))
+            marks.update({"flagged"} if flagged else set())
         capacity = candidate["capacity"]["max_load"]
         if capacity:
-            ax.axvline(capacity, color=color, ls=":", lw=1)
+            mark = ax.axvline(capacity, color=color, ls=":", lw=1)
+            tags.series(mark, name, f"{name}: unit capacity {capacity:.3g}{' ' if unit == 'clients' else ''}{unit}")
+            marks.add("capacity")
     for limit in ttft_limits:
         ax.axhline(limit, color="black", ls="--", lw=1, label="SLO: TTFT p99")
     ax.set_yscale("log")
     plain_log_ticks(ax.yaxis)
+    loads = [p["load"] for p in answer["probes"] if p["units"] == 1 and p["ttft_p99_s"] is not None]
+    if loads and min(loads) > 0 and max(loads) > 4 * min(loads):  # candidates tens of times apart: each legible
+        ax.set_xscale("log")
+        plain_log_ticks(ax.xaxis)
     ax.set_xlabel("clients of one unit" if _by_clients(answer) else "arrival rate on one unit (requests/s)")
     ax.set_ylabel("TTFT p99 (s)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return Figure(f"{stem}_probes.png", _png(fig), "TTFT p99 of one unit against load, per candidate; dotted: the "
-                                                "unit capacity found; hollow markers: runs flagged unstable or too "
-                                                "short (not steady state); triangles: runs stopped once their "
-                                                "failure was certain (their TTFT p99 is a lower bound)")
-
-
-def _png(fig: Any) -> bytes:
-    import matplotlib.pyplot as plt
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
+    key = {"flagged": Line2D([], [], marker="o", ls="none", color="gray", markerfacecolor="none",
+                             label="hollow: flagged, not steady state"),
+           "stopped": Line2D([], [], marker="^", ls="none", color="gray", markerfacecolor="none",
+                             label="triangle: stopped early, a lower bound"),
+           "capacity": Line2D([], [], ls=":", color="gray", label="dotted: unit capacity found")}
+    handles = ax.get_legend_handles_labels()[0] + [key[m] for m in ("flagged", "stopped", "capacity") if m in marks]
+    tags.legend(legend_below(fig, handles, most_columns=3))  # inside, it covers the largest candidate's points
+    png, svg = render(fig, f"{stem}_probes.png", tags)
+    return Figure(f"{stem}_probes.png", png, "TTFT p99 of one unit against load, per candidate; dotted: the "
+                                             "unit capacity found; hollow markers: runs flagged unstable or too "
+                                             "short (not steady state); triangles: runs stopped once their "
+                                             "failure was certain (their TTFT p99 is a lower bound)", svg)
 
 
 def plan_document(answer: dict[str, Any], stem: str = "plan", deploy_dir: str = "deploy") -> Document:

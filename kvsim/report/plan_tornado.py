@@ -5,11 +5,11 @@ the answer flips, and a tornado chart of the winner's cost over the runner-up's.
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from kvsim.escape import literal_figure_text
 from kvsim.report.document import Document, Figure
+from kvsim.report.interactive import Tags, render
 
 __all__ = ["sensitivity_section", "hinge_sentence", "figure_value"]
 
@@ -142,6 +142,7 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
     height = max(2.4, 0.42 * max(len(t["rows"]) for t in panels) + 1.3)
     fig, axes = plt.subplots(len(panels), 1, figsize=(8.0, height * len(panels)), dpi=110, squeeze=False)
     clients = (answer.get("load") or {}).get("unit") == "clients"
+    tags = Tags()
     for ax, target in zip(axes[:, 0], panels):
         rows = [r for r in target["rows"] if r["ratio_base"] is not None][::-1]  # largest swing on top
         base = rows[0]["ratio_base"] if rows else 1.0
@@ -156,8 +157,13 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
                     ax.annotate("no count serves it", (base, y), xytext=(4, -3), textcoords="offset points",
                                 fontsize=7, color=color)
                     continue
-                ax.barh(y, value - base, left=base, color=color, alpha=0.85, height=0.6,
-                        label=None if end in labelled else f"figure at its {end} end")
+                label = f"figure at its {end} end"
+                bars = ax.barh(y, value - base, left=base, color=color, alpha=0.85, height=0.6,
+                               label=None if end in labelled else label)
+                f = figures[row["field"]]
+                tags.point(bars.patches[0], label,
+                           f"{f['label']} at {figure_value(f[end], f.get('dimension'))}: ratio {value:.3f} "
+                           f"(as planned {base:.3f})")
                 labelled.add(end)
         labels = []
         for row in rows:
@@ -173,12 +179,10 @@ def _tornado(answer: dict[str, Any], stem: str) -> Figure | None:
         ax.set_title(f"{load}: {target['winner']} over {target['runner_up']}", fontsize=9)
         ax.set_xlabel("cost per hour of the winner / of the runner-up")
         ax.grid(alpha=0.3, axis="x")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False)
+        tags.legend(ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, frameon=False))
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", bbox_inches="tight")  # the legend sits below the axes
-    plt.close(fig)
-    return Figure(f"{stem}_sensitivity.png", buffer.getvalue(),
+    png, svg = render(fig, f"{stem}_sensitivity.png", tags, bbox_inches="tight")  # the legend sits below the axes
+    return Figure(f"{stem}_sensitivity.png", png,
                   "Tornado: the winner's cost per hour over the runner-up's with each assumed figure at the low "
                   "(blue) and high (orange) end of its range, from the ratio as planned (black line); past the red "
-                  "dashed line the runner-up is the cheaper. Largest swing on top.")
+                  "dashed line the runner-up is the cheaper. Largest swing on top.", svg)

@@ -5,7 +5,6 @@ saved answer only."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -125,25 +124,37 @@ def _figure(shared: list[dict[str, Any]], stem: str, rate: Callable[[Any], str])
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from matplotlib.lines import Line2D
+
+    from kvsim.report.interactive import Tags, render
+
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    tags = Tags()
     for system, loads, points, chosen in frontier_lines(series, rate):
         at = ", ".join(loads)
-        line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                        label=f"{system} at {at}" if len(shared) > 1 else at)
+        label = f"{system} at {at}" if len(shared) > 1 else at
+        line, = ax.plot([p[0] for p in points], [p[1] for p in points], label=label)
+        tags.series(line, label, label)
         for x, y, n in points:
             ax.annotate(f"{n}u", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            marker = ax.scatter([x], [y], s=30, color=line.get_color(), zorder=3)
+            tags.point(marker, label, f"{label}: {n} unit{'s' if n != 1 else ''} + {x:g} pool node"
+                                      f"{'s' if x != 1 else ''}, {_usd(y)} per hour"
+                                      + (" (the cheapest pair)" if x == chosen else ""))
         best = next((p for p in points if p[0] == chosen), None)
         if best is not None:
-            ax.scatter([best[0]], [best[1]], s=120, facecolors="none", edgecolors=line.get_color(), zorder=3)
+            ring = ax.scatter([best[0]], [best[1]], s=120, facecolors="none", edgecolors=line.get_color(), zorder=3)
+            tags.series(ring, label)
     ax.set_xlabel("shared pool nodes P")
-    ax.set_ylabel("cost of n(P) units + P pool nodes (USD per hour)")
+    ax.set_ylabel("cost of n(P) units + P pool nodes\n(USD per hour)")
     ax.set_xticks(sorted({r["pool_nodes"] for _, t in series for r in t["rows"]}))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    handles = ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], marker="o", ls="none", markersize=11, markerfacecolor="none", color="gray",
+               label="circled: the cheapest pair; 2u: 2 units")]
+    tags.legend(ax.legend(handles=handles, fontsize=8))
     fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return Figure(f"{stem}_shared_pool.png", buffer.getvalue(),
+    png, svg = render(fig, f"{stem}_shared_pool.png", tags)
+    return Figure(f"{stem}_shared_pool.png", png,
                   "Cost per hour of the fewest units n(P) (labelled) with P shared pool nodes, per target; "
-                  "circled: the cheapest pair")
+                  "circled: the cheapest pair", svg)

@@ -1,14 +1,17 @@
-"""Figures of a run report (PNG, matplotlib's Agg backend): throughput and latency against the
-swept load with the SLO line and each system's saturation point, TTFT/TPOT distributions, cache
-hit rates per tier, cost per million tokens. Flagged points (not steady state) are drawn hollow
-or hatched; :func:`load_series` is the data that decides it."""
+"""Figures of a run report (PNG, matplotlib's Agg backend, and the same drawing as SVG for the HTML
+page, with hover values and legend toggles: :mod:`kvsim.report.interactive`): throughput and
+latency against the swept load with the SLO line and each system's saturation point, TTFT/TPOT
+distributions, cache hit rates per tier, cost per million tokens. Flagged points (not steady
+state) are drawn hollow or hatched, and each figure's legend says so; :func:`load_series` is the
+data that decides it."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 from kvsim.report.document import Figure
+from kvsim.report.interactive import Tags, render
+from kvsim.report.legend import legend_below
 from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.run_data import LoadAxis, Row, metric, saturation
 
@@ -23,14 +26,6 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _png(fig: Any) -> bytes:
-    plt = _plt()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
 
 
 def slo_limits_s(scenario: dict[str, Any]) -> dict[str, float]:
@@ -71,42 +66,71 @@ def _label(system: str, group: str) -> str:
     return f"{system} ({group})" if group else system
 
 
-def _draw(ax: Any, all_rows: list[Row], name: str, scale: float = 1.0) -> None:
+def _draw(ax: Any, all_rows: list[Row], name: str, axis: LoadAxis, ylabel: str, tags: Tags,
+          scale: float = 1.0) -> tuple[bool, bool]:
+    """One line per (system, group) with a marker per point; returns whether any point is hollow
+    (flagged) and whether any saturation line is drawn, for the legend's key to them."""
     series = load_series(all_rows, name)
     colors = {key: f"C{k % 10}" for k, key in enumerate(series)}
     saturated = _saturations(all_rows)
+    any_hollow = False
     for key, points in series.items():
-        color = colors[key]
-        ax.plot([p[0] for p in points], [p[1] * scale for p in points], color=color, lw=1.2,
-                label=_label(*key))
+        color, label = colors[key], _label(*key)
+        line, = ax.plot([p[0] for p in points], [p[1] * scale for p in points], color=color, lw=1.2, label=label)
+        tags.series(line, label, label)
         for x, y, hollow in points:
-            ax.scatter([x], [y * scale], s=36, zorder=3, edgecolors=color, linewidths=1.4,
-                       facecolors="none" if hollow else color)
+            marker = ax.scatter([x], [y * scale], s=36, zorder=3, edgecolors=color, linewidths=1.4,
+                                facecolors="none" if hollow else color)
+            tags.point(marker, label, f"{label}\n{axis.label}: {x:g}\n{ylabel}: {y * scale:.3g}"
+                       + ("\nflagged: not steady state" if hollow else ""))
+            any_hollow = any_hollow or hollow
         if key in saturated:
-            ax.axvline(saturated[key].load, color=color, ls=":", lw=1.2)
+            mark = ax.axvline(saturated[key].load, color=color, ls=":", lw=1.2)
+            tags.series(mark, label, f"{label} saturates at {axis.label} {saturated[key].load:g}")
+    return any_hollow, bool(saturated)
+
+
+def _key_handles(hollow: bool, saturated: bool) -> list[Any]:
+    """Legend entries that explain the marks in the figure itself: hollow markers, dotted lines."""
+    from matplotlib.lines import Line2D
+
+    handles = []
+    if hollow:
+        handles.append(Line2D([], [], marker="o", ls="none", color="gray", markerfacecolor="none",
+                              label="hollow: flagged, not steady state"))
+    if saturated:
+        handles.append(Line2D([], [], ls=":", color="gray", label="dotted: saturation point"))
+    return handles
 
 
 def _load_figure(all_rows: list[Row], axis: LoadAxis, panels: list[tuple[str, str, float, float | None]],
                  name: str, caption: str, log: bool) -> Figure:
     plt = _plt()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.0 * len(panels), 3.9), dpi=110, squeeze=False)
+    tags = Tags()
+    any_hollow = any_saturated = False
     for ax, (key, ylabel, scale, limit) in zip(axes[0], panels):
-        _draw(ax, all_rows, key, scale)
+        hollow, saturated = _draw(ax, all_rows, key, axis, ylabel, tags, scale)
+        any_hollow, any_saturated = any_hollow or hollow, any_saturated or saturated
         if limit is not None:
-            ax.axhline(limit * scale, color="black", ls="--", lw=1, label="SLO")
+            ax.axhline(limit * scale, color="black", ls="--", lw=1, label="dashed: SLO")
         if key == "goodput_requests_per_s" and axis.kind == "rate":
             loads = sorted({r.load for r in all_rows if r.load is not None})
-            ax.plot(loads, loads, color="gray", lw=0.8, ls="-.", label="offered load")
+            ax.plot(loads, loads, color="gray", lw=0.8, ls="-.", label="dash-dot: offered load")
         if log:
             ax.set_yscale("log")
             plain_log_ticks(ax.yaxis)
         ax.set_xlabel(axis.label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.tight_layout()
-    return Figure(name, _png(fig), caption)
+    # one legend for the panels, below them: the same systems in each, and no panel's lines under it
+    entries: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    tags.legend(legend_below(fig, list(entries.values()) + _key_handles(any_hollow, any_saturated)))
+    png, svg = render(fig, name, tags)
+    return Figure(name, png, caption, svg)
 
 
 _MARKS = ("hollow markers: points flagged as not steady state; dotted vertical line: the system's "
@@ -148,6 +172,7 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
     points = sorted(labels)
     every = len(points) * len(systems) <= 16
     drawn = False
+    tags = Tags()
     for (column, title, scale, limit), ax in zip((("ttft_s", "TTFT (s)", 1.0, limits.get("ttft_p99")),
                                                   ("tpot_s", "TPOT (ms)", 1e3, limits.get("tpot_p99"))), axes):
         for k, system in enumerate(systems):
@@ -163,8 +188,13 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
                 label = system if len(points) == 1 else (f"{system}, {labels[point]}" if every else
                                                          (f"{system} (darkest: {labels[point]})"
                                                           if j == len(points) - 1 else None))
-                ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", color=f"C{k % 10}",
-                        alpha=alpha, lw=1.1, label=label)
+                xs, shares = _cdf_steps(values)
+                line, = ax.step(xs, shares, where="post", color=f"C{k % 10}", alpha=alpha, lw=1.1, label=label)
+                # toggled with its system's legend entry (one per line, or one per system)
+                key = label if every or len(points) == 1 else f"{system} (darkest: {labels[points[-1]]})"
+                p50, p99 = np.quantile(values, [0.5, 0.99])
+                tags.series(line, key, f"{system}, {labels.get(point, '')}: {title} p50 {p50:.3g}, p99 {p99:.3g} "
+                                       f"({len(values)} requests)")
                 drawn = True
         if limit is not None:
             ax.axvline(limit * scale, color="black", ls="--", lw=1, label="SLO (p99)")
@@ -177,14 +207,31 @@ def figure_cdf(frame: Any, systems: list[str], labels: dict[int, str], window: t
         plt.close(fig)
         return None
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="center left", bbox_to_anchor=(0.8, 0.5), fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0, 0.8, 1))
-    return Figure(f"{stem}_cdf.png", _png(fig), "Distribution of TTFT and TPOT over the requests that arrived in "
-                  "the measurement window (lighter lines: lower loads; requests without a first token left out)")
+    legend = fig.legend(handles, names, loc="center right", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    tags.legend(legend)
+    # the panels take what the legend (its longest name) leaves; the figure widens for a long one
+    fig.canvas.draw()
+    width_in = legend.get_window_extent().width / fig.dpi + 0.1
+    fig.set_figwidth(max(fig.get_figwidth(), 8.8 + width_in))
+    fig.tight_layout(rect=(0, 0, 1 - width_in / fig.get_figwidth(), 1))
+    png, svg = render(fig, f"{stem}_cdf.png", tags)
+    return Figure(f"{stem}_cdf.png", png, "Distribution of TTFT and TPOT over the requests that arrived in "
+                  "the measurement window (lighter lines: lower loads; requests without a first token left out)", svg)
+
+
+def _cdf_steps(values: Any, most: int = 300) -> tuple[Any, Any]:
+    """The steps of the empirical CDF of sorted ``values``: every value where there are at most
+    ``most``, else ``most`` evenly spaced ranks (the first and last kept) -- the same curve to the
+    eye, and an SVG of a few kilobytes where a run has a hundred thousand requests."""
+    import numpy as np
+
+    n = len(values)
+    ranks = np.arange(n) if n <= most else np.unique(np.linspace(0, n - 1, most).round().astype(int))
+    return values[ranks], (ranks + 1) / n
 
 
 def _bars(ax: Any, labels: list[str], values: list[list[float]], names: list[str], hatched: list[bool],
-          stacked: bool) -> None:
+          stacked: bool, tags: Tags, unit: str) -> None:
     import numpy as np
 
     x = np.arange(len(labels))
@@ -194,10 +241,12 @@ def _bars(ax: Any, labels: list[str], values: list[list[float]], names: list[str
         heights = np.array([v[k] for v in values])
         offset = 0 if stacked else (k - (len(names) - 1) / 2) * width
         bars = ax.bar(x + offset, heights, width, bottom=bottom if stacked else None, color=f"C{k % 10}")
-        for bar, hatch in zip(bars, hatched):
+        for bar, hatch, label, height in zip(bars, hatched, labels, heights):
             if hatch:
                 bar.set_hatch("///")
                 bar.set_edgecolor("white")
+            tags.point(bar, name, f"{label}: {name} {unit.format(height)}"
+                       + ("\nflagged: not steady state" if hatch else ""))
         if stacked:
             bottom = bottom + heights
     from matplotlib.patches import Patch
@@ -205,8 +254,9 @@ def _bars(ax: Any, labels: list[str], values: list[list[float]], names: list[str
     # legend from plain patches: a bar's own patch would carry its hatch
     handles = [Patch(facecolor=f"C{k % 10}", label=name) for k, name in enumerate(names)]
     if any(hatched):
-        handles.append(Patch(facecolor="lightgray", hatch="///", edgecolor="white", label="flagged"))
-    ax.legend(handles=handles, fontsize=8)
+        handles.append(Patch(facecolor="lightgray", hatch="///", edgecolor="white",
+                             label="hatched: flagged, not steady state"))
+    tags.legend(ax.legend(handles=handles, fontsize=8))
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30 if len(labels) > 4 else 0, ha="right" if len(labels) > 4 else "center",
                        fontsize=8)
@@ -230,12 +280,15 @@ def figure_hit_rates(all_rows: list[Row], tiers: list[str], stem: str) -> Figure
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(cached) + 3), 3.9), dpi=110)
     values = [[metric(r.summary, f"cache.hit_rate.{t}") or 0.0 for t in tiers] for r in cached]
-    _bars(ax, [_row_label(r, many) for r in cached], values, tiers, [bool(r.flags) for r in cached], stacked=True)
+    tags = Tags()
+    _bars(ax, [_row_label(r, many) for r in cached], values, tiers, [bool(r.flags) for r in cached], stacked=True,
+          tags=tags, unit="{:.1%} of prompt tokens")
     ax.set_ylabel("prompt tokens served from cache (share)")
     ax.set_ylim(0, 1)
     fig.tight_layout()
-    return Figure(f"{stem}_hit_rates.png", _png(fig), "Cache hit rate by tier (share of prompt tokens), per system "
-                  "and point; hatched: points flagged as not steady state")
+    png, svg = render(fig, f"{stem}_hit_rates.png", tags)
+    return Figure(f"{stem}_hit_rates.png", png, "Cache hit rate by tier (share of prompt tokens), per system "
+                  "and point; hatched: points flagged as not steady state", svg)
 
 
 @literal_figure_text
@@ -250,10 +303,12 @@ def figure_cost(all_rows: list[Row], stem: str) -> Figure | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(priced) + 3), 3.9), dpi=110)
     values = [[metric(r.summary, k) or 0.0 for k, _ in keys] for r in priced]
+    tags = Tags()
     _bars(ax, [_row_label(r, many) for r in priced], values, [n for _, n in keys], [bool(r.flags) for r in priced],
-          stacked=False)
+          stacked=False, tags=tags, unit="USD {:.3g}")
     ax.set_ylabel("USD")
     fig.tight_layout()
-    return Figure(f"{stem}_cost.png", _png(fig), "Cost per million tokens at the load served (the whole system's "
+    png, svg = render(fig, f"{stem}_cost.png", tags)
+    return Figure(f"{stem}_cost.png", png, "Cost per million tokens at the load served (the whole system's "
                   "hourly cost charged to each stream; docs/cost.md); hatched: points flagged as not steady state, "
-                  "where the figure is not a capacity cost")
+                  "where the figure is not a capacity cost", svg)
