@@ -1,5 +1,6 @@
-"""``plan.failures``: how often the hardware fails and how long a repair takes, so that a plan
-can buy the spares that hold its SLO through failures.
+"""How often the hardware fails and how long a repair takes: ``plan.failures`` (a plan buys the
+spares that hold its SLO through failures) and ``systems.NAME.failures`` (a run takes nodes out
+and brings them back, :mod:`kvsim.sim.failures`). Both speak the same rates (:class:`FailureRates`).
 
 A planner at a thousand cards cannot assume every unit is up: the Atlas SuperPoD is quoted at a
 mean time between failures of about 300 hours for 1,000 cards (issue 26, from Huawei's launch
@@ -19,15 +20,18 @@ many up with the stated probability (:mod:`kvsim.plan.spares`)::
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
-from kvsim.spec_types import FrozenSpec, PositiveSeconds
+from kvsim.spec_types import FrozenSpec, PositiveSeconds, Seconds
 
-__all__ = ["FailureSpec"]
+__all__ = ["FailureRates", "FailureSpec", "RunFailureSpec"]
 
 
-class FailureSpec(FrozenSpec):
-    """Failure and repair rates for sizing spares (all times in seconds).
+class FailureRates(FrozenSpec):
+    """Failure and repair rates (all times in seconds), shared by a plan's spares and a run's
+    failures.
 
     Attributes
     ----------
@@ -42,16 +46,12 @@ class FailureSpec(FrozenSpec):
     repair : float
         Mean time from a failure until the unit serves again (detection, swap or reboot, the
         instance rebuilt and its weights loaded), seconds.
-    confidence : float
-        The share of time (the steady-state probability) that at least the units the SLO needs
-        are up; between 0 and 1 exclusive (default 0.999).
     """
 
     mtbf: PositiveSeconds
     mtbf_cards: int = Field(default=1, ge=1)
     node_mtbf: PositiveSeconds | None = None
     repair: PositiveSeconds
-    confidence: float = Field(default=0.999, gt=0.0, lt=1.0)
 
     def card_failure_rate_per_s(self) -> float:
         """One card's failure rate, per second."""
@@ -64,3 +64,54 @@ class FailureSpec(FrozenSpec):
         if self.node_mtbf is not None:
             rate += nodes / self.node_mtbf
         return rate
+
+
+class FailureSpec(FailureRates):
+    """Failure and repair rates for sizing spares (``plan.failures``; all times in seconds).
+
+    Attributes
+    ----------
+    mtbf, mtbf_cards, node_mtbf, repair
+        As :class:`FailureRates`.
+    confidence : float
+        The share of time (the steady-state probability) that at least the units the SLO needs
+        are up; between 0 and 1 exclusive (default 0.999).
+    """
+
+    confidence: float = Field(default=0.999, gt=0.0, lt=1.0)
+
+
+class RunFailureSpec(FailureRates):
+    """Node failures in a run (``systems.NAME.failures``; all times in seconds).
+
+    Each compute node of the system fails at the rate of its parts,
+    :meth:`~FailureRates.unit_failure_rate_per_s` of its cards and itself (up times exponential:
+    failures of independent parts at constant rates), and any failure takes the whole node down
+    for a repair. Every instance with a card on the node goes down with it: the requests it holds
+    are retried, its KV is lost; once all its nodes are back it is rebuilt (``rebuild``) and
+    serves again, empty. See :mod:`kvsim.sim.failures`::
+
+        systems:
+          a:
+            node: h20-8
+            failures:
+              mtbf: 300 h          # the mean time between failures quoted ...
+              mtbf_cards: 1000     # ... for this many cards together
+              repair: 8 h          # a node's time down, per failure
+              repair_distribution: exponential
+              rebuild: 2 min       # weights loaded, engine warmed up after the node is back
+
+    Attributes
+    ----------
+    mtbf, mtbf_cards, node_mtbf, repair
+        As :class:`FailureRates`; ``repair`` is the node's time down (fixed, or the mean of an
+        exponential time).
+    repair_distribution : {"fixed", "exponential"}
+        How repair times are drawn (default fixed: every repair takes ``repair``).
+    rebuild : float
+        From the node being back to its instances serving (weights loaded, engine warmed up),
+        seconds (default 0: ``repair`` includes it, as ``plan.failures`` means it).
+    """
+
+    repair_distribution: Literal["fixed", "exponential"] = "fixed"
+    rebuild: Seconds = 0.0

@@ -40,6 +40,7 @@ from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
+from kvsim.sim.failures import RunFailures, attach_failures
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
 from kvsim.sim.sizing import PoolSizing, SystemSizing, adapter_slots
@@ -114,6 +115,7 @@ class System:
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
         self.domain_levels: DomainLevels | None = None  # HBM bytes per addressing domain (with a cache)
         self.timeseries: list[dict] = []
+        self.failures: RunFailures | None = None  # node failures in the run (systems.NAME.failures)
         self.block_tokens = 0
         self.documents = False  # its prompts are shared_documents ones (a document's chain, then their own)
         self.topology: Topology
@@ -347,6 +349,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                                            system.front.route, records, slo,
                                            [(p.pool.name, p.pool.spec) for p in system.placements])
     system.check()
+    system.failures = attach_failures(system, system_spec.failures, streams)
     return system
 
 

@@ -322,12 +322,13 @@ class RunResult:
         """SHA-256 over every run's request records, bit for bit (runs in order, fields by name).
 
         Two runs with the same digest produced identical records: the check that a refactor kept
-        results. ``fields`` restricts it to some columns (default: all of them).
+        results. ``fields`` restricts it to some columns (default: all of them, with a run's
+        :attr:`~kvsim.metrics.records.RequestRecords.extra_fields` where it has them).
         """
         digest = hashlib.sha256()
         for run in self.runs:
             digest.update(f"{run.system}|{run.point_index}|{run.records.n}".encode())
-            for name in fields if fields is not None else RequestRecords.fields:
+            for name in fields if fields is not None else run.records.all_fields:
                 digest.update(name.encode())
                 digest.update(run.records.column(name).tobytes())
         return digest.hexdigest()
