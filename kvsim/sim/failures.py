@@ -292,9 +292,9 @@ class RunFailures:
             # the share of requests within the SLO (one not finished is not), retried or not
             for label, group in (("retried", retried), ("not_retried", measured & (retries == 0))):
                 met = group & finished & (latency <= limit)
-                out[f"{name[:-2]}_slo_met_{label}"] = float(met.sum() / group.sum()) if group.any() else math.nan
+                out[f"{name[:-2]}_slo_met_{label}"] = float(met.sum() / group.sum()) if group.any() else None
         for k in range(1, len(self.node_names) + 1):
-            out.setdefault("time_at_least_nodes_up", {})[k] = time_at_least_up(
+            out.setdefault("time_at_least_nodes_up", {})[str(k)] = time_at_least_up(
                 process.down_intervals, len(self.node_names), k, start_s, end_s)
         return out
 
