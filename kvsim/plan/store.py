@@ -349,8 +349,8 @@ _SUMMARY_NUMBERS = ("goodput_requests_per_s", "gpu_busy_fraction", "input_tokens
 _SUMMARY_COUNTS = ("preemptions", "requests_aborted", "requests_arrived", "requests_completed", "requests_rejected",
                    "requests_undrained", "requests_unfinished")
 _SUMMARY_BLOCKS = ("cost", "gpu_time_share", "routing", "slo_met", "steady_state", "window")
-_SUMMARY_OPTIONAL = {"cache": dict, "engine_backend": str, "failures": dict, "layout_search": dict, "lora": dict, "pd": dict,
-                     "rejected_note": str}
+_SUMMARY_OPTIONAL = {"cache": dict, "engine_backend": str, "failures": dict, "layout_search": dict, "lora": dict,
+                     "pd": dict, "rejected_note": str}
 
 
 def _number(value: Any) -> bool:

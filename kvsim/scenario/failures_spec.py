@@ -16,6 +16,19 @@ many up with the stated probability (:mod:`kvsim.plan.spares`)::
         node_mtbf: 50000 h    # optional: failures of a node's host parts (CPU, DRAM, NIC, PSU)
         repair: 8 h           # mean time from a failure to the unit serving again
         confidence: 0.999     # the share of time at least the needed units are up
+
+and a run lets a system's nodes fail and come back with the same rates::
+
+    systems:
+      a:
+        node: l20-8x
+        nodes: 4
+        failures:
+          mtbf: 300 h
+          mtbf_cards: 1000
+          repair: 8 h                   # a node's time down, per failure
+          repair_distribution: exponential
+          rebuild: 2 min                # weights loaded, engine warmed, after the node is back
 """
 
 from __future__ import annotations
@@ -71,8 +84,17 @@ class FailureSpec(FailureRates):
 
     Attributes
     ----------
-    mtbf, mtbf_cards, node_mtbf, repair
-        As :class:`FailureRates`.
+    mtbf : float
+        Mean time between failures of ``mtbf_cards`` cards together, seconds (``300 h``).
+    mtbf_cards : int
+        How many cards ``mtbf`` is quoted for: a card fails at rate ``1 / (mtbf * mtbf_cards)``
+        (failures of many independent cards add their rates). Default 1: ``mtbf`` is one card's.
+    node_mtbf : float, optional
+        Mean time between failures of one node's own parts besides its cards, seconds (None:
+        only the cards fail).
+    repair : float
+        Mean time from a failure until the unit serves again (detection, swap or reboot, the
+        instance rebuilt and its weights loaded), seconds.
     confidence : float
         The share of time (the steady-state probability) that at least the units the SLO needs
         are up; between 0 and 1 exclusive (default 0.999).
@@ -89,23 +111,21 @@ class RunFailureSpec(FailureRates):
     failures of independent parts at constant rates), and any failure takes the whole node down
     for a repair. Every instance with a card on the node goes down with it: the requests it holds
     are retried, its KV is lost; once all its nodes are back it is rebuilt (``rebuild``) and
-    serves again, empty. See :mod:`kvsim.sim.failures`::
-
-        systems:
-          a:
-            node: h20-8
-            failures:
-              mtbf: 300 h          # the mean time between failures quoted ...
-              mtbf_cards: 1000     # ... for this many cards together
-              repair: 8 h          # a node's time down, per failure
-              repair_distribution: exponential
-              rebuild: 2 min       # weights loaded, engine warmed up after the node is back
+    serves again, empty (:mod:`kvsim.sim.failures`).
 
     Attributes
     ----------
-    mtbf, mtbf_cards, node_mtbf, repair
-        As :class:`FailureRates`; ``repair`` is the node's time down (fixed, or the mean of an
-        exponential time).
+    mtbf : float
+        Mean time between failures of ``mtbf_cards`` cards together, seconds (``300 h``).
+    mtbf_cards : int
+        How many cards ``mtbf`` is quoted for: a card fails at rate ``1 / (mtbf * mtbf_cards)``
+        (failures of many independent cards add their rates). Default 1: ``mtbf`` is one card's.
+    node_mtbf : float, optional
+        Mean time between failures of one node's own parts besides its cards, seconds (None:
+        only the cards fail).
+    repair : float
+        A node's time down per failure (detection, swap or reboot), seconds: fixed, or the mean
+        of an exponential time (``repair_distribution``).
     repair_distribution : {"fixed", "exponential"}
         How repair times are drawn (default fixed: every repair takes ``repair``).
     rebuild : float

@@ -83,7 +83,7 @@ class SystemSpec(FrozenSpec):
     engine: EngineSpec | None = None
     weight_dtypes: dict[WeightGroup, Dtype] | None = None
     lora: LoraSpec | None = None  # how it serves workload.adapters (default: all resident, no KV reuse)
-    failures: RunFailureSpec | None = None  # nodes fail and are repaired during the run (kvsim.sim.failures)
+    failures: RunFailureSpec | None = None  # its nodes fail and are repaired in the run: requests retried, KV lost
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
