@@ -166,6 +166,29 @@ def test_a_rebuild_keeps_an_instance_down_after_its_node():
     assert all(i < n for i, n in zip(f["instance_availability"], nodes) if n < 1)
 
 
+CACHED = """c:
+    node: l20-8x
+    nodes: 4
+    instance: {{tp: 4}}
+    router: cache_aware
+    kv_cache: {{}}
+    failures: {failures}"""
+
+
+def test_a_failed_instance_loses_its_prefix_cache():
+    text = RUN.format(seed=2, duration=200, rate=8, timeout="null", backend="auto",
+                      system=CACHED.format(failures="{mtbf: 60 s, mtbf_cards: 8, repair: 20 s}"))
+    text = text.replace("  input_tokens: {kind: uniform, low: 256, high: 2048}\n",
+                        "  prefix: {kind: shared_documents, documents: 20, zipf_s: 1.0, document_tokens: {kind: fixed, "
+                        "value: 1600}, suffix_tokens: {kind: uniform, low: 16, high: 400}}\n")
+    run = kvsim.run(kvsim.parse_scenario(text, "failures.yaml")).runs[0]
+    f = _check_conservation(run)  # its cached blocks too: the pool is empty once it is down
+    assert f["node_failures_total"] > 5 and run.summary["cache"]["hit_rate"]["total"] > 0.3
+    # two instances a node: the time series counts them, down two at a time
+    counts = {row["instances_up"] for row in run.timeseries}
+    assert counts <= {0, 2, 4, 6, 8} and min(counts) < 8
+
+
 @pytest.mark.parametrize("timeout", ["null", "20 s"])
 def test_disaggregated_failures_retry_from_the_prompt_and_lose_nothing(timeout):
     run = _run(system=PD, failures="{mtbf: 60 s, mtbf_cards: 8, repair: 20 s, repair_distribution: exponential}",
@@ -197,7 +220,7 @@ def test_failures_that_never_come_leave_the_run_as_it_was():
 
 
 def test_failures_field_checks():
-    cached = MIXED.replace("failures:", "kv_cache: {{}}\n    failures:")
+    cached = MIXED.replace("failures:", "kv_cache: {{dram: {{capacity: 64 GiB}}}}\n    failures:")
     for system, failures, field in ((cached, "{mtbf: 100 s, repair: 30 s}", "systems.a.failures"),
                                     (MIXED, "{mtbf: 100 s, repair: 30 s, repair_distribution: gamma}",
                                      "systems.a.failures.repair_distribution"),

@@ -178,10 +178,12 @@ class SystemSpec(FrozenSpec):
         if self.failures is None:
             return []
         problems: list[tuple[tuple[str, ...], str]] = []
-        if self.kv_cache is not None:
-            problems.append((("failures",), "failures in a run are simulated without kv_cache so far (a failed "
-                                            "node's cached KV and node-local tiers are not dropped yet): drop "
-                                            "kv_cache or failures"))
+        cache = self.kv_cache
+        if cache is not None and (cache.dram or cache.nvme or cache.remote or cache.peer_hbm != "none"):
+            problems.append((("failures",), "failures in a run are simulated with a prefix cache in HBM only so "
+                                            "far (the KV a failed node holds in DRAM, NVMe or its peers' reach "
+                                            "is not dropped yet): drop the kv_cache's dram, nvme, remote and "
+                                            "peer_hbm, or failures"))
         if self.adaptive:
             problems.append((("failures",), f"failures in a run are simulated with a fixed P:D split so far: "
                                             f"drop the {self.controller.kind} controller or failures"))

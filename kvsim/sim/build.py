@@ -211,6 +211,8 @@ class System:
                 # what readers see: one block's bytes per reader (sharing makes it exceed physical)
                 row[f"{tier}_logical_bytes"] = float(sum(map(_logical, group)))
             self.domain_levels.sample(self.env.now)
+            if self.failures is not None:
+                row["instances_up"] = self.failures.instances_up
             self.timeseries.append(row)
             yield self.env.timeout(every_s)
 

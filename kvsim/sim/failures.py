@@ -23,9 +23,14 @@ What the serving system does:
   seconds (weights loaded, engine warmed) and then serves again with an empty KV pool. A node
   failing again during the rebuild cancels it.
 
-Not modelled (refused by :meth:`~kvsim.scenario.schema.SystemSpec.failure_problems`): prefix
-caches and KV tiers (the cache indexes would have to forget the failed node's blocks) and
-adaptive P:D controllers (a role switch would bring a failed instance back). An iteration running
+With a prefix cache in HBM (``kv_cache`` without lower tiers) the failed instances' caches are
+flushed once their requests are aborted: every block is evicted and the cluster index forgets it,
+so a cache-aware router stops counting on it.
+
+Not modelled (refused by :meth:`~kvsim.scenario.schema.SystemSpec.failure_problems`): KV tiers
+below HBM and peer HBM (a failed node's DRAM and NVMe would have to be dropped, the transfers in
+flight to and from it stopped) and adaptive P:D controllers (a role switch would bring a failed
+instance back). An iteration running
 on the instance when it fails still ends and is accounted as engine time (what it computed is
 discarded); tokens a failed attempt emitted count in the run's throughput.
 """
@@ -136,6 +141,9 @@ class RunFailures:
         self._retry(held)
         instances = self.system.instances
         for index in going:
+            hook = instances[index].scheduler.hook
+            if hasattr(hook, "flush") and hasattr(hook, "hbm"):
+                hook.flush()  # its prefix cache is lost: every block evicted, the index forgets them
             self.kv_blocks_left.append(instances[index].pool.used_blocks)
         self._log("fail", k)
 
