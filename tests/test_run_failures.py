@@ -255,3 +255,13 @@ def test_the_retry_columns_reach_the_requests_table_and_come_back_from_a_stored_
     again = run_sweep(scenario, tmp_path, workers=1, log=False, stats=stats)
     assert stats.reused and not stats.ran
     assert again.records_digest() == first.records_digest()
+    # the report's section: system a's failures, not b's
+    from kvsim.report.document import to_markdown
+    from kvsim.report.files import write_results
+    from kvsim.report.run_report import run_document
+
+    write_results(again, tmp_path / "results")
+    text = to_markdown(run_document(tmp_path / "results"))
+    section = text[text.index("## Node failures"):]
+    section = section[:section.index("\n## ", 5)]
+    assert "| a |" in section and "| b |" not in section
