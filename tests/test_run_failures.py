@@ -207,6 +207,20 @@ def test_both_backends_equal_with_failures():
     assert python.records_digest() == compiled.records_digest()
 
 
+@pytest.mark.parametrize("system", [MIXED, PD])
+def test_coalesced_runs_equal_the_step_by_step_engine_through_failures(system):
+    # a failure aborts requests in the middle of coalesced decode and prefill runs: they are cut
+    # at the step in progress, as for a client timeout, and the records are the reference's
+    failures = "{mtbf: 60 s, mtbf_cards: 8, repair: 20 s, rebuild: 3 s}"
+    text = RUN.format(seed=4, duration=200, rate=6, timeout="30 s", backend="python",
+                      system=system.format(failures=failures))
+    stepwise = kvsim.run(kvsim.parse_scenario(text.replace("backend: python", "backend: python, coalesce: false"),
+                                              "failures.yaml"))
+    coalesced = kvsim.run(kvsim.parse_scenario(text, "failures.yaml"))
+    assert coalesced.runs[0].summary["failures"]["retries"] > 0
+    assert coalesced.records_digest() == stepwise.records_digest()
+
+
 def test_failures_that_never_come_leave_the_run_as_it_was():
     # a node failing once in 10^9 s: the streams, the router wrapper and the retry bookkeeping are
     # there, and the records are bit for bit those of the system without failures
