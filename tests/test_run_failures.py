@@ -115,7 +115,7 @@ def _run(system=MIXED, failures="{mtbf: 100 s, mtbf_cards: 8, repair: 30 s}", se
     return kvsim.run(kvsim.parse_scenario(text, "failures.yaml"))
 
 
-def _check_conservation(run):
+def _check_conservation(run, lower_tiers=False):
     records = run.records
     finished = ~np.isnan(records.column("finish_s"))
     aborted = ~np.isnan(records.column("aborted_s"))
@@ -124,7 +124,9 @@ def _check_conservation(run):
     assert not (finished & aborted).any()
     assert (finished | aborted | rejected).all()  # every request finished or is reported given up
     f = run.summary["failures"]
-    assert f["kv_blocks_left_on_failed"] == 0  # a failed instance's pages all came back at once
+    assert f["kv_blocks_at_rebuild"] == 0  # an instance serves again with an empty pool
+    if not lower_tiers:  # no load in flight from a lower tier: the pages all came back at once
+        assert f["kv_blocks_after_failure"] == 0
     retries = records.column("retries")
     lost = records.column("retry_lost_s")
     assert (lost[retries > 0] > 0).all() and (lost[retries == 0] == 0).all()
@@ -207,13 +209,44 @@ def test_both_backends_equal_with_failures():
     assert python.records_digest() == compiled.records_digest()
 
 
-@pytest.mark.parametrize("system", [MIXED, PD])
+TIERS = """t:
+    node: l20-8x
+    nodes: 4
+    instance: {{tp: 4, memory_utilization: 0.4}}
+    kv_cache: {{dram: {{capacity: 8 GiB}}, nvme: {{capacity: 20 GiB}}{more}}}
+    failures: {failures}"""
+
+DOCUMENTS = ("  prefix: {kind: shared_documents, documents: 200, zipf_s: 1.0, document_tokens: {kind: fixed, "
+             "value: 4000}, suffix_tokens: {kind: uniform, low: 16, high: 400}}\n")
+
+
+@pytest.mark.parametrize("more", ["", ", remote: {{pool_node: dram-pool-8x}}"])
+def test_a_failed_node_loses_its_dram_and_nvme_tiers(more):
+    # a node's DRAM and NVMe go with it (the remote pool, on its own nodes, keeps its blocks)
+    text = RUN.format(seed=1, duration=120, rate=6, timeout="null", backend="auto",
+                      system=TIERS.replace("{more}", more).format(
+                          failures="{mtbf: 60 s, mtbf_cards: 8, repair: 20 s, rebuild: 2 s}"))
+    text = text.replace("  input_tokens: {kind: uniform, low: 256, high: 2048}\n", DOCUMENTS).replace(
+        "qwen3-1.7b", "qwen3-8b")
+    run = kvsim.run(kvsim.parse_scenario(text, "failures.yaml")).runs[0]
+    f = _check_conservation(run, lower_tiers=True)
+    lost = f["cached_blocks_lost"]
+    assert f["node_failures_total"] >= 3 and lost["hbm"] > 0
+    if not more:
+        assert lost["dram"] > 0 and lost["nvme"] > 0 and run.summary["cache"]["hit_rate"]["dram"] > 0
+    else:
+        assert run.summary["cache"]["hit_rate"]["remote"] > 0
+
+
+@pytest.mark.parametrize("system", [MIXED, PD, TIERS.replace("{more}", ", write_policy: write_back")])
 def test_coalesced_runs_equal_the_step_by_step_engine_through_failures(system):
     # a failure aborts requests in the middle of coalesced decode and prefill runs: they are cut
     # at the step in progress, as for a client timeout, and the records are the reference's
     failures = "{mtbf: 60 s, mtbf_cards: 8, repair: 20 s, rebuild: 3 s}"
-    text = RUN.format(seed=4, duration=200, rate=6, timeout="30 s", backend="python",
-                      system=system.format(failures=failures))
+    text = RUN.format(seed=4, duration=100 if "kv_cache" in system else 200, rate=6, timeout="30 s",
+                      backend="python", system=system.format(failures=failures))
+    if "kv_cache" in system:
+        text = text.replace("  input_tokens: {kind: uniform, low: 256, high: 2048}\n", DOCUMENTS)
     stepwise = kvsim.run(kvsim.parse_scenario(text.replace("backend: python", "backend: python, coalesce: false"),
                                               "failures.yaml"))
     coalesced = kvsim.run(kvsim.parse_scenario(text, "failures.yaml"))
@@ -234,7 +267,7 @@ def test_failures_that_never_come_leave_the_run_as_it_was():
 
 
 def test_failures_field_checks():
-    cached = MIXED.replace("failures:", "kv_cache: {{dram: {{capacity: 64 GiB}}}}\n    failures:")
+    cached = MIXED.replace("failures:", "kv_cache: {{peer_hbm: copy_in}}\n    failures:")
     for system, failures, field in ((cached, "{mtbf: 100 s, repair: 30 s}", "systems.a.failures"),
                                     (MIXED, "{mtbf: 100 s, repair: 30 s, repair_distribution: gamma}",
                                      "systems.a.failures.repair_distribution"),

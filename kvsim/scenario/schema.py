@@ -179,11 +179,10 @@ class SystemSpec(FrozenSpec):
             return []
         problems: list[tuple[tuple[str, ...], str]] = []
         cache = self.kv_cache
-        if cache is not None and (cache.dram or cache.nvme or cache.remote or cache.peer_hbm != "none"):
-            problems.append((("failures",), "failures in a run are simulated with a prefix cache in HBM only so "
-                                            "far (the KV a failed node holds in DRAM, NVMe or its peers' reach "
-                                            "is not dropped yet): drop the kv_cache's dram, nvme, remote and "
-                                            "peer_hbm, or failures"))
+        if cache is not None and cache.peer_hbm != "none":
+            problems.append((("failures",), f"failures in a run are simulated with each instance's own HBM cache "
+                                            f"so far (peer_hbm: {cache.peer_hbm} shares a failed node's HBM with "
+                                            "its peers): drop peer_hbm or failures"))
         if self.adaptive:
             problems.append((("failures",), f"failures in a run are simulated with a fixed P:D split so far: "
                                             f"drop the {self.controller.kind} controller or failures"))

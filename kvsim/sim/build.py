@@ -420,8 +420,8 @@ def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
     :mod:`kvsim.serving.cache.extent_pool`), no LoRA adapter (whose ids are renamed per
     adapter) and no P/D handoff; tiers below HBM (and their prewarm) only under each instance's
     own HBM, LRU, written through, with at most one pool node and a router other than
-    ``cache_aware`` (:mod:`kvsim.serving.cache.extent_tiers`). The records are the same either
-    way; only the cost differs."""
+    ``cache_aware`` (:mod:`kvsim.serving.cache.extent_tiers`), and no node failures. The records
+    are the same either way; only the cost differs."""
     cache = sizing.spec.kv_cache
     workload = spec.workload
     if not (KV_EXTENTS and cache is not None and cache.peer_hbm in ("none", "read_in_place")
@@ -430,6 +430,8 @@ def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
             and isinstance(workload.prefix, SharedDocuments) and not workload.trace):
         return False
     lower = [tier for tier in (cache.dram, cache.nvme, cache.remote) if tier is not None]
+    if lower and sizing.spec.failures is not None:
+        return False  # node failures drop a node's tiers block by block (kvsim.sim.failures)
     # tiers below HBM (kvsim.serving.cache.extent_tiers): under each instance's own HBM, LRU,
     # written through, the pool on one node (several spread blocks by id), and a router that does
     # not walk them (the cache-aware router's reach reads the lower tiers per block)

@@ -23,16 +23,18 @@ What the serving system does:
   seconds (weights loaded, engine warmed) and then serves again with an empty KV pool. A node
   failing again during the rebuild cancels it.
 
-With a prefix cache in HBM (``kv_cache`` without lower tiers) the failed instances' caches are
-flushed once their requests are aborted: every block is evicted and the cluster index forgets it,
-so a cache-aware router stops counting on it.
+With a ``kv_cache`` the KV cached on the node is lost with it: the failed instances' HBM
+caches and the node's DRAM and NVMe tiers are emptied, nothing written down, and the cluster
+index forgets the blocks (a cache-aware router stops counting on them); a remote pool, on its
+own nodes, keeps its blocks. Transfers in flight are not cut: a load into a failed instance lets
+its pages go when it lands, a write lands where it was going, and what a failed node's stores
+received meanwhile is dropped again when an instance is rebuilt.
 
-Not modelled (refused by :meth:`~kvsim.scenario.schema.SystemSpec.failure_problems`): KV tiers
-below HBM and peer HBM (a failed node's DRAM and NVMe would have to be dropped, the transfers in
-flight to and from it stopped) and adaptive P:D controllers (a role switch would bring a failed
-instance back). An iteration running
-on the instance when it fails still ends and is accounted as engine time (what it computed is
-discarded); tokens a failed attempt emitted count in the run's throughput.
+Not modelled (refused by :meth:`~kvsim.scenario.schema.SystemSpec.failure_problems`): peer HBM
+(a failed node's HBM read or copied by its peers) and adaptive P:D controllers (a role switch
+would bring a failed instance back). An iteration running on the instance when it fails still
+ends and is accounted as engine time (what it computed is discarded); tokens a failed attempt
+emitted count in the run's throughput; the nodes keep failing during the drain.
 """
 
 from __future__ import annotations
@@ -105,7 +107,9 @@ class RunFailures:
         self.max_num_seqs = [inst.scheduler.max_num_seqs for inst in instances]
         self.instance_down: list[list[list[float]]] = [[] for _ in instances]  # [down_s, serving_s]
         self.parked: dict[str, int] = {}      # role -> the paused instance still on the board
-        self.kv_blocks_left: list[int] = []   # per instance failure: pages still used once it is down
+        self.kv_blocks_after_failure: list[int] = []  # per instance failure: pages still used once it is down
+        self.kv_blocks_at_rebuild: list[int] = []  # per rebuild: pages used when it serves again
+        self.blocks_dropped = {"hbm": 0, "dram": 0, "nvme": 0}  # cached KV blocks lost, by tier
         self.retried_requests = 0
         self.attempts: dict[int, Any] = {}
         self._attempt_start: dict[int, float] = {}
@@ -139,13 +143,43 @@ class RunFailures:
         for index in going:
             held += self._take_down(index)
         self._retry(held)
+        self._drop_kv(k, going)
         instances = self.system.instances
         for index in going:
-            hook = instances[index].scheduler.hook
-            if hasattr(hook, "flush") and hasattr(hook, "hbm"):
-                hook.flush()  # its prefix cache is lost: every block evicted, the index forgets them
-            self.kv_blocks_left.append(instances[index].pool.used_blocks)
+            self.kv_blocks_after_failure.append(instances[index].pool.used_blocks)
         self._log("fail", k)
+
+    def _drop_kv(self, k: int, indices: list[int], tiers: bool = True) -> None:
+        """The KV node ``k`` held is lost: the prefix caches of instances ``indices`` and the
+        node's DRAM and NVMe tiers, every block no transfer holds evicted (nothing written down)
+        and forgotten by the cluster index. Blocks a transfer still holds go when they are let go
+        of, at the latest when an instance is rebuilt (this runs again then)."""
+        cache = self.system.cache
+        if cache is None:
+            return
+        if cache.pending_reclaims:
+            cache.settle_reclaims()
+        index = cache.index
+        for i in indices:
+            hook = self.system.instances[i].scheduler.hook
+            if not hasattr(hook, "hbm"):
+                continue  # a decode instance caches nothing
+            held = hook.hbm.used_blocks
+            if not cache.has_lower:
+                hook.flush()  # (per block or as extents; with nothing below HBM nothing is written)
+            else:
+                victims = hook.hbm.evict_run(hook.hbm.evictable_blocks)
+                index.discard_run(victims, hook.hbm)
+                hook.pool.give(len(victims) * hook.geometry.pages_per_block)
+            self.blocks_dropped["hbm"] += held - hook.hbm.used_blocks
+        if not tiers:
+            return
+        node = self.node_names[k]
+        for tier, store in (("dram", cache.dram.get(node)), ("nvme", cache.nvme.get(node))):
+            if store is not None and store.evictable_blocks:
+                victims = store.evict_run(store.evictable_blocks)
+                index.discard_run(victims, store)
+                self.blocks_dropped[tier] += len(victims)
 
     def _take_down(self, index: int) -> list[int]:
         """Stop instance ``index`` serving; the ids of the requests it holds."""
@@ -228,6 +262,11 @@ class RunFailures:
         if generation != self._generation[index] or self.state[index] != "rebuilding":
             return
         inst = self.system.instances[index]
+        for k in self.instance_nodes[index]:
+            # what landed since the failure (the node's tiers only while none of its instances serves)
+            serving = any(self.state[j] == "up" for j in self.node_instances[k])
+            self._drop_kv(k, [index], tiers=not serving)
+        self.kv_blocks_at_rebuild.append(inst.pool.used_blocks)
         self.state[index] = "up"
         self.instance_down[index][-1][1] = self.env.now
         inst.scheduler.max_num_seqs = self.max_num_seqs[index]
@@ -289,7 +328,9 @@ class RunFailures:
             "retries": int(retries[measured].sum()),
             "retry_lost_s": float(lost[measured].sum()),
             "retry_lost_s_mean": float(lost[retried].mean()) if retried.any() else 0.0,
-            "kv_blocks_left_on_failed": int(max(self.kv_blocks_left, default=0)),
+            "kv_blocks_after_failure": int(max(self.kv_blocks_after_failure, default=0)),
+            "kv_blocks_at_rebuild": int(max(self.kv_blocks_at_rebuild, default=0)),
+            "cached_blocks_lost": dict(self.blocks_dropped),
             "timeline": self.timeline,
         }
         ttft = records.column("first_token_s") - arrival
