@@ -110,7 +110,6 @@ class RunFailures:
         self.kv_blocks_after_failure: list[int] = []  # per instance failure: pages still used once it is down
         self.kv_blocks_at_rebuild: list[int] = []  # per rebuild: pages used when it serves again
         self.blocks_dropped = {"hbm": 0, "dram": 0, "nvme": 0}  # cached KV blocks lost, by tier
-        self.retried_requests = 0
         self.attempts: dict[int, Any] = {}
         self._attempt_start: dict[int, float] = {}
         self.timeline: list[dict[str, Any]] = []
@@ -232,8 +231,6 @@ class RunFailures:
             for name in _RESET_NAN:
                 getattr(records, name)[rid] = math.nan
             records.instance[rid] = records.prefill_instance[rid] = -1
-            if records.retries[rid] == 0:
-                self.retried_requests += 1
             records.retries[rid] += 1
             records.retry_lost_s[rid] += now - self._attempt_start.get(rid, records.arrival_s[rid])
             self._attempt_start[rid] = now
