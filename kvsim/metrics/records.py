@@ -23,6 +23,7 @@ _LORA_INT_FIELDS = ("adapter",)
 _PD_BYTES_FIELDS = ("handoff_bytes",)
 _REJECT_FIELDS = ("rejected_s",)
 _NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS + _REJECT_FIELDS
+_RETRY_FIELDS = ("retries", "retry_lost_s")  # only with node failures (track_retries)
 
 
 class RequestRecords:
@@ -55,6 +56,13 @@ class RequestRecords:
     ``rejected_s`` is when a request was refused at arrival because it could never fit the KV
     pool of an instance that would serve it (a trace's longest requests); it is never routed and
     has no other milestone.
+
+    With node failures in the run (``systems.NAME.failures``, :meth:`track_retries`) two more
+    columns (:attr:`extra_fields`): ``retries``, how many times the request was started over
+    because an instance holding it failed, and ``retry_lost_s``, the seconds its failed attempts
+    lasted (from the arrival, or the previous retry, to the failure). Its milestones are then
+    those of the attempt that finished (its first token, admission, handoff), measured from its
+    arrival; its cache and token counts add up every attempt's work.
     """
 
     fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS
@@ -73,10 +81,25 @@ class RequestRecords:
             setattr(self, name, np.zeros(capacity, dtype=np.int64))
         for name in _CACHE_FLOAT_FIELDS + _PD_BYTES_FIELDS:
             setattr(self, name, np.zeros(capacity))
+        self.extra_fields: tuple[str, ...] = ()  # columns of some runs only (track_retries)
+
+    def track_retries(self) -> None:
+        """Add the ``retries`` and ``retry_lost_s`` columns (a run with node failures)."""
+        if "retries" in self.extra_fields:
+            return
+        capacity = len(self.arrival_s)
+        self.retries = np.zeros(capacity, dtype=np.int64)
+        self.retry_lost_s = np.zeros(capacity)
+        self.extra_fields = self.extra_fields + _RETRY_FIELDS
+
+    @property
+    def all_fields(self) -> tuple[str, ...]:
+        """Every column of these records: :attr:`fields` and the run's :attr:`extra_fields`."""
+        return self.fields + self.extra_fields
 
     def _grow(self) -> None:
         capacity = len(self.arrival_s) * 2
-        for name in self.fields:
+        for name in self.all_fields:
             old = getattr(self, name)
             new = np.full(capacity, np.nan) if name in _NAN_FIELDS else np.zeros(capacity, dtype=old.dtype)
             new[: self.n] = old[: self.n]
@@ -106,7 +129,7 @@ class RequestRecords:
         was not reached; ``tpot_s`` also for a single output token): the columns of
         :meth:`to_frame` and of ``requests.parquet``."""
         out: dict[str, np.ndarray] = {"request_id": np.arange(self.n, dtype=np.int64)}
-        out.update((name, self.column(name).copy()) for name in self.fields)
+        out.update((name, self.column(name).copy()) for name in self.all_fields)
         out["ttft_s"] = out["first_token_s"] - out["arrival_s"]
         out["e2e_s"] = out["finish_s"] - out["arrival_s"]
         outputs = out["output_tokens"]

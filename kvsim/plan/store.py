@@ -349,8 +349,8 @@ _SUMMARY_NUMBERS = ("goodput_requests_per_s", "gpu_busy_fraction", "input_tokens
 _SUMMARY_COUNTS = ("preemptions", "requests_aborted", "requests_arrived", "requests_completed", "requests_rejected",
                    "requests_undrained", "requests_unfinished")
 _SUMMARY_BLOCKS = ("cost", "gpu_time_share", "routing", "slo_met", "steady_state", "window")
-_SUMMARY_OPTIONAL = {"cache": dict, "engine_backend": str, "layout_search": dict, "lora": dict, "pd": dict,
-                     "rejected_note": str}
+_SUMMARY_OPTIONAL = {"cache": dict, "engine_backend": str, "failures": dict, "layout_search": dict, "lora": dict,
+                     "pd": dict, "rejected_note": str}
 
 
 def _number(value: Any) -> bool:
@@ -416,6 +416,14 @@ def _records(frame: pd.DataFrame) -> RequestRecords:
             setattr(records, name, np.ascontiguousarray(frame[name].to_numpy(dtype=column.dtype)))
         except (TypeError, ValueError) as exc:
             raise StoredPointError(f"requests.parquet: column {name!r} is not {column.dtype} ({_reason(exc)})") from None
+    if "retries" in frame.columns and "retry_lost_s" in frame.columns and frame["retries"].notna().all() \
+            and len(frame):  # a run with node failures (kvsim.sim.failures): its two more columns
+        records.track_retries()
+        try:
+            records.retries = np.ascontiguousarray(frame["retries"].to_numpy(dtype=np.int64))
+            records.retry_lost_s = np.ascontiguousarray(frame["retry_lost_s"].to_numpy(dtype=np.float64))
+        except (TypeError, ValueError) as exc:
+            raise StoredPointError(f"requests.parquet: the retry columns are not numbers ({_reason(exc)})") from None
     return records
 
 

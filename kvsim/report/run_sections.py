@@ -178,6 +178,34 @@ def _cost_section(doc: Document, all_rows: list[Row], stem: str) -> None:
         doc.figure(figure)
 
 
+def _failures_section(doc: Document, all_rows: list[Row]) -> None:
+    """Runs with node failures (``systems.NAME.failures``): availability, failures, retries and
+    the SLO the retried requests met."""
+    failing = [r for r in all_rows if isinstance(r.summary.get("failures"), dict)]
+    if not failing:
+        return
+    doc.heading("Node failures")
+
+    def share(value: Any) -> str:
+        return "-" if value is None else f"{100 * value:.1f} %"
+
+    rows = []
+    for r in failing:
+        f = r.summary["failures"]
+        rows.append([_point_label(r) or "-", r.system, str(f["node_failures"]),
+                     f"{share(f['node_availability_mean'])} ({share(f['node_availability_expected'])})",
+                     share(f["instance_availability_mean"]), f"{f['retried_requests']:,}",
+                     _cell(f["retry_lost_s_mean"], 1, "{:.3g}", False),
+                     f"{share(f.get('ttft_slo_met_retried'))} / {share(f.get('ttft_slo_met_not_retried'))}",
+                     f"{share(f.get('e2e_slo_met_retried'))} / {share(f.get('e2e_slo_met_not_retried'))}"])
+    doc.table(["point", "system", "node failures", "nodes up (closed form)", "instances up", "retried requests",
+               "time lost per retried (s)", "TTFT SLO met: retried / others", "E2E SLO met: retried / others"], rows,
+              "Over the measured window. Nodes up: the share of time a node was up, and the closed form "
+              "MTBF / (MTBF + repair) it tends to; instances up: the share of time an instance served (a rebuild "
+              "keeps it down after its node is back). A retried request started over from its prompt when an "
+              "instance holding it failed; its latencies are its last attempt's, from its arrival.")
+
+
 def _assumptions(doc: Document, results: RunResults) -> None:
     s = results.summary
     doc.heading("Assumptions")
@@ -227,8 +255,9 @@ def _flags(doc: Document, all_rows: list[Row]) -> None:
 
 
 def add_sections(doc: Document, results: RunResults, all_rows: list[Row], stem: str) -> None:
-    """Cache and links, cost, assumptions and flags, in that order."""
+    """Cache and links, cost, node failures, assumptions and flags, in that order."""
     _cache_section(doc, all_rows, stem)
     _cost_section(doc, all_rows, stem)
+    _failures_section(doc, all_rows)
     _assumptions(doc, results)
     _flags(doc, all_rows)

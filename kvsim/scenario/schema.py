@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 
 from kvsim.models.engine import EngineSpec
 from kvsim.scenario.cost_spec import CostSpec
+from kvsim.scenario.failures_spec import RunFailureSpec
 from kvsim.scenario.limits import MAX_REQUESTS  # noqa: F401 - re-exported (checked in kvsim.scenario.limits)
 from kvsim.scenario.plan_spec import PlanSpec
 from kvsim.scenario.shared_pool_spec import shared_pool_problems
@@ -82,6 +83,7 @@ class SystemSpec(FrozenSpec):
     engine: EngineSpec | None = None
     weight_dtypes: dict[WeightGroup, Dtype] | None = None
     lora: LoraSpec | None = None  # how it serves workload.adapters (default: all resident, no KV reuse)
+    failures: RunFailureSpec | None = None  # its nodes fail and are repaired in the run: requests retried, KV lost
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
@@ -169,6 +171,21 @@ class SystemSpec(FrozenSpec):
         if self.cache_aware is not None and not aware:
             problems.append((("cache_aware",), f"settings of the cache_aware router, but this system's {entry} is "
                                                f"{getattr(self, entry)}: set {entry}: cache_aware or drop them"))
+        return problems
+
+    def failure_problems(self) -> list[tuple[tuple[str, ...], str]]:
+        """What node failures in a run do not cover yet (:mod:`kvsim.sim.failures`)."""
+        if self.failures is None:
+            return []
+        problems: list[tuple[tuple[str, ...], str]] = []
+        cache = self.kv_cache
+        if cache is not None and cache.peer_hbm != "none":
+            problems.append((("failures",), f"failures in a run are simulated with each instance's own HBM cache "
+                                            f"so far (peer_hbm: {cache.peer_hbm} shares a failed node's HBM with "
+                                            "its peers): drop peer_hbm or failures"))
+        if self.adaptive:
+            problems.append((("failures",), f"failures in a run are simulated with a fixed P:D split so far: "
+                                            f"drop the {self.controller.kind} controller or failures"))
         return problems
 
     def controller_problems(self, slo: "SloSpec") -> list[tuple[tuple[str, ...], str]]:
@@ -405,7 +422,7 @@ class ScenarioSpec(FrozenSpec):
                                                                      f"{did_you_mean(system, self.systems)}"))
         for name, system in self.systems.items():
             for path, message in (system.shape_problems() + system.controller_problems(self.slo)
-                                  + system.routing_problems()):
+                                  + system.routing_problems() + system.failure_problems()):
                 problems.append((("systems", name) + path, message))
             problems += self._lora_problems(name, system)
         if self.plan is not None:

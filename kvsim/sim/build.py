@@ -40,6 +40,7 @@ from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
+from kvsim.sim.failures import RunFailures, attach_failures
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
 from kvsim.sim.sizing import PoolSizing, SystemSizing, adapter_slots
@@ -114,6 +115,7 @@ class System:
         self.tier_occupancy: dict[str, TimeWeightedLevel] = {}
         self.domain_levels: DomainLevels | None = None  # HBM bytes per addressing domain (with a cache)
         self.timeseries: list[dict] = []
+        self.failures: RunFailures | None = None  # node failures in the run (systems.NAME.failures)
         self.block_tokens = 0
         self.documents = False  # its prompts are shared_documents ones (a document's chain, then their own)
         self.topology: Topology
@@ -209,6 +211,8 @@ class System:
                 # what readers see: one block's bytes per reader (sharing makes it exceed physical)
                 row[f"{tier}_logical_bytes"] = float(sum(map(_logical, group)))
             self.domain_levels.sample(self.env.now)
+            if self.failures is not None:
+                row["instances_up"] = self.failures.instances_up
             self.timeseries.append(row)
             yield self.env.timeout(every_s)
 
@@ -347,6 +351,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
                                            system.front.route, records, slo,
                                            [(p.pool.name, p.pool.spec) for p in system.placements])
     system.check()
+    system.failures = attach_failures(system, system_spec.failures, streams)
     return system
 
 
@@ -415,8 +420,8 @@ def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
     :mod:`kvsim.serving.cache.extent_pool`), no LoRA adapter (whose ids are renamed per
     adapter) and no P/D handoff; tiers below HBM (and their prewarm) only under each instance's
     own HBM, LRU, written through, with at most one pool node and a router other than
-    ``cache_aware`` (:mod:`kvsim.serving.cache.extent_tiers`). The records are the same either
-    way; only the cost differs."""
+    ``cache_aware`` (:mod:`kvsim.serving.cache.extent_tiers`), and no node failures. The records
+    are the same either way; only the cost differs."""
     cache = sizing.spec.kv_cache
     workload = spec.workload
     if not (KV_EXTENTS and cache is not None and cache.peer_hbm in ("none", "read_in_place")
@@ -425,6 +430,8 @@ def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
             and isinstance(workload.prefix, SharedDocuments) and not workload.trace):
         return False
     lower = [tier for tier in (cache.dram, cache.nvme, cache.remote) if tier is not None]
+    if lower and sizing.spec.failures is not None:
+        return False  # node failures drop a node's tiers block by block (kvsim.sim.failures)
     # tiers below HBM (kvsim.serving.cache.extent_tiers): under each instance's own HBM, LRU,
     # written through, the pool on one node (several spread blocks by id), and a router that does
     # not walk them (the cache-aware router's reach reads the lower tiers per block)

@@ -66,6 +66,8 @@ def collect(system: System, point: ScenarioPoint, wall_s: float) -> SystemRun:
     if system.sizing.disaggregated:
         summary["pd"] = pd_summary(records, warmup, duration, system.transfers.bytes_by_purpose.get("handoff", 0.0),
                                    links, system.controller.switches, system.instances)
+    if system.failures is not None:
+        summary["failures"] = system.failures.summary(warmup, duration, slo)
     busy_total = counters.busy_in_window_s
     summary["gpu_time_share"] = {cause: (t / busy_total if busy_total else 0.0)
                                  for cause, t in counters.time_by_cause_s.items()}
@@ -95,7 +97,7 @@ def _routing(system: System, window_start_s: float, token_hit_rate: float) -> di
                           "prefill_instance" if entry == "prefill" else "instance",
                           [k for k, p in enumerate(system.placements) if p.role == entry], token_hit_rate,
                           documents=system.documents)
-    router = front.router
+    router = getattr(front.router, "inner", front.router)  # (node failures wrap it: kvsim.sim.failures)
     out["router"] = type(router).__name__
     if hasattr(router, "guarded"):
         out["load_guard_decisions"] = router.guarded

@@ -270,9 +270,15 @@ class RunResult:
 
         from kvsim.arrow_numpy import constant_strings, from_numpy
 
-        tables = []
+        runs = self.all_runs()
+        # columns some runs lack (a system with node failures has two more): where one does, the
+        # others' are NaN and theirs float, as pandas' concat makes them, in its column order
+        extras = {name for run in runs for name in run.records.extra_fields}
+        partial = {name for name in extras if any(name not in run.records.extra_fields for run in runs)}
+        order: dict[str, None] = {}
+        per_run = []
         with_replica = bool(self.replicas)
-        for run in self.all_runs():
+        for run in runs:
             n = run.records.n
             columns = {"system": constant_strings(run.system, n),
                        "point": from_numpy(np.full(n, run.point_index, dtype=np.int64))}
@@ -281,8 +287,13 @@ class RunResult:
             for key, value in run.params.items():
                 columns[key] = constant_strings(str(value), n)
             for name, values in run.records.columns().items():
-                columns[name] = from_numpy(values)
-            tables.append(pa.Table.from_arrays(list(columns.values()), names=list(columns)))
+                columns[name] = from_numpy(values.astype(np.float64) if name in partial else values)
+            order.update(dict.fromkeys(columns))
+            per_run.append((n, columns))
+        tables = []
+        for n, columns in per_run:
+            arrays = [columns[name] if name in columns else from_numpy(np.full(n, np.nan)) for name in order]
+            tables.append(pa.Table.from_arrays(arrays, names=list(order)))
         return pa.concat_tables(tables)
 
     def _per_run_frame(self, attribute: str) -> pd.DataFrame:
@@ -322,12 +333,13 @@ class RunResult:
         """SHA-256 over every run's request records, bit for bit (runs in order, fields by name).
 
         Two runs with the same digest produced identical records: the check that a refactor kept
-        results. ``fields`` restricts it to some columns (default: all of them).
+        results. ``fields`` restricts it to some columns (default: all of them, with a run's
+        :attr:`~kvsim.metrics.records.RequestRecords.extra_fields` where it has them).
         """
         digest = hashlib.sha256()
         for run in self.runs:
             digest.update(f"{run.system}|{run.point_index}|{run.records.n}".encode())
-            for name in fields if fields is not None else RequestRecords.fields:
+            for name in fields if fields is not None else run.records.all_fields:
                 digest.update(name.encode())
                 digest.update(run.records.column(name).tobytes())
         return digest.hexdigest()
