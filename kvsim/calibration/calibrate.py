@@ -169,6 +169,9 @@ def calibrate(paths: Sequence[str | Path], accelerator: str = "h100-sxm", names:
         raise ValueError(catalog.unknown_message(accelerator))
     say = progress or (lambda message: None)
     files, units, notes = load_units(paths, accelerator)
+    for unit in units:  # how a run of a benchmark result file is reproduced (kvsim.calibration.bench_files)
+        if getattr(unit.row, "notes", ()):
+            say(f"{unit.uid}: " + "; ".join(unit.row.notes))
     if not units:
         raise ValueError(f"no measurement in {', '.join(map(str, paths))} is for {accelerator}")
     defaults = default_values(list(names), catalog[accelerator])

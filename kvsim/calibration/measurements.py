@@ -123,8 +123,8 @@ class Measurements:
 
     path: str
     sha256: str
-    kind: str  # "vllm_runs" or "step_table"
-    runs: tuple[VllmRun, ...] = ()
+    kind: str  # "vllm_runs", "step_table" or "bench_runs"
+    runs: tuple = ()  # VllmRun, or for "bench_runs" BenchRun (and VllmRun: inference-perf shared_prefix)
     steps: tuple[StepPoint, ...] = ()
 
     @property
@@ -146,7 +146,8 @@ rounding of a published table, well below a slip of a digit."""
 
 
 def read_measurements(path: str | Path) -> Measurements:
-    """Read a measurement file (either format, told by its header).
+    """Read a measurement file: a CSV (either format, told by its header), or a benchmark result
+    file (JSON or YAML, told by its keys: :mod:`kvsim.calibration.bench_files`).
 
     Raises
     ------
@@ -155,6 +156,10 @@ def read_measurements(path: str | Path) -> Measurements:
     """
     path = Path(path)
     data, text = read_utf8(path, "measurement file", MeasurementError)
+    if text.lstrip().startswith(("{", "[")) or path.suffix.lower() in (".json", ".jsonl", ".yaml", ".yml"):
+        from kvsim.calibration.bench_files import read_bench_file  # vLLM / GuideLLM / inference-perf results
+
+        return read_bench_file(path, data, text)
     digest = hashlib.sha256(data).hexdigest()
     # newline="": lines end only at \n or \r, as in the file (str.splitlines also ends them at
     # U+2028 and other separators a cell may hold, which would cut a row and shift every line)
