@@ -275,3 +275,31 @@ def test_a_reproduced_open_loop_run_sends_exactly_the_files_requests(name, reque
     (run,) = read_measurements(BENCH / name).runs
     row = simulate(run_scenario(run)).summary_frame().iloc[0]
     assert row["requests_arrived"] == requests and row["requests_completed"] == requests
+
+
+def test_a_guidellm_yaml_report_reads_as_its_json(tmp_path):
+    import yaml
+
+    path = tmp_path / "guidellm_report.yaml"
+    path.write_text(yaml.safe_dump(json.loads((BENCH / "guidellm_report.json").read_text())))
+    shutil.copy(BENCH / "guidellm_report.kvsim.yaml", tmp_path)
+    runs = read_measurements(path).runs
+    assert [(r.process, r.measured) for r in runs] == [
+        (r.process, r.measured) for r in read_measurements(BENCH / "guidellm_report.json").runs]
+
+
+@pytest.mark.usefixtures("_never_simulate")
+def test_broken_json_is_refused_with_its_line(tmp_path, capsys):
+    path = _copy(tmp_path, "vllm_concurrency.json")
+    lines = path.read_text().split("\n")
+    path.write_text(lines[0] + "\n" + lines[1][:-5] + "\n")  # the appended second result cut short
+    assert "vllm_concurrency.json:2: not JSON" in _refused(capsys, tmp_path, path)
+    path.write_text('{\n  "request_rate": 4.0,\n  "model_id": oops\n}\n')
+    assert "vllm_concurrency.json:3: not JSON: Expecting value" in _refused(capsys, tmp_path, path)
+
+
+@pytest.mark.usefixtures("_never_simulate")
+def test_a_model_kvsim_does_not_know_points_at_the_sidecar(tmp_path, capsys):
+    path = _copy(tmp_path, "vllm_summary.json", sidecar="model: my-org/private-model\n" + ENGINE)
+    assert ("vllm_summary.json: model: no kvsim catalog model for 'my-org/private-model'" in
+            (err := _refused(capsys, tmp_path, path))) and "state model: in its sidecar" in err

@@ -170,14 +170,14 @@ def _parse(path: Path, text: str) -> list[tuple[int, Any]]:
     try:
         return [(1, json.loads(text))]
     except json.JSONDecodeError as whole:
-        records = []
+        records = []  # JSON lines (vLLM's --append-result), or one broken JSON text
         for number, line in enumerate(text.split("\n"), start=1):
             if line.strip():
                 try:
                     records.append((number, json.loads(line)))
-                except json.JSONDecodeError:
-                    raise MeasurementError([f"{path}:{whole.lineno}: not JSON: {whole.msg} (column {whole.colno})"]
-                                           ) from None
+                except json.JSONDecodeError as exc:
+                    where, why = (whole.lineno, whole) if not records else (number, exc)
+                    raise MeasurementError([f"{path}:{where}: not JSON: {why.msg} (column {why.colno})"]) from None
         return records
 
 
@@ -364,6 +364,8 @@ def _guidellm(report: dict, engine: Engine, path: Path, problems: _Problems) -> 
         strategy = _get(bench, "config.strategy") or _get(bench, "args.strategy")  # report v2, or v1
         kind = strategy.get("type_") if isinstance(strategy, dict) else None
         sub = _Problems(path)
+        if "duration" not in bench and all(isinstance(bench.get(k), (int, float)) for k in ("start_time", "end_time")):
+            bench = {**bench, "duration": bench["end_time"] - bench["start_time"]}  # report v1: no duration field
         duration = _number(bench, "duration", sub, high=LATENCY_S[1], unit="s")
         metric = {m: _latency(bench, f"metrics.{key}.successful.{stat}", per_s, sub)
                   for m, key, stat, per_s in (("ttft_mean_s", "time_to_first_token_ms", "mean", 1e3),
