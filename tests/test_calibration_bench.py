@@ -303,3 +303,14 @@ def test_a_model_kvsim_does_not_know_points_at_the_sidecar(tmp_path, capsys):
     path = _copy(tmp_path, "vllm_summary.json", sidecar="model: my-org/private-model\n" + ENGINE)
     assert ("vllm_summary.json: model: no kvsim catalog model for 'my-org/private-model'" in
             (err := _refused(capsys, tmp_path, path))) and "state model: in its sidecar" in err
+
+
+def test_an_inference_perf_concurrent_stage_is_a_closed_loop(tmp_path):
+    folder = tmp_path / "report"
+    folder.mkdir()
+    stage = json.loads((BENCH / "inference_perf" / "stage_0_lifecycle_metrics.json").read_text())
+    stage["load_summary"].update(concurrency=6, requested_rate=3.7)  # the rate set at run time is not the load
+    (folder / "stage_2_lifecycle_metrics.json").write_text(json.dumps(stage))
+    shutil.copy(BENCH / "inference_perf" / "kvsim.yaml", folder)
+    (run,) = read_measurements(folder / "stage_2_lifecycle_metrics.json").runs
+    assert (run.run_id, run.process, run.clients, run.duration_s) == ("report/stage_2", "closed_loop", 6, 14.6)

@@ -24,8 +24,9 @@ by the JSON keys, not the file's name:
   ``inter_token_latency_ms``, ``(last - first) / (output - 1)``.
 - **inference-perf** (kubernetes-sigs/inference-perf @ 7de5ef2ed6, ``inference_perf/reportgen/base.py``
   ``summarize_requests``): ``stage_N_lifecycle_metrics.json`` with ``load_summary`` (``count``,
-  ``requested_rate``, ``send_duration``, ``concurrency``) and ``successes.latency.<metric>``
-  summaries in seconds (``mean``, ``p90``, ...).
+  ``requested_rate``, ``send_duration``, and ``concurrency`` for a ``concurrent`` load stage,
+  ``inference_perf/config/loadgen/config.py`` ``ConcurrentLoadStage``) and
+  ``successes.latency.<metric>`` summaries in seconds (``mean``, ``p90``, ...).
 
 Metrics map to :data:`~kvsim.calibration.measurements.METRICS` in seconds; one a file lacks is None
 (a p90 not requested). Where a summary lacks E2E but the file holds every successful request's
@@ -440,7 +441,7 @@ def _inference_perf(report: dict, engine: Engine, path: Path, problems: _Problem
                 "e2e_p90_s": _latency(report, f"{lat}.request_latency.p90", 1.0, problems)}
     if measured["ttft_mean_s"] is None and measured["e2e_mean_s"] is None:
         problems.bad(f"{lat}", "holds neither time_to_first_token nor request_latency: nothing to compare")
-    closed = concurrency is not None and not rate
+    closed = concurrency is not None  # a CONCURRENT stage (its rate, if any, is set at run time)
     if closed:
         clients = concurrency if isinstance(concurrency, int) and not isinstance(concurrency, bool) else None
         duration = _number(report, "load_summary.send_duration", problems, high=LATENCY_S[1], unit="s")

@@ -11,6 +11,9 @@ Two formats, told apart by their header:
   mean decode iteration while the batch generates ``token_size`` tokens each. Repeats of one point
   are averaged into one :class:`StepPoint`.
 
+A JSON or YAML file is a benchmark result file instead (``vllm bench serve``, GuideLLM,
+inference-perf), read by :mod:`kvsim.calibration.bench_files`.
+
 Every cell is checked for physical sense before anything is simulated
 (:mod:`kvsim.calibration.checks` holds the bounds and their reasons): latencies from 1 us to a
 day, counts whole numbers in decimal digits within an engine's limits, rates and fractions in
