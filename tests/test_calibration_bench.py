@@ -314,3 +314,11 @@ def test_an_inference_perf_concurrent_stage_is_a_closed_loop(tmp_path):
     shutil.copy(BENCH / "inference_perf" / "kvsim.yaml", folder)
     (run,) = read_measurements(folder / "stage_2_lifecycle_metrics.json").runs
     assert (run.run_id, run.process, run.clients, run.duration_s) == ("report/stage_2", "closed_loop", 6, 14.6)
+
+
+def test_a_vllm_metric_written_as_zero_was_not_measured(tmp_path):
+    # vLLM writes np.mean([] or 0) * 1000 = 0 when the endpoint does not stream: no TTFT, no TPOT
+    path = _edited(tmp_path, "vllm_summary.json", mean_ttft_ms=0.0, mean_tpot_ms=0.0)
+    (run,) = read_measurements(path).runs
+    assert run.measured["ttft_mean_s"] is None and run.measured["tpot_mean_s"] is None
+    assert run.measured["e2e_mean_s"] == pytest.approx(1.335) and "mean_ttft_ms is 0 in the file" in run.notes[1]

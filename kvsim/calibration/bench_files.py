@@ -227,9 +227,11 @@ def _lengths(inputs: Any, outputs: Any, keep: list[bool] | None) -> tuple[tuple[
     """Per-request (prompt, output) tokens of the requests kept, or None if the lists are unusable."""
     if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs) or not inputs:
         return None
+    if keep is None or len(keep) != len(inputs):
+        keep = [o != 0 for o in outputs]  # vLLM counts 0 output tokens for a failed request
     pairs = []
     for k, (i, o) in enumerate(zip(inputs, outputs)):
-        if keep is not None and not keep[k]:
+        if not keep[k]:
             continue
         if not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_TOKENS for v in (i, o)):
             return None
@@ -284,6 +286,10 @@ def _vllm(record: dict, engine: Engine, path: Path, line: int, problems: _Proble
     errors = record.get("errors")
     keep = [not e for e in errors] if isinstance(errors, list) else None
     pairs = _lengths(record.get("input_lens"), record.get("output_lens"), keep)
+    # vLLM writes 0 for a metric it could not measure (np.mean of an empty list: no streaming, or
+    # no request of more than one output token): not a latency, so not compared
+    zeros = [k for k in ("mean_ttft_ms", "p90_ttft_ms", "mean_tpot_ms") if record.get(k) == 0]
+    record = {**record, **dict.fromkeys(zeros)}
     measured = {
         "ttft_mean_s": _latency(record, "mean_ttft_ms", 1e3, problems, line),
         "ttft_p90_s": _latency(record, "p90_ttft_ms", 1e3, problems, line),
@@ -291,7 +297,7 @@ def _vllm(record: dict, engine: Engine, path: Path, line: int, problems: _Proble
         "e2e_mean_s": _latency(record, "mean_e2el_ms", 1e3, problems, line),
         "e2e_p90_s": _latency(record, "p90_e2el_ms", 1e3, problems, line),
     }
-    notes = []
+    notes = [f"{k} is 0 in the file (not measured): not compared" for k in zeros]
     for metric, key in (("e2e", "latencies"), ("ttft", "ttfts")):
         values = _successful(record.get(key), keep, failed)
         if values is not None and measured[f"{metric}_mean_s"] is None and metric == "e2e":
@@ -300,8 +306,8 @@ def _vllm(record: dict, engine: Engine, path: Path, line: int, problems: _Proble
         if values is not None and measured[f"{metric}_p90_s"] is None:
             measured[f"{metric}_p90_s"] = float(np.percentile(values, 90))
             notes.append(f"{metric.upper()} p90 from the file's per-request {key}")
-    if measured["ttft_mean_s"] is None and measured["tpot_mean_s"] is None:
-        problems.bad("mean_ttft_ms", "the file states neither TTFT nor TPOT: nothing to compare", line)
+    if all(v is None for v in measured.values()):
+        problems.bad("mean_ttft_ms", "the file states no TTFT, TPOT or E2E latency: nothing to compare", line)
     if len(problems.items) > before:
         return None
     fields = _engine_fields(engine, model)
