@@ -17,7 +17,7 @@ import pytest
 
 from kvsim.calibration.bench_files import BenchRun
 from kvsim.calibration.bench_runs import arrival_times, bench_workload
-from kvsim.calibration.measurements import MeasurementError, VllmRun, read_measurements
+from kvsim.calibration.measurements import VllmRun, read_measurements
 from kvsim.cli import main
 
 BENCH = Path(__file__).resolve().parent / "fixtures" / "bench"

@@ -46,7 +46,7 @@ import numpy as np
 
 from kvsim.calibration.bench_sidecar import Engine, read_sidecar
 from kvsim.calibration.checks import LATENCY_S, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SEQS
-from kvsim.calibration.measurements import METRICS, MeasurementError, Measurements, VllmRun
+from kvsim.calibration.measurements import MeasurementError, Measurements, VllmRun
 from kvsim.workload.trace_csv import MAX_TOKENS
 from kvsim.yaml_io import SpecError, load_yaml
 
