@@ -132,7 +132,7 @@ class Measurements:
 
     @property
     def ids(self) -> list[str]:
-        return [r.run_id for r in self.runs] if self.kind == "vllm_runs" else [p.point_id for p in self.steps]
+        return [r.run_id for r in self.runs] if self.runs else [p.point_id for p in self.steps]
 
 
 _WORKLOAD = re.compile(
