@@ -79,7 +79,9 @@ def test_vllm_detailed_replays_the_successful_requests_lengths():
 
 
 def test_vllm_appended_results_at_infinite_rate_with_a_cap_are_closed_loops():
-    runs = read_measurements(BENCH / "vllm_concurrency.json").runs
+    measurements = read_measurements(BENCH / "vllm_concurrency.json")
+    runs = measurements.runs
+    assert measurements.kind == "bench_runs" and measurements.ids == ["vllm_concurrency:1", "vllm_concurrency:2"]
     assert [(r.run_id, r.line, r.process, r.clients, r.duration_s) for r in runs] == [
         ("vllm_concurrency:1", 1, "closed_loop", 4, 21.7), ("vllm_concurrency:2", 2, "closed_loop", 8, 12.4)]
     # no per-request lengths and none in the sidecar: the means of the totals, 65,536 / 64 and 8,192 / 64
