@@ -148,7 +148,10 @@ def _parser() -> argparse.ArgumentParser:
     calibrate = sub.add_parser("calibrate", parents=[common],
                                help="fit a card family's physical parameters to measurements")
     calibrate.add_argument("measurements", type=Path, nargs="+",
-                           help="measurement CSV files (vLLM runs table and/or per-iteration step table)")
+                           help="measurement files: CSV (vLLM runs table, per-iteration step table) or benchmark "
+                                "results (vllm bench serve --save-result JSON, GuideLLM report JSON/YAML, "
+                                "inference-perf stage_N_lifecycle_metrics.json), each with its engine settings in a "
+                                "<stem>.kvsim.yaml (or kvsim.yaml) beside it")
     calibrate.add_argument("--out", type=Path, required=True, help="calibration file to write (calib.yaml)")
     calibrate.add_argument("--accelerator", default="h100-sxm", help="catalog accelerator to fit (default h100-sxm)")
     calibrate.add_argument("--params", default=None,

@@ -2,6 +2,9 @@
 compare kvsim's predictions with them (``kvsim calibrate``, ``docs/validation.md``).
 
 - :mod:`.measurements` reads measured data (vLLM request-level runs, per-iteration step tables);
+- :mod:`.bench_files` reads benchmark result files directly (``vllm bench serve --save-result``,
+  GuideLLM, inference-perf), with the engine settings from a YAML sidecar (:mod:`.bench_sidecar`);
+  :mod:`.bench_runs` builds their workloads (per-request lengths replayed);
 - :mod:`.runs` turns a measured run into a kvsim scenario and predicts its metrics;
 - :mod:`.steps` predicts per-iteration step times straight from the step-time model;
 - :mod:`.parameters` names the parameters a fit may move: where each applies, bounds, default;

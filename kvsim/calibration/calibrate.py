@@ -75,7 +75,8 @@ def load_units(paths: Sequence[str | Path], accelerator: str) -> tuple[list[Meas
                 try:
                     catalog_model(run.model)
                 except ValueError as exc:
-                    problems.append(f"{m.path}:{run.line}: model: {exc}")
+                    hint = " (or state model: in its sidecar)" if m.kind == "bench_runs" else ""
+                    problems.append(f"{_at(m.path, run.line)}: model: {exc}{hint}")
                     continue
                 if _fits_node(m.path, run.line, "tp", run.tp, run.gpu, problems):
                     units.append(Unit(f"{run.run_id}", "vllm_run", run, k))
@@ -104,9 +105,14 @@ def _fits_node(path: str, line: int, column: str, tp: int, gpu: str, problems: l
     cards = node_catalog()[node].accelerators_per_node
     if tp <= cards:
         return True
-    problems.append(f"{path}:{line}: {column}: {tp} cards, but the reproduction runs on one {node} node of "
+    problems.append(f"{_at(path, line)}: {column}: {tp} cards, but the reproduction runs on one {node} node of "
                     f"{cards} cards")
     return False
+
+
+def _at(path: str, line: int) -> str:
+    """``file:line``, or the file alone for a run of a JSON result file (line 0)."""
+    return f"{path}:{line}" if line else path
 
 
 def _predict_one(args: tuple) -> tuple[str, dict[str, float]]:
@@ -169,6 +175,9 @@ def calibrate(paths: Sequence[str | Path], accelerator: str = "h100-sxm", names:
         raise ValueError(catalog.unknown_message(accelerator))
     say = progress or (lambda message: None)
     files, units, notes = load_units(paths, accelerator)
+    for unit in units:  # how a run of a benchmark result file is reproduced (kvsim.calibration.bench_files)
+        if getattr(unit.row, "notes", ()):
+            say(f"{unit.uid}: " + "; ".join(unit.row.notes))
     if not units:
         raise ValueError(f"no measurement in {', '.join(map(str, paths))} is for {accelerator}")
     defaults = default_values(list(names), catalog[accelerator])

@@ -11,6 +11,9 @@ Two formats, told apart by their header:
   mean decode iteration while the batch generates ``token_size`` tokens each. Repeats of one point
   are averaged into one :class:`StepPoint`.
 
+A JSON or YAML file is a benchmark result file instead (``vllm bench serve``, GuideLLM,
+inference-perf), read by :mod:`kvsim.calibration.bench_files`.
+
 Every cell is checked for physical sense before anything is simulated
 (:mod:`kvsim.calibration.checks` holds the bounds and their reasons): latencies from 1 us to a
 day, counts whole numbers in decimal digits within an engine's limits, rates and fractions in
@@ -123,13 +126,13 @@ class Measurements:
 
     path: str
     sha256: str
-    kind: str  # "vllm_runs" or "step_table"
-    runs: tuple[VllmRun, ...] = ()
+    kind: str  # "vllm_runs", "step_table" or "bench_runs"
+    runs: tuple = ()  # VllmRun, or for "bench_runs" BenchRun (and VllmRun: inference-perf shared_prefix)
     steps: tuple[StepPoint, ...] = ()
 
     @property
     def ids(self) -> list[str]:
-        return [r.run_id for r in self.runs] if self.kind == "vllm_runs" else [p.point_id for p in self.steps]
+        return [r.run_id for r in self.runs] if self.runs else [p.point_id for p in self.steps]
 
 
 _WORKLOAD = re.compile(
@@ -146,7 +149,8 @@ rounding of a published table, well below a slip of a digit."""
 
 
 def read_measurements(path: str | Path) -> Measurements:
-    """Read a measurement file (either format, told by its header).
+    """Read a measurement file: a CSV (either format, told by its header), or a benchmark result
+    file (JSON or YAML, told by its keys: :mod:`kvsim.calibration.bench_files`).
 
     Raises
     ------
@@ -155,6 +159,10 @@ def read_measurements(path: str | Path) -> Measurements:
     """
     path = Path(path)
     data, text = read_utf8(path, "measurement file", MeasurementError)
+    if text.lstrip().startswith(("{", "[")) or path.suffix.lower() in (".json", ".jsonl", ".yaml", ".yml"):
+        from kvsim.calibration.bench_files import read_bench_file  # vLLM / GuideLLM / inference-perf results
+
+        return read_bench_file(path, data, text)
     digest = hashlib.sha256(data).hexdigest()
     # newline="": lines end only at \n or \r, as in the file (str.splitlines also ends them at
     # U+2028 and other separators a cell may hold, which would cut a row and shift every line)

@@ -76,7 +76,10 @@ def calibration_document(result: Calibrated) -> dict[str, Any]:
     by_file: dict[int, list[str]] = {}
     for unit in result.units:
         by_file.setdefault(unit.source, []).append(unit.uid)
-    data = [{"path": m.path, "sha256": m.sha256, "format": m.kind, "rows": by_file.get(k, [])}
+    data = [{"path": m.path, "sha256": m.sha256, "format": m.kind, "rows": by_file.get(k, []),
+             # how each run of a benchmark result file was reproduced (lengths, arrivals: bench_files)
+             **({"workloads": {r.run_id: list(getattr(r, "notes", ())) for r in m.runs}} if m.kind == "bench_runs"
+                else {})}
             for k, m in enumerate(result.files)]
     residuals = {u.uid: relative_errors(result.calibrated[u.uid], u.measured) for u in result.units}
     loo = {uid: relative_errors(entry["predicted"], next(u for u in result.units if u.uid == uid).measured)
@@ -230,6 +233,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--docs", type=Path, default=Path("docs"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--fit-time-scale", type=float, default=0.1)
+    parser.add_argument("--extra", type=Path, nargs="+", default=[], metavar="FILE",
+                        help="more measurement files (any format kvsim calibrate reads: benchmark result JSON/YAML "
+                             "with their sidecars, or CSV), fitted as one more set, 'extra'")
+    parser.add_argument("--extra-accelerator", default="h100-sxm", help="the card of the --extra set")
     args = parser.parse_args(argv)
     frames, fits, notes = [], {}, []
     say = lambda message: print(message, flush=True)  # noqa: E731
@@ -255,6 +262,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "The same table's DGX-A100 rows: llama2-70b at TP 2/4/8. The datasheet column is the A100's "
         "catalog efficiencies (kernel and engine measurements, `kvsim/hardware/data/accelerators.yaml`).")}
     notes += [_shared_name(n) for n in vllm.notes + steps.notes + steps_a100.notes]
+    if args.extra:
+        extra = calibrate(args.extra, args.extra_accelerator, fit_time_scale=args.fit_time_scale,
+                          workers=args.workers, progress=say)
+        frames.append(results_frame(extra, "extra"))
+        fits["extra"] = {"fitted": parameter_table(extra), "about": (
+            f"Measurement files given with --extra ({', '.join(p.name for p in args.extra)}) on "
+            f"{args.extra_accelerator}, fitted on their own.")}
+        notes += extra.notes
     frame = pd.concat(frames, ignore_index=True)
     summary = error_summary(frame)
     frame.to_csv(args.docs / "validation_results.csv", index=False)

@@ -29,8 +29,10 @@ per request, then mean / p90 over requests.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
+from kvsim.calibration.bench_files import BenchRun
 from kvsim.calibration.measurements import METRICS, VllmRun
 from kvsim.calibration.parameters import apply_to_raw
 from kvsim.models import model_catalog
@@ -85,13 +87,33 @@ def gpu_node(gpu: str) -> tuple[str, str]:
     return GPU_NODES[gpu]
 
 
-def run_scenario_raw(run: VllmRun, time_scale: float = 1.0, seed: int = 0) -> dict[str, Any]:
+def run_scenario_raw(run: VllmRun | BenchRun, time_scale: float = 1.0, seed: int = 0) -> dict[str, Any]:
     """Scenario data (SI numbers) reproducing ``run``; ``time_scale`` shortens every stage alike
-    (the stages keep their rates and their share of the requests)."""
+    (the stages keep their rates and their share of the requests). A run of a benchmark result
+    file (:class:`~kvsim.calibration.bench_files.BenchRun`) gets its workload from
+    :func:`kvsim.calibration.bench_runs.bench_workload`."""
     model = catalog_model(run.model)
     _, node = gpu_node(run.gpu)
     fp8 = run.precision.upper().startswith("FP8")
-    stages = [{"rate": rate, "duration": seconds * time_scale} for rate, seconds in run.stages]
+    if isinstance(run, BenchRun):
+        from kvsim.calibration.bench_runs import bench_workload
+
+        workload, duration = bench_workload(run, time_scale, seed)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", run.run_id)
+    else:
+        stages = [{"rate": rate, "duration": seconds * time_scale} for rate, seconds in run.stages]
+        workload = {
+            "arrival": {"kind": "stages", "stages": stages},
+            "prefix": {"kind": "shared_documents", "documents": run.system_prompts * run.users, "zipf_s": 0.0,
+                       "document_tokens": {"kind": "fixed", "value": run.prompt_tokens - 1},
+                       "suffix_tokens": {"kind": "fixed", "value": 1}},
+            "output_tokens": {"kind": "fixed", "value": run.output_tokens},
+            "block_tokens": 16,
+        }
+        # a little past the last stage: its last request lands exactly at the stage's end, and
+        # kvsim admits arrivals in [0, duration)
+        duration = sum(s["duration"] for s in stages) + 1.0
+        name = run.run_id
     system: dict[str, Any] = {
         "node": node, "nodes": 1, "instances": 1,
         "instance": {"tp": run.tp, "max_num_seqs": run.max_num_seqs, "max_batched_tokens": run.max_batched_tokens,
@@ -100,29 +122,20 @@ def run_scenario_raw(run: VllmRun, time_scale: float = 1.0, seed: int = 0) -> di
     if run.prefix_cache:
         system["kv_cache"] = {}
     return {
-        "name": f"vllm-run-{run.run_id}",
+        "name": f"vllm-run-{name}",
         "description": f"kvsim reproduction of measured run {run.label}",
         "seed": seed,
-        # a little past the last stage: its last request lands exactly at the stage's end, and
-        # kvsim admits arrivals in [0, duration)
-        "duration": sum(s["duration"] for s in stages) + 1.0,
+        "duration": duration,
         "model": model,
         "dtype": "fp8" if fp8 else "bf16",  # FP16 runs: same peak and bytes as bf16 on H100
         "weight_dtypes": CHECKPOINT_WEIGHT_DTYPES.get(run.model, {}) if fp8 else {},
         "kv_dtype": "bf16",
-        "workload": {
-            "arrival": {"kind": "stages", "stages": stages},
-            "prefix": {"kind": "shared_documents", "documents": run.system_prompts * run.users, "zipf_s": 0.0,
-                       "document_tokens": {"kind": "fixed", "value": run.prompt_tokens - 1},
-                       "suffix_tokens": {"kind": "fixed", "value": 1}},
-            "output_tokens": {"kind": "fixed", "value": run.output_tokens},
-            "block_tokens": 16,
-        },
+        "workload": workload,
         "systems": {"vllm": system},
     }
 
 
-def run_scenario(run: VllmRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,
+def run_scenario(run: VllmRun | BenchRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,
                  seed: int = 0) -> Scenario:
     """The validated kvsim scenario of ``run`` with calibration ``values`` applied (None: datasheet)."""
     raw = run_scenario_raw(run, time_scale, seed)
@@ -131,7 +144,7 @@ def run_scenario(run: VllmRun, values: Mapping[str, float] | None = None, time_s
     return build_scenario(raw, Located(raw, f"<run {run.run_id}>"), None, strict=False)
 
 
-def predict_run(run: VllmRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,
+def predict_run(run: VllmRun | BenchRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,
                 seed: int = 0) -> dict[str, float]:
     """kvsim's prediction of each of :data:`METRICS` for ``run`` (seconds)."""
     from kvsim.sim import run_scenario as simulate
