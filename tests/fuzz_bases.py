@@ -261,8 +261,9 @@ def crafted() -> list[Base]:
 
 
 SLOW_TO_RUN = {"offload_gap.yaml", "offload_gap_layouts.yaml", "offload_gap_decode.yaml", "domains_128.yaml",
-               "pd_ratio.yaml", "routing_mooncake.yaml", "odcc_kv_pool.yaml"}
-"""Validated only: a capped run of these takes 1-100 wall seconds (the crafted bases cover their features)."""
+               "pd_ratio.yaml", "pd_ratio_nvidia.yaml", "routing_mooncake.yaml", "odcc_kv_pool.yaml"}
+"""Validated only: a capped run of these takes 1-100 wall seconds (pd_ratio_nvidia: pilots of every layout
+of each pool; the crafted bases cover their features)."""
 
 
 def shipped() -> list[Base]:
