@@ -159,13 +159,14 @@ def test_python_changes_make_warnings_not_errors():
 
 
 def test_validate_lists_the_layouts_a_best_system_will_try(tmp_path, capsys):
-    from kvsim.sim.layout_search import candidates
+    from kvsim.sim.layout_search import search_space
 
     text = scenario(model="qwen3-8b").replace("    instance:\n      tp: 8\n", "    instance: {layout: best}\n")
     rc, out, err, _ = validate(tmp_path, capsys, text)
     assert rc == 0 and err == ""
     loaded = kvsim.parse_scenario(text, "s.yaml")
-    tried = [layout.label() for layout, _ in candidates(loaded.spec, "s", loaded.catalogs)]
+    (_, layouts), = search_space(loaded.spec, "s", loaded.catalogs).pools
+    tried = [layout.label() for layout in layouts]
     assert "tp1" in tried and "tp8" in tried
     lines = out.splitlines()
     assert lines[1].startswith("  s: qwen3-8b fp8, 1 x h20-8x, layout: best, chosen when it runs: pilots of 10 s of "

@@ -44,8 +44,8 @@ from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim.sizing import SizingError, SystemSizing, size_pool, size_system
 
-__all__ = ["PILOT_DURATION_S", "FINALISTS", "Choice", "SearchSpace", "searches_layout", "with_layout",
-           "with_choice", "search_space", "candidates", "pilot_sizings", "resolve_choice", "choose_layout"]
+__all__ = ["PILOT_DURATION_S", "FINALISTS", "Choice", "SearchSpace", "searches_layout", "with_choice",
+           "search_space", "pilot_sizings", "resolve_choice", "choose_layout"]
 
 T = TypeVar("T")
 
@@ -137,12 +137,6 @@ def with_choice(spec: ScenarioSpec, name: str, layouts: dict[str, Layout]) -> Sc
     return spec.model_copy(update={"systems": {**spec.systems, name: system}})
 
 
-def with_layout(spec: ScenarioSpec, name: str, layout: Layout) -> ScenarioSpec:
-    """``spec`` with system ``name``'s one searched pool set to ``layout`` (``layout: given``)."""
-    (pool_name,) = _searched(spec, name)
-    return with_choice(spec, name, {pool_name: layout})
-
-
 def _choice(spec: ScenarioSpec, name: str, layouts: dict[str, Layout]) -> Choice:
     pools = spec.systems[name].pool_specs()
     return Choice(tuple((p, layouts[p]) for p in pools if p in layouts), several=len(pools) > 1)
@@ -194,21 +188,6 @@ def search_space(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SearchSpa
     choice = _choice(spec, name, start)
     sizing = size_system(with_choice(spec, name, start), name, catalogs)  # raises if the start cannot run
     return SearchSpace(tuple(space), choice, sizing)
-
-
-def candidates(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> list[tuple[Layout, SystemSizing]]:
-    """The layouts a system of one searched pool could run, each with its sizing, in search order.
-
-    Raises
-    ------
-    SizingError
-        As :func:`search_space`; also when several pools search (see :func:`search_space`).
-    """
-    space = search_space(spec, name, catalogs)
-    if len(space.pools) != 1:
-        raise SizingError(("systems", name, "pools"), "several pools search their layouts: see search_space")
-    (pool_name, layouts), = space.pools
-    return [(layout, size_system(with_choice(spec, name, {pool_name: layout}), name, catalogs)) for layout in layouts]
 
 
 def pilot_sizings(space: SearchSpace, spec: ScenarioSpec, name: str, catalogs: Catalogs) -> list[SystemSizing]:
