@@ -238,6 +238,7 @@ class RoleController:
             migrated = yield self.env.process(self.migration.migrate_out(inst))
         yield inst.when_idle()
         drained = self.env.now
+        moved = len(moving) + (migrated.rerouted if migrated is not None else 0)
         hbm = getattr(scheduler.hook, "hbm", None)
         if hbm is not None:
             # write-through copies of the last prompts may still pin blocks: let them land, so
@@ -253,7 +254,7 @@ class RoleController:
         inst.wake()
         self.switches.append({"instance": inst.index, "pool": self.pools[inst.index][0] if self.pools else "",
                               "from_role": old, "to_role": role, "decided_s": decided,
-                              "drained_s": drained, "ready_s": self.env.now, "moved_requests": len(moving),
+                              "drained_s": drained, "ready_s": self.env.now, "moved_requests": moved,
                               **(_migration_columns(migrated, decided) if self.migration is not None else {})})
 
 

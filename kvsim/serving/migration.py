@@ -23,7 +23,9 @@ the sequences it is decoding move instead, in rounds:
    ``migrations`` counts the move.
 
 Rounds repeat while the instance still has handed-off prompts loading (once landed they decode
-and can move too); sequences preempted to recompute while paused stay and recompute here.
+and can move too). A sequence the instance had preempted before (waiting to recompute, no KV
+here) goes to the least busy decode instance and recomputes there; one preempted while paused
+stays and recomputes here.
 The controller waits for the last flow to land, then for the instance to drain what is left.
 
 The pause is polled every :data:`POLL_S` (the iteration boundary is the engine's, not an event
@@ -63,6 +65,9 @@ class MigrationOutcome:
         KV bytes moved, all flows together.
     kept : int
         Sequences paused that found no decode instance with room: they drained here.
+    rerouted : int
+        Sequences preempted here before the switch, waiting to recompute (no KV held), sent to
+        another decode instance to recompute there.
     end_s : float
         When the last flow landed (the decision time if nothing moved), seconds.
     """
@@ -70,6 +75,7 @@ class MigrationOutcome:
     requests: int = 0
     bytes: float = 0.0
     kept: int = 0
+    rerouted: int = 0
     end_s: float = 0.0
     landed: list[simpy.Event] = field(default_factory=list)
 
@@ -114,6 +120,14 @@ class KVMigration:
         scheduler = inst.scheduler
         while True:
             inst.interrupt()  # a coalesced run ends at the step in flight: the state is now's
+            # preempted sequences waiting to recompute hold no KV here: they recompute elsewhere
+            for seq in [seq for seq in scheduler.waiting if seq.admitted and seq.cache is None]:
+                target = self._least_busy(inst)
+                if target is None:
+                    break
+                scheduler.withdraw(seq)
+                target.submit(seq)
+                out.rerouted += 1
             paused = [seq for seq in scheduler.running if _movable(seq) and seq.rid not in kept]
             if not paused:
                 if not scheduler.loading:
@@ -145,6 +159,12 @@ class KVMigration:
         if out.landed:
             yield simpy.AllOf(env, out.landed)
         return out
+
+    def _least_busy(self, source: Instance) -> Instance | None:
+        """The decode instance other than ``source`` with the fewest requests outstanding (ties
+        by index), or None."""
+        others = [inst for inst in self.targets() if inst is not source]
+        return min(others, key=lambda i: (i.outstanding, i.index)) if others else None
 
     def _target(self, source: Instance, seq: Sequence) -> Instance | None:
         """The least busy decode instance with pages for ``seq``'s KV and next token and a free
