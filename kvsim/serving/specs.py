@@ -291,8 +291,7 @@ class _Adaptive(FrozenSpec):
     min_prefill: PositiveInt = 1
     min_decode: PositiveInt = 1
     switch_time: Seconds = 30.0  # 0: an idealised instant switch (the drain is still paid)
-    # drain: a decode instance leaving decode finishes what it runs; migrate: it moves its running sequences' KV to other decode instances with room (flows on the links) and they go on decoding there
-    on_switch: Literal["drain", "migrate"] = "drain"
+    on_switch: Literal["drain", "migrate"] = "drain"  # migrate: move decoding sequences' KV elsewhere, not drain
 
     def _levels_checked(self, *names: str) -> None:
         """Refuse levels (``low``, ``high``, ``setpoint``) outside the signal's range: a share
