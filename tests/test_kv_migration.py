@@ -190,6 +190,16 @@ def test_the_python_backend_agrees_with_the_compiled_one_on_a_migrating_run(monk
     assert switches[0].equals(switches[1]) and switches[0].migrated_requests.sum() > 0
 
 
+def test_coalesced_runs_give_the_step_by_step_records_when_migrating():
+    digests = []
+    for coalesce in ("true", "false"):
+        text = _text(seed=11).replace("warmup: 0 s", f"warmup: 0 s\nengine: {{coalesce: {coalesce}}}")
+        result = kvsim.run(kvsim.parse_scenario(text, "mig.yaml"))
+        assert result.switches_frame().migrated_requests.sum() > 0
+        digests.append(result.records_digest())
+    assert digests[0] == digests[1]
+
+
 def test_the_resolved_scenario_of_a_migrating_run_keeps_the_option_and_reads_back(tmp_path):
     from kvsim.plan.store import _records
 

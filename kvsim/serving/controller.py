@@ -27,7 +27,7 @@ from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.summary import request_latencies
 from kvsim.serving.handoff import KVHandoff, is_handoff
 from kvsim.serving.instance import Instance
-from kvsim.serving.migration import KVMigration
+from kvsim.serving.migration import KVMigration, MigrationOutcome
 from kvsim.serving.scheduler import AdmissionHook
 from kvsim.serving.specs import PoolSpec, StaticController
 
@@ -216,7 +216,8 @@ class RoleController:
 
     # -- how a switch happens ---------------------------------------------------------------------
     def switch(self, inst: Instance, role: str):
-        """Drain ``inst``, give it ``role``, warm it up (a SimPy process)."""
+        """Drain ``inst`` (a decode instance under ``on_switch: migrate`` first moves what it
+        decodes elsewhere), give it ``role``, warm it up (a SimPy process)."""
         old = inst.role
         decided = self.env.now
         inst.accepting = False
@@ -258,7 +259,7 @@ class RoleController:
                               **(_migration_columns(migrated, decided) if self.migration is not None else {})})
 
 
-def _migration_columns(outcome, decided_s: float) -> dict[str, Any]:
+def _migration_columns(outcome: MigrationOutcome | None, decided_s: float) -> dict[str, Any]:
     """The switch record's migration columns (runs with ``on_switch: migrate``): requests and
     bytes moved, sequences that drained for want of room, and the seconds from the decision to
     the last flow landing (0 for a switch to decode, which moves nothing)."""
