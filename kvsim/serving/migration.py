@@ -11,7 +11,7 @@ the sequences it is decoding move instead, in rounds:
 2. Once that iteration has ended (the engine formed another batch, or sleeps), each paused
    sequence picks a decode instance: the least busy (fewest requests outstanding, ties by
    index) among those serving decode, not switching, with free pages for its KV plus its next
-   token and a free sequence slot. The pages are reserved there at once (the copy waits in the
+   token, a free sequence slot and, under a LoRA adapter, an adapter slot. The pages are reserved there at once (the copy waits in the
    target's ``loading``, as a handed-off prompt does) and its KV moves as flows on the topology,
    one per target card, over the same paths and with the same bytes per card as the prefill ->
    decode handoff (:meth:`kvsim.serving.handoff.KVHandoff.start_flow`): the sequence's pages,
@@ -167,8 +167,8 @@ class KVMigration:
         return min(others, key=lambda i: (i.outstanding, i.index)) if others else None
 
     def _target(self, source: Instance, seq: Sequence) -> Instance | None:
-        """The least busy decode instance with pages for ``seq``'s KV and next token and a free
-        sequence slot (ties by index), or None."""
+        """The least busy decode instance with pages for ``seq``'s KV and next token, a free
+        sequence slot and, under a LoRA adapter, a slot for it (ties by index), or None."""
         tokens = seq.kv_tokens + 1
         for inst in sorted(self.targets(), key=lambda i: (i.outstanding, i.index)):
             if inst is source:
@@ -176,8 +176,11 @@ class KVMigration:
             inst.settle()
             scheduler = inst.scheduler
             pool = inst.pool
+            adapters = scheduler.adapters
             if (len(scheduler.running) + len(scheduler.loading) < scheduler.max_num_seqs
-                    and pool.blocks_for(tokens) <= pool.free_blocks):
+                    and pool.blocks_for(tokens) <= pool.free_blocks
+                    and (adapters is None or adapters.fits(seq, adapters.active(scheduler.running,
+                                                                                  scheduler.loading.values())))):
                 return inst
         return None
 
