@@ -24,8 +24,8 @@ the sequences it is decoding move instead, in rounds:
 
 Rounds repeat while the instance still has handed-off prompts loading (once landed they decode
 and can move too). A sequence the instance had preempted before (waiting to recompute, no KV
-here) goes to the least busy decode instance and recomputes there; one preempted while paused
-stays and recomputes here.
+here) goes to the least busy decode instance and recomputes there, as does one preempted while
+paused (the next round finds it waiting).
 The controller waits for the last flow to land, then for the instance to drain what is left.
 
 The pause is polled every :data:`POLL_S` (the iteration boundary is the engine's, not an event
@@ -146,7 +146,7 @@ class KVMigration:
             inst.interrupt()
             for seq in paused:
                 if not (seq.stalled and seq in scheduler.running):
-                    continue  # preempted while paused: it recomputes here
+                    continue  # preempted while paused: the next round sends it to recompute elsewhere
                 target = self._target(inst, seq)
                 if target is None:
                     seq.stalled = False
