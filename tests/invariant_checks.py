@@ -520,6 +520,7 @@ def effects(observed: Observed) -> set[str]:
             "backlog_at_end": run.summary["requests_unfinished"] > 0,
             "handoff": (col("handoff_bytes") > 0).any(),
             "role_switch": bool(run.switches),
+            "kv_migrated": any(sw.get("migrated_requests", 0) > 0 for sw in run.switches),
             "hit_hbm": (col("hit_tokens_hbm") > 0).any(),
             "hit_peer": (col("hit_tokens_peer_hbm") > 0).any(),
             "hit_other_domain": (col("hit_tokens_other_domain") > 0).any(),

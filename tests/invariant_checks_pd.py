@@ -131,3 +131,14 @@ def controller_problems(problems: list[str], name: str, run, spec, instances: in
             problems.append(f"{name}: instance {sw['instance']} back in service {sw['ready_s'] - sw['drained_s']:.6g} s "
                             f"after draining, switch_time {control.switch_time:g} s")
             break
+    if getattr(control, "on_switch", "drain") == "migrate":
+        # every KV move is one request's, counted once in its record and once in its switch's
+        moves = sum(sw["migrated_requests"] for sw in run.switches)
+        counted = int(run.records.column("migrations").sum())
+        if moves != counted:
+            problems.append(f"{name}: the switches moved {moves} sequences' KV, the records count {counted}")
+        for sw in run.switches:
+            if (sw["migrated_requests"] > 0) != (sw["migrated_bytes"] > 0) or sw["from_role"] != "decode" and (
+                    sw["migrated_requests"] or sw["migration_kept"]):
+                problems.append(f"{name}: switch of instance {sw['instance']}: {sw}")
+                break

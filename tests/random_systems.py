@@ -182,6 +182,11 @@ def _controller(rng: np.random.Generator, state: dict, instances: int) -> dict[s
         control["window"] = f"{float(rng.choice([0.5, 2.0]))} s"
     if instances >= 4 and rng.random() < 0.3:
         control[pick(rng, ["min_prefill", "min_decode"])] = 2
+    # KV migration on a switch (not with client timeouts): a third of the adaptive controllers,
+    # told by a value drawn already, so the scenarios' other draws stay as they were
+    if control["switch_time"] == "0.5 s" and "timeout" not in state["features"]:
+        control["on_switch"] = "migrate"
+        state["features"].append("on_switch_migrate")
     return control
 
 

@@ -144,7 +144,7 @@ def test_the_generator_is_deterministic_and_varied():
             "pd_pools", "pd_roles", "prefix_multi_turn", "prefix_shared_documents", "timeout", "tight_kv",
             "layout_pp", "layout_ep", "layout_multi_node", "layout_best", "pd_layouts_differ", "scale_up_domain",
             "peer_copy_in", "peer_read_in_place", "domain_store_shared", "several_domains", "controller_static",
-            "controller_threshold", "controller_proportional"}
+            "controller_threshold", "controller_proportional", "on_switch_migrate"}
     assert must <= seen, f"not drawn in the default cases: {sorted(must - seen)}"
 
 
@@ -153,7 +153,7 @@ EVERY_FEATURE = {"layout_pp", "layout_ep", "layout_dp_attention", "layout_multi_
                  "domain_store_shared", "domain_store_multi_node", "several_domains", "controller_static",
                  "controller_threshold", "controller_proportional", "signal_prefill_queue", "signal_ttft_attainment",
                  "signal_tpot_attainment", "signal_decode_kv_occupancy", "signal_decode_queue", "pool_fixed_beside_switchable",
-                 "pool_bounds", "lora", "prewarm", "preempt_swap",
+                 "pool_bounds", "on_switch_migrate", "lora", "prewarm", "preempt_swap",
                  "warmup_auto", "diurnal", "prefix_fixed_hit", "cache_dram_nvme", "cache_dram_remote"}
 
 

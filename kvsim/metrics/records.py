@@ -24,6 +24,7 @@ _PD_BYTES_FIELDS = ("handoff_bytes",)
 _REJECT_FIELDS = ("rejected_s",)
 _NAN_FIELDS = _FLOAT_FIELDS + _PD_FLOAT_FIELDS + _REJECT_FIELDS
 _RETRY_FIELDS = ("retries", "retry_lost_s")  # only with node failures (track_retries)
+_MIGRATION_FIELDS = ("migrations",)  # only with KV migration on a switch (track_migrations)
 
 
 class RequestRecords:
@@ -63,6 +64,11 @@ class RequestRecords:
     lasted (from the arrival, or the previous retry, to the failure). Its milestones are then
     those of the attempt that finished (its first token, admission, handoff), measured from its
     arrival; its cache and token counts add up every attempt's work.
+
+    With KV migration on a role switch (``controller.on_switch: migrate``, :meth:`track_migrations`)
+    one more column: ``migrations``, how many times the request's KV moved, while it was decoding,
+    from a decode instance leaving decode to another one (``instance`` is the last, where it
+    finished).
     """
 
     fields = (_FLOAT_FIELDS + _INT_FIELDS + _CACHE_INT_FIELDS + _CACHE_FLOAT_FIELDS + _PD_FLOAT_FIELDS
@@ -81,7 +87,7 @@ class RequestRecords:
             setattr(self, name, np.zeros(capacity, dtype=np.int64))
         for name in _CACHE_FLOAT_FIELDS + _PD_BYTES_FIELDS:
             setattr(self, name, np.zeros(capacity))
-        self.extra_fields: tuple[str, ...] = ()  # columns of some runs only (track_retries)
+        self.extra_fields: tuple[str, ...] = ()  # columns of some runs only (track_retries, track_migrations)
 
     def track_retries(self) -> None:
         """Add the ``retries`` and ``retry_lost_s`` columns (a run with node failures)."""
@@ -91,6 +97,13 @@ class RequestRecords:
         self.retries = np.zeros(capacity, dtype=np.int64)
         self.retry_lost_s = np.zeros(capacity)
         self.extra_fields = self.extra_fields + _RETRY_FIELDS
+
+    def track_migrations(self) -> None:
+        """Add the ``migrations`` column (a run whose controller migrates KV on a switch)."""
+        if "migrations" in self.extra_fields:
+            return
+        self.migrations = np.zeros(len(self.arrival_s), dtype=np.int64)
+        self.extra_fields = self.extra_fields + _MIGRATION_FIELDS
 
     @property
     def all_fields(self) -> tuple[str, ...]:

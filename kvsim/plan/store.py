@@ -424,6 +424,12 @@ def _records(frame: pd.DataFrame) -> RequestRecords:
             records.retry_lost_s = np.ascontiguousarray(frame["retry_lost_s"].to_numpy(dtype=np.float64))
         except (TypeError, ValueError) as exc:
             raise StoredPointError(f"requests.parquet: the retry columns are not numbers ({_reason(exc)})") from None
+    if "migrations" in frame.columns and frame["migrations"].notna().all() and len(frame):
+        records.track_migrations()  # a run that migrated KV on a switch (kvsim.serving.migration)
+        try:
+            records.migrations = np.ascontiguousarray(frame["migrations"].to_numpy(dtype=np.int64))
+        except (TypeError, ValueError) as exc:
+            raise StoredPointError(f"requests.parquet: column 'migrations' is not int64 ({_reason(exc)})") from None
     return records
 
 

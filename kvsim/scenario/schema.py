@@ -212,6 +212,9 @@ class SystemSpec(FrozenSpec):
             if name not in pools:
                 problems.append((("controller", "signal_pools"), f"{name!r} is not a pool of this system: "
                                                                  f"{', '.join(pools)}"))
+        if control.on_switch == "migrate" and self.failures is not None:
+            problems.append((("controller", "on_switch"), "KV migration on a switch is simulated without node "
+                                                          "failures so far: drop on_switch: migrate or failures"))
         need = {"ttft_attainment": ("ttft_p99", slo.ttft_p99), "tpot_attainment": ("tpot_p99", slo.tpot_p99)}
         if control.signal in need and need[control.signal][1] is None:
             problems.append((("controller", "signal"), f"{control.signal} needs slo.{need[control.signal][0]}"))
@@ -425,6 +428,11 @@ class ScenarioSpec(FrozenSpec):
                                   + system.routing_problems() + system.failure_problems()):
                 problems.append((("systems", name) + path, message))
             problems += self._lora_problems(name, system)
+            control = system.controller
+            if self.workload.timeout is not None and getattr(control, "on_switch", "drain") == "migrate":
+                problems.append((("systems", name, "controller", "on_switch"),
+                                 "KV migration on a switch is simulated with clients that wait for their "
+                                 "answers so far: drop workload.timeout or on_switch: migrate"))
         if self.plan is not None:
             problems += self.plan.problems(list(self.systems))
             problems += shared_pool_problems(self.plan.shared_pools, self.plan.chosen(list(self.systems)), self.systems)

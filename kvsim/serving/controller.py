@@ -8,9 +8,11 @@ occupancy, counts) for the figure a planner reads. It acts only on its ticks, ne
 A switch (:meth:`RoleController.switch`): the instance stops taking new work; requests it had
 not started move to other instances of its role (they hold no KV here, so nothing moves); what
 it has started drains; then it drops its prefix cache if it leaves a caching role, takes its new
-role, and is out of service for ``switch_time`` before it accepts work. Draining rather than
-migrating running requests keeps every KV byte where it was computed; its cost is that a decode
-instance with long answers in flight takes a while to leave.
+role, and is out of service for ``switch_time`` before it accepts work. Draining (the default)
+keeps every KV byte where it was computed; its cost is that a decode instance with long answers
+in flight takes a while to leave. With ``on_switch: migrate`` a decode instance leaving decode
+first moves the sequences it decodes to other decode instances (:mod:`kvsim.serving.migration`)
+and drains only what is left (sequences about to finish, or with no room elsewhere).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.summary import request_latencies
 from kvsim.serving.handoff import KVHandoff, is_handoff
 from kvsim.serving.instance import Instance
+from kvsim.serving.migration import KVMigration, MigrationOutcome
 from kvsim.serving.scheduler import AdmissionHook
 from kvsim.serving.specs import PoolSpec, StaticController
 
@@ -59,13 +62,17 @@ class RoleController:
         Each instance's pool, by instance index: only instances of switchable pools
         (:attr:`~kvsim.serving.specs.PoolSpec.may_switch`) move, within their pool's
         ``min_prefill`` / ``min_decode``. Default: every instance may move, unbounded.
+    migration : KVMigration, optional
+        Moves a leaving decode instance's sequences elsewhere (``on_switch: migrate``); None
+        drains them.
     """
 
     def __init__(self, env: simpy.Environment, spec, instances: list[Instance],
                  hooks: Callable[[Instance, str], AdmissionHook | None], handoff: KVHandoff,
                  reroute_prompt: Callable, records: RequestRecords, slo_s: dict[str, float | None],
-                 pools: list[tuple[str, PoolSpec]] | None = None):
+                 pools: list[tuple[str, PoolSpec]] | None = None, migration: KVMigration | None = None):
         self.env = env
+        self.migration = migration
         self.spec = spec
         self.instances = instances
         self.hooks = hooks
@@ -209,7 +216,8 @@ class RoleController:
 
     # -- how a switch happens ---------------------------------------------------------------------
     def switch(self, inst: Instance, role: str):
-        """Drain ``inst``, give it ``role``, warm it up (a SimPy process)."""
+        """Drain ``inst`` (a decode instance under ``on_switch: migrate`` first moves what it
+        decodes elsewhere), give it ``role``, warm it up (a SimPy process)."""
         old = inst.role
         decided = self.env.now
         inst.accepting = False
@@ -226,8 +234,12 @@ class RoleController:
             scheduler.withdraw(seq)
         for seq in moving:
             reroute(seq)
+        migrated = None
+        if old == "decode" and self.migration is not None:
+            migrated = yield self.env.process(self.migration.migrate_out(inst))
         yield inst.when_idle()
         drained = self.env.now
+        moved = len(moving) + (migrated.rerouted if migrated is not None else 0)
         hbm = getattr(scheduler.hook, "hbm", None)
         if hbm is not None:
             # write-through copies of the last prompts may still pin blocks: let them land, so
@@ -243,5 +255,16 @@ class RoleController:
         inst.wake()
         self.switches.append({"instance": inst.index, "pool": self.pools[inst.index][0] if self.pools else "",
                               "from_role": old, "to_role": role, "decided_s": decided,
-                              "drained_s": drained, "ready_s": self.env.now, "moved_requests": len(moving)})
+                              "drained_s": drained, "ready_s": self.env.now, "moved_requests": moved,
+                              **(_migration_columns(migrated, decided) if self.migration is not None else {})})
+
+
+def _migration_columns(outcome: MigrationOutcome | None, decided_s: float) -> dict[str, Any]:
+    """The switch record's migration columns (runs with ``on_switch: migrate``): requests and
+    bytes moved, sequences that drained for want of room, and the seconds from the decision to
+    the last flow landing (0 for a switch to decode, which moves nothing)."""
+    if outcome is None:
+        return {"migrated_requests": 0, "migrated_bytes": 0.0, "migration_kept": 0, "migration_s": 0.0}
+    return {"migrated_requests": outcome.requests, "migrated_bytes": outcome.bytes,
+            "migration_kept": outcome.kept, "migration_s": outcome.end_s - decided_s}
 

@@ -291,6 +291,7 @@ class _Adaptive(FrozenSpec):
     min_prefill: PositiveInt = 1
     min_decode: PositiveInt = 1
     switch_time: Seconds = 30.0  # 0: an idealised instant switch (the drain is still paid)
+    on_switch: Literal["drain", "migrate"] = "drain"  # migrate: move decoding sequences' KV elsewhere, not drain
 
     def _levels_checked(self, *names: str) -> None:
         """Refuse levels (``low``, ``high``, ``setpoint``) outside the signal's range: a share
@@ -321,6 +322,12 @@ class ThresholdController(_Adaptive):
     ``low`` and ``high`` are in the signal's unit: tokens (>= 0) for ``prefill_queue``, a share
     in [0, 1] for the others (:data:`SHARE_SIGNALS`). ``interval`` and ``window`` are above zero;
     ``switch_time`` may be 0 (an idealised instant restart).
+
+    ``on_switch`` says what a decode instance leaving decode does with the sequences it runs:
+    ``drain`` (default) lets them finish there; ``migrate`` pauses each decoding one at an
+    iteration boundary and moves its KV (the pages it holds, bytes) over the links to the least
+    busy decode instance with room for it, where it goes on decoding with its tokens so far
+    (:mod:`kvsim.serving.migration`); one with no such instance drains.
 
     ``signal_pools`` (default: every pool) measures the signal over the named pools' instances
     only: the decode queue of the switchable 850E pool, say, rather than of every decode

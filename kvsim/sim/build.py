@@ -38,6 +38,7 @@ from kvsim.serving.handoff import HandoffReceiver, KVHandoff
 from kvsim.serving.specs import StaticController
 from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
+from kvsim.serving.migration import KVMigration
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
 from kvsim.sim.failures import RunFailures, attach_failures
@@ -346,10 +347,15 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
         system.board.add(instance)
     if sizing.disaggregated:
         slo = {"ttft_s": spec.slo.ttft_p99, "tpot_s": spec.slo.tpot_p99}
+        migration = None
+        if getattr(control, "on_switch", "drain") == "migrate":
+            records.track_migrations()
+            migration = KVMigration(env, system.transfers, records, lambda: system.role_instances("decode"),
+                                    handoff.kv_bytes_per_card, system_spec.kv_handoff.gpu_direct)
         system.controller = RoleController(env, control, system.instances,
                                            lambda inst, role: system.hooks.get((inst.index, role)), handoff,
                                            system.front.route, records, slo,
-                                           [(p.pool.name, p.pool.spec) for p in system.placements])
+                                           [(p.pool.name, p.pool.spec) for p in system.placements], migration)
     system.check()
     system.failures = attach_failures(system, system_spec.failures, streams)
     return system
