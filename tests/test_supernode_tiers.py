@@ -69,12 +69,17 @@ def test_kimi_k2_dispatch_across_two_groups_by_hand():
 def test_alltoall_time_crossing_tiers_by_hand():
     links = GroupLinks(cards=16, domains=1, local_Bps=800e9, local_latency_s=10e-6, group_cards=8,
                        tier2_Bps=200e9, tier2_latency_s=12e-6, local_message_s=0.5e-6, tier2_message_s=6.8e-6)
-    # 1.5 MB a card: 0.7 MB inside the group at 800 GB/s (0.875 us), 0.8 MB across at 200 GB/s
-    # (4 us); the busiest tier decides, plus the slowest latency crossed with its message term.
+    # 1.5 MB a card: all of it leaves by the card's ports at 800 GB/s (1.875 us), 0.8 MB of it
+    # crosses the second layer at 200 GB/s (4 us); the busier decides, plus the slowest latency
+    # crossed with its message term.
     expected = 0.8e6 / 200e9 + (12e-6 + 6.8e-6)
     assert alltoall_s(1.5e6, links) == pytest.approx(expected)
     # the busiest rank receives imbalance times the mean
     assert alltoall_s(1.5e6, links, imbalance=2.0) == pytest.approx(1.6e6 / 200e9 + 18.8e-6)
+    # a fast second layer: the card's ports decide, carrying both shares
+    fast = GroupLinks(cards=16, domains=1, local_Bps=800e9, local_latency_s=10e-6, group_cards=8,
+                      tier2_Bps=800e9, tier2_latency_s=10e-6)
+    assert alltoall_s(1.5e6, fast) == pytest.approx(1.5e6 / 800e9 + 10e-6)
 
 
 def test_allreduce_crossing_tiers_is_hierarchical_by_hand():

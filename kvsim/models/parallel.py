@@ -289,15 +289,21 @@ def alltoall_tier_bytes(nbytes_per_card: float, links: GroupLinks) -> tuple[floa
 
 
 def _tiered_alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float) -> float:
-    """All-to-all over tiers: each tier's bytes over its rate, the busiest tier decides (links
-    work in parallel), plus the slowest latency crossed, each with its transport's message term."""
-    shares = _tier_shares(links)
-    rates = (links.local_Bps, links.tier2_Bps, links.remote_Bps)
+    """All-to-all over tiers: each link's bytes over its rate, the busiest decides (links work in
+    parallel), plus the slowest latency crossed, each with its transport's message term."""
+    local, tier2, remote = _tier_shares(links)
     latencies = (links.local_latency_s + links.local_message_s, links.tier2_latency_s + links.tier2_message_s,
                  links.remote_latency_s + links.remote_message_s)
     nbytes = nbytes_per_card * imbalance
-    crossed = [k for k in range(3) if shares[k] > 0]
-    return max(nbytes * shares[k] / rates[k] for k in crossed) + max(latencies[k] for k in crossed)
+    # the card's own scale-up ports carry what goes to its group and what leaves it for the
+    # second layer; the second layer's share carries the latter; the NICs the rest
+    wire = [(local + tier2) * nbytes / links.local_Bps]
+    if tier2 > 0:
+        wire.append(tier2 * nbytes / links.tier2_Bps)
+    if remote > 0:
+        wire.append(remote * nbytes / links.remote_Bps)
+    crossed = [k for k, share in enumerate((local, tier2, remote)) if share > 0]
+    return max(wire) + max(latencies[k] for k in crossed)
 
 
 def group_allreduce_s(nbytes: float, links: GroupLinks) -> float:
