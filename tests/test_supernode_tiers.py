@@ -188,6 +188,8 @@ def test_cross_group_latency_is_the_second_tier_latency():
      "memory_semantic", "systems.s.scale_up.tiers[0].transport"),
     ("node: h20-8x\n    nodes: 6\n    scale_up: {tiers: [{nodes: 2}, {nodes: 4}]}",
      "does not divide the 6 nodes", "systems.s.scale_up.tiers[1].nodes"),
+    ("node: h20-8x\n    nodes: 4\n    scale_up: {tiers: [{nodes: 2}, {nodes: 4, latency: 1 us}]}",
+     "below the first layer's 3 us (h20's", "systems.s.scale_up.tiers[1].latency"),
     ("node: l20-8x\n    nodes: 2\n    scale_up: {tiers: [{nodes: 2}]}",
      "no card of this system has a scale-up link", "systems.s.scale_up"),
 ])

@@ -37,7 +37,7 @@ from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.spec_types import Bandwidth, FrozenSpec, PositiveInt, Seconds
 
 __all__ = [
-    "Transport", "ScaleUpTierSpec", "ScaleUpSpec", "Tier", "resolve_tiers", "card_tiers", "MESSAGE_S",
+    "Transport", "ScaleUpTierSpec", "ScaleUpSpec", "Tier", "resolve_tiers", "card_tiers", "tiers_latency_problem", "MESSAGE_S",
     "MEMORY_SEMANTIC_MESSAGE_S", "MESSAGE_PASSING_MESSAGE_S", "MAX_TIERS",
 ]
 
@@ -200,3 +200,15 @@ def card_tiers(scale_up: ScaleUpSpec, accelerator: AcceleratorSpec) -> tuple[Tie
         raise ValueError(f"{accelerator.name} has no scale-up link (NVLink, UB), so it cannot join supernode tiers")
     latency = accelerator.scale_up_latency_s if accelerator.scale_up_latency_s is not None else SCALE_UP_LATENCY_S
     return resolve_tiers(scale_up, accelerator.scale_up_bandwidth, latency)
+
+
+def tiers_latency_problem(scale_up: ScaleUpSpec, accelerator: AcceleratorSpec) -> str | None:
+    """Why the second tier's latency is impossible on ``accelerator`` (below the first's, which
+    may be the card's own), or None."""
+    if len(scale_up.tiers) < 2:
+        return None
+    first, second = card_tiers(scale_up, accelerator)
+    if second.latency_s >= first.latency_s:
+        return None
+    return (f"{second.latency_s * 1e6:g} us is below the first layer's {first.latency_s * 1e6:g} us "
+            f"({accelerator.name}'s scale_up_latency_s unless given); crossing the second layer adds switch hops")

@@ -25,6 +25,7 @@ from kvsim.models.weight_offload import WeightStream, offload_sizing
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
 from kvsim.serving.specs import PoolSpec
+from kvsim.network.tiers import tiers_latency_problem
 from kvsim.sim.layout_links import layout_links
 from kvsim.units import format_quantity
 from kvsim.yaml_io import Path, dotted_path
@@ -260,6 +261,9 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
     if (per > 1 or tiers is not None) and linked == 0:
         raise SizingError(where[:3], "no card of this system has a scale-up link (NVLink, UB), so its nodes "
                                      f"cannot share a scale-up domain: remove {where[2]}")
+    for pool in pools if tiers is not None else ():
+        if pool.accelerator.scale_up_bandwidth is not None and tiers_latency_problem(tiers, pool.accelerator):
+            raise SizingError(where[:3] + ("tiers", 1, "latency"), tiers_latency_problem(tiers, pool.accelerator))
     if per > linked > 0:
         raise SizingError(where, f"a domain of {per} nodes is larger than the {linked} node(s) with scale-up "
                                  "links it would span")
