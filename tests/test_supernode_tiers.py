@@ -264,3 +264,33 @@ def test_a_run_whose_handoffs_cross_a_slow_second_layer_takes_longer():
     # the quickest handoff of each ran alone on its links
     assert slow.min() - fast.min() == pytest.approx(per_card / (16 * 16e9 / 8) - per_card / H20_NVLINK_Bps,
                                                    rel=1e-6)
+
+
+def test_sizing_gives_a_layout_the_tiers_it_spans():
+    # EP 128 on 16 Atlas 850E servers as two groups of 8 over a 4:1 second layer: the stage is one
+    # domain of 128 cards in groups of 64; a card's second-layer share is 1 TB/s / 4 x 0.8
+    # (catalog: 950DT scale-up 1 TB/s per direction, interconnect efficiency 0.8)
+    from kvsim.sim.sizing import size_system
+
+    text = """
+name: t
+duration: 10 s
+model: kimi-k2
+dtype: mxfp4
+workload:
+  arrival: {kind: poisson, rate: 1/s}
+  input_tokens: {kind: fixed, value: 1000}
+  output_tokens: {kind: fixed, value: 10}
+systems:
+  s:
+    node: atlas-850e
+    nodes: 16
+    instance: {tp: 128, ep: 128, dp_attention: 128}
+    scale_up: {tiers: [{nodes: 8}, {nodes: 16, oversubscription: 4, transport: message_passing}]}
+"""
+    scenario = kvsim.parse_scenario(text, "t.yaml")
+    stage = size_system(scenario.spec, "s", scenario.catalogs).pool("main").links.stage
+    assert (stage.cards, stage.domains, stage.group_cards) == (128, 1, 64)
+    assert stage.local_Bps == pytest.approx(1e12 * 0.8)
+    assert stage.tier2_Bps == pytest.approx(1e12 / 4 * 0.8)
+    assert (stage.local_message_s, stage.tier2_message_s) == (MEMORY_SEMANTIC_MESSAGE_S, MESSAGE_PASSING_MESSAGE_S)
