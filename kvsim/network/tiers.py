@@ -74,7 +74,7 @@ class ScaleUpTierSpec(FrozenSpec):
     latency : float, optional
         Card to card across this tier, seconds. Default: the card's ``scale_up_latency_s`` (for
         the Atlas 850E that is the 3 us quoted for the 1,024-card SuperPoD, which at 128 nodes
-        needs both layers).
+        needs both layers); a second layer's default is never below the first layer's.
     oversubscription : float
         Second layer only: a group's cards over its uplinks' capacity (2: a group reaches the
         second layer at half its cards' bandwidth). 1 (default): non-blocking.
