@@ -18,6 +18,8 @@ data files or the notebooks::
   the file, with the source the file gives for it;
 - the table of ``docs/explanation/ep-decode.md`` (``gen_ep_decode.py``: kvsim's step model of a
   large-EP decode step);
+- the table of ``docs/explanation/supernode-tiers.md`` (``gen_supernode_tiers.py``: Kimi K2 decode
+  inside one UB group and over two);
 - the block between ``<!-- notebooks -->`` markers of ``docs/tutorials/first-notebook.md``: the
   notebooks under ``notebooks/``, each with its title and the test that executes it.
 """
@@ -37,6 +39,7 @@ from gen_reference import catalog_page, cli_page, notebooks_block, python_api_pa
 from gen_schema import PROSE, scenario_fields_page  # noqa: E402,F401  (PROSE: for the tests)
 from gen_text import BANNER, ROOT  # noqa: E402
 from gen_ep_decode import ep_decode_block  # noqa: E402
+from gen_supernode_tiers import tiers_block  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,6 +120,7 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     ("README.md", "headline-table"): headline_block,
     ("docs/tutorials/first-run.md", "headline-table"): headline_block,
     ("docs/explanation/ep-decode.md", "ep-decode-table"): ep_decode_block,
+    ("docs/explanation/supernode-tiers.md", "supernode-tiers-table"): tiers_block,
 }
 """Generated blocks inside hand-written pages: (page, marker) -> the text between
 ``<!-- marker -->`` and ``<!-- /marker -->``."""

@@ -98,6 +98,8 @@ PROSE: dict[str, tuple[str, str]] = {
     "FailureSpec": ("Spares for failures", "../planning.md#spares-for-failures-planfailures"),
     "RunFailureSpec": ("Node failures", "scenario-files.md#node-failures"),
     "SystemSpec": ("Systems", "scenario-files.md#systems"),
+    "ScaleUpSpec": ("Supernode tiers", "scenario-files.md#supernode-tiers"),
+    "ScaleUpTierSpec": ("Supernode tiers", "scenario-files.md#supernode-tiers"),
 }
 """Where the prose of Scenario files (or the planning page) explains each object: a map of
 sections, not of facts; ``mkdocs build --strict`` checks every anchor."""

@@ -39,10 +39,9 @@ from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
 from kvsim.models.parallel import (
-    Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s, expert_imbalance,
-    kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
+    Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s,
+    expert_imbalance, group_allreduce_s, kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
 )
-from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
 from kvsim.models.kernels import launches_per_pass
 from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown
@@ -146,12 +145,12 @@ class LayoutStepTime:
         lay, links, h, act = self.layout, self.links, self.model.hidden_size, self._act
         rank_tokens = tokens / lay.dp_attention
         att = links.attention
-        attention_ar = allreduce_s(rank_tokens * h * act, att.cards, att.latency_s, att.ring_Bps)
+        attention_ar = group_allreduce_s(rank_tokens * h * act, att)
         total = self._layers * attention_ar + self._dense_layers * attention_ar
         if self._moe_layers:
             stage = links.stage
             if lay.ep == 1:
-                per_layer = allreduce_s(tokens * h * act, stage.cards, stage.latency_s, stage.ring_Bps)
+                per_layer = group_allreduce_s(tokens * h * act, stage)
             else:
                 moe = self.model.moe
                 nbytes = alltoall_bytes_per_card(tokens / lay.tp, h, act, moe.num_experts, moe.experts_per_token,

@@ -39,11 +39,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvsim.dtypes import DTYPE_BYTES
+from kvsim.models.collectives import allreduce_s
 from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
 
 __all__ = [
     "Layout", "GroupLinks", "LayoutLinks", "PipelineSchedule", "layout_problems", "stage_layers",
     "alltoall_ranks_per_token", "alltoall_bytes_per_card", "alltoall_s",
+    "alltoall_tier_bytes", "group_allreduce_s",
     "expert_imbalance", "stage_send_bytes_per_card", "p2p_send_s", "pipeline_time_s",
     "bubble_fraction", "weight_bytes_per_card", "kv_bytes_per_token_per_card", "candidate_layouts",
     "RDMA_EFFICIENCY",
@@ -171,6 +173,16 @@ class GroupLinks:
         ``domains`` is 1.
     local_on_pcie : bool
         The local path is the card's PCIe link, which its RDMA traffic also crosses.
+    group_cards : int
+        Supernode tiers (:mod:`kvsim.network.tiers`) only: cards of one first-layer group inside
+        a domain, where ``local_*`` applies; between the domain's groups ``tier2_*`` applies. 0
+        (default): no tiers, and none of the fields below is used.
+    tier2_Bps, tier2_latency_s : float
+        One card's share of the second layer (after oversubscription), achieved rate, and the
+        per-hop latency across it.
+    local_message_s, tier2_message_s, remote_message_s : float
+        The per-message latency of each tier's transport, seconds, added to every step of a
+        collective that crosses the tier.
     """
 
     cards: int
@@ -180,6 +192,12 @@ class GroupLinks:
     remote_Bps: float = math.inf
     remote_latency_s: float = 0.0
     local_on_pcie: bool = False
+    group_cards: int = 0
+    tier2_Bps: float = math.inf
+    tier2_latency_s: float = 0.0
+    local_message_s: float = 0.0
+    tier2_message_s: float = 0.0
+    remote_message_s: float = 0.0
 
     @property
     def per_domain(self) -> int:
@@ -236,10 +254,17 @@ def alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float = 1.0
     Links work in parallel; the busiest decides (DeepEP reports dispatch time as bytes over its
     bottleneck link). A card on PCIe carries both shares on its PCIe link. The busiest rank
     receives ``imbalance`` times the mean.
+
+    With supernode tiers (``links.group_cards``) the same shares over three tiers
+    (:func:`alltoall_tier_bytes`), and the latency is the slowest crossed tier's plus its
+    transport's per-message latency (the messages to all peers are in flight at once, so the
+    all-to-all pays it once).
     """
     n = links.cards
     if n <= 1 or nbytes_per_card <= 0:
         return 0.0
+    if links.group_cards:
+        return _tiered_alltoall_s(nbytes_per_card, links, imbalance)
     nbytes = nbytes_per_card * imbalance
     local = nbytes * (links.per_domain - 1) / (n - 1)
     remote = nbytes - local
@@ -247,6 +272,72 @@ def alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float = 1.0
     if remote > 0:
         times.append(remote / links.remote_Bps)
     return max(times) + links.latency_s
+
+
+def _tier_shares(links: GroupLinks) -> tuple[float, float, float]:
+    """Shares of a card's destinations in its own first-layer group, in the other groups of its
+    domain (second layer), and in other domains (NICs): ``(g-1, d-g, n-d) / (n-1)``."""
+    n, d = links.cards, links.per_domain
+    g = min(links.group_cards, d)
+    return (g - 1) / (n - 1), (d - g) / (n - 1), (n - d) / (n - 1)
+
+
+def alltoall_tier_bytes(nbytes_per_card: float, links: GroupLinks) -> tuple[float, float, float]:
+    """Bytes one card sends over its first layer, its second layer and the NICs in one dispatch
+    of ``nbytes_per_card``, destinations spread evenly over the other ranks (tiers only)."""
+    return tuple(nbytes_per_card * share for share in _tier_shares(links))  # type: ignore[return-value]
+
+
+def _tiered_alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float) -> float:
+    """All-to-all over tiers: each link's bytes over its rate, the busiest decides (links work in
+    parallel), plus the slowest latency crossed, each with its transport's message term."""
+    local, tier2, remote = _tier_shares(links)
+    latencies = (links.local_latency_s + links.local_message_s, links.tier2_latency_s + links.tier2_message_s,
+                 links.remote_latency_s + links.remote_message_s)
+    nbytes = nbytes_per_card * imbalance
+    # the card's own scale-up ports carry what goes to its group and what leaves it for the
+    # second layer; the second layer's share carries the latter; the NICs the rest
+    wire = [(local + tier2) * nbytes / links.local_Bps]
+    if tier2 > 0:
+        wire.append(tier2 * nbytes / links.tier2_Bps)
+    if remote > 0:
+        wire.append(remote * nbytes / links.remote_Bps)
+    crossed = [k for k, share in enumerate((local, tier2, remote)) if share > 0]
+    return max(wire) + max(latencies[k] for k in crossed)
+
+
+def group_allreduce_s(nbytes: float, links: GroupLinks) -> float:
+    """All-reduce of ``nbytes`` per card over the group, seconds.
+
+    Without tiers: :func:`~kvsim.models.collectives.allreduce_s` on the slowest hop. With tiers,
+    the cheaper of that flat algorithm (on the slowest tier crossed, each step paying its
+    transport's message cost) and the hierarchical one: reduce-scatter inside each first-layer
+    group, all-reduce of the ``1/g`` shards across the groups of a domain (every card in parallel
+    with its peers of the same index), the same again across domains, then all-gather back
+    (Thakur, Rabenseifner and Gropp 2005's reduce-scatter + all-gather decomposition applied per
+    level, as NCCL's and Horovod's hierarchical all-reduce do; Jia et al., "Highly Scalable Deep
+    Learning Training System with Mixed-Precision", arXiv:1807.11205, section 3.3)::
+
+        t = sum over lower levels l of [2 (k_l - 1) (a_l + o_l) + 2 (k_l - 1) / k_l * n_l / B_l]
+            + allreduce(n_top, k_top, a_top + o_top, B_top),     n_(l+1) = n_l / k_l
+    """
+    if not links.group_cards:
+        return allreduce_s(nbytes, links.cards, links.latency_s, links.ring_Bps)
+    if links.cards <= 1:
+        return 0.0
+    d = links.per_domain
+    g = min(links.group_cards, d)
+    levels = [(g, links.local_latency_s + links.local_message_s, links.local_Bps),
+              (d // g, links.tier2_latency_s + links.tier2_message_s, links.tier2_Bps),
+              (links.domains, links.remote_latency_s + links.remote_message_s, links.remote_Bps)]
+    levels = [level for level in levels if level[0] > 1]
+    flat = allreduce_s(nbytes, links.cards, max(a for _, a, _ in levels), min(b for _, _, b in levels))
+    hierarchical, n = 0.0, nbytes
+    for k, a, b in levels[:-1]:
+        hierarchical += 2 * (k - 1) * a + 2 * (k - 1) / k * n / b
+        n /= k
+    k, a, b = levels[-1]
+    return min(flat, hierarchical + allreduce_s(n, k, a, b))
 
 
 def expert_imbalance(num_experts: int, ep: int, skew: float) -> float:

@@ -21,6 +21,14 @@ default, or several nodes sharing one scale-up fabric (a SuperPoD). These edges 
 card-to-card copies inside the domain (:meth:`Topology.peer_path`); host, NIC and storage paths
 never cross them, and no path transits a card.
 
+With supernode tiers (:mod:`kvsim.network.tiers`, two layers) a domain's switch ``su{k}`` is the
+second layer's spine, and each first-layer group of ``tiers[0].nodes`` nodes (in the domain's
+order) has a leaf switch ``su{k}.g{j}``: its cards link to the leaf at the first tier's bandwidth
+and latency, and the leaf links to the spine at the sum of its cards' second-tier share
+(``bandwidth / oversubscription``) per direction, with the second tier's extra latency over the
+first split over the two uplinks. A copy between groups crosses card -> leaf -> spine -> leaf ->
+card, sharing the uplinks through the flow network. Memory-semantic pool nodes join the spine.
+
 A remote pool node ``P`` is ``P/media -- P/pcie -- P/nic{j} -- fabric``; its media edges carry
 the pool's read bandwidth (``media -> pcie``) and write bandwidth (``pcie -> media``). ``fabric``
 is one non-blocking scale-out switch that every NIC connects to.
@@ -56,6 +64,7 @@ from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import GPUS_PER_PCIE_SWITCH, AcceleratorSpec, NodeSpec, NvmeSpec, PoolNodeSpec
 from kvsim.network.storage_io import MediaIO
+from kvsim.network.tiers import ScaleUpSpec, Tier, card_tiers
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -110,7 +119,7 @@ def _spread(j: int, count: int, slots: int) -> int:
 
 
 def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: AcceleratorSpec,
-                      scale_up: str | None) -> None:
+                      scale_up: str | None, leaf: str | None = None, tiers: tuple[Tier, ...] | None = None) -> None:
     pcie = acc.host_link_bandwidth
     root, imc, ddr, dram = f"{node}/root", f"{node}/imc", f"{node}/ddr", f"{node}/dram"
     n_sw = math.ceil(spec.accelerators_per_node / GPUS_PER_SWITCH)
@@ -124,9 +133,13 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
               PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
     for i in range(spec.accelerators_per_node):
         gpu, sw = f"{node}/gpu{i}", switches[i // GPUS_PER_SWITCH]
-        g.add_node(gpu, kind="gpu", owner=node, switch=sw, scale_up=scale_up)
+        g.add_node(gpu, kind="gpu", owner=node, switch=sw, scale_up=scale_up, leaf=leaf)
         _link(g, gpu, sw, pcie, pcie, PCIE_HOP_LATENCY_S, PCIE_HOP_LATENCY_S, "pcie")
-        if scale_up is not None:
+        if scale_up is not None and tiers is not None:  # supernode tiers: the first tier's figures
+            first = tiers[0]
+            _link(g, gpu, leaf or scale_up, first.card_Bps, first.card_Bps, first.latency_s / 2,
+                  first.latency_s / 2, "scale_up")
+        elif scale_up is not None:
             half = (acc.scale_up_latency_s if acc.scale_up_latency_s is not None else SCALE_UP_LATENCY_S) / 2
             _link(g, gpu, scale_up, acc.scale_up_bandwidth, acc.scale_up_bandwidth, half, half, "scale_up")
         # The copy engine a host<->device copy (cudaMemcpy from pinned memory) goes through: a
@@ -192,6 +205,7 @@ def cluster_graph(
     compute_nodes: Sequence[tuple[str, NodeSpec, AcceleratorSpec]],
     pool_nodes: Sequence[tuple[str, PoolNodeSpec]] = (),
     scale_up_domains: Sequence[Sequence[str]] | None = None,
+    scale_up: ScaleUpSpec | None = None,
 ) -> nx.DiGraph:
     """The cluster graph from hardware specs (see :func:`kvsim.network.topology.build_topology`).
 
@@ -206,6 +220,10 @@ def cluster_graph(
         the order given), and the memory-semantic pool nodes (``scale_up_bandwidth``) on it.
         Default: each node whose cards have a scale-up link is its own domain, and pool nodes
         join none. A node in no group, or whose cards have no scale-up link, gets none.
+    scale_up : ScaleUpSpec, optional
+        Supernode tiers: the cards' scale-up figures come from its first tier, and with two
+        tiers each domain's compute nodes are split into first-layer groups of
+        ``tiers[0].nodes`` (in order) joined by a spine (see the module docstring).
 
     Returns
     -------
@@ -243,12 +261,32 @@ def cluster_graph(
             domain_of[member] = f"su{k}"
     import networkx as nx  # here, not at import: only a run that builds a topology needs it
 
+    leaf_of: dict[str, str] = {}
+    if scale_up is not None and len(scale_up.tiers) > 1:
+        compute = {name for name, *_ in compute_nodes}
+        for k, members in enumerate(scale_up_domains):
+            nodes = [m for m in members if m in compute]
+            for i, member in enumerate(nodes):
+                leaf_of[member] = f"su{k}.g{i // scale_up.group_nodes}"
     g = nx.DiGraph()
     g.add_node(FABRIC, kind="fabric", owner=None)
     for switch in dict.fromkeys(domain_of.values()):
         g.add_node(switch, kind="scale_up", owner=None)
+    uplinks: dict[str, tuple[str, float, float]] = {}  # leaf -> (spine, capacity_Bps, latency_s per edge)
+    for leaf in dict.fromkeys(leaf_of.values()):
+        g.add_node(leaf, kind="scale_up", owner=None, tier=1)
     for name, spec, acc in compute_nodes:
-        _add_compute_node(g, name, spec, acc, domain_of.get(name))
+        tiers = card_tiers(scale_up, acc) if scale_up is not None and name in domain_of else None
+        leaf = leaf_of.get(name)
+        _add_compute_node(g, name, spec, acc, domain_of.get(name), leaf, tiers)
+        if leaf is not None:
+            spine, cap, _ = uplinks.get(leaf, (domain_of[name], 0.0, 0.0))
+            top = tiers[-1]
+            uplinks[leaf] = (spine, cap + spec.accelerators_per_node * top.share_Bps,
+                             max(0.0, top.latency_s - tiers[0].latency_s) / 2)
+    for leaf, (spine, cap, half) in uplinks.items():
+        g.add_edge(leaf, spine, capacity_Bps=cap, latency_s=half, kind="scale_up", tier=2)
+        g.add_edge(spine, leaf, capacity_Bps=cap, latency_s=half, kind="scale_up", tier=2)
     for name, spec in pool_nodes:
         _add_pool_node(g, name, spec, domain_of.get(name))
     return g

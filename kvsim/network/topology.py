@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, PoolNodeSpec
+from kvsim.network.tiers import ScaleUpSpec
 from kvsim.network.cluster_graph import (  # noqa: F401  (figures re-exported for callers)
     COPY_OVERHEAD_S, FABRIC, GPUS_PER_SWITCH, NVME_READ_LATENCY_S, NVME_WRITE_LATENCY_S, PCIE_HOP_LATENCY_S,
     RDMA_LATENCY_S, ROOT_UPLINK_FACTOR, SCALE_UP_LATENCY_S, Edge, cluster_graph, copy_engine,
@@ -238,7 +239,7 @@ class Topology:
         port = self._memory_port(src, gpu)
         if port is not None:  # a memory-semantic pool in the card's scale-up domain
             domain = self.graph.nodes[src]["scale_up"]
-            return [(src, port), (port, domain), (domain, gpu)]
+            return [(src, port), (port, domain)] + self._from_spine(domain, gpu)
         remote, local = self._remote_nic(src, gpu), self._local_nic(gpu)
         edges = self.path(src, remote) + [(remote, FABRIC), (FABRIC, local)]
         if gpu_direct:
@@ -266,11 +267,20 @@ class Topology:
         port = self._memory_port(dst, gpu)
         if port is not None:
             domain = self.graph.nodes[dst]["scale_up"]
-            return [(gpu, domain), (domain, port), (port, dst)]
+            return self._to_spine(gpu, domain) + [(domain, port), (port, dst)]
         remote, local = self._remote_nic(dst, gpu), self._local_nic(gpu)
         edges = self.path(gpu, local) if gpu_direct else [d2h] + self.path(gpu, dram) + self.path(dram, local)
         return edges + [(local, FABRIC), (FABRIC, remote)] + self.path(remote, dst)
 
+
+    def _to_spine(self, gpu: str, domain: str) -> list[Edge]:
+        """Edges from ``gpu`` up to its domain's switch (through its first-layer leaf, if tiered)."""
+        leaf = self.graph.nodes[gpu].get("leaf")
+        return [(gpu, domain)] if leaf is None else [(gpu, leaf), (leaf, domain)]
+
+    def _from_spine(self, domain: str, gpu: str) -> list[Edge]:
+        leaf = self.graph.nodes[gpu].get("leaf")
+        return [(domain, gpu)] if leaf is None else [(domain, leaf), (leaf, gpu)]
 
     def scale_up_domain(self, gpu: str) -> str | None:
         """The scale-up switch ``gpu`` hangs off, or None if it has no scale-up link."""
@@ -281,7 +291,9 @@ class Topology:
     def peer_path(self, src: str, dst: str, gpu_direct: bool = True) -> list[Edge]:
         """Edges a copy from card ``src``'s memory into card ``dst``'s crosses.
 
-        Inside one scale-up domain: ``src -> su{k} -> dst`` over the scale-up links. Otherwise
+        Inside one scale-up domain: ``src -> su{k} -> dst`` over the scale-up links (with supernode
+        tiers, ``src -> leaf -> dst`` inside a first-layer group and ``src -> leaf -> su{k} -> leaf
+        -> dst`` between groups). Otherwise
         over the scale-out network: with ``gpu_direct`` the NICs read and write device memory
         (GPU-Direct RDMA), else each side bounces through its host DRAM (copy engines and DDR
         channels). Two cards of one node without a scale-up link copy through host DRAM.
@@ -296,7 +308,10 @@ class Topology:
             return []
         domain = self.scale_up_domain(src)
         if domain is not None and domain == self.scale_up_domain(dst):
-            return [(src, domain), (domain, dst)]
+            leaf = self.graph.nodes[src].get("leaf")
+            if leaf is not None and leaf == self.graph.nodes[dst].get("leaf"):
+                return [(src, leaf), (leaf, dst)]
+            return self._to_spine(src, domain) + self._from_spine(domain, dst)
         a, b = self._owner(src), self._owner(dst)
         d2h, h2d = (copy_engine(src, "d2h"), src), (dst, copy_engine(dst, "h2d"))
         if a == b:  # no peer link: a staged copy through the node's host memory
@@ -317,11 +332,12 @@ def build_topology(
     compute_nodes: Sequence[tuple[str, NodeSpec, AcceleratorSpec]],
     pool_nodes: Sequence[tuple[str, PoolNodeSpec]] = (),
     scale_up_domains: Sequence[Sequence[str]] | None = None,
+    scale_up: ScaleUpSpec | None = None,
 ) -> Topology:
     """Build the cluster's :class:`Topology` from hardware specs.
 
     Parameters and errors are those of :func:`kvsim.network.cluster_graph.cluster_graph`; the
     topology is built in the order given, so routing ties break the same way in every run.
     """
-    graph = cluster_graph(compute_nodes, pool_nodes, scale_up_domains)
+    graph = cluster_graph(compute_nodes, pool_nodes, scale_up_domains, scale_up)
     return Topology(graph, tuple(name for name, *_ in compute_nodes), tuple(name for name, _ in pool_nodes))

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, model_validator
 
 from kvsim.models.engine import EngineSpec
+from kvsim.network.tiers import ScaleUpSpec
 from kvsim.scenario.cost_spec import CostSpec
 from kvsim.scenario.failures_spec import RunFailureSpec
 from kvsim.scenario.limits import MAX_REQUESTS  # noqa: F401 - re-exported (checked in kvsim.scenario.limits)
@@ -74,6 +75,7 @@ class SystemSpec(FrozenSpec):
     cache_aware: CacheAwareSpec | None = None
     kv_handoff: HandoffSpec = Field(default_factory=HandoffSpec)
     scale_up_domain_nodes: PositiveInt = 1
+    scale_up: ScaleUpSpec | None = None  # supernode tiers (kvsim.network.tiers); replaces scale_up_domain_nodes
     controller: ControllerSpec | None = None
     model: str | None = None
     dtype: Dtype | None = None
@@ -84,6 +86,16 @@ class SystemSpec(FrozenSpec):
     weight_dtypes: dict[WeightGroup, Dtype] | None = None
     lora: LoraSpec | None = None  # how it serves workload.adapters (default: all resident, no KV reuse)
     failures: RunFailureSpec | None = None  # its nodes fail and are repaired in the run: requests retried, KV lost
+
+    @property
+    def domain_nodes(self) -> int:
+        """Nodes of one scale-up (addressing) domain: the top tier's of ``scale_up``, else
+        ``scale_up_domain_nodes``."""
+        return self.scale_up.domain_nodes if self.scale_up is not None else self.scale_up_domain_nodes
+
+    def tier_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Problems with ``scale_up`` on its own (:meth:`ScaleUpSpec.system_problems`)."""
+        return [] if self.scale_up is None else self.scale_up.system_problems(self.model_fields_set)
 
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
@@ -425,7 +437,8 @@ class ScenarioSpec(FrozenSpec):
                                                                      f"{did_you_mean(system, self.systems)}"))
         for name, system in self.systems.items():
             for path, message in (system.shape_problems() + system.controller_problems(self.slo)
-                                  + system.routing_problems() + system.failure_problems()):
+                                  + system.routing_problems() + system.failure_problems()
+                                  + system.tier_problems()):
                 problems.append((("systems", name) + path, message))
             problems += self._lora_problems(name, system)
             control = system.controller

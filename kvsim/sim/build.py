@@ -24,6 +24,7 @@ from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import held_kv_bytes
 from kvsim.models.step_time import BatchShape
 from kvsim.network import FlowNetwork, StorageIO, Topology, Transfers, build_topology, network_capacities
+from kvsim.network.tiers import card_tiers
 from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.models.lora import adapter_bytes
@@ -244,8 +245,8 @@ def _placements(sizing: SystemSizing) -> list[Placement]:
 
 def _scale_up_domains(sizing: SystemSizing) -> list[list[str]]:
     """Each node whose cards have a scale-up link is its own domain, unless the system groups
-    ``scale_up_domain_nodes`` consecutive nodes into one."""
-    per = sizing.spec.scale_up_domain_nodes
+    ``scale_up_domain_nodes`` (or its top tier's ``scale_up`` nodes) consecutive nodes into one."""
+    per = sizing.spec.domain_nodes
     linked = [name for pool, name in node_names(sizing) if pool.accelerator.scale_up_bandwidth is not None]
     return [linked[k:k + per] for k in range(0, len(linked), per)]
 
@@ -278,7 +279,7 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
     if cache_spec is not None and cache_spec.remote is not None:
         pool_nodes = [(f"pool{k}", sizing.pool_node) for k in range(cache_spec.remote.nodes)]
     system.topology = build_topology([(name, pool.node, pool.accelerator) for pool, name in node_names(sizing)],
-                                     pool_nodes, _scale_up_domains(sizing))
+                                     pool_nodes, _scale_up_domains(sizing), system_spec.scale_up)
     connector = cache_spec.connector if cache_spec is not None else None
     storage = StorageIO(system.topology, connector.host_path() if connector is not None else None)
     system.network = system.kernels.flows.FlowNetwork(env, network_capacities(system.topology, storage), warmup,
@@ -481,6 +482,11 @@ def _instance_cache(system: System, index: int, place: Placement, pages: BlockPo
 
     acc = place.pool.accelerator
     read_Bps = acc.scale_up_bandwidth * acc.efficiency.interconnect if acc.scale_up_bandwidth is not None else None
+    tiers = system.sizing.spec.scale_up
+    if read_Bps is not None and tiers is not None:
+        # supernode tiers: reads in place are costed at the slowest tier a peer may sit behind
+        # (an upper bound on their time when the holder shares the reader's group)
+        read_Bps = min(t.share_Bps for t in card_tiers(tiers, acc)) * acc.efficiency.interconnect
     eff = acc.efficiency
     # a copy inside HBM reads and writes every byte: half the achieved paged-KV rate
     local_copy_Bps = acc.memory_bandwidth * (eff.kv_memory if eff.kv_memory is not None else eff.memory) / 2

@@ -25,6 +25,7 @@ from kvsim.models.weight_offload import WeightStream, offload_sizing
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
 from kvsim.serving.specs import PoolSpec
+from kvsim.network.tiers import tiers_latency_problem
 from kvsim.sim.layout_links import layout_links
 from kvsim.units import format_quantity
 from kvsim.yaml_io import Path, dotted_path
@@ -240,7 +241,7 @@ def _check_handoff_nics(name: str, system: SystemSpec, pools: tuple[PoolSizing, 
     roles = {pool.role for pool in pools}
     if not {"prefill", "decode"} <= roles:
         return
-    multi_node_domains = system.scale_up_domain_nodes > 1  # a peer copy over scale-up links may span nodes
+    multi_node_domains = system.domain_nodes > 1  # a peer copy over scale-up links may span nodes
     for pool in pools:
         if pool.node.nics.count < 1 and not (multi_node_domains and pool.accelerator.scale_up_bandwidth is not None):
             raise SizingError(("systems", name) + system.pool_path(pool.name) + ("node",), (
@@ -252,12 +253,17 @@ def _check_handoff_nics(name: str, system: SystemSpec, pools: tuple[PoolSizing, 
 def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...]) -> None:
     """Refuse scale-up domains that do not tile the system's linked nodes, and peer HBM access
     the cache does not model (see :mod:`kvsim.serving.cache.access`)."""
-    per = system.scale_up_domain_nodes
+    per = system.domain_nodes
     linked = sum(p.spec.nodes for p in pools if p.accelerator.scale_up_bandwidth is not None)
-    where = ("systems", name, "scale_up_domain_nodes")
-    if per > 1 and linked == 0:
-        raise SizingError(where, "no card of this system has a scale-up link (NVLink, UB), so its nodes "
-                                 "cannot share a scale-up domain: remove scale_up_domain_nodes")
+    tiers = system.scale_up
+    where = ("systems", name, "scale_up_domain_nodes") if tiers is None else \
+        ("systems", name, "scale_up", "tiers", len(tiers.tiers) - 1, "nodes")
+    if (per > 1 or tiers is not None) and linked == 0:
+        raise SizingError(where[:3], "no card of this system has a scale-up link (NVLink, UB), so its nodes "
+                                     f"cannot share a scale-up domain: remove {where[2]}")
+    for pool in pools if tiers is not None else ():
+        if pool.accelerator.scale_up_bandwidth is not None and tiers_latency_problem(tiers, pool.accelerator):
+            raise SizingError(where[:3] + ("tiers", 1, "latency"), tiers_latency_problem(tiers, pool.accelerator))
     if per > linked > 0:
         raise SizingError(where, f"a domain of {per} nodes is larger than the {linked} node(s) with scale-up "
                                  "links it would span")
@@ -344,7 +350,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         if layout.cards > per_node and node.nics.count == 0:
             raise SizingError(path + ("node",), f"an instance of {layout.cards} cards spans nodes, but node "
                               f"{node.name} has no NIC to join them")
-        links = layout_links(layout, node, accelerator, system.scale_up_domain_nodes)
+        tiers = system.scale_up if accelerator.scale_up_bandwidth is not None else None
+        links = layout_links(layout, node, accelerator, system.domain_nodes, tiers)
     available = pool_cards // layout.cards
     instances = pool.instances if pool.instances is not None else available
     if pool.roles is not None:
