@@ -80,7 +80,7 @@ from kvsim.models.llm import ModelSpec
 from kvsim.models.weight_offload import layer_bytes_per_card
 from kvsim.spec_types import FrozenSpec, NonNegativeFloat, PositiveInt, Share, field_errors
 
-__all__ = ["EarlyExitSpec", "exit_cdf", "deepest_exit", "depth_probabilities",
+__all__ = ["EarlyExitSpec", "ExitProblem", "exit_sizing", "exit_cdf", "deepest_exit", "depth_probabilities",
            "expected_depth", "kv_fill_bytes", "exit_problems", "head_bytes_per_card"]
 
 
@@ -127,14 +127,49 @@ class EarlyExitSpec(FrozenSpec):
         return self
 
 
-def exit_problems(spec: EarlyExitSpec, model: ModelSpec) -> str | None:
-    """What stops ``spec`` from applying to ``model`` (a sentence), or None."""
+class ExitProblem(ValueError):
+    """Early exit cannot apply to this instance; ``field`` is the spec field to blame (or ())."""
+
+    def __init__(self, message: str, field: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.field = field
+
+    def path(self, system: str, system_engine) -> tuple[str, ...]:
+        """The scenario field to blame: under ``systems.<system>.engine`` if that engine gives
+        ``early_exit``, else under the scenario's ``engine``."""
+        own = "early_exit" in getattr(system_engine, "model_fields_set", ())
+        return (("systems", system, "engine") if own else ("engine",)) + ("early_exit",) + self.field
+
+
+def exit_problems(spec: EarlyExitSpec, model: ModelSpec) -> ExitProblem | None:
+    """What stops ``spec`` from applying to ``model``, or None."""
     if model.moe is not None or model.mla is not None:
-        return f"{model.name} is not a dense GQA model; early exit is modelled for those only"
+        return ExitProblem(f"{model.name} is not a dense GQA model; early exit is modelled for those only")
     if spec.exit_layers[-1] > model.num_layers:
-        return (f"exit layer {spec.exit_layers[-1]} is beyond {model.name}'s {model.num_layers} layers "
-                f"(exit_layers count from 1 to {model.num_layers})")
+        return ExitProblem(f"exit layer {spec.exit_layers[-1]} is beyond {model.name}'s {model.num_layers} layers "
+                           f"(exit_layers count from 1 to {model.num_layers})", ("exit_layers",))
     return None
+
+
+def exit_sizing(spec: EarlyExitSpec | None, model: ModelSpec, layout, tp_in_node: bool, dtype: str,
+                weight_dtypes: dict[str, str] | None) -> float:
+    """The HBM the exit heads take on each card of an instance of ``layout`` (0 without ``spec``).
+
+    Raises
+    ------
+    ExitProblem
+        Where early exit is not modelled (not a dense GQA model; not tensor parallelism inside one
+        node, ``tp_in_node``) or an exit layer is beyond the model's.
+    """
+    if spec is None:
+        return 0.0
+    problem = exit_problems(spec, model)
+    if problem is not None:
+        raise problem
+    if not (layout.plain_tp and tp_in_node):
+        raise ExitProblem(f"early exit is modelled for tensor parallelism inside one node; this instance is "
+                          f"{layout.label()}")
+    return head_bytes_per_card(spec, model, dtype, weight_dtypes, layout.tp)
 
 
 def exit_cdf(spec: EarlyExitSpec, layers: int) -> tuple[list[int], list[float]]:

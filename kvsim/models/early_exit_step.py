@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.models.early_exit import (EarlyExitSpec, deepest_exit, depth_probabilities, exit_cdf, exit_problems,
-                                     kv_fill_bytes)
+from kvsim.models.early_exit import (EarlyExitSpec, ExitProblem, deepest_exit, depth_probabilities, exit_cdf,
+                                     exit_problems, exit_sizing, kv_fill_bytes)
 from kvsim.models.step_time import BatchShape, RooflineStepTime, StepBreakdown
 from kvsim.models.weight_offload import WeightStream, layer_bytes_per_card
 
-__all__ = ["EarlyExitStepTime"]
+__all__ = ["EarlyExitStepTime", "ExitProblem", "exit_sizing"]  # (the last two for sizing)
 
 
 class EarlyExitStepTime:
@@ -35,7 +35,7 @@ class EarlyExitStepTime:
         model = flat.model
         problem = exit_problems(spec, model)
         if problem is not None:
-            raise ValueError(problem)
+            raise problem
         self.spec, self.flat, self.stream, self.rng = spec, flat, stream, rng
         self.model = model
         self.layers = layers = model.num_layers
