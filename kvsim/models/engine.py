@@ -103,6 +103,7 @@ from typing import Literal
 
 from pydantic import field_validator
 
+from kvsim.models.early_exit import EarlyExitSpec
 from kvsim.spec_types import FrozenSpec, PositiveInt, Seconds
 
 __all__ = ["EngineSpec"]
@@ -150,6 +151,10 @@ class EngineSpec(FrozenSpec):
         ``auto`` (the default: the compiled kernels where they were built, else the pure-Python
         reference), ``python`` or ``compiled`` (see :mod:`kvsim.backend`). A simulator setting:
         both give the same results to the bit.
+    early_exit : EarlyExitSpec, optional
+        Exit heads that stop tokens at intermediate layers, and the per-token distribution of the
+        layer they stop at (:mod:`kvsim.models.early_exit`); None (default): every token runs
+        every layer.
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -165,6 +170,7 @@ class EngineSpec(FrozenSpec):
     eager_launch_s: Seconds = 10e-6
     coalesce: bool = True
     backend: Literal["auto", "python", "compiled"] = "auto"
+    early_exit: EarlyExitSpec | None = None
 
     @field_validator("backend")
     @classmethod

@@ -329,17 +329,21 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             system.hooks[(index, "decode")] = HandoffReceiver(handoff)
         cache_hook = system.hooks.get((index, cache_role))
         hook = system.hooks.get((index, place.role))
+        # early exit draws each decode step's depth, so its steps run one by one (no coalesced runs)
+        exits = pool.engine.early_exit is not None
+        exit_rng = streams.generator(f"engine.early_exit.{index}") if exits else None
         instance = system.kernels.instance.Instance(
             # vLLM's limits are per data-parallel attention rank (InstanceSpec's notes): the
             # instance's scheduler holds every rank's, one sequence's chunk one rank's budget
-            env, index, place.role, pool.step_model(system.kernels), pages, inst_spec.instance_max_batched_tokens,
+            env, index, place.role, pool.step_model(system.kernels, exit_rng), pages, inst_spec.instance_max_batched_tokens,
             inst_spec.instance_max_num_seqs,
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
             gpus=list(place.gpus), output_s=pool.engine.output_s, span=span,
             async_scheduling=pool.engine.async_scheduling, adapters=_adapter_slots(spec, system_spec, pool),
-            coalesce=pool.engine.coalesce, kernels=system.kernels, max_chunk_tokens=inst_spec.max_batched_tokens)
+            coalesce=pool.engine.coalesce and not exits, kernels=system.kernels,
+            max_chunk_tokens=inst_spec.max_batched_tokens)
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:

@@ -18,6 +18,7 @@ from kvsim.models.layout_step import LayoutStepTime
 from kvsim.models.lora import adapter_bytes, adapter_problems
 from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
 from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
+from kvsim.models.early_exit_step import EarlyExitStepTime, ExitProblem, exit_sizing
 from kvsim.models.engine import EngineSpec
 from kvsim.models.memory import activation_reserve_bytes
 from kvsim.models.step_time import RooflineStepTime
@@ -94,15 +95,18 @@ class PoolSizing:
     def kv_tokens_per_instance(self) -> int:
         return self.kv_blocks_per_instance * self.spec.instance.block_size_tokens
 
-    def step_model(self, kernels: Kernels | None = None) -> RooflineStepTime | LayoutStepTime:
+    def step_model(self, kernels: Kernels | None = None, exit_rng: np.random.Generator | None = None):
         """The instance's step-time model: the plain roofline for tensor parallelism inside one
-        node, the layout model (pipeline, experts, data-parallel attention, links) otherwise."""
+        node (with ``engine.early_exit``, its early-exit form, each decode step's depth drawn from
+        ``exit_rng``; without one, expected times only), the layout model otherwise."""
         inst = self.spec.instance
         captured = self.engine.captured_tokens(inst.max_num_seqs, inst.max_batched_tokens)
         if self.links is None:
             roofline = kernels.step_time.RooflineStepTime if kernels is not None else RooflineStepTime
-            return roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
-                            self.weight_dtypes, self.compute_dtype or None, captured, self.stream)
+            exits = self.engine.early_exit  # (it applies the stream itself)
+            step = roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
+                            self.weight_dtypes, self.compute_dtype or None, captured, None if exits is not None else self.stream)
+            return step if exits is None else EarlyExitStepTime(exits, step, self.stream, exit_rng)
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
                               inst.micro_batches, inst.pp_schedule, inst.expert_skew, self.engine,
                               self.weight_dtypes, self.compute_dtype or None, captured)
@@ -370,6 +374,11 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         except ValueError as problem:
             raise SizingError(path + ("instance", "weight_offload"), str(problem)) from None
         weights_per_card -= freed
+    try:  # the exit heads' weights, with engine.early_exit
+        weights_per_card += exit_sizing(spec.system_engine(name).early_exit, model, layout, links is None, dtype,
+                                        weight_dtypes)
+    except ExitProblem as problem:
+        raise SizingError(problem.path(name, system.engine), str(problem)) from None
     adapters_per_card = adapter_slot_bytes_per_card(spec, system, model, layout)
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
