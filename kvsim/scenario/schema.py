@@ -93,10 +93,6 @@ class SystemSpec(FrozenSpec):
         ``scale_up_domain_nodes``."""
         return self.scale_up.domain_nodes if self.scale_up is not None else self.scale_up_domain_nodes
 
-    def tier_problems(self) -> list[tuple[tuple[str | int, ...], str]]:
-        """Problems with ``scale_up`` on its own (:meth:`ScaleUpSpec.system_problems`)."""
-        return [] if self.scale_up is None else self.scale_up.system_problems(self.model_fields_set)
-
     def pool_specs(self) -> dict[str, PoolSpec]:
         """The system's pools by name (the single-pool form is one pool named ``main``)."""
         if self.pools is not None:
@@ -438,14 +434,12 @@ class ScenarioSpec(FrozenSpec):
         for name, system in self.systems.items():
             for path, message in (system.shape_problems() + system.controller_problems(self.slo)
                                   + system.routing_problems() + system.failure_problems()
-                                  + system.tier_problems()):
+                                  + (system.scale_up.system_problems(system.model_fields_set) if system.scale_up else [])):
                 problems.append((("systems", name) + path, message))
             problems += self._lora_problems(name, system)
-            control = system.controller
-            if self.workload.timeout is not None and getattr(control, "on_switch", "drain") == "migrate":
-                problems.append((("systems", name, "controller", "on_switch"),
-                                 "KV migration on a switch is simulated with clients that wait for their "
-                                 "answers so far: drop workload.timeout or on_switch: migrate"))
+            if self.workload.timeout is not None and getattr(system.controller, "on_switch", "drain") == "migrate":
+                problems.append((("systems", name, "controller", "on_switch"), "KV migration on a switch is simulated "
+                                 "with clients that wait for their answers so far: drop workload.timeout or it"))
         if self.plan is not None:
             problems += self.plan.problems(list(self.systems))
             problems += shared_pool_problems(self.plan.shared_pools, self.plan.chosen(list(self.systems)), self.systems)
