@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvsim.serving.cache.member import CacheMember
+
 if TYPE_CHECKING:
-    from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["RemoteReads"]
@@ -50,9 +51,9 @@ class RemoteReads:
         self.system = system
         self.active: dict[int, int] = {}     # id(holder) -> steps now reading from it
         self.pair_bytes: dict[tuple, float] = {}  # (holder, reader) -> bytes per card, in the window
-        self._caches: dict[int, "InstanceCache"] = {}
+        self._caches: dict[int, CacheMember] = {}
 
-    def begin(self, reader: "InstanceCache", tokens_by_holder: dict) -> float:
+    def begin(self, reader: CacheMember, tokens_by_holder: dict) -> float:
         """A step of ``reader`` starts, reading ``tokens_by_holder[holder]`` context tokens from each
         holder; returns the per-card rate of its remote reads, bytes/s (see the module docstring).
         Call :meth:`end` with the same arguments when the step ends."""
