@@ -22,7 +22,6 @@ from kvsim.kv.extents import ExtentStore
 from kvsim.kv.store import whole_blocks
 from kvsim.serving.cache.domain_pool import DomainPoolBase
 from kvsim.serving.cache.extent_homes import ExtentHomes
-
 from kvsim.serving.cache.member import CacheMember
 
 if TYPE_CHECKING:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Callable
 
 import simpy
@@ -10,6 +11,7 @@ from kvsim.serving.cache.member import CacheMember
 from kvsim.serving.scheduler import Sequence
 
 if TYPE_CHECKING:
+    from kvsim.network.cluster_graph import Edge
     from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["Swapper"]
@@ -55,7 +57,7 @@ class Swapper:
         g = self.cache.geometry
         return tokens * g.block_bytes_per_card / g.block_tokens
 
-    def _paths(self, out: bool) -> list:
+    def _paths(self, out: bool) -> list[list["Edge"]]:
         topology = self.system.topology
         dram = topology.dram(self.cache.node)
         return [topology.store_path(gpu, dram, True) if out else topology.load_path(dram, gpu, True)
@@ -94,7 +96,8 @@ class Swapper:
         system.env.process(self._swap_back(seq, seq.cache, self.swapping.pop(seq.rid, None), nbytes))
         return "load"
 
-    def _swap_back(self, seq: Sequence, state, out: simpy.Event | None, nbytes: float):
+    def _swap_back(self, seq: Sequence, state: object, out: simpy.Event | None,
+                   nbytes: float) -> Generator[simpy.Event, object, None]:
         if out is not None and not out.processed:
             yield out
         yield self.system.transfers.move(self._paths(out=False), nbytes, "swap")
