@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import simpy
 
@@ -41,7 +41,7 @@ class Swapper:
     """
 
     def __init__(self, cache: CacheMember, system: "SystemCache", release: Callable[[Sequence], None],
-                 after_load: Callable[[Sequence, object, bool], None], next_step_tokens: Callable[[Sequence], int],
+                 after_load: Callable[[Sequence, Any, bool], None], next_step_tokens: Callable[[Sequence], int],
                  record_hits: Callable[[Sequence, str, int, float], None],
                  record_written: Callable[[Sequence, float], None]):
         self.cache = cache
@@ -96,7 +96,7 @@ class Swapper:
         system.env.process(self._swap_back(seq, seq.cache, self.swapping.pop(seq.rid, None), nbytes))
         return "load"
 
-    def _swap_back(self, seq: Sequence, state: object, out: simpy.Event | None,
+    def _swap_back(self, seq: Sequence, state: Any, out: simpy.Event | None,
                    nbytes: float) -> Generator[simpy.Event, object, None]:
         if out is not None and not out.processed:
             yield out
