@@ -40,14 +40,15 @@ instance to have the same cards per instance, so their shares line up).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from kvsim.kv import BlockStore
+from kvsim.serving.cache.member import CacheMember
 
 if TYPE_CHECKING:
+    from kvsim.network.cluster_graph import Edge
     from kvsim.network.topology import Topology
-    from kvsim.serving.cache.domain_pool import DomainPool
-    from kvsim.serving.cache.instance_cache import InstanceCache
+    from kvsim.serving.cache.domain_pool import DomainPoolBase
     from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["CacheAccess", "SOURCES", "addressing_domain"]
@@ -75,19 +76,21 @@ class CacheAccess:
     def __init__(self, system: "SystemCache"):
         self.system = system
         self.peer_mode = system.spec.peer_hbm
-        self.holder: dict[int, "InstanceCache"] = {}   # id(HBM store) -> instance whose cards hold it
-        self.pools: dict[int, "DomainPool"] = {}       # id(domain store) -> its pool (read in place)
-        self.members: dict[str, list["InstanceCache"]] = {}  # domain -> its caching instances
+        self.holder: dict[int, CacheMember] = {}   # id(HBM store) -> instance whose cards hold it
+        self.pools: dict[int, Any] = {}  # id(domain store) -> its pool (read in place): a DomainPoolBase
+        self.members: dict[str, list[CacheMember]] = {}  # domain -> its caching instances
         self._usable: dict[int, Callable[[BlockStore], bool]] = {}
         self._rank: dict[int, Callable[[BlockStore], float]] = {}
-        self._load_s: dict[tuple, float] = {}  # (id(reader), id(store), blocks) -> block_load_s
-        self._routes: dict[tuple[int, int], tuple[list, list]] = {}  # (id(reader), id(store)) -> load_routes
+        self._load_s: dict[tuple[int, int, int], float] = {}  # (id(reader), id(store), blocks) -> block_load_s
+        # (id(reader), id(store)) -> load_routes
+        self._routes: dict[tuple[int, int], tuple[list[list[Edge]], list[list[Edge]]]] = {}
 
-    def register(self, cache: "InstanceCache") -> str:
-        """Enter ``cache``'s instance (its cards and HBM store); returns its domain's name."""
+    def register(self, cache: CacheMember, domain_pool: "DomainPoolBase | None") -> str:
+        """Enter ``cache``'s instance (its cards and HBM store: ``domain_pool``'s store with
+        ``peer_hbm: read_in_place``, else its own); returns its domain's name."""
         domain = addressing_domain(self.system.topology, cache.gpus, cache.index)
-        if cache.domain_pool is not None:
-            self.pools[id(cache.hbm)] = cache.domain_pool
+        if domain_pool is not None:
+            self.pools[id(cache.hbm)] = domain_pool
         else:
             self.holder[id(cache.hbm)] = cache
         self.members.setdefault(domain, []).append(cache)
@@ -95,7 +98,7 @@ class CacheAccess:
 
     # -- who may read what --------------------------------------------------------------------
 
-    def usable(self, reader: "InstanceCache") -> Callable[[BlockStore], bool]:
+    def usable(self, reader: CacheMember) -> Callable[[BlockStore], bool]:
         """``usable(store)``: may ``reader`` take blocks from ``store``? Its own HBM, its node's
         DRAM and NVMe, the remote pool; with peer access, every other instance's HBM too."""
         known = self._usable.get(id(reader))
@@ -119,13 +122,14 @@ class CacheAccess:
         self._usable.clear()
         self._rank.clear()
 
-    def rank(self, reader: "InstanceCache") -> Callable[[BlockStore], float]:
+    def rank(self, reader: CacheMember) -> Callable[[BlockStore], float]:
         """``rank(store)``, lower is better: the tier's position without peer access, else the
         estimated time to load one block from ``store`` into ``reader`` (see the module docstring)."""
         known = self._rank.get(id(reader))
         if known is not None:
             return known
         system = self.system
+        rank: Callable[[BlockStore], float]
         if self.peer_mode == "none":
             # the tier's position of every store of the system, looked up by the store (a C call)
             stores = [*system.hbm, *system.dram.values(), *system.nvme.values(), *system.remote]
@@ -133,18 +137,20 @@ class CacheAccess:
         else:
             estimates: dict[int, float] = {}
 
-            def rank(store: BlockStore) -> float:
+            def estimate(store: BlockStore) -> float:
                 key = id(store)
                 if key not in estimates:
                     estimates[key] = 0.0 if store is reader.hbm else self.block_load_s(reader, store)
                 return estimates[key]
+
+            rank = estimate
 
         self._rank[id(reader)] = rank
         return rank
 
     # -- where the bytes are and what they cost ------------------------------------------------
 
-    def source(self, reader: "InstanceCache", store: BlockStore, block=None) -> tuple[str, "InstanceCache | None"]:
+    def source(self, reader: CacheMember, store: BlockStore, block: object = None) -> tuple[str, CacheMember | None]:
         """What taking ``block`` from ``store`` is for ``reader``: its source name (module
         docstring) and, for another instance's HBM, that instance. ``reader``'s own store (its
         domain's, with read in place) is ``hbm``: nothing to load. Another domain's shared store
@@ -161,19 +167,19 @@ class CacheAccess:
             holder = self.holder[id(store)]
         return ("peer_hbm" if holder.domain == reader.domain else "other_domain"), holder
 
-    def peer_paths(self, holder: "InstanceCache", reader: "InstanceCache") -> list:
+    def peer_paths(self, holder: CacheMember, reader: CacheMember) -> list[list[Edge]]:
         """One path per card: card ``c`` of ``holder`` to card ``c`` of ``reader`` (scale-up links
         inside a domain, the NICs or host memory across domains)."""
         system = self.system
         return [system.topology.peer_path(src, dst, system.spec.gpu_direct)
                 for src, dst in zip(holder.gpus, reader.gpus)]
 
-    def load_paths(self, reader: "InstanceCache", store: BlockStore) -> list:
+    def load_paths(self, reader: CacheMember, store: BlockStore) -> list[list[Edge]]:
         """One path per reading card of ``reader`` from a lower tier's medium into it: every card,
         or with ``once_per_node`` fan-out one per distinct shard (:meth:`load_routes`)."""
         return self.load_routes(reader, store)[0]
 
-    def load_routes(self, reader: "InstanceCache", store: BlockStore) -> tuple[list, list]:
+    def load_routes(self, reader: CacheMember, store: BlockStore) -> tuple[list[list[Edge]], list[list[Edge]]]:
         """(read paths, hop paths) of a load from ``store`` into ``reader``: a path from the medium
         into each reading card (:meth:`SystemCache.load_plan`), and a path for each card-to-card
         hop that hands the bytes on (the scale-up links inside the cards' domain, else PCIe
@@ -192,7 +198,7 @@ class CacheAccess:
         return known
 
     @staticmethod
-    def hop_path(topology: "Topology", src: str, dst: str) -> list:
+    def hop_path(topology: "Topology", src: str, dst: str) -> list[Edge]:
         """A fan-out hop from card ``src`` to card ``dst`` of one instance: over their scale-up
         domain if they share one (NVLink, UB), else PCIe peer to peer through the switches."""
         domain = topology.scale_up_domain(src)
@@ -200,7 +206,7 @@ class CacheAccess:
             return topology.peer_path(src, dst)
         return topology.path(src, dst)
 
-    def block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int = 1) -> float:
+    def block_load_s(self, reader: CacheMember, store: BlockStore, blocks: int = 1) -> float:
         """Uncontended time to load ``blocks`` blocks from ``store`` into ``reader``, seconds.
 
         A function of the three alone (paths, media and capacities never change during a run):
@@ -211,7 +217,7 @@ class CacheAccess:
             known = self._load_s[key] = self._block_load_s(reader, store, blocks)
         return known
 
-    def _block_load_s(self, reader: "InstanceCache", store: BlockStore, blocks: int) -> float:
+    def _block_load_s(self, reader: CacheMember, store: BlockStore, blocks: int) -> float:
         system = self.system
         per_card = blocks * reader.geometry.block_bytes_per_card
         kind, holder = self.source(reader, store)

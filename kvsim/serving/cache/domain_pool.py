@@ -62,12 +62,12 @@ part of it is read in place from a peer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from kvsim.kv import BlockStore
+from kvsim.serving.cache.member import CacheMember
 
 if TYPE_CHECKING:
-    from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["DomainPool", "DomainPoolBase", "DomainStore", "MOVE_BATCH", "fill_plan"]
@@ -166,20 +166,23 @@ class DomainPoolBase:
         self.name = name
         self.system = system
         self.store = store
-        self.members: list["InstanceCache"] = []
+        self.members: list[CacheMember] = []
+        self.write_back: dict[int, Callable[[list], None]] = {}  # id(member) -> its writer's write_back
         self.moves = 0          # blocks moved between members' HBM
         self.moved_bytes = 0.0  # their bytes (all cards), inside the window
 
-    def join(self, cache: "InstanceCache") -> None:
-        """``cache``'s instance holds part of the domain's HBM from now on."""
+    def join(self, cache: CacheMember, write_back: Callable[[list], None]) -> None:
+        """``cache``'s instance holds part of the domain's HBM from now on; ``write_back(blocks)``
+        copies its evicted ``blocks`` down (its writer's, under ``write_policy: write_back``)."""
         self.members.append(cache)
+        self.write_back[id(cache)] = write_back
 
-    def _peer_room(self, cache: "InstanceCache") -> tuple[list["InstanceCache"], list[int]]:
+    def _peer_room(self, cache: CacheMember) -> tuple[list[CacheMember], list[int]]:
         """The members other than ``cache`` and their free pages now."""
         peers = [member for member in self.members if member is not cache]
         return peers, [member.pool.free_blocks for member in peers]
 
-    def reclaim(self, cache: "InstanceCache", shortfall_pages: int) -> None:
+    def reclaim(self, cache: CacheMember, shortfall_pages: int) -> None:
         """Free ``shortfall_pages`` pages of ``cache``'s pool by moving or evicting its unheld
         cached blocks (see the module docstring); nothing changes if it cannot.
 
@@ -197,9 +200,9 @@ class DomainPoolBase:
         candidates = self._unheld(cache, batch)
         if self._blocks(candidates) < need:
             return
-        moves: dict[int, tuple["InstanceCache", list]] = {}
+        moves: dict[int, tuple[CacheMember, list]] = {}
         freed = self._fill(cache, candidates, batch, moves)  # (takes the moved off ``candidates``)
-        evicted: dict[int, tuple["InstanceCache", list]] = {}
+        evicted: dict[int, tuple[CacheMember, list]] = {}
         if freed < need:
             freed += self._evict(cache, need - freed, evicted)
             # the peers that lost victims take the instance's next most recent blocks
@@ -208,9 +211,9 @@ class DomainPoolBase:
             self._move(cache, target, items)
         if self.system.spec.write_policy == "write_back":
             for home, victims in evicted.values():
-                home.writer.write_back(victims)
+                self.write_back[id(home)](victims)
 
-    def _fill(self, cache: "InstanceCache", candidates: list, most: int, moves: dict) -> int:
+    def _fill(self, cache: CacheMember, candidates: list, most: int, moves: dict) -> int:
         """Move up to ``most`` blocks of ``candidates`` (least recent first; the most recent go
         first, and are taken off the list) from ``cache`` to the peers with room, by
         :func:`fill_plan`; returns how many moved."""
@@ -229,7 +232,7 @@ class DomainPoolBase:
             moved += count
         return moved
 
-    def _move(self, source: "InstanceCache", target: "InstanceCache", items: list) -> None:
+    def _move(self, source: CacheMember, target: CacheMember, items: list) -> None:
         """Copy ``items`` from ``source``'s HBM to ``target``'s (already re-homed and pinned),
         card by card; they stay pinned and in flight until the copy lands."""
         system = self.system
@@ -245,7 +248,7 @@ class DomainPoolBase:
 
     # -- kept by the subclass ------------------------------------------------------------------
 
-    def _unheld(self, cache: "InstanceCache", count: int) -> list:
+    def _unheld(self, cache: CacheMember, count: int) -> list:
         """Up to ``count`` blocks homed in ``cache`` that nothing holds, least recent first."""
         raise NotImplementedError
 
@@ -257,18 +260,18 @@ class DomainPoolBase:
         """The last ``count`` blocks of ``candidates``, taken off it, most recent first."""
         raise NotImplementedError
 
-    def _rehome(self, chunk: list, source: "InstanceCache", target: "InstanceCache") -> list:
+    def _rehome(self, chunk: list, source: CacheMember, target: CacheMember) -> list:
         """``chunk`` (most recent first) leaves ``source``'s order for the end of ``target``'s,
         in that order, and is pinned; returns the items :meth:`_move` takes."""
         raise NotImplementedError
 
-    def _evict(self, cache: "InstanceCache", count: int, evicted: dict) -> int:
+    def _evict(self, cache: CacheMember, count: int, evicted: dict) -> int:
         """Evict ``count`` blocks, the store's victims: out of the index and their homes, their
         pages given back (each home's victims added to ``evicted``); returns those homed in
         ``cache``."""
         raise NotImplementedError
 
-    def _still_homed(self, cache: "InstanceCache", candidates: list) -> list:
+    def _still_homed(self, cache: CacheMember, candidates: list) -> list:
         """``candidates`` that are still homed in ``cache`` (not evicted), in order."""
         raise NotImplementedError
 
@@ -299,16 +302,16 @@ class DomainPool(DomainPoolBase):
         self.resident: dict[int, dict] = {}        # id(instance) -> its blocks, least recent first
         self.inflight: dict = {}                   # block -> event: bytes still landing (any member)
 
-    def join(self, cache: "InstanceCache") -> None:
-        super().join(cache)
+    def join(self, cache: CacheMember, write_back: Callable[[list], None]) -> None:
+        super().join(cache, write_back)
         self.resident[id(cache)] = {}
 
-    def homed(self, block, cache: "InstanceCache") -> None:
+    def homed(self, block, cache: CacheMember) -> None:
         """``block`` (just inserted in the store) lives in ``cache``'s HBM, on its pages."""
         self.home[block] = cache
         self.resident[id(cache)][block] = None
 
-    def homed_run(self, blocks, cache: "InstanceCache") -> None:
+    def homed_run(self, blocks, cache: CacheMember) -> None:
         """:meth:`homed` for each of ``blocks`` in order."""
         home = self.home
         resident = self.resident[id(cache)]
@@ -336,7 +339,7 @@ class DomainPool(DomainPoolBase):
         del self.resident[id(cache)][block]
         return cache
 
-    def _unheld(self, cache: "InstanceCache", count: int) -> list:
+    def _unheld(self, cache: CacheMember, count: int) -> list:
         return self.store.unheld(self.resident[id(cache)], count)
 
     def _blocks(self, items: list) -> int:
@@ -347,7 +350,7 @@ class DomainPool(DomainPoolBase):
         del candidates[len(candidates) - count:]
         return chunk
 
-    def _rehome(self, chunk: list, source: "InstanceCache", target: "InstanceCache") -> list:
+    def _rehome(self, chunk: list, source: CacheMember, target: CacheMember) -> list:
         resident = self.resident[id(source)]
         for block in chunk:
             del resident[block]
@@ -355,7 +358,7 @@ class DomainPool(DomainPoolBase):
         self.store.pin_each(chunk)
         return chunk
 
-    def _evict(self, cache: "InstanceCache", count: int, evicted: dict) -> int:
+    def _evict(self, cache: CacheMember, count: int, evicted: dict) -> int:
         ppb = cache.geometry.pages_per_block
         victims = self.store.evict_run(count)
         self.system.index.discard_run(victims, self.store)
@@ -367,7 +370,7 @@ class DomainPool(DomainPoolBase):
             freed += home is cache
         return freed
 
-    def _still_homed(self, cache: "InstanceCache", candidates: list) -> list:
+    def _still_homed(self, cache: CacheMember, candidates: list) -> list:
         resident = self.resident[id(cache)]
         return [block for block in candidates if block in resident]
 
@@ -382,7 +385,7 @@ class DomainPool(DomainPoolBase):
             if inflight.get(block) is done:
                 del inflight[block]
 
-    def flush(self, cache: "InstanceCache") -> None:
+    def flush(self, cache: CacheMember) -> None:
         """Evict every unheld block homed in ``cache`` (its instance leaves a caching role)."""
         victims = self._unheld(cache, len(self.resident[id(cache)]))
         for block in victims:
@@ -391,4 +394,4 @@ class DomainPool(DomainPoolBase):
             self.system.index.discard(block, self.store)
         cache.pool.give(len(victims) * cache.geometry.pages_per_block)
         if victims and self.system.spec.write_policy == "write_back":
-            cache.writer.write_back(victims)
+            self.write_back[id(cache)](victims)

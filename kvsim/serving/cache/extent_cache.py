@@ -80,7 +80,7 @@ class ExtentPrefixLoader(PrefixLoader):
         loads = sum(e - s for _, _, s, e in to_load)
         first_pages = 0
         if system.spec.load_mode == "before" and (to_load or pending):
-            first_pages = cache.pool.blocks_for(cache.scheduler.next_step_tokens(seq, n * bt))
+            first_pages = cache.pool.blocks_for(self.next_step_tokens(seq, n * bt))
         pages = loads * g.pages_per_block + first_pages
         if pages and not cache.pool.take(pages):
             for chain, s, e in held:
@@ -93,14 +93,14 @@ class ExtentPrefixLoader(PrefixLoader):
         seq.cache = state
         seq.kv_blocks = first_pages  # its own pages (the loaded blocks' pages belong to the cache)
         seq.remote_tokens = 0
-        remote = cache.read_remote_run(seq, held)
+        remote = self.read_remote_run(seq, held)
         state.hits["hbm"] = (n - loads - remote) * bt
         if remote:
             state.hits["peer_hbm"] = remote * bt
         if to_load:
             # the copies land in this HBM (a domain's: homed here), read by the sequence; the
             # transfer pins them until the bytes are there
-            domain = cache.domain_pool
+            domain = self.domain_pool
             for _, chain, s, e in to_load:
                 done, _, evicted = index.insert_run(hbm, chain, s, e, read=True)
                 if done < e - s or (evicted and domain is not None):
@@ -213,7 +213,7 @@ class ExtentPrefixLoader(PrefixLoader):
         if not system.spec.gpu_direct:
             system.file(dram, missing)  # the bounce staged these bytes in host DRAM already
             return
-        self.cache.writer.write_down(None, missing, only=dram)
+        self.write_down(None, missing, only=dram)
 
 
 class ExtentCacheWriter(CacheWriter):
@@ -228,7 +228,7 @@ class ExtentCacheWriter(CacheWriter):
         first_new = seq.shared_tokens // g.block_tokens
         if full <= first_new:
             return
-        hbm, index, domain = cache.hbm, self.system.index, cache.domain_pool
+        hbm, index, domain = cache.hbm, self.system.index, self.domain_pool
         run = segment_range(prompt_address(seq, g.block_tokens), first_new, full)
         # as CacheWriter.file_prompt: a block the store holds already was computed twice and its
         # cached copy is kept (in a domain, read in place from now on); the others are stored
@@ -255,7 +255,7 @@ class ExtentCacheWriter(CacheWriter):
                 if new:
                     domain.homed_run(chain, s, e, cache)
                 else:
-                    cache.read_remote_run(seq, [(chain, s, e)])
+                    self.read_remote_run(seq, [(chain, s, e)])
         seq.cache.blocks.extend(run)
         seq.kv_blocks -= (full - first_new) * g.pages_per_block
         seq.shared_tokens = full * g.block_tokens
@@ -279,6 +279,7 @@ class ExtentCacheWriter(CacheWriter):
         writers, unit = self._unit
         legacy = system.write_fanout == "legacy"
         hbm = cache.hbm
+        wake = self.wake  # the engine loop's alarm, once the copies land
         for store, group in targets:
             count = segment_blocks(group)
             # (legacy: the expression kvsim always used, so its records stay bit for bit)
@@ -288,7 +289,7 @@ class ExtentCacheWriter(CacheWriter):
             if done is None:
                 continue  # the store's write queue is full: no copy there (counted by system.write)
             if seq is not None:
-                cache.record_written(seq, per_card * len(writers))
+                self.record_written(seq, per_card * len(writers))
             for chain, s, e in group:
                 hbm.pin_each(chain, s, e)
 
@@ -298,7 +299,7 @@ class ExtentCacheWriter(CacheWriter):
                 for chain, s, e in group:
                     hbm.unpin_each(chain, s, e)
                 system.file(store, group)
-                cache.wake()
+                wake()
 
             done.callbacks.append(stored)
 

@@ -22,11 +22,11 @@ from kvsim.kv.extents import ExtentStore
 from kvsim.kv.store import whole_blocks
 from kvsim.serving.cache.domain_pool import DomainPoolBase
 from kvsim.serving.cache.extent_homes import ExtentHomes
+from kvsim.serving.cache.member import CacheMember
 
 if TYPE_CHECKING:
     import simpy
 
-    from kvsim.serving.cache.instance_cache import InstanceCache
     from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["ExtentHbmStore", "ExtentDomainStore", "ExtentDomainPool", "InflightMap"]
@@ -150,11 +150,11 @@ class ExtentDomainPool(DomainPoolBase):
         self.homes = ExtentHomes()
         self.inflight = InflightMap()
 
-    def homed_run(self, chain, start: int, end: int, cache: "InstanceCache") -> None:
+    def homed_run(self, chain, start: int, end: int, cache: CacheMember) -> None:
         """Blocks ``[start, end)`` (just inserted in the store) live in ``cache``'s HBM."""
         self.homes.homed_run(chain, start, end, cache)
 
-    def _unheld(self, cache: "InstanceCache", count: int) -> list:
+    def _unheld(self, cache: CacheMember, count: int) -> list:
         return self.homes.unheld(cache, count, self.store)
 
     def _blocks(self, items: list) -> int:
@@ -163,14 +163,14 @@ class ExtentDomainPool(DomainPoolBase):
     def _take_recent(self, candidates: list, count: int) -> list:
         return _from_end(candidates, count)
 
-    def _rehome(self, chunk: list, source: "InstanceCache", target: "InstanceCache") -> list:
+    def _rehome(self, chunk: list, source: CacheMember, target: CacheMember) -> list:
         for chain, first, n, step in chunk:
             self.homes.move_run(chain, first, n, step, target)
         for chain, first, n, step in chunk:
             self.store.pin_each(chain, *_span(first, n, step))
         return chunk
 
-    def _evict(self, cache: "InstanceCache", count: int, evicted: dict) -> int:
+    def _evict(self, cache: CacheMember, count: int, evicted: dict) -> int:
         ppb = cache.geometry.pages_per_block
         store, index = self.store, self.system.index
         victims = store.evict_run(count)
@@ -184,7 +184,7 @@ class ExtentDomainPool(DomainPoolBase):
                     freed += e - s
         return freed
 
-    def _still_homed(self, cache: "InstanceCache", candidates: list) -> list:
+    def _still_homed(self, cache: CacheMember, candidates: list) -> list:
         left = []
         for chain, first, count, step in candidates:
             low, high = _span(first, count, step)
@@ -205,7 +205,7 @@ class ExtentDomainPool(DomainPoolBase):
             self.store.unpin_each(chain, low, high)
             self.inflight.clear(chain, low, high, done)
 
-    def flush(self, cache: "InstanceCache") -> None:
+    def flush(self, cache: CacheMember) -> None:
         """An instance leaving a caching role: never one of a domain kept as extents (the
         validator refuses read_in_place with a controller that switches roles, and P/D systems
         stay per block)."""

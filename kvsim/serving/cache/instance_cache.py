@@ -92,22 +92,30 @@ class InstanceCache(AdmissionHook):
         self.remote_read_Bps = remote_read_Bps
         self.domain_pool: DomainPool | None = None
         self.inflight: dict = {}   # block -> event that fires when its bytes have landed
-        if system.spec.peer_hbm == "read_in_place":
-            self.domain_pool = system.domain_pool(addressing_domain(system.topology, gpus, index))
-            self.domain_pool.join(self)
-            self.hbm = self.domain_pool.store
-            self.inflight = self.domain_pool.inflight  # one copy per domain: in flight for all
-        else:
-            self.hbm = system.add_instance_hbm(index, node, pool.num_blocks // geometry.pages_per_block)
-        self.domain = system.access.register(self)  # its addressing domain (see cache.access)
         self.record_hits = record_hits
         self.record_written = record_written
         self.wake: Callable[[], None] = lambda: None
         self.scheduler: BatchScheduler | None = None
         self._reading: dict | None = None  # remote tokens by holder of the step running now
-        self.writer = self.writer_type(self)
-        self.loader = self.loader_type(self, recompute_s)
-        self.swapper = Swapper(self)
+        # The parts are handed what they need: this cache as a CacheMember (its state, read only)
+        # and callables for what they ask of it; none of them imports or calls this class.
+        domain_pool = None
+        if system.spec.peer_hbm == "read_in_place":
+            domain_pool = system.domain_pool(addressing_domain(system.topology, gpus, index))
+            self.hbm = domain_pool.store
+            self.inflight = domain_pool.inflight  # one copy per domain: in flight for all
+        else:
+            self.hbm = system.add_instance_hbm(index, node, pool.num_blocks // geometry.pages_per_block)
+        self.domain_pool = domain_pool
+        self.writer = self.writer_type(self, system, domain_pool, self.read_remote, self.read_remote_run,
+                                       record_written, self._wake)
+        if domain_pool is not None:
+            domain_pool.join(self, self.writer.write_back)
+        self.domain = system.access.register(self, domain_pool)  # its addressing domain (see cache.access)
+        self.loader = self.loader_type(self, system, domain_pool, recompute_s, self._next_step_tokens,
+                                       self.read_remote_run, self.after_load, self.writer.write_down)
+        self.swapper = Swapper(self, system, self._release, self.after_load, self._next_step_tokens,
+                               record_hits, record_written)
         pool.reclaim = self.writer.reclaim
 
     def attach(self, scheduler: BatchScheduler, wake: Callable[[], None]) -> None:
@@ -228,7 +236,20 @@ class InstanceCache(AdmissionHook):
             self.system.settle_reclaims()
         self.writer.flush()
 
-    # -- shared by the parts ---------------------------------------------------------------
+    # -- handed to the parts -------------------------------------------------------------------
+    def _wake(self) -> None:
+        """Resume the instance's engine loop (the alarm :meth:`attach` was given)."""
+        self.wake()
+
+    def _next_step_tokens(self, seq: Sequence, cached_tokens: int | None = None) -> int:
+        """The tokens of ``seq``'s next step, as the scheduler counts them (after
+        ``cached_tokens`` cached tokens where given)."""
+        return self.scheduler.next_step_tokens(seq, cached_tokens)
+
+    def _release(self, seq: Sequence) -> None:
+        """Let go of what ``seq``'s admission held, unfinished (a swap out)."""
+        self.released(seq, finished=False)
+
     def after_load(self, seq: Sequence, state: SeqCache | None, ungate: bool) -> None:
         """The KV an admission waited for has landed: resume the sequence and the engine."""
         if self.scheduler is None or seq.cache is not state:

@@ -10,6 +10,9 @@ same order, as asking block by block (``tests/test_pool_shards.py``).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+from typing import TypeVar
+
 import numpy as np
 
 __all__ = ["by_node", "node_of"]
@@ -17,6 +20,8 @@ __all__ = ["by_node", "node_of"]
 _MODULUS = np.uint64(2**61 - 1)
 """CPython hashes an int ``x`` as ``sign(x) * (|x| mod (2**61 - 1))``, -1 becoming -2
 (``sys.hash_info.modulus``; the reference is ``long_hash`` in CPython's Objects/longobject.c)."""
+
+S = TypeVar("S")  # a pool node's store
 
 
 def node_of(ids: np.ndarray, nodes: int) -> np.ndarray:
@@ -31,7 +36,7 @@ def node_of(ids: np.ndarray, nodes: int) -> np.ndarray:
     return np.mod(hashed, nodes)  # (the divisor's sign, as Python's %)
 
 
-def by_node(stores: list, blocks: list) -> list[tuple]:
+def by_node(stores: list[S], blocks: list[Hashable]) -> list[tuple[S, list[Hashable]]]:
     """``blocks`` (Python ints) grouped by the pool node holding each: ``(store, group)`` in the
     order each node's first block comes, each group in order (``stores[hash(b) % len(stores)]``
     for every ``b``, walked block by block)."""
@@ -45,7 +50,7 @@ def by_node(stores: list, blocks: list) -> list[tuple]:
     try:
         ids = np.asarray(blocks, dtype=np.int64)
     except (OverflowError, TypeError, ValueError):  # (ids that are not int64: block by block)
-        groups: dict[int, tuple] = {}
+        groups: dict[int, tuple[S, list[Hashable]]] = {}
         for block in blocks:
             store = stores[hash(block) % count]
             groups.setdefault(id(store), (store, []))[1].append(block)

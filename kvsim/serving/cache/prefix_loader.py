@@ -8,15 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from operator import is_not
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import simpy
 
 from kvsim.kv import BlockStore
+from kvsim.serving.cache.domain_pool import DomainPoolBase
+from kvsim.serving.cache.member import CacheMember
 from kvsim.serving.scheduler import Sequence
 
 if TYPE_CHECKING:
-    from kvsim.serving.cache.instance_cache import InstanceCache
+    from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["PrefixLoader", "SeqCache"]
 
@@ -38,19 +40,43 @@ class PrefixLoader:
 
     Parameters
     ----------
-    cache : InstanceCache
+    cache : CacheMember
         The instance's cache, whose state (HBM store, pool, blocks in flight) this reads.
+    system : SystemCache
+    domain_pool : DomainPoolBase or None
+        The instance's addressing domain's pool with ``peer_hbm: read_in_place``, else None.
     recompute_s : callable
         ``recompute_s(tokens, cached_tokens)``: one prefill iteration's time, for the ``faster``
         policy, which compares loading a hit with the extra time recomputing it adds to the
         suffix's prefill.
+    next_step_tokens : callable
+        ``next_step_tokens(seq, cached_tokens)``: the tokens of ``seq``'s first step after
+        ``cached_tokens`` cached ones (the scheduler's).
+    read_remote_run : callable
+        ``read_remote_run(seq, blocks)``: ``seq`` reads ``blocks`` of its domain in place; returns
+        how many a peer holds
+        (:meth:`~kvsim.serving.cache.instance_cache.InstanceCache.read_remote_run`).
+    after_load : callable
+        ``after_load(seq, state, ungate)``: the KV an admission waited for has landed.
+    write_down : callable
+        ``write_down(seq, blocks, only=store)``: the instance's writer copying ``blocks`` down
+        (:meth:`~kvsim.serving.cache.writer.CacheWriter.write_down`).
     """
 
-    def __init__(self, cache: "InstanceCache", recompute_s: Callable[[int, int], float]):
+    def __init__(self, cache: CacheMember, system: "SystemCache", domain_pool: DomainPoolBase | None,
+                 recompute_s: Callable[[int, int], float], next_step_tokens: Callable[[Sequence, int], int],
+                 read_remote_run: Callable[[Sequence, Any], int],
+                 after_load: Callable[[Sequence, "SeqCache | None", bool], None],
+                 write_down: Callable[..., None]):
         self.cache = cache
-        self.system = cache.system
-        self.access = cache.system.access
+        self.system = system
+        self.access = system.access
+        self.domain_pool: Any = domain_pool  # (DomainPool, or ExtentDomainPool for extents)
         self.recompute_s = recompute_s
+        self.next_step_tokens = next_step_tokens
+        self.read_remote_run = read_remote_run
+        self.after_load = after_load
+        self.write_down = write_down
 
     def admit(self, seq: Sequence) -> str | None:
         """Prepare the admission of ``seq`` (which has prefix hashes); see AdmissionHook.admit."""
@@ -120,7 +146,7 @@ class PrefixLoader:
         # preempt another to grow (or be preempted) before taking a step.
         first_pages = 0
         if system.spec.load_mode == "before" and (to_load or pending):
-            first_pages = cache.pool.blocks_for(cache.scheduler.next_step_tokens(seq, n * g.block_tokens))
+            first_pages = cache.pool.blocks_for(self.next_step_tokens(seq, n * g.block_tokens))
         pages = len(to_load) * g.pages_per_block + first_pages
         if pages and not cache.pool.take(pages):
             hbm.drop_reader_each(held)
@@ -135,11 +161,11 @@ class PrefixLoader:
         seq.kv_blocks = first_pages  # its own pages (the loaded blocks' pages belong to the cache)
         seq.remote_tokens = 0
         # read in place: the blocks already in the domain are read where they are (no pages)
-        remote = cache.read_remote_run(seq, held) if cache.domain_pool is not None else 0
+        remote = self.read_remote_run(seq, held) if self.domain_pool is not None else 0
         state.hits["hbm"] = (n - len(to_load) - remote) * g.block_tokens
         if remote:
             state.hits["peer_hbm"] = remote * g.block_tokens
-        domain = cache.domain_pool
+        domain = self.domain_pool
         if to_load:
             # the copies land in this HBM, read by the sequence; the transfer pins them until the
             # bytes are there
@@ -167,7 +193,8 @@ class PrefixLoader:
         env = system.env
         done = waits[0] if len(waits) == 1 else simpy.AllOf(env, waits)
         if system.spec.load_mode == "before":
-            done.callbacks.append(lambda _event: cache.after_load(seq, state, ungate=False))
+            after_load = self.after_load
+            done.callbacks.append(lambda _event: after_load(seq, state, False))
             return "load"
         seq.gated = True
         started = env.now
@@ -202,7 +229,7 @@ class PrefixLoader:
 
     def _ungate_after(self, seq: Sequence, state: SeqCache, delay_s: float):
         yield self.system.env.timeout(delay_s)
-        self.cache.after_load(seq, state, ungate=True)
+        self.after_load(seq, state, True)
 
     def _estimated_load_s(self, sources: list[tuple[BlockStore, int]]) -> float:
         """Uncontended time to load blocks from ``sources`` (``(store, blocks)`` stretches):
@@ -340,4 +367,4 @@ class PrefixLoader:
         if not self.system.spec.gpu_direct:
             self.system.file(dram, missing)  # the bounce staged these bytes in host DRAM already
             return
-        self.cache.writer.write_down(None, missing, only=dram)
+        self.write_down(None, missing, only=dram)

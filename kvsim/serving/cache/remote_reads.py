@@ -31,8 +31,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvsim.serving.cache.member import CacheMember
+
 if TYPE_CHECKING:
-    from kvsim.serving.cache.instance_cache import InstanceCache
+    from kvsim.network.cluster_graph import Edge
     from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["RemoteReads"]
@@ -49,14 +51,17 @@ class RemoteReads:
     def __init__(self, system: "SystemCache"):
         self.system = system
         self.active: dict[int, int] = {}     # id(holder) -> steps now reading from it
-        self.pair_bytes: dict[tuple, float] = {}  # (holder, reader) -> bytes per card, in the window
-        self._caches: dict[int, "InstanceCache"] = {}
+        self.pair_bytes: dict[tuple[int, int], float] = {}  # (id(holder), id(reader)) -> bytes per card, in the window
+        self._caches: dict[int, CacheMember] = {}
 
-    def begin(self, reader: "InstanceCache", tokens_by_holder: dict) -> float:
+    def begin(self, reader: CacheMember, tokens_by_holder: dict[CacheMember, int]) -> float:
         """A step of ``reader`` starts, reading ``tokens_by_holder[holder]`` context tokens from each
         holder; returns the per-card rate of its remote reads, bytes/s (see the module docstring).
         Call :meth:`end` with the same arguments when the step ends."""
         rate_Bps = reader.remote_read_Bps
+        if rate_Bps is None:
+            raise RuntimeError(f"instance {reader.index} reads KV in place from peers, "
+                               "but has no scale-up link to read over")
         total = worst = 0
         system = self.system
         inside = system.window[0] <= system.env.now <= system.window[1]
@@ -74,7 +79,7 @@ class RemoteReads:
         # the reader's own link carries all of it; each holder's link its share of the readers
         return rate_Bps * total / max(total, worst) if total else rate_Bps
 
-    def end(self, tokens_by_holder: dict) -> None:
+    def end(self, tokens_by_holder: dict[CacheMember, int]) -> None:
         """The step that :meth:`begin` started has ended."""
         for holder in tokens_by_holder:
             key = id(holder)
@@ -84,10 +89,10 @@ class RemoteReads:
             else:
                 del self.active[key]
 
-    def edge_bytes(self) -> dict:
+    def edge_bytes(self) -> dict["Edge", float]:
         """Bytes read in place over each directed scale-up edge inside the window (all cards)."""
         topology = self.system.topology
-        edges: dict = {}
+        edges: dict[Edge, float] = {}
         for (holder_key, reader_key), nbytes in self.pair_bytes.items():
             holder, reader = self._caches[holder_key], self._caches[reader_key]
             for src, dst in zip(holder.gpus, reader.gpus):

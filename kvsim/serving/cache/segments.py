@@ -12,7 +12,11 @@ of a thousand blocks is one tuple.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
 
 from kvsim.workload.reuse import prompt_segments
 
@@ -30,13 +34,13 @@ def prompt_address(seq: Any, block_tokens: int) -> list[Segment]:
     that starts with none (its document is shorter than a block) is one chain of its own, keyed
     by its first id: no other prompt has that block, hence none of its blocks.
     """
-    segments = seq.segments
+    segments: list[Segment] | None = seq.segments
     if segments is None:
         segments = seq.segments = ids_address(seq.hashes, block_tokens)
     return segments
 
 
-def ids_address(hashes, block_tokens: int) -> list[Segment]:
+def ids_address(hashes: Sequence[int] | NDArray[np.integer], block_tokens: int) -> list[Segment]:
     """The blocks ``hashes`` names (a prompt's ids, from its first block) as segments: what
     :func:`prompt_address` keeps on a sequence, for ids with no sequence (a prewarm's prompts)."""
     found = prompt_segments(hashes, block_tokens)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Callable
 
 import simpy
 
+from kvsim.serving.cache.member import CacheMember
 from kvsim.serving.scheduler import Sequence
 
 if TYPE_CHECKING:
-    from kvsim.serving.cache.instance_cache import InstanceCache
+    from kvsim.network.cluster_graph import Edge
+    from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["Swapper"]
 
@@ -20,18 +23,41 @@ class Swapper:
     The copies cross PCIe and the DRAM channels like any other transfer (host<->device copies at
     the copy-engine rate). The pages are handed back at once on swap-out: the copy is assumed
     staged, like a write-back.
+
+    Parameters
+    ----------
+    cache : CacheMember
+        The instance's cache, whose cards, node, pool and geometry this reads.
+    system : SystemCache
+    release : callable
+        ``release(seq)``: the instance's cache lets go of what ``seq``'s admission held.
+    after_load : callable
+        ``after_load(seq, state, ungate)``: the KV an admission waited for has landed.
+    next_step_tokens : callable
+        ``next_step_tokens(seq)``: the tokens of ``seq``'s next step (the scheduler's).
+    record_hits, record_written : callable
+        The per-request records, as :class:`~kvsim.serving.cache.instance_cache.InstanceCache`
+        takes them.
     """
 
-    def __init__(self, cache: "InstanceCache"):
+    def __init__(self, cache: CacheMember, system: "SystemCache", release: Callable[[Sequence], None],
+                 after_load: Callable[[Sequence, Any, bool], None], next_step_tokens: Callable[[Sequence], int],
+                 record_hits: Callable[[Sequence, str, int, float], None],
+                 record_written: Callable[[Sequence, float], None]):
         self.cache = cache
-        self.system = cache.system
+        self.system = system
+        self.release = release
+        self.after_load = after_load
+        self.next_step_tokens = next_step_tokens
+        self.record_hits = record_hits
+        self.record_written = record_written
         self.swapping: dict[int, simpy.Event] = {}  # rid -> swap-out still in flight
 
     def _kv_bytes_per_card(self, tokens: int) -> float:
         g = self.cache.geometry
         return tokens * g.block_bytes_per_card / g.block_tokens
 
-    def _paths(self, out: bool) -> list:
+    def _paths(self, out: bool) -> list[list["Edge"]]:
         topology = self.system.topology
         dram = topology.dram(self.cache.node)
         return [topology.store_path(gpu, dram, True) if out else topology.load_path(dram, gpu, True)
@@ -44,8 +70,8 @@ class Swapper:
         if system.spec.preemption != "swap" or seq.kv_tokens == 0:
             return False
         nbytes = self._kv_bytes_per_card(seq.kv_tokens)
-        cache.released(seq, finished=False)
-        cache.record_written(seq, nbytes * cache.geometry.tp)
+        self.release(seq)
+        self.record_written(seq, nbytes * cache.geometry.tp)
         system.count(system.bytes_written, "dram", nbytes * cache.geometry.tp)
         self.swapping[seq.rid] = system.transfers.move(self._paths(out=True), nbytes, "swap")
         return True
@@ -61,17 +87,18 @@ class Swapper:
         in between, until something else freed pages.
         """
         cache, system = self.cache, self.system
-        if not cache.pool.grow(seq, seq.kv_tokens + cache.scheduler.next_step_tokens(seq)):  # all of it comes back as its own pages
+        if not cache.pool.grow(seq, seq.kv_tokens + self.next_step_tokens(seq)):  # all of it comes back as its own pages
             return None
         nbytes = self._kv_bytes_per_card(seq.kv_tokens)
-        cache.record_hits(seq, "hbm", 0, nbytes * cache.geometry.tp)
+        self.record_hits(seq, "hbm", 0, nbytes * cache.geometry.tp)
         system.count(system.bytes_loaded, "dram", nbytes * cache.geometry.tp)
         seq.swapped = False
         system.env.process(self._swap_back(seq, seq.cache, self.swapping.pop(seq.rid, None), nbytes))
         return "load"
 
-    def _swap_back(self, seq: Sequence, state, out: simpy.Event | None, nbytes: float):
+    def _swap_back(self, seq: Sequence, state: Any, out: simpy.Event | None,
+                   nbytes: float) -> Generator[simpy.Event, object, None]:
         if out is not None and not out.processed:
             yield out
         yield self.system.transfers.move(self._paths(out=False), nbytes, "swap")
-        self.cache.after_load(seq, state, ungate=False)
+        self.after_load(seq, state, False)

@@ -31,6 +31,10 @@ shared block) counts as a lead seen once for ever: the estimate errs towards war
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
 from scipy.special import gammaincinv
 
 __all__ = ["UnofferedShare"]
@@ -54,7 +58,7 @@ class UnofferedShare:
         self.once = 0  # N1: leads offered exactly once
         self._count: dict[int, int] = {}  # lead block id -> prompts that offered it (a dict: never iterated)
 
-    def offer(self, hashes) -> None:
+    def offer(self, hashes: Sequence[int] | NDArray[np.integer]) -> None:
         """Count one prompt, given its full blocks' ids (an empty prompt has no shared content)."""
         self.prompts += 1
         if len(hashes) == 0:

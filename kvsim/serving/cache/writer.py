@@ -5,13 +5,15 @@ eviction when HBM runs short (domain-wide with ``peer_hbm: read_in_place``, see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 from kvsim.kv import BlockStore
+from kvsim.serving.cache.domain_pool import DomainPoolBase
+from kvsim.serving.cache.member import CacheMember
 from kvsim.serving.scheduler import Sequence
 
 if TYPE_CHECKING:
-    from kvsim.serving.cache.instance_cache import InstanceCache
+    from kvsim.serving.cache.tiers import SystemCache
 
 __all__ = ["CacheWriter"]
 
@@ -23,11 +25,35 @@ def _ids(blocks) -> list:
 
 
 class CacheWriter:
-    """Everything an instance writes into its HBM cache and the tiers below it."""
+    """Everything an instance writes into its HBM cache and the tiers below it.
 
-    def __init__(self, cache: "InstanceCache"):
+    Parameters
+    ----------
+    cache : CacheMember
+        The instance's cache, whose HBM store, pool, cards and geometry this reads.
+    system : SystemCache
+    domain_pool : DomainPoolBase or None
+        The instance's addressing domain's pool with ``peer_hbm: read_in_place``, else None.
+    read_remote, read_remote_run : callable
+        ``read_remote(seq, block)``, ``read_remote_run(seq, blocks)``: ``seq`` reads ``block``
+        (``blocks``) of its domain in place
+        (:meth:`~kvsim.serving.cache.instance_cache.InstanceCache.read_remote`).
+    record_written : callable
+        ``record_written(seq, nbytes)`` for the per-request records.
+    wake : callable
+        ``wake()``: resume the instance's engine loop (a copy down landed: pins let go).
+    """
+
+    def __init__(self, cache: CacheMember, system: "SystemCache", domain_pool: DomainPoolBase | None,
+                 read_remote: Callable[[Sequence, Any], bool], read_remote_run: Callable[[Sequence, Any], int],
+                 record_written: Callable[[Sequence, float], None], wake: Callable[[], None]):
         self.cache = cache
-        self.system = cache.system
+        self.system = system
+        self.domain_pool: Any = domain_pool  # (DomainPool, or ExtentDomainPool for extents)
+        self.read_remote = read_remote
+        self.read_remote_run = read_remote_run
+        self.record_written = record_written
+        self.wake = wake
         self._paths_to: dict[int, list] = {}
         self._unit = self.system.write_plan(cache.geometry)  # (writing ranks, bytes each per block)
 
@@ -56,7 +82,7 @@ class CacheWriter:
         first_new = seq.shared_tokens // g.block_tokens
         if full <= first_new:
             return
-        hbm, index, domain = cache.hbm, self.system.index, cache.domain_pool
+        hbm, index, domain = cache.hbm, self.system.index, self.domain_pool
         run = _ids(seq.hashes[first_new:full])
         # one run: a block already cached was computed twice, so the cached copy is kept (one per
         # domain: it may be a peer's, then this sequence reads it in place from now on); the
@@ -76,7 +102,7 @@ class CacheWriter:
                     if pos in new:
                         domain.homed(block, cache)
                     else:
-                        cache.read_remote(seq, block)
+                        self.read_remote(seq, block)
             else:
                 domain.homed_run(new_blocks, cache)
         state.blocks.extend(run)
@@ -101,6 +127,7 @@ class CacheWriter:
             targets = system.missing_below(cache.node, blocks)
         writers, unit = self._unit
         legacy = self.system.write_fanout == "legacy"
+        wake = self.wake  # the engine loop's alarm, once the copies land
         for store, group in targets:
             # (legacy: the expression kvsim always used, so its records stay bit for bit)
             per_card = len(group) * g.block_bytes / g.tp if legacy else len(group) * unit
@@ -109,7 +136,7 @@ class CacheWriter:
             if done is None:
                 continue  # the store's write queue is full: no copy there (counted by system.write)
             if seq is not None:
-                cache.record_written(seq, per_card * len(writers))
+                self.record_written(seq, per_card * len(writers))
             cache.hbm.pin_each(group)
 
             def stored(_event, store=store, group=group):
@@ -117,7 +144,7 @@ class CacheWriter:
                     system.settle_reclaims()
                 cache.hbm.unpin_each(group)
                 system.file(store, group)
-                cache.wake()
+                wake()
 
             done.callbacks.append(stored)
 
@@ -143,8 +170,8 @@ class CacheWriter:
             # is filed at once (the same pages, blocks, stamps and watcher calls, in order)
             pool.take(pages)
             index.insert_run(hbm, run, touch=False)
-            if cache.domain_pool is not None:
-                cache.domain_pool.homed_run(run, cache)
+            if self.domain_pool is not None:
+                self.domain_pool.homed_run(run, cache)
             if self.system.spec.write_policy == "write_through":
                 self.write_down(seq, run)
             return
@@ -157,8 +184,8 @@ class CacheWriter:
             if index.insert(hbm, block) is None:
                 cache.pool.give(g.pages_per_block)
                 break
-            if cache.domain_pool is not None:
-                cache.domain_pool.homed(block, cache)
+            if self.domain_pool is not None:
+                self.domain_pool.homed(block, cache)
             new_blocks.append(block)
         if new_blocks and self.system.spec.write_policy == "write_through":
             self.write_down(seq, new_blocks)
@@ -169,8 +196,8 @@ class CacheWriter:
         cache = self.cache
         if self.system.pending_reclaims:
             self.system.settle_reclaims()
-        if cache.domain_pool is not None:
-            cache.domain_pool.reclaim(cache, shortfall_pages)
+        if self.domain_pool is not None:
+            self.domain_pool.reclaim(cache, shortfall_pages)
             return
         g = cache.geometry
         if cache.hbm.evictable_blocks * g.pages_per_block < shortfall_pages:
@@ -204,7 +231,7 @@ class CacheWriter:
         this HBM (their pins could take the evictable blocks the plan counted), and an index
         with watchers (a router's delayed view logs each change at the time it is made)."""
         cache, system = self.cache, self.system
-        if (cache.domain_pool is not None or system.spec.write_policy != "write_through"
+        if (self.domain_pool is not None or system.spec.write_policy != "write_through"
                 or system.spec.peer_hbm != "none" or system.index._watchers):
             return -1
         return cache.hbm.evictable_blocks
@@ -222,8 +249,8 @@ class CacheWriter:
     def flush(self) -> None:
         """Evict every cached block no one holds (the instance leaves a role that caches)."""
         cache = self.cache
-        if cache.domain_pool is not None:
-            cache.domain_pool.flush(cache)
+        if self.domain_pool is not None:
+            self.domain_pool.flush(cache)
             return
         self.reclaim(cache.hbm.evictable_blocks * cache.geometry.pages_per_block)
 
