@@ -21,6 +21,7 @@ import pandas as pd
 from kvsim._version import __version__
 from kvsim.calibration.calibfile import FORMAT_VERSION, write_calibration
 from kvsim.calibration.calibrate import Calibrated, calibrate, parameter_table, summarise_errors
+from kvsim.calibration.card_summary import card_model_markdown, card_model_rows, unit_card_model
 from kvsim.calibration.fit import relative_errors
 from kvsim.calibration.measurements import METRICS, read_measurements
 from kvsim.calibration.memory_check import kv_capacity_markdown, kv_capacity_rows
@@ -44,11 +45,13 @@ def results_frame(result: Calibrated, dataset: str) -> pd.DataFrame:
         measured = unit.measured
         metrics = METRICS if unit.kind == "vllm_run" else STEP_METRICS
         label = unit.row.label if unit.kind == "vllm_run" else unit.uid
+        card, model = unit_card_model(unit.row)
         for m in metrics:
             y = measured.get(m)
             if not y:
                 continue
-            row = {"dataset": dataset, "unit": unit.uid, "label": label, "metric": m, "measured": y,
+            row = {"dataset": dataset, "unit": unit.uid, "label": label, "card": card, "model": model,
+                   "metric": m, "measured": y,
                    "datasheet": result.datasheet[unit.uid][m], "calibrated": result.calibrated[unit.uid][m],
                    "loo": result.loo[unit.uid]["predicted"][m] if unit.uid in result.loo else np.nan}
             for key in ("datasheet", "calibrated", "loo"):
@@ -187,6 +190,8 @@ def validation_markdown(frame: pd.DataFrame, summary: pd.DataFrame, fits: dict[s
                      f"{_apct(r.calibrated_median)} | {_apct(r.calibrated_p90)} | {_apct(r.loo_median)} | "
                      f"{_apct(r.loo_p90)} |")
     lines += [""] + targets_markdown(summary)
+    if {"card", "model"} <= set(frame.columns):
+        lines += [""] + card_model_markdown(card_model_rows(frame))
     if gap_lines:
         lines += [""] + list(gap_lines)
     for dataset, info in fits.items():
