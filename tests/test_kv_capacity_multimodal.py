@@ -161,3 +161,19 @@ def test_a_tower_that_does_not_tile_is_refused_at_its_field(scout):
         VisionTowerSpec(**{**fields, "patch_size": 15})
     with pytest.raises(ValidationError, match="dtype"):
         VisionTowerSpec(**{**fields, "dtype": "int3"})
+
+
+@pytest.mark.skipif(not VLLM_RUNS.exists(), reason="needs ../shared/calibration")
+def test_deploy_writes_the_vllm_flags_of_the_options():
+    from kvsim.plan.deploy_map import engine_groups
+
+    def flags(**instance):
+        groups, gaps = engine_groups(_build(_scout_run_raw(**instance)), "vllm", 1)
+        return {s.name: s.value for s in groups[0].vllm.flags}, {g.field for g in gaps if g.engine == "sglang"}
+
+    default, _ = flags()
+    assert "--limit-mm-per-prompt" not in default and "--skip-mm-profiling" not in default
+    text_only, gaps = flags(images_per_prompt=0, mm_profiling=False)
+    assert text_only["--limit-mm-per-prompt"] == '{"image": 0}'
+    assert "--skip-mm-profiling" in text_only and text_only["--skip-mm-profiling"] is None
+    assert {p.rsplit(".", 1)[1] for p in gaps} >= {"images_per_prompt", "mm_profiling"}
