@@ -139,7 +139,7 @@ def test_real_run_reproduction_is_shaped_like_the_run():
     ("llama-2-70b", 68.98, 68.98), ("llama-4-scout-17b-16e", 107.8, 17.2)])
 def test_calibration_set_models_have_their_published_sizes(name, params, active):
     # Published: Qwen2.5-7B 7.61 B; Mistral-NeMo 12.2 B; Yi-34B 34.4 B; Llama-2-70B 69 B;
-    # Llama-4-Scout 109 B total (text 107.8 B + ~0.9 B vision tower, not modelled) / 17 B active.
+    # Llama-4-Scout 109 B total (text 107.8 B + the 0.87 B vision tower, kept apart in ModelSpec.vision) / 17 B active.
     model = model_catalog()[name]
     assert model.total_params / 1e9 == pytest.approx(params, abs=0.05)
     assert model.active_params / 1e9 == pytest.approx(active, abs=0.05)

@@ -83,7 +83,7 @@ PROSE: dict[str, tuple[str, str]] = {
     **{name: ("Your own hardware", "scenario-files.md#your-own-hardware")
        for name in ("CatalogEntries", "CatalogAcceleratorSpec", "CatalogEfficiencySpec", "CatalogHostStagingSpec",
                     "CatalogMlaSpec", "CatalogModelSpec", "CatalogMoeSpec", "CatalogNicSpec", "CatalogNodeSpec",
-                    "CatalogNvmeSpec", "CatalogPoolNodeSpec")},
+                    "CatalogNvmeSpec", "CatalogPoolNodeSpec", "CatalogVisionTowerSpec")},
     **{name: ("An example", "scenario-files.md#an-example")
        for name in ("ScenarioSpec", "WorkloadSpec", "SloSpec", "CompareSpec")},
     "AdapterSpec": ("LoRA adapters", "scenario-files.md#lora-adapters"),

@@ -47,7 +47,8 @@ def kv_capacity_markdown(rows: list[dict]) -> list[str]:
     lines = ["## KV capacity against vLLM's reported blocks", "",
              "KV blocks of 16 tokens per GPU worker: what vLLM reported at start-up (`gpu_kv_blocks`) against "
              "what kvsim sizes from the catalog (`memory_utilization` 0.9, weights, the vLLM-style reserve of "
-             "`kvsim/models/memory.py`). Nothing is fitted.", "",
+             "`kvsim/models/memory.py`, with the vision tower, RoPE table and encoder profiling pass of a multimodal "
+             "checkpoint). Nothing is fitted.", "",
              "| run | model | tp | precision | token budget | vLLM blocks | kvsim blocks | error |",
              "|---|---|---:|---|---:|---:|---:|---:|"]
     for r in rows:

@@ -22,6 +22,7 @@ from pydantic import Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.models.attention_span import AttentionSpan
+from kvsim.models.vision import VisionTowerSpec
 from kvsim.spec_types import Count, FrozenSpec, field_errors
 
 __all__ = ["ModelSpec", "MlaSpec", "MoeSpec", "WEIGHT_GROUPS", "MAX_DIMENSION", "Dimension"]
@@ -70,7 +71,14 @@ class MoeSpec(FrozenSpec):
 
 
 class ModelSpec(FrozenSpec):
-    """Architecture of a decoder-only transformer, as in its ``config.json``."""
+    """Architecture of a decoder-only transformer, as in its ``config.json``.
+
+    ``max_position_embeddings`` (optional) is the length the rotary-embedding table is built for
+    (vLLM precomputes it whole, whatever ``max_model_len``: :func:`kvsim.models.memory.rope_table_bytes`);
+    ``vision`` (optional) the vision tower a multimodal checkpoint ships
+    (:class:`~kvsim.models.vision.VisionTowerSpec`). Neither is part of the text model's
+    parameters or FLOPs.
+    """
 
     name: str = ""
     hf_id: str
@@ -87,6 +95,8 @@ class ModelSpec(FrozenSpec):
     moe: MoeSpec | None = None
     sliding_window: Dimension | None = None
     sliding_window_layers: Count | None = None  # 0: a window given, no layer uses it
+    max_position_embeddings: Dimension | None = None
+    vision: VisionTowerSpec | None = None
     sources: dict[str, str]
 
     @model_validator(mode="after")

@@ -231,6 +231,12 @@ def _batching(vllm: EngineCommand, sglang: EngineCommand, p: str, pool: PoolSizi
              (inst.memory_utilization,))
     sglang.add("--mem-fraction-static", f"{inst.memory_utilization:g}", (src + "memory_utilization",),
                (inst.memory_utilization,), "weights + KV pool share of device memory")
+    if pool.model.vision is not None and inst.images_per_prompt is not None:  # vLLM's default: 999
+        n = inst.images_per_prompt
+        vllm.add("--limit-mm-per-prompt", json.dumps({"image": n}), (src + "images_per_prompt",), (n,),
+                 "0: text only, the vision tower not loaded" if n == 0 else "")
+    if pool.model.vision is not None and not inst.mm_profiling:
+        vllm.add("--skip-mm-profiling", None, (src + "mm_profiling",), (False,), "mm_profiling: false")
     _graphs(vllm, sglang, spec, system)
     dtype = spec.system_dtype(system)
     where = f"systems.{system}.dtype" if spec.systems[system].dtype else "dtype"
@@ -415,6 +421,9 @@ def _instance_gaps(spec: Any, system: str, pool: PoolSizing) -> list[Gap]:
                       ("layout", "the layout written is the pool's given fields")):
         if name in inst.model_fields_set:
             gaps.append(Gap("all", f"{where}.{name}", _show(getattr(inst, name)), why))
+    for name in ("images_per_prompt", "mm_profiling"):
+        if pool.model.vision is not None and name in inst.model_fields_set:
+            gaps.append(Gap("sglang", f"{where}.{name}", _show(getattr(inst, name)), "written for vLLM only"))
     if pool.layout.cards > pool.node.accelerators_per_node:
         gaps.append(Gap("all", f"{where}.tp", pool.layout.tp, f"an instance spans {pool.layout.cards // pool.node.accelerators_per_node} "
                         "nodes: the commands need the engines' multi-node options (vLLM --nnodes / Ray, SGLang "

@@ -143,6 +143,14 @@ class InstanceSpec(FrozenSpec):
     runtime_reserve : float
         With ``activation_reserve`` computed: bytes per card for CUDA graphs, communication
         buffers and workspaces (assumption: 1 GiB).
+    images_per_prompt : int or None
+        Images a prompt may carry, for a model with a vision tower (vLLM ``--limit-mm-per-prompt
+        '{"image": N}'``). None (default): vLLM's default, 999; vLLM then loads the tower and
+        profiles an encoder pass even if every prompt is text. 0: text only, no tower loaded and
+        no encoder pass (:mod:`kvsim.models.vision`). Ignored for text models.
+    mm_profiling : bool
+        False: vLLM's ``--skip-mm-profiling``: the tower is loaded, its encoder pass not kept
+        out of the KV cache. Default True.
     weight_offload : WeightOffloadSpec or None
         Keep a share of the layers in host DRAM and stream them to the cards every iteration
         (``{fraction: 0.5}``; :mod:`kvsim.models.weight_offload`): more HBM for KV, or a model on
@@ -187,6 +195,8 @@ class InstanceSpec(FrozenSpec):
     memory_utilization: Fraction = 0.9
     activation_reserve: Bytes | None = None  # 0 is a choice: every byte left after weights holds KV
     runtime_reserve: Bytes = 1.0 * 2**30
+    images_per_prompt: Count | None = None
+    mm_profiling: bool = True
     weight_offload: WeightOffloadSpec | None = None
 
     @property

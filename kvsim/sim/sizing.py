@@ -20,7 +20,7 @@ from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_b
 from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.early_exit_step import EarlyExitStepTime, ExitProblem, exit_sizing
 from kvsim.models.engine import EngineSpec
-from kvsim.models.memory import activation_reserve_bytes
+from kvsim.models.memory import activation_reserve_bytes, loaded_extra_bytes_per_card
 from kvsim.models.step_time import RooflineStepTime
 from kvsim.models.weight_offload import WeightStream, offload_sizing
 from kvsim.scenario.load import Catalogs
@@ -248,7 +248,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         raise SizingError(path + ("instances",), f"{instances} instances of {layout.label()} need "
                           f"{instances * layout.cards} cards; {pool.nodes} x {node.name} has {pool_cards}")
     weight_dtypes = spec.system_weight_dtypes(name)
-    weights_per_card = weight_bytes_per_card(model, layout, dtype, weight_dtypes)
+    weights_per_card = weight_bytes_per_card(model, layout, dtype, weight_dtypes)  # + RoPE table, vision tower:
+    weights_per_card += loaded_extra_bytes_per_card(model, layout.tp, inst.images_per_prompt)  # what loading takes
     stream = None
     if inst.weight_offload is not None:
         cache = system.kv_cache
@@ -267,7 +268,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
     if reserve is None:
-        reserve = activation_reserve_bytes(model, inst.max_batched_tokens, inst.max_num_seqs, inst.runtime_reserve)
+        reserve = activation_reserve_bytes(model, inst.max_batched_tokens, inst.max_num_seqs, inst.runtime_reserve,
+                                           layout.tp, inst.images_per_prompt, inst.mm_profiling)
     kv_budget = usable - weights_per_card - adapters_per_card - reserve
     role = "" if pool.role == "mixed" else f" for the {pool.role} role"
     if kv_budget <= 0:
