@@ -171,9 +171,15 @@ def hardware_label(sizing) -> str:
     """``8x h20, 8 inst tp1``; a disaggregated system lists its pools with their roles."""
     if len(sizing.pools) == 1 and not sizing.disaggregated:
         p = sizing.pools[0]
-        return f"{p.cards}x {p.accelerator.name}, {p.instances} inst {p.layout.label()}"
-    return " + ".join(f"{p.role[0].upper()}: {p.cards}x {p.accelerator.name} ({p.instances} {p.layout.label()})"
+        return f"{p.cards}x {p.accelerator.name}, {p.instances} inst {_layout(p)}"
+    return " + ".join(f"{p.role[0].upper()}: {p.cards}x {p.accelerator.name} ({p.instances} {_layout(p)})"
                       for p in sizing.pools)
+
+
+def _layout(pool) -> str:
+    """``tp2``; with weight offload ``tp2, 16/32 layers on host``."""
+    stream = pool.stream
+    return pool.layout.label() + (f", {stream.offloaded}/{stream.layers} layers on host" if stream is not None else "")
 
 
 def _slo_cell(met: dict[str, bool]) -> str:

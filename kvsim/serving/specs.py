@@ -156,6 +156,13 @@ class InstanceSpec(FrozenSpec):
         (``{fraction: 0.5}``; :mod:`kvsim.models.weight_offload`): more HBM for KV, or a model on
         fewer cards, for host-link time on every step. Dense models, tensor parallelism inside
         one node. None (default): every weight in HBM.
+    weight_offload_search : list of float
+        With ``layout: best``: shares of the layers the search also tries keeping on the host
+        (each a ``weight_offload.fraction``), beside every weight in HBM, for each candidate
+        layout offload is modelled for (a dense model, tensor parallelism inside one node). So
+        the search weighs e.g. TP 2 with half the layers streamed against TP 4 without, and its
+        summary says whether offload paid (``layout_search.weight_offload``). Empty (default):
+        the search keeps every weight in HBM.
 
     Notes
     -----
@@ -198,6 +205,7 @@ class InstanceSpec(FrozenSpec):
     images_per_prompt: Count | None = None
     mm_profiling: bool = True
     weight_offload: WeightOffloadSpec | None = None
+    weight_offload_search: tuple[Annotated[float, Field(gt=0.0, lt=1.0)], ...] = ()
 
     @property
     def instance_max_num_seqs(self) -> int:

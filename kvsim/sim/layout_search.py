@@ -28,10 +28,22 @@ none), then the lower mean end-to-end latency (a short pilot completes few reque
 counts are common), then the fewer cards per instance (summed over the searched pools), then
 the search order.
 
+**Weight placements** (issue 28 item 3). A pool that also gives ``weight_offload_search:
+[0.25, 0.5]`` has, beside each layout with every weight in HBM, the same layout with each share
+of its layers kept in host DRAM (:mod:`kvsim.models.weight_offload`), where offload is modelled
+(a dense model, tensor parallelism inside one node) and fits the host DRAM; such a candidate's
+label reads ``tp2 offload 0.5``. It competes like any other: TP 2 with half its layers streamed
+against TP 4 without is decided by the pilots' goodput, then by fewer cards per instance. The
+summary's ``weight_offload`` says whether offload paid: the best pilot with and without it,
+and a verdict -- offload *saves cards* (it wins on fewer cards per instance), *pays* (it wins
+at the same or more cards: more KV room), *is the only fit* (no layout holds every weight in
+HBM), or *only slows decode* (an all-in-HBM layout wins).
+
 The chosen layouts are written into the spec at that sweep point (``layout: given`` with
-``tp``, ``pp``, ``ep``, ``dp_attention``), and the scores are kept in the run's summary
-(``layout_search``: ``chosen`` and each pilot's and finalist's goodput by label; with several
-pools a label reads ``prefill=tp8; decode=tp16 ep16 dpa16`` and ``pools`` gives each pool's).
+``tp``, ``pp``, ``ep``, ``dp_attention`` and any ``weight_offload``), and the scores are kept in
+the run's summary (``layout_search``: ``chosen`` and each pilot's and finalist's goodput by
+label; with several pools a label reads ``prefill=tp8; decode=tp16 ep16 dpa16`` and ``pools``
+gives each pool's).
 """
 
 from __future__ import annotations
@@ -40,12 +52,13 @@ from dataclasses import dataclass
 from typing import Callable, TypeVar
 
 from kvsim.models.parallel import Layout, candidate_layouts
+from kvsim.models.weight_offload import WeightOffloadSpec
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.sim.sizing import SizingError, SystemSizing, size_pool, size_system
 
-__all__ = ["PILOT_DURATION_S", "FINALISTS", "Choice", "SearchSpace", "searches_layout", "with_choice",
-           "search_space", "pilot_sizings", "resolve_choice", "choose_layout"]
+__all__ = ["PILOT_DURATION_S", "FINALISTS", "Candidate", "Choice", "SearchSpace", "searches_layout", "with_choice",
+           "search_space", "pilot_sizings", "resolve_choice", "choose_layout", "offload_verdict"]
 
 T = TypeVar("T")
 
@@ -58,10 +71,26 @@ loads of the shipped studies; shorter scenarios pilot over their own duration)."
 
 
 @dataclass(frozen=True)
-class Choice:
-    """One layout for each searched pool, in the system's pool order."""
+class Candidate:
+    """One way to run a pool's instances: a layout and the share of its layers kept in host
+    DRAM (None: every weight in HBM)."""
 
-    layouts: tuple[tuple[str, Layout], ...]
+    layout: Layout
+    offload: float | None = None
+
+    def label(self) -> str:
+        return self.layout.label() + (f" offload {self.offload:g}" if self.offload is not None else "")
+
+    @property
+    def cards(self) -> int:
+        return self.layout.cards
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One candidate for each searched pool, in the system's pool order."""
+
+    layouts: tuple[tuple[str, Candidate], ...]
     several: bool  # the system has more than one pool: labels name the pool
 
     def label(self) -> str:
@@ -80,7 +109,7 @@ class SearchSpace:
     """What a system's search will try: each searched pool's fitting layouts, in search order,
     and the layouts the pools start at."""
 
-    pools: tuple[tuple[str, tuple[Layout, ...]], ...]
+    pools: tuple[tuple[str, tuple[Candidate, ...]], ...]
     start: Choice
     start_sizing: SystemSizing
 
@@ -111,6 +140,9 @@ def _search_problem(spec: ScenarioSpec, name: str) -> tuple[tuple[str, ...], str
         if given:
             return system.pool_path(pool_name) + ("instance", given[0]), \
                 f"give layout: best or the layout ({', '.join(given)}), not both"
+        if pool.instance.weight_offload_search and pool.instance.weight_offload is not None:
+            return system.pool_path(pool_name) + ("instance", "weight_offload_search"), \
+                "give weight_offload (one share, every candidate) or weight_offload_search (shares to try), not both"
         if pool.roles is not None:
             return system.pool_path(pool_name) + ("roles",), (
                 "roles counts instances, and layout: best changes how many the pool has: give the pool one "
@@ -118,34 +150,48 @@ def _search_problem(spec: ScenarioSpec, name: str) -> tuple[tuple[str, ...], str
     return None
 
 
-def with_choice(spec: ScenarioSpec, name: str, layouts: dict[str, Layout]) -> ScenarioSpec:
-    """``spec`` with the named pools of system ``name`` set to the given layouts (``layout: given``)."""
+def _fields(candidate: Candidate, instance) -> dict:
+    layout = candidate.layout
+    fields = {"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp_attention": layout.dp_attention,
+              "layout": "given", "weight_offload_search": ()}
+    if candidate.offload is not None:  # keeps a given buffer_layers
+        base = instance.weight_offload or WeightOffloadSpec(fraction=candidate.offload)
+        fields["weight_offload"] = base.model_copy(update={"fraction": candidate.offload})
+    elif instance.weight_offload_search:  # the search's all-in-HBM candidate
+        fields["weight_offload"] = None
+    return fields
+
+
+def with_choice(spec: ScenarioSpec, name: str, layouts: dict[str, Candidate]) -> ScenarioSpec:
+    """``spec`` with the named pools of system ``name`` set to the given candidates (``layout:
+    given``, with their weight offload)."""
     system = spec.systems[name]
     if system.pools is None:
-        (layout,) = layouts.values()
-        fields = {"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp_attention": layout.dp_attention,
-                  "layout": "given"}
-        system = system.model_copy(update={"instance": system.instance.model_copy(update=fields)})
+        (candidate,) = layouts.values()
+        instance = system.instance
+        system = system.model_copy(update={"instance": instance.model_copy(update=_fields(candidate, instance))})
     else:
         pools = dict(system.pools)
-        for pool_name, layout in layouts.items():
-            fields = {"tp": layout.tp, "pp": layout.pp, "ep": layout.ep, "dp_attention": layout.dp_attention,
-                      "layout": "given"}
-            pool = pools[pool_name]
-            pools[pool_name] = pool.model_copy(update={"instance": pool.instance.model_copy(update=fields)})
+        for pool_name, candidate in layouts.items():
+            instance = pools[pool_name].instance
+            pools[pool_name] = pools[pool_name].model_copy(
+                update={"instance": instance.model_copy(update=_fields(candidate, instance))})
         system = system.model_copy(update={"pools": pools})
     return spec.model_copy(update={"systems": {**spec.systems, name: system}})
 
 
-def _choice(spec: ScenarioSpec, name: str, layouts: dict[str, Layout]) -> Choice:
+def _choice(spec: ScenarioSpec, name: str, layouts: dict[str, Candidate]) -> Choice:
     pools = spec.systems[name].pool_specs()
     return Choice(tuple((p, layouts[p]) for p in pools if p in layouts), several=len(pools) > 1)
 
 
-def _start(pool_layouts: tuple[Layout, ...], per_node: int) -> Layout:
-    """The conventional layout: the widest plain tensor parallelism inside one node that fits."""
-    plain = [lay for lay in pool_layouts if lay.pp == lay.ep == lay.dp_attention == 1 and lay.tp <= per_node]
-    return max(plain, key=lambda lay: lay.tp) if plain else pool_layouts[0]
+def _start(candidates: tuple[Candidate, ...], per_node: int) -> Candidate:
+    """The conventional layout: the widest plain tensor parallelism inside one node that fits,
+    every weight in HBM if one does (else the least offloaded)."""
+    plain = [c for c in candidates if c.layout.plain_tp and c.layout.tp <= per_node]
+    if not plain:
+        return candidates[0]
+    return max(plain, key=lambda c: (c.offload is None, -(c.offload or 0.0), c.layout.tp))
 
 
 def search_space(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SearchSpace:
@@ -168,21 +214,30 @@ def search_space(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SearchSpa
         pool = pools[pool_name]
         per_node = catalogs.nodes[pool.node].accelerators_per_node
         model = catalogs.models[spec.system_model(name)]
-        found, reasons = [], []
+        shares = (None,) + tuple(sorted(set(pool.instance.weight_offload_search)))
+        found: list[Candidate] = []
+        reasons: list[str] = []
+        offload_reasons: list[str] = []
         for layout in candidate_layouts(model, pool.nodes * per_node):
             if per_node % layout.cards and layout.cards % per_node:
                 continue
-            try:
-                if len(pools) == 1:  # the whole system is this pool: its own checks are the system's
-                    size_system(with_choice(spec, name, {pool_name: layout}), name, catalogs)
-                else:  # the other pools' layouts are not chosen yet: this pool on its own
-                    size_pool(with_choice(spec, name, {pool_name: layout}), name, pool_name, catalogs)
-                found.append(layout)
-            except SizingError as exc:
-                reasons.append(f"{layout.label()}: {exc.message}")
+            for share in shares:
+                candidate = Candidate(layout, share)
+                try:
+                    if len(pools) == 1:  # the whole system is this pool: its own checks are the system's
+                        size_system(with_choice(spec, name, {pool_name: candidate}), name, catalogs)
+                    else:  # the other pools' layouts are not chosen yet: this pool on its own
+                        size_pool(with_choice(spec, name, {pool_name: candidate}), name, pool_name, catalogs)
+                    found.append(candidate)
+                except SizingError as exc:
+                    (reasons if share is None else offload_reasons).append(f"{candidate.label()}: {exc.message}")
+        pool_path = ("systems", name) + system.pool_path(pool_name) + ("instance",)
         if not found:
-            path = ("systems", name) + system.pool_path(pool_name) + ("instance", "layout")
-            raise SizingError(path, "no layout of the pool's cards can run: " + "; ".join(reasons[-3:]))
+            raise SizingError(pool_path + ("layout",), "no layout of the pool's cards can run: "
+                              + "; ".join((reasons + offload_reasons)[-3:]))
+        if len(shares) > 1 and all(c.offload is None for c in found):
+            raise SizingError(pool_path + ("weight_offload_search",), "no candidate layout can offload its weights: "
+                              + "; ".join(offload_reasons[-2:]))
         space.append((pool_name, tuple(found)))
         start[pool_name] = _start(tuple(found), per_node)
     choice = _choice(spec, name, start)
@@ -210,7 +265,7 @@ def resolve_choice(spec: ScenarioSpec, name: str, label: str, catalogs: Catalogs
     space = search_space(spec, name, catalogs)
     several = space.start.several
     wanted = dict(part.split("=", 1) for part in label.split("; ")) if several else {space.pools[0][0]: label}
-    layouts = {}
+    layouts: dict[str, Candidate] = {}
     for pool_name, tried in space.pools:
         match = [lay for lay in tried if lay.label() == wanted.get(pool_name)]
         if not match:
@@ -219,14 +274,16 @@ def resolve_choice(spec: ScenarioSpec, name: str, label: str, catalogs: Catalogs
     return size_system(with_choice(spec, name, layouts), name, catalogs)
 
 
-def _key(summary: dict, spec: ScenarioSpec) -> tuple[float, float]:
+def _key(summary: dict, spec: ScenarioSpec) -> tuple[float, float, float]:
     """Goodput (requests/s meeting every SLO; requests/s without SLOs), then lower mean latency:
-    completions in a short window are few, so equal counts are common."""
+    completions in a short window are few, so equal counts are common; then, where no request
+    completed (no latency to compare), more output tokens/s: a candidate whose steps crawl (e.g.
+    most of its weights streamed from the host) must not win on fewer cards alone."""
     slo = spec.slo
     rate = summary["requests_per_s"] if slo.ttft_p99 is None and slo.tpot_p99 is None and slo.e2e_p99 is None \
         else summary["goodput_requests_per_s"]
     e2e = summary["e2e_s"]["mean"]
-    return float(rate), -(e2e if e2e is not None else float("inf"))
+    return float(rate), -(e2e if e2e is not None else float("inf")), float(summary["output_tokens_per_s"])
 
 
 def choose_layout(spec: ScenarioSpec, name: str, catalogs: Catalogs,
@@ -281,4 +338,62 @@ def choose_layout(spec: ScenarioSpec, name: str, catalogs: Catalogs,
                                "final": {f[3].label(): f[0][0] for f in finals}}
     if best_final[3].several:
         scores["pools"] = {pool: layout.label() for pool, layout in best_final[3].layouts}
+    verdict = offload_verdict([(p[0][0], p[3]) for p in ranked], best_final[3])
+    if verdict is not None:
+        scores["weight_offload"] = verdict
     return best_final[3], best_final[4], scores
+
+
+def _offloads(choice: Choice) -> bool:
+    return any(candidate.offload is not None for _, candidate in choice.layouts)
+
+
+def offload_verdict(ranked: list[tuple[float, Choice]], chosen: Choice) -> dict | None:
+    """Whether weight offload paid in a search that tried it (None if it tried none).
+
+    Parameters
+    ----------
+    ranked : list of (goodput, Choice)
+        The pilots, best first; goodput in requests/s (all pilots run the same window).
+    chosen : Choice
+        The search's winner (from the full-length finals).
+
+    Returns
+    -------
+    dict
+        ``best_offloaded`` / ``best_in_hbm``: the best pilot with some layers on the host and
+        with every weight in HBM (label, ``..._goodput_rps`` requests/s; the latter None when no
+        layout holds every weight), and ``verdict``: ``saves_cards`` (an offloaded winner on fewer
+        cards per instance than the best all-in-HBM layout), ``pays`` (an offloaded winner on as
+        many cards or more: the HBM it frees holds KV), ``only_fit``, ``slows_decode`` (an
+        all-in-HBM layout won) or ``undecided`` (no pilot completed a request), with ``text``
+        saying it in a sentence.
+    """
+    offloaded = [(g, c) for g, c in ranked if _offloads(c)]
+    in_hbm = [(g, c) for g, c in ranked if not _offloads(c)]
+    if not offloaded:
+        return None
+    (g_off, c_off), best = offloaded[0], in_hbm[0] if in_hbm else None
+    g_chosen = next((g for g, c in ranked if c.label() == chosen.label()), g_off)
+    out: dict = {"best_offloaded": c_off.label(), "best_offloaded_goodput_rps": g_off,
+                 "best_in_hbm": best[1].label() if best else None, "best_in_hbm_goodput_rps": best[0] if best else None}
+    if best is not None and max(g_chosen, g_off, best[0]) == 0.0:
+        out["verdict"] = "undecided"
+        out["text"] = ("no pilot completed a request in its window (offloaded or not): lengthen the duration "
+                       "for the search to weigh offload")
+    elif best is None:
+        out["verdict"] = "only_fit"
+        out["text"] = f"no layout holds every weight in HBM; offloaded, {chosen.label()} runs"
+    elif not _offloads(chosen):
+        out["verdict"] = "slows_decode"
+        out["text"] = (f"offload only slows decode here: {best[1].label()} ({best[0]:.3g} req/s in the pilot) "
+                       f"against the best offloaded {c_off.label()} ({g_off:.3g} req/s)")
+    elif chosen.cards < best[1].cards:
+        out["verdict"] = "saves_cards"
+        out["text"] = (f"offload saves cards: {chosen.label()} on {chosen.cards} card(s) per instance against "
+                       f"{best[1].label()} on {best[1].cards} ({g_chosen:.3g} against {best[0]:.3g} req/s in the pilot)")
+    else:
+        out["verdict"] = "pays"
+        out["text"] = (f"offload pays: {chosen.label()} ({g_chosen:.3g} req/s in the pilot) against "
+                       f"{best[1].label()} ({best[0]:.3g} req/s), on as many cards per instance")
+    return out

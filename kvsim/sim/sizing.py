@@ -103,7 +103,10 @@ class PoolSizing:
                               self.weight_dtypes, self.compute_dtype or None, captured)
 
     def _layout_text(self) -> str:
-        return f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
+        text = f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
+        if self.stream is not None:
+            text += f" ({self.stream.offloaded} of {self.stream.layers} layers streamed from host DRAM)"
+        return text
 
     def describe(self) -> str:
         """One line: hardware, layout and KV capacity."""
@@ -218,6 +221,10 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         raise SizingError(path + ("instance", given[0] if given else "layout"), (
             "layout: best is resolved by kvsim.sim.layout_search before sizing (kvsim run does it); "
             + (f"do not give {', '.join(given)} with it" if given else "size a resolved layout")))
+    if inst.weight_offload_search:
+        raise SizingError(path + ("instance", "weight_offload_search"),
+                          "the layout search tries these offload shares: give it with layout: best, or give one "
+                          "share as weight_offload: {fraction: ...}")
     layout = pool_layout(pool)
     tp, per_node = inst.tp, node.accelerators_per_node
     pool_cards = pool.nodes * per_node

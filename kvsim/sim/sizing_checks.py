@@ -81,8 +81,10 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
         raise SizingError(where[:3], "no card of this system has a scale-up link (NVLink, UB), so its nodes "
                                      f"cannot share a scale-up domain: remove {where[2]}")
     for pool in pools if tiers is not None else ():
-        if pool.accelerator.scale_up_bandwidth is not None and tiers_latency_problem(tiers, pool.accelerator):
-            raise SizingError(where[:3] + ("tiers", 1, "latency"), tiers_latency_problem(tiers, pool.accelerator))
+        problem = tiers_latency_problem(tiers, pool.accelerator) if pool.accelerator.scale_up_bandwidth is not None \
+            else None
+        if problem:
+            raise SizingError(where[:3] + ("tiers", 1, "latency"), problem)
     if per > linked > 0:
         raise SizingError(where, f"a domain of {per} nodes is larger than the {linked} node(s) with scale-up "
                                  "links it would span")
