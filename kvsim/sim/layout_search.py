@@ -274,16 +274,14 @@ def resolve_choice(spec: ScenarioSpec, name: str, label: str, catalogs: Catalogs
     return size_system(with_choice(spec, name, layouts), name, catalogs)
 
 
-def _key(summary: dict, spec: ScenarioSpec) -> tuple[float, float, float]:
+def _key(summary: dict, spec: ScenarioSpec) -> tuple[float, float]:
     """Goodput (requests/s meeting every SLO; requests/s without SLOs), then lower mean latency:
-    completions in a short window are few, so equal counts are common; then, where no request
-    completed (no latency to compare), more output tokens/s: a candidate whose steps crawl (e.g.
-    most of its weights streamed from the host) must not win on fewer cards alone."""
+    completions in a short window are few, so equal counts are common."""
     slo = spec.slo
     rate = summary["requests_per_s"] if slo.ttft_p99 is None and slo.tpot_p99 is None and slo.e2e_p99 is None \
         else summary["goodput_requests_per_s"]
     e2e = summary["e2e_s"]["mean"]
-    return float(rate), -(e2e if e2e is not None else float("inf")), float(summary["output_tokens_per_s"])
+    return float(rate), -(e2e if e2e is not None else float("inf"))
 
 
 def choose_layout(spec: ScenarioSpec, name: str, catalogs: Catalogs,
