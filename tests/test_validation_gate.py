@@ -97,3 +97,16 @@ def test_per_card_rows_are_medians_of_absolute_errors_by_hand():
     lines = card_model_markdown(rows)
     assert "| c1 | m1 | s | 3 | 10.0 % / 2.0 % | 8.0 % / – | – |" in lines
     assert "| c2 | m1 | t | 1 | 20.0 % / 10.0 % | 40.0 % / 5.0 % | – |" in lines
+
+
+def test_the_pages_per_card_section_is_the_committed_results(committed):
+    """``docs/validation.md``'s per-card table is recomputed from ``validation_results.csv``: the
+    page and the predictions it summarises were generated together."""
+    page = (REPO / "docs" / "validation.md").read_text(encoding="utf-8").splitlines()
+    expected = card_model_markdown(card_model_rows(committed))
+    start = page.index(expected[0])
+    assert page[start:start + len(expected)] == expected, REGENERATE
+    # every card and set the results hold has a row; the H100 serving runs split by model
+    assert {(r.card, r.dataset) for r in committed.itertuples()} == \
+        {(line.split(" | ")[0][2:], line.split(" | ")[2]) for line in expected[6:]}
+    assert "## KV capacity against vLLM's reported blocks" in page
