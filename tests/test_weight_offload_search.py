@@ -141,3 +141,14 @@ def test_without_a_search_list_the_space_is_unchanged(loaded):
     assert all(c.offload is None for c in candidates)
     with pytest.raises(SizingError):
         size_system(with_choice(plain.spec, "s", {"s": Candidate(Layout(tp=2))}), "s", plain.catalogs)
+
+
+def test_deploy_names_weight_offload_as_not_written():
+    from kvsim.plan.deploy_map import engine_groups
+
+    text = TEXT.format(duration="4 s").replace("      layout: best\n      weight_offload_search: [0.5, 0.75]\n",
+                                               "      tp: 2\n      weight_offload: {fraction: 0.5}\n")
+    _, gaps = engine_groups(kvsim.parse_scenario(text, "s.yaml"), "s", 1)
+    (gap,) = [g for g in gaps if g.field.endswith("weight_offload")]
+    assert gap.field == "systems.s.instance.weight_offload" and "fraction=0.5" in gap.value
+    assert "not written" in gap.why and "--cpu-offload-gb" in gap.why

@@ -418,7 +418,10 @@ def _instance_gaps(spec: Any, system: str, pool: PoolSizing) -> list[Gap]:
                       ("expert_skew", "a property of the workload, not a setting"),
                       ("activation_reserve", "the engines profile their activation memory at start-up"),
                       ("runtime_reserve", "the engines profile their runtime memory at start-up"),
-                      ("layout", "the layout written is the pool's given fields")):
+                      ("layout", "the layout written is the pool's given fields"),
+                      ("weight_offload", "not written: vLLM's offloaders (--cpu-offload-gb; --offload-group-size "
+                                         "with --offload-num-in-group) place the host-resident layers their own way, "
+                                         "not as kvsim's last layers: size them from the HBM this frees")):
         if name in inst.model_fields_set:
             gaps.append(Gap("all", f"{where}.{name}", _show(getattr(inst, name)), why))
     for name in ("images_per_prompt", "mm_profiling"):
