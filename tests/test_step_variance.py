@@ -22,7 +22,7 @@ from kvsim.models.step_variance import BLOCK, PUBLISHED, StepJitter, StepVarianc
 from kvsim.rng import RandomStreams
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_coalesce import CHUNKED, CUT  # noqa: E402
+from test_coalesce import CHUNKED, CUT, REPO, _shortened  # noqa: E402
 
 Z = 4.5
 """Tolerance of the sampling checks, in standard errors (two-sided p about 7e-6 for a normal)."""
@@ -215,11 +215,13 @@ def test_a_closed_loops_throughput_is_unchanged_within_its_confidence_interval(t
     assert half < 0.02 * off  # and the interval is narrow enough to mean something
 
 
-@pytest.mark.parametrize("text, rate", [(CUT, 6), (CHUNKED, 6)])
+@pytest.mark.parametrize("text, rate", [(CUT, 6), (CHUNKED, 6), ("pd_dynamic.yaml", None)])
 def test_coalesced_runs_and_both_backends_give_the_same_records(tmp_path, text, rate):
     """Decode runs and prefill chunk runs planned ahead read each iteration's own factor: the
-    step-by-step engine and the coalesced one, pure Python and compiled, agree to the bit."""
-    scenario = _varied(_scenario(tmp_path, text, rate=rate))
+    step-by-step engine and the coalesced one, pure Python and compiled, agree to the bit (also
+    with instances switching roles and migrating KV, the shipped pd_dynamic shortened)."""
+    scenario = _varied(_scenario(tmp_path, text, rate=rate) if rate is not None
+                       else _shortened(REPO / "scenarios" / text, duration="8 s"))
     backends = ["python"] + (["compiled"] if kvsim.backend.compiled_problem() is None else [])
     results = [kvsim.run(scenario.with_changes({"engine.backend": b, "engine.coalesce": c}))
                for b in backends for c in (False, True)]
