@@ -27,10 +27,11 @@ SETTINGS = {
     "off": None,
     "published": {"kind": "lognormal"},
     "cv 0.12": {"kind": "lognormal", "cv": 0.12},
-    "published + frozen-GC stalls": {"kind": "lognormal", "stall_probability": 0.01, "stall_s": 0.038},
-    "cv 0.12 + unfrozen-GC stalls": {"kind": "lognormal", "cv": 0.12, "stall_probability": 0.005, "stall_s": 0.2},
+    "published + 1 % 38 ms stalls (assumed p)": {"kind": "lognormal", "stall_probability": 0.01, "stall_s": 0.038},
+    "cv 0.12 + unfrozen-GC stalls": {"kind": "lognormal", "cv": 0.12, "stall_probability": 0.005, "stall_s": 0.2},  # ~7 ms / 1.5 s
 }
-"""The settings compared (see kvsim/models/step_variance.py for where each figure comes from)."""
+"""The settings compared (kvsim/models/step_variance.py says where each figure comes from; the 1 % stall
+probability is an assumption, no published figure gives it)."""
 
 
 def main(argv=None) -> int:
