@@ -96,6 +96,7 @@ PROSE: dict[str, tuple[str, str]] = {
     "InstanceSpec": ("Parallel layouts", "scenario-files.md#parallel-layouts"),
     "WeightOffloadSpec": ("Weight offload", "scenario-files.md#parallel-layouts"),
     "EarlyExitSpec": ("Early exit", "scenario-files.md#engine-costs"),
+    "StepVarianceSpec": ("Step-time variance", "scenario-files.md#engine-costs"),
     "FailureSpec": ("Spares for failures", "../planning.md#spares-for-failures-planfailures"),
     "RunFailureSpec": ("Node failures", "scenario-files.md#node-failures"),
     "SystemSpec": ("Systems", "scenario-files.md#systems"),

@@ -104,6 +104,7 @@ from typing import Literal
 from pydantic import field_validator
 
 from kvsim.models.early_exit import EarlyExitSpec
+from kvsim.models.step_variance import StepVarianceSpec
 from kvsim.spec_types import FrozenSpec, PositiveInt, Seconds
 
 __all__ = ["EngineSpec"]
@@ -155,6 +156,10 @@ class EngineSpec(FrozenSpec):
         Exit heads that stop tokens at intermediate layers, and the per-token distribution of the
         layer they stop at (:mod:`kvsim.models.early_exit`); None (default): every token runs
         every layer.
+    step_variance : StepVarianceSpec
+        A random, mean-one factor on every iteration's duration (:mod:`kvsim.models.step_variance`):
+        ``kind: none`` (default: every step of a shape takes the step model's time) or
+        ``lognormal``; ``{kind: lognormal}`` alone is the published setting.
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -171,6 +176,7 @@ class EngineSpec(FrozenSpec):
     coalesce: bool = True
     backend: Literal["auto", "python", "compiled"] = "auto"
     early_exit: EarlyExitSpec | None = None
+    step_variance: StepVarianceSpec = StepVarianceSpec()
 
     @field_validator("backend")
     @classmethod

@@ -145,6 +145,7 @@ class ChunkRun:
             return None
         steps = min(steps, MAX_CHUNKS)
         breakdown = instance.step_model.breakdown  # type: ignore[attr-defined]  # (the engine loop checked)
+        jitter = instance.jitter
         block = pool.block_size_tokens
         free = pool._free
         room = -2  # evictable HBM blocks a deferred reclaim may still take (-2: not asked yet; -1: none)
@@ -197,6 +198,8 @@ class ChunkRun:
                 break  # left to the step-by-step loop, which names it
             if step.comm_s != comm_s or step.kernels_s != kernels_s or step.overhead_s + 0.0 != overhead_s:
                 break  # (chunks of one size share these: accounted in one call below)
+            if jitter is not None:  # step i is the instance's iteration batches_formed + i - 2 (from 0)
+                seconds = jitter.duration(seconds, scheduler.batches_formed + i - 2)
             ends.append(ends[-1] + seconds)  # in order, as the step-by-step clock adds them
             totals.append(seconds)
             computes.append(step.compute_s)

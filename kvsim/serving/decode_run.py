@@ -174,6 +174,10 @@ class DecodeRun:
             return None
         n = len(seqs)
         later = decode_steps(instance.step_model, n, batch.shape.decode_context_tokens + n, steps - 1, arrays)
+        if instance.jitter is not None:  # steps 2.. are the instance's iterations batches_formed.. (from 0)
+            total = instance.jitter.durations(list(later.total_s) if not arrays else later.total_s.tolist(),
+                                              scheduler.batches_formed)
+            later = later._replace(total_s=np.array(total) if arrays else total)
         first_memory_s = max(first_parts.memory_s, first_parts.remote_s)
         if arrays:
             if not (later.total_s.min() > 0 and math.isfinite(later.total_s.sum())):
@@ -448,6 +452,10 @@ def _plan_compiled(instance, batch, first_s, first_parts, now, steps):
         for k in range(steps - 1):
             step_s[k + 1], compute[k + 1], memory[k + 1] = later.total_s[k], later.compute_s[k], later.memory_s[k]
         run.comm_s, run.kernels_s, run.overhead_s = later.comm_s, later.kernels_s, later.overhead_s
+    if instance.jitter is not None:  # steps 2.. are the instance's iterations batches_formed.. (from 0)
+        jittered = instance.jitter.durations([step_s[k] for k in range(1, steps)], instance.scheduler.batches_formed)
+        for k in range(1, steps):
+            step_s[k] = jittered[k - 1]
     ends[0] = now
     bad = False
     for i in range(1, steps + 1):

@@ -71,6 +71,8 @@ def engine_loop(instance: Instance):
             adapter_s = instance.adapters.activate([seq.adapter for seq, _ in batch.prefills]
                                                    + [seq.adapter for seq in batch.decodes])
             duration_s += adapter_s
+        if instance.jitter is not None and duration_s > 0:  # this iteration's factor (the batch counted from 0)
+            duration_s = instance.jitter.duration(duration_s, scheduler.batches_formed - 1)
         if not duration_s > 0 or math.isinf(duration_s):
             raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
         instance._in_flight = True

@@ -18,6 +18,7 @@ cdef class _RecordingEvents(SchedulerEvents):
 cdef class Instance:
     cdef public object env, role, step_model, records, counters, on_finish, on_prefilled, on_final_chunk
     cdef public object gpus, kernels, _plan_run, _decode_run, _sleeping, adapters, board, _idle, _wake, process
+    cdef public object jitter
     cdef public long index, decode_horizon
     cdef public double output_s
     cdef public bint async_scheduling, _in_flight, coalesce, _final, _accepting

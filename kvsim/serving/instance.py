@@ -35,6 +35,7 @@ from kvsim.serving.scheduler import AdmissionHook, Batch, SchedulerEvents
 from kvsim.serving.sequence import Sequence
 
 if TYPE_CHECKING:  # the board's kernel reads instances: importing it here would be a cycle compiled
+    from kvsim.models.step_variance import StepJitter
     from kvsim.serving.chunk_run import ChunkRun
     from kvsim.serving.load_board import LoadBoard
 
@@ -173,6 +174,9 @@ class Instance:
     max_chunk_tokens : int, optional
         Most prompt tokens one sequence computes in an iteration (default ``max_batched_tokens``;
         with data-parallel attention, one rank's budget).
+    jitter : StepJitter, optional
+        Each iteration's random factor (:mod:`kvsim.models.step_variance`); None: every step
+        takes the step model's time.
 
     Notes
     -----
@@ -191,7 +195,8 @@ class Instance:
     __slots__ = ("env", "index", "role", "step_model", "pool", "records", "counters", "on_finish", "on_prefilled",
                  "on_final_chunk", "gpus", "output_s", "async_scheduling", "_in_flight", "kernels", "_plan_run",
                  "kv_utilization", "engine_time", "coalesce", "_decode_run", "_sleeping", "_final",
-                 "decode_horizon", "adapters", "scheduler", "board", "_accepting", "_idle", "_wake", "process")
+                 "decode_horizon", "adapters", "scheduler", "board", "_accepting", "_idle", "_wake", "process",
+                 "jitter")
 
     def __init__(
         self,
@@ -218,6 +223,7 @@ class Instance:
         coalesce: bool = False,
         kernels: Kernels | None = None,
         max_chunk_tokens: int | None = None,
+        jitter: StepJitter | None = None,
     ):
         self.env = env
         self.index = index
@@ -243,6 +249,7 @@ class Instance:
         self._final = False  # the engine's wait ends at the sleeping run's end (not halfway)
         self.decode_horizon = FIRST_HORIZON  # steps the next coalesced run is planned for
         self.adapters = adapters
+        self.jitter = jitter
         self.scheduler = self.kernels.scheduler.BatchScheduler(pool, max_batched_tokens, max_num_seqs,
                                         _RecordingEvents(records, counters, self), hook,
                                         prefill_only=role == "prefill", span=span, adapters=adapters,

@@ -342,8 +342,8 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
             gpus=list(place.gpus), output_s=pool.engine.output_s, span=span,
             async_scheduling=pool.engine.async_scheduling, adapters=_adapter_slots(spec, system_spec, pool),
-            coalesce=pool.engine.coalesce and not exits, kernels=system.kernels,
-            max_chunk_tokens=inst_spec.max_batched_tokens)
+            coalesce=pool.engine.coalesce and not exits, kernels=system.kernels, max_chunk_tokens=inst_spec.max_batched_tokens,
+            jitter=pool.engine.step_variance.jitter(streams, index))
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:
