@@ -155,6 +155,16 @@ class EngineSpec(FrozenSpec):
         Exit heads that stop tokens at intermediate layers, and the per-token distribution of the
         layer they stop at (:mod:`kvsim.models.early_exit`); None (default): every token runs
         every layer.
+    collectives : str
+        How the tensor-parallel all-reduces and the expert all-to-alls are priced: ``alpha_beta``
+        (the default: recursive doubling or a ring with the card's per-hop
+        ``efficiency.collective_latency_s`` and link bandwidth, :mod:`kvsim.models.collectives`) or
+        ``measured`` (per message size from published nccl-tests / engine benchmark curves of the
+        card's interconnect, ``kvsim/models/data/collectives.yaml``,
+        :mod:`kvsim.models.collective_curves`: on NVLink the engine's own one-shot / two-shot
+        all-reduce, as vLLM and SGLang run it) or ``measured_nccl`` (the same with NCCL alone, as
+        an engine without its own all-reduce kernels runs it: vLLM before 0.3 or with
+        ``--disable-custom-all-reduce``).
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -171,6 +181,7 @@ class EngineSpec(FrozenSpec):
     coalesce: bool = True
     backend: Literal["auto", "python", "compiled"] = "auto"
     early_exit: EarlyExitSpec | None = None
+    collectives: Literal["alpha_beta", "measured", "measured_nccl"] = "alpha_beta"
 
     @field_validator("backend")
     @classmethod
