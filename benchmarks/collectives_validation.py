@@ -74,9 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the per-unit predictions and the table here")
     parser.add_argument("--skip-runs", action="store_true", help="only the step tables (seconds, not minutes)")
     parser.add_argument("--table", action="store_true", help="print the time-by-message-size table and stop")
+    parser.add_argument("--moves", action="store_true", help="print each shipped multi-card pool's step times and stop")
     args = parser.parse_args(argv)
     if args.table:
         print(size_table())
+        return 0
+    if args.moves:
+        print(step_moves())
         return 0
     measured_by_default(args.collectives)
     new = pd.DataFrame(predictions(args.skip_runs))
@@ -129,6 +133,44 @@ def size_table(ranks_list: tuple[int, ...] = (2, 8)) -> str:
                                       acc.peer_bandwidth * acc.efficiency.interconnect)
                 cells.append(f"{old * 1e6:,.1f} -> {new * 1e6:,.1f}" if old is not None else f"- -> {new * 1e6:,.1f}")
             rows.append(f"| {name} ({card or 'none in the catalog'}) | {ranks} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def step_moves() -> str:
+    """Markdown: per shipped scenario and multi-card pool, one decode step (32 sequences of 2,048
+    context tokens) and one 2,048-token prefill iteration, alpha-beta against measured (``--moves``):
+    what flipping the default would move, before any queueing."""
+    import dataclasses
+
+    import kvsim
+    from kvsim.models.step_time import BatchShape
+    from kvsim.sim.sizing import size_system
+
+    decode = BatchShape(decode_seqs=32, decode_context_tokens=32 * 2048, sampled_seqs=32)
+    prefill = BatchShape(prefill_tokens=2048, prefill_seqs=1, sampled_seqs=1,
+                         prefill_pairs=BatchShape.prefill_chunk_pairs(2048, 0))
+    rows = ["| scenario | system / pool | card | layout | decode step ms (alpha-beta -> measured) | "
+            "prefill 2k ms (alpha-beta -> measured) |", "|---|---|---|---|---:|---:|"]
+    for path in sorted((REPO / "scenarios").glob("*.yaml")):
+        scenario = kvsim.load_scenario(path)
+        for system in scenario.system_names:
+            try:
+                sizing = size_system(scenario.spec, system, scenario.catalogs)
+            except Exception as problem:  # a system the first point cannot size: say so, go on
+                print(f"{path.stem} {system}: {problem}", file=sys.stderr)
+                continue
+            for pool in sizing.pools:
+                if pool.layout.cards <= 1:
+                    continue
+                times = []
+                for mode in ("alpha_beta", "measured"):
+                    engine = pool.engine.model_copy(update={"collectives": mode})
+                    step = dataclasses.replace(pool, engine=engine).step_model()
+                    times.append((step.iteration_time_s(decode) * 1e3, step.iteration_time_s(prefill) * 1e3))
+                (d0, p0), (d1, p1) = times
+                rows.append(f"| {path.stem} | {system} / {pool.name} | {pool.accelerator.name} | "
+                            f"{pool._layout_text()} | {d0:.2f} -> {d1:.2f} ({d1 / d0 - 1:+.0%}) | "
+                            f"{p0:.1f} -> {p1:.1f} ({p1 / p0 - 1:+.0%}) |")
     return "\n".join(rows)
 
 
