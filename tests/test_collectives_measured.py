@@ -146,7 +146,7 @@ def test_cards_map_to_their_interconnect_and_an_unlisted_scale_up_card_is_refuse
     unlisted_pcie = cards["l20"].model_copy(update={"name": "my-pcie-card", "host_link": "PCIe Gen5 x16"})
     assert interconnect_for(unlisted_pcie).name == "pcie-gen5"
     unlisted = cards["h100-sxm"].model_copy(update={"name": "my-nvlink-card"})
-    with pytest.raises(ValueError, match=r"no curve for card 'my-nvlink-card'.*collectives\.yaml"):
+    with pytest.raises(ValueError, match=r"no measured collective curve for card 'my-nvlink-card'.*collectives\.yaml"):
         interconnect_for(unlisted)
 
 
@@ -239,3 +239,47 @@ def test_a_bad_collectives_value_is_one_message_naming_the_field(tmp_path):
     message = str(error.value)
     assert re.search(r"s\.yaml:\d+: engine\.collectives: .*'nccl'", message), message
     assert "alpha_beta" in message and "measured" in message
+
+
+SCALE_UP_CARD = """\
+name: mine
+seed: 3
+duration: 4 s
+model: qwen3-8b
+workload:
+  arrival: {kind: closed_loop, clients: 4}
+  input_tokens: {kind: fixed, value: 256}
+  output_tokens: {kind: fixed, value: 8}
+catalog:
+  accelerators:
+    my-nvlink-card: {base: h100-sxm}
+  nodes:
+    my-node: {base: h100-8x, accelerator: my-nvlink-card}
+systems:
+  s: {node: my-node, instance: {tp: 2}}
+"""
+
+
+def test_a_scale_up_card_without_a_curve_is_refused_at_sizing_naming_the_field(tmp_path):
+    path = tmp_path / "card.yaml"
+    path.write_text(SCALE_UP_CARD + "engine: {collectives: measured}\n")
+    with pytest.raises(SpecError) as error:
+        kvsim.run(kvsim.load_scenario(path))
+    message = str(error.value)
+    assert re.search(r"card\.yaml:\d+: engine\.collectives: no measured collective curve for card 'my-nvlink-card'",
+                     message), message
+    assert len(message.splitlines()) == 1
+    path.write_text(SCALE_UP_CARD)  # the default prices it by alpha-beta, as before
+    assert kvsim.run(kvsim.load_scenario(path)).runs[0].records.n > 0
+
+
+def test_explicit_alpha_beta_runs_the_records_of_the_default_and_measured_moves_them(tmp_path):
+    text = SCALE_UP_CARD.split("catalog:")[0] + "systems:\n  s: {node: h100-8x, instance: {tp: 4}}\n"
+    digests = {}
+    for name, extra in (("default", ""), ("alpha_beta", "engine: {collectives: alpha_beta}\n"),
+                        ("measured", "engine: {collectives: measured}\n")):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text + extra)
+        digests[name] = kvsim.run(kvsim.load_scenario(path)).records_digest()
+    assert digests["alpha_beta"] == digests["default"]
+    assert digests["measured"] != digests["default"]

@@ -221,8 +221,8 @@ def _interconnect_name(accelerator: Any, curves: CollectiveCurves) -> str:
         link = str(accelerator.host_link).lower()
         name = "pcie-gen5" if "gen5" in link or "gen6" in link else "pcie-gen4"
     if name is None:
-        raise ValueError(f"engine.collectives: measured has no curve for card {accelerator.name!r} (a scale-up "
-                         f"link kvsim has no measurement for): add it under cards: in {DATA_FILE}, or use "
+        raise ValueError(f"no measured collective curve for card {accelerator.name!r} (a scale-up link kvsim "
+                         f"has no measurement for): add it under cards: in {DATA_FILE}, or use "
                          "engine.collectives: alpha_beta")
     return name
 
