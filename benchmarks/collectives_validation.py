@@ -149,8 +149,9 @@ def step_moves() -> str:
     decode = BatchShape(decode_seqs=32, decode_context_tokens=32 * 2048, sampled_seqs=32)
     prefill = BatchShape(prefill_tokens=2048, prefill_seqs=1, sampled_seqs=1,
                          prefill_pairs=BatchShape.prefill_chunk_pairs(2048, 0))
-    rows = ["| scenario | system / pool | card | layout | decode step ms (alpha-beta -> measured) | "
+    rows = ["| scenario | model | card | layout | decode step ms (alpha-beta -> measured) | "
             "prefill 2k ms (alpha-beta -> measured) |", "|---|---|---|---|---:|---:|"]
+    seen = set()
     for path in sorted((REPO / "scenarios").glob("*.yaml")):
         scenario = kvsim.load_scenario(path)
         for system in scenario.system_names:
@@ -168,9 +169,12 @@ def step_moves() -> str:
                     step = dataclasses.replace(pool, engine=engine).step_model()
                     times.append((step.iteration_time_s(decode) * 1e3, step.iteration_time_s(prefill) * 1e3))
                 (d0, p0), (d1, p1) = times
-                rows.append(f"| {path.stem} | {system} / {pool.name} | {pool.accelerator.name} | "
-                            f"{pool._layout_text()} | {d0:.2f} -> {d1:.2f} ({d1 / d0 - 1:+.0%}) | "
-                            f"{p0:.1f} -> {p1:.1f} ({p1 / p0 - 1:+.0%}) |")
+                row = (f"| {path.stem} | {pool.model.name} | {pool.accelerator.name} | "
+                       f"{pool._layout_text()} | {d0:.2f} -> {d1:.2f} ({d1 / d0 - 1:+.0%}) | "
+                       f"{p0:.1f} -> {p1:.1f} ({p1 / p0 - 1:+.0%}) |")
+                if row not in seen:  # systems of a study that differ in other ways
+                    seen.add(row)
+                    rows.append(row)
     return "\n".join(rows)
 
 
