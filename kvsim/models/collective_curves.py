@@ -30,7 +30,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from kvsim.yaml_io import load_yaml
 
 __all__ = ["COLLECTIVES", "Curve", "Interconnect", "CollectiveCurves", "bus_factor", "load_curves",
            "collective_curves", "interconnect_for", "collective_s", "measured_allreduce_s", "DATA_FILE"]
@@ -198,7 +198,7 @@ def load_curves(data: dict[str, Any]) -> CollectiveCurves:
 def collective_curves() -> CollectiveCurves:
     """The packaged curves (read once)."""
     text = resources.files("kvsim.models.data").joinpath("collectives.yaml").read_text(encoding="utf-8")
-    return load_curves(yaml.safe_load(text))
+    return load_curves(load_yaml(text, "<kvsim>/" + DATA_FILE).data)  # kvsim's one YAML reader
 
 
 def interconnect_for(accelerator: Any, collectives: str = "measured",
