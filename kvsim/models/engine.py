@@ -160,6 +160,16 @@ class EngineSpec(FrozenSpec):
         A random, mean-one factor on every iteration's duration (:mod:`kvsim.models.step_variance`):
         ``kind: none`` (default: every step of a shape takes the step model's time) or
         ``lognormal``; ``{kind: lognormal}`` alone is the published setting.
+    collectives : str
+        How the tensor-parallel all-reduces and the expert all-to-alls are priced: ``alpha_beta``
+        (the default: recursive doubling or a ring with the card's per-hop
+        ``efficiency.collective_latency_s`` and link bandwidth, :mod:`kvsim.models.collectives`) or
+        ``measured`` (per message size from published nccl-tests / engine benchmark curves of the
+        card's interconnect, ``kvsim/models/data/collectives.yaml``,
+        :mod:`kvsim.models.collective_curves`: on NVLink the engine's own one-shot / two-shot
+        all-reduce, as vLLM and SGLang run it) or ``measured_nccl`` (the same with NCCL alone, as
+        an engine without its own all-reduce kernels runs it: vLLM before 0.3 or with
+        ``--disable-custom-all-reduce``).
     """
 
     step_fixed_s: Seconds = 0.5e-3
@@ -177,6 +187,7 @@ class EngineSpec(FrozenSpec):
     backend: Literal["auto", "python", "compiled"] = "auto"
     early_exit: EarlyExitSpec | None = None
     step_variance: StepVarianceSpec = StepVarianceSpec()
+    collectives: Literal["alpha_beta", "measured", "measured_nccl"] = "alpha_beta"
 
     @field_validator("backend")
     @classmethod

@@ -42,6 +42,7 @@ from kvsim.models.parallel import (
     Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s,
     expert_imbalance, group_allreduce_s, kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
 )
+from kvsim.models.collective_curves import interconnect_for
 from kvsim.models.engine import EngineSpec
 from kvsim.models.kernels import launches_per_pass
 from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown
@@ -119,6 +120,9 @@ class LayoutStepTime:
         if graph_max_tokens is None:
             graph_max_tokens = self.engine.captured_tokens(256, 2048)
         self._graph_max = graph_max_tokens if self.engine.graph_mode else 0
+        # engine.collectives measured: the card's interconnect curve (kvsim.models.collective_curves)
+        collectives = self.engine.collectives
+        self._interconnect = interconnect_for(accelerator, collectives).name if collectives != "alpha_beta" else None
 
     # -------------------------------------------------------------------------------- parts
 
@@ -145,17 +149,18 @@ class LayoutStepTime:
         lay, links, h, act = self.layout, self.links, self.model.hidden_size, self._act
         rank_tokens = tokens / lay.dp_attention
         att = links.attention
-        attention_ar = group_allreduce_s(rank_tokens * h * act, att)
+        icn = self._interconnect
+        attention_ar = group_allreduce_s(rank_tokens * h * act, att, icn)
         total = self._layers * attention_ar + self._dense_layers * attention_ar
         if self._moe_layers:
             stage = links.stage
             if lay.ep == 1:
-                per_layer = group_allreduce_s(tokens * h * act, stage)
+                per_layer = group_allreduce_s(tokens * h * act, stage, icn)
             else:
                 moe = self.model.moe
                 nbytes = alltoall_bytes_per_card(tokens / lay.tp, h, act, moe.num_experts, moe.experts_per_token,
                                                  lay.ep)
-                per_layer = 2.0 * alltoall_s(nbytes, stage, self.imbalance)
+                per_layer = 2.0 * alltoall_s(nbytes, stage, self.imbalance, icn)
             total += self._moe_layers * per_layer
         return total
 

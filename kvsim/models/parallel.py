@@ -39,13 +39,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kvsim.dtypes import DTYPE_BYTES
+from kvsim.models.collective_curves import collective_curves
 from kvsim.models.collectives import allreduce_s
 from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
 
 __all__ = [
     "Layout", "GroupLinks", "LayoutLinks", "PipelineSchedule", "layout_problems", "stage_layers",
     "alltoall_ranks_per_token", "alltoall_bytes_per_card", "alltoall_s",
-    "alltoall_tier_bytes", "group_allreduce_s",
+    "alltoall_tier_bytes", "group_allreduce_s", "measured_interconnect",
     "expert_imbalance", "stage_send_bytes_per_card", "p2p_send_s", "pipeline_time_s",
     "bubble_fraction", "weight_bytes_per_card", "kv_bytes_per_token_per_card", "candidate_layouts",
     "RDMA_EFFICIENCY",
@@ -246,8 +247,15 @@ def alltoall_bytes_per_card(tokens_per_card: float, hidden_size: int, activation
         * activation_bytes
 
 
-def alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float = 1.0) -> float:
+def alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float = 1.0,
+               interconnect: str | None = None) -> float:
     """Time of one dispatch (or combine) moving ``nbytes_per_card`` per card on average.
+
+    With ``interconnect`` (``engine.collectives: measured``) the time is the measured all-to-all
+    curve of that interconnect (of the RDMA one, :func:`measured_interconnect`, when the group spans
+    domains) for the busiest card's bytes; nccl-tests' size counts the share a card keeps too, so
+    it is ``cards / (cards - 1)`` times the bytes sent (:mod:`kvsim.models.collective_curves`).
+    Without one, the closed form below.
 
     Destinations are spread evenly over the other ``cards - 1`` ranks, so a share
     ``(per_domain - 1) / (cards - 1)`` stays in the card's domain and the rest crosses the NICs.
@@ -263,6 +271,10 @@ def alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: float = 1.0
     n = links.cards
     if n <= 1 or nbytes_per_card <= 0:
         return 0.0
+    if interconnect is not None:
+        curves = collective_curves()
+        return curves.get(measured_interconnect(links, interconnect)).time_s(
+            "all_to_all", nbytes_per_card * imbalance * n / (n - 1), n)
     if links.group_cards:
         return _tiered_alltoall_s(nbytes_per_card, links, imbalance)
     nbytes = nbytes_per_card * imbalance
@@ -306,10 +318,19 @@ def _tiered_alltoall_s(nbytes_per_card: float, links: GroupLinks, imbalance: flo
     return max(wire) + max(latencies[k] for k in crossed)
 
 
-def group_allreduce_s(nbytes: float, links: GroupLinks) -> float:
+def measured_interconnect(links: GroupLinks, local: str) -> str:
+    """The measured curve a group's collectives follow: the card's own interconnect ``local``
+    inside one fast domain (supernode tiers included), the data file's RDMA one across domains
+    (nccl-tests across nodes measure the whole group, its intra-node steps included)."""
+    return local if links.domains == 1 else collective_curves().between_domains
+
+
+def group_allreduce_s(nbytes: float, links: GroupLinks, interconnect: str | None = None) -> float:
     """All-reduce of ``nbytes`` per card over the group, seconds.
 
-    Without tiers: :func:`~kvsim.models.collectives.allreduce_s` on the slowest hop. With tiers,
+    With ``interconnect`` (``engine.collectives: measured``): that interconnect's measured curve
+    (:func:`measured_interconnect`; :mod:`kvsim.models.collective_curves`). Without one, without
+    tiers: :func:`~kvsim.models.collectives.allreduce_s` on the slowest hop. With tiers,
     the cheaper of that flat algorithm (on the slowest tier crossed, each step paying its
     transport's message cost) and the hierarchical one: reduce-scatter inside each first-layer
     group, all-reduce of the ``1/g`` shards across the groups of a domain (every card in parallel
@@ -321,6 +342,9 @@ def group_allreduce_s(nbytes: float, links: GroupLinks) -> float:
         t = sum over lower levels l of [2 (k_l - 1) (a_l + o_l) + 2 (k_l - 1) / k_l * n_l / B_l]
             + allreduce(n_top, k_top, a_top + o_top, B_top),     n_(l+1) = n_l / k_l
     """
+    if interconnect is not None:
+        return collective_curves().get(measured_interconnect(links, interconnect)).time_s(
+            "all_reduce", nbytes, links.cards)
     if not links.group_cards:
         return allreduce_s(nbytes, links.cards, links.latency_s, links.ring_Bps)
     if links.cards <= 1:

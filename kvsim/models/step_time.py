@@ -13,6 +13,7 @@ Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration):
     remote_s   = remote_kv_bytes_per_card / remote rate                 (KV read in place)
     comm_s     = 2 * layers * allreduce(n * hidden * 2 B, t, collective_latency_s,
                                         peer_bw * efficiency.interconnect)    (t > 1)
+                 (engine.collectives measured / measured_nccl: the card's measured curve, kvsim.models.collective_curves)
     kernels_s  = engine.kernel_s * launches_per_pass(model)     (kvsim.models.kernels)
                  + exposed eager issue time if n > the captured maximum (kvsim.models.engine)
     iteration  = max(compute_s, memory_s, remote_s) + comm_s + kernels_s + engine.step_overhead_s(sequences, n)
@@ -43,6 +44,7 @@ import numpy as np
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
+from kvsim.models.collective_curves import measured_allreduce_s
 from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
 from kvsim.models.kernels import launches_per_pass
@@ -261,8 +263,11 @@ class RooflineStepTime:
         known = self._comm_cache.get(tokens)
         if known is None:
             nbytes = tokens * self._activation_bytes_per_token
-            known = self._comm_cache[tokens] = self._allreduces * allreduce_s(nbytes, self.tp, self._hop_latency_s,
-                                                                              self._peer_Bps)
+            if self.engine.collectives != "alpha_beta":  # the card's measured curve (kvsim.models.collective_curves)
+                one = measured_allreduce_s(nbytes, self.tp, self.accelerator, self.engine.collectives)
+            else:
+                one = allreduce_s(nbytes, self.tp, self._hop_latency_s, self._peer_Bps)
+            known = self._comm_cache[tokens] = self._allreduces * one
         return known
 
     def weight_bytes_read(self, tokens: int) -> float:

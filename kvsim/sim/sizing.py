@@ -19,6 +19,7 @@ from kvsim.models.lora import adapter_bytes, adapter_problems
 from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
 from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.early_exit_step import EarlyExitStepTime, ExitProblem, exit_sizing
+from kvsim.models.collective_curves import interconnect_for
 from kvsim.models.engine import EngineSpec
 from kvsim.models.memory import activation_reserve_bytes, loaded_extra_bytes_per_card
 from kvsim.models.step_time import RooflineStepTime
@@ -271,6 +272,14 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
                                         weight_dtypes)
     except ExitProblem as problem:
         raise SizingError(problem.path(name, system.engine), str(problem)) from None
+    engine = spec.system_engine(name)
+    if engine.collectives != "alpha_beta" and layout.cards > 1:
+        try:  # a card with a scale-up link the measured curves do not cover
+            interconnect_for(accelerator, engine.collectives)
+        except ValueError as problem:
+            own = "collectives" in getattr(system.engine, "model_fields_set", ())
+            raise SizingError((("systems", name, "engine") if own else ("engine",)) + ("collectives",),
+                              str(problem)) from None
     adapters_per_card = adapter_slot_bytes_per_card(spec, system, model, layout)
     usable = accelerator.memory_bytes * inst.memory_utilization
     reserve = inst.activation_reserve
