@@ -17,14 +17,7 @@ import simpy
 import kvsim
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.models import model_catalog
-from kvsim.network import (
-    FlowNetwork,
-    IoRequest,
-    StorageIO,
-    Transfers,
-    build_topology,
-    network_capacities,
-)
+from kvsim.network import FlowNetwork, IoRequest, StorageIO, Transfers, build_topology, network_capacities
 from kvsim.network.storage_io import HostPath, pinned_resource, staging_resource
 from kvsim.serving.cache.connector import (
     PRESETS,

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.models.kernels import launches_per_pass
-
 import kvsim
 from kvsim.hardware import accelerator_catalog
+from kvsim.models.kernels import launches_per_pass
 from kvsim.models.step_time import BatchShape
 from kvsim.network import topology as topo
 from kvsim.serving.cache.prefix_loader import PrefixLoader

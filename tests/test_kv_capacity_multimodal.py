@@ -16,7 +16,12 @@ from kvsim.calibration.measurements import read_measurements
 from kvsim.calibration.memory_check import kv_capacity_rows
 from kvsim.calibration.runs import run_scenario, run_scenario_raw
 from kvsim.models import model_catalog
-from kvsim.models.memory import activation_reserve_bytes, loaded_extra_bytes_per_card, mm_profile_bytes, rope_table_bytes
+from kvsim.models.memory import (
+    activation_reserve_bytes,
+    loaded_extra_bytes_per_card,
+    mm_profile_bytes,
+    rope_table_bytes,
+)
 from kvsim.models.parallel import weight_bytes_per_card
 from kvsim.models.vision import VisionTowerSpec
 from kvsim.scenario.load import build_scenario

@@ -36,8 +36,9 @@ pools a label reads ``prefill=tp8; decode=tp16 ep16 dpa16`` and ``pools`` gives 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from kvsim.models.parallel import Layout, candidate_layouts
 from kvsim.scenario.load import Catalogs

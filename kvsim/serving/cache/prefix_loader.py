@@ -5,10 +5,11 @@ how they rank is :class:`~kvsim.serving.cache.access.CacheAccess`'s to say."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from operator import is_not
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -63,10 +64,10 @@ class PrefixLoader:
         (:meth:`~kvsim.serving.cache.writer.CacheWriter.write_down`).
     """
 
-    def __init__(self, cache: CacheMember, system: "SystemCache", domain_pool: DomainPoolBase | None,
+    def __init__(self, cache: CacheMember, system: SystemCache, domain_pool: DomainPoolBase | None,
                  recompute_s: Callable[[int, int], float], next_step_tokens: Callable[[Sequence, int], int],
                  read_remote_run: Callable[[Sequence, Any], int],
-                 after_load: Callable[[Sequence, "SeqCache | None", bool], None],
+                 after_load: Callable[[Sequence, SeqCache | None, bool], None],
                  write_down: Callable[..., None]):
         self.cache = cache
         self.system = system
