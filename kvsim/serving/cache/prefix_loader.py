@@ -241,8 +241,8 @@ class PrefixLoader:
             entry = counts.get(id(store))
             counts[id(store)] = (store, (entry[1] if entry else 0) + blocks)
         worst = 0.0
-        for store, count in counts.values():
-            worst = max(worst, self.access.block_load_s(self.cache, store, count))
+        for store, total in counts.values():
+            worst = max(worst, self.access.block_load_s(self.cache, store, total))
         return worst
 
     def _copy_from(self, holder, blocks: list, nbytes: float) -> simpy.Event:
