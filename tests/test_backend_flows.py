@@ -129,15 +129,15 @@ def _script(seed: int) -> dict:
     window = (start, start + rng.choice([0.004, 0.02, math.inf]))
     times = [0.0, 0.001, 0.002, 0.0025, 0.004]  # transfers often start together: one solve
     ops = []
-    for k in range(rng.randint(1, 14)):
+    for _ in range(rng.randint(1, 14)):
         path = [rng.choice(list(links)) for _ in range(rng.randint(0, 4))]
         resources = rng.choice([None, None, {"iops": 1 / 4096}, {"iops": 1 / 65536, "cpu": 5e-10}])
         ops.append(("transfer", rng.choice(times) + rng.choice([0.0, 0.0, rng.random() * 0.003]), path,
                     rng.choice([0.0, 1e3, 4e6, 4e6, 3.3e7]) * rng.choice([1.0, 1.0, rng.random()]),
                     rng.choice([0.0, 0.0, 2e-5]), resources, rng.choice([math.inf, math.inf, 5e8, 1e9])))
-    for k in range(rng.randint(0, 4)):
+    for _ in range(rng.randint(0, 4)):
         ops.append(("cancel", rng.random() * 0.01, rng.randrange(len(ops))))
-    for k in range(rng.randint(1, 5)):
+    for _ in range(rng.randint(1, 5)):
         ops.append(("probe", rng.choice(times + [rng.random() * 0.02])))
     return {"capacity": capacity, "window": window, "ops": ops}
 

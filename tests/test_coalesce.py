@@ -226,7 +226,7 @@ def _meddle(system):
         yield env.timeout(0.173)
         step += 1
         instance = system.instances[step % len(system.instances)]
-        instance.free_kv_tokens, instance.held_kv_tokens
+        instance.free_kv_tokens, instance.held_kv_tokens  # noqa: B018 -- read as another component would
         if step % 5 == 0 and instance.pool.free_blocks > 40:
             instance.pool.take(40)
             yield env.timeout(0.05)

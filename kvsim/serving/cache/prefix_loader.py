@@ -270,7 +270,7 @@ class PrefixLoader:
         tier_of, pools = self.system.tier_of, access.pools
         last, group = None, None  # the previous block's store, and its group if every block there has one
         home = last_home = None  # another domain's shared store: its homes, the previous block's holder
-        for block, store, source_id in to_load:
+        for _block, store, source_id in to_load:
             if store is last:
                 if home is None:
                     group.append(source_id)
