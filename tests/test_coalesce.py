@@ -541,7 +541,8 @@ def test_pages_lists_and_arrays_agree():
         assert list(as_array) == as_list
         # by hand: pages needed through each step, stopping before more than ``free``
         def need(i):
-            return sum(1 for f in firsts for _ in range(f, i + 1, block))  # noqa: B023 -- called within this iteration
+            # B023: called within this iteration, never after it
+            return sum(1 for f in firsts for _ in range(f, i + 1, block))  # noqa: B023
 
         assert as_list == [need(i) for i in range(len(as_list))] and as_list[-1] <= free
         assert len(as_list) == steps + 1 or need(len(as_list)) > free  # stops only where pages run out
