@@ -220,7 +220,8 @@ class PhasedArrivals(FrozenSpec):
         return max(length.max_tokens for length in lengths)
 
 
-ArrivalSpec = Annotated[PoissonArrivals | GammaArrivals | DiurnalArrivals | ClosedLoop | TraceSpec | PhasedArrivals | StagedArrivals, Field(discriminator="kind")]
+ArrivalSpec = Annotated[PoissonArrivals | GammaArrivals | DiurnalArrivals | ClosedLoop | TraceSpec | PhasedArrivals
+                        | StagedArrivals, Field(discriminator="kind")]
 """A workload's arrival source; ``trace`` (:class:`~kvsim.workload.traces.TraceSpec`) also supplies lengths."""
 
 
