@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for case in args.only.split(","):
         scenario = case_scenario(case, args.scale, args.capacity)
-        for point, name, alone in system_points(scenario):
+        for _point, name, alone in system_points(scenario):
             row = {"case": case, "system": name,
                    **measure_point(scenario, alone, args.repeat, earlier.get((case, name)))}
             rows.append(row)

@@ -57,8 +57,7 @@ sys.path.insert(0, str(HERE))
 
 from speed_cases import GROUPS, ON_REQUEST, probe_capacity, scenario_for  # noqa: E402
 from speed_measure import machine, measure, measure_plan, process_cpu_s, summary_line  # noqa: E402
-from speed_report import Results, report, write_out  # noqa: E402,F401  (targets, table: for the tests)
-from speed_report import table, targets  # noqa: E402,F401
+from speed_report import Results, report, table, targets, write_out  # noqa: E402,F401  (targets, table: for the tests)
 
 BACKENDS = ("python", "compiled")
 NOT_COUNTED = ("plan",)

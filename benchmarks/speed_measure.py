@@ -81,9 +81,8 @@ def _import_what_a_run_uses() -> None:
     """Import the modules a run loads on first use (kvsim imports them lazily since session 10),
     so that *CPU s* times the run, as before, and start-up stays in *process CPU s*. Not pandas:
     a run reads its CSV trace and writes its records without it (kvsim/arrow_numpy.py)."""
-    import pyarrow.csv  # noqa: F401  (CSV traces)
-
     import networkx  # noqa: F401  (a system's topology graph)
+    import pyarrow.csv  # noqa: F401  (CSV traces)
 
     import kvsim.sim.run  # noqa: F401
     from kvsim import backend

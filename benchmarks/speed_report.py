@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from speed_cases import (DOMAINS_128_BASELINE_CPU_S, LADDER_CARDS, LOAD, SPLITWISE_RR_CONV_80_CPU_S,
-                         full_length_requests)
+from speed_cases import DOMAINS_128_BASELINE_CPU_S, LADDER_CARDS, LOAD, SPLITWISE_RR_CONV_80_CPU_S, full_length_requests
 from speed_measure import rates
 
 START, END = "<!-- speed-table -->", "<!-- /speed-table -->"

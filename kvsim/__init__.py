@@ -25,7 +25,8 @@ def __getattr__(name: str) -> object:
     else:
         # the API; and a subpackage read as an attribute (``kvsim.sim`` after ``import kvsim``),
         # there before because this package imported the API eagerly, which brings it
-        import kvsim.api  # not ``from kvsim import api``: that would ask this function for ``api``
+        # not ``from kvsim import api``: that would ask this function for ``api``; read as globals()["api"]
+        import kvsim.api  # noqa: F401
 
         if name in _API:
             value = getattr(globals()["api"], name)

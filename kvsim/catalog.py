@@ -57,7 +57,7 @@ class Catalog(Generic[SpecT]):
     def unknown_message(self, name: str) -> str:
         return f"unknown {self.family} {name!r}{did_you_mean(name, self.names())}; known: {', '.join(self.names())}"
 
-    def extended(self, entries: dict[str, Any], located: Located, prefix: Path) -> "Catalog[SpecT]":
+    def extended(self, entries: dict[str, Any], located: Located, prefix: Path) -> Catalog[SpecT]:
         """A catalog with ``entries`` (from a scenario) added or layered over shipped ones."""
         raw = dict(self.raw)
         specs = dict(self.specs)

@@ -11,15 +11,15 @@ import argparse
 import dataclasses
 import gc
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 # the version from its own module, not the package root (whose lazy API import is no part of the CLI)
 from kvsim._version import __version__
 from kvsim.cli_catalog import catalog_command
+from kvsim.cli_output import EXIT_BAD_INPUT, backend_refused, cut, prepare_out, print_warnings, safe_name, say
 from kvsim.cli_plan import plan_command
 from kvsim.cli_report import report_command
-from kvsim.cli_output import EXIT_BAD_INPUT, backend_refused, cut, prepare_out, print_warnings, safe_name, say
 from kvsim.crash import EXIT_INTERNAL, readers_may_leave, report_uncaught
 from kvsim.yaml_io import SpecError
 
@@ -293,9 +293,8 @@ def _validate(args: argparse.Namespace) -> int:
         say(f"  {name}: {s.model.name} {s.dtype}, prefill/decode disaggregated")
         for pool in s.pools:
             say(f"    pool {pool.name}: {pool.describe()}")
-    from kvsim.plan.run_cost import run_cost
-
     from kvsim.backend import resolve
+    from kvsim.plan.run_cost import run_cost
 
     backend = resolve(spec.system_engine(next(iter(spec.systems))).backend)  # (refused above if it cannot be)
     print(run_cost(scenario, sizings, backend=backend).describe())

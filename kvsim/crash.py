@@ -24,9 +24,10 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence, TextIO
+from typing import TextIO
 
 __all__ = ["EXIT_INTERNAL", "Reproduction", "report_internal_error", "report_uncaught", "debug_requested",
            "note_where", "readers_may_leave"]

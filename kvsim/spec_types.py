@@ -9,12 +9,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from pydantic import (
-    AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, SerializationInfo,
-    ValidationError, ValidationInfo, WithJsonSchema,
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializationInfo,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from kvsim.units import DIMENSIONS, EXAMPLES, quantity_pattern, parse_quantity
+from kvsim.units import DIMENSIONS, EXAMPLES, parse_quantity, quantity_pattern
 
 __all__ = [
     "FrozenSpec", "Bytes", "PositiveBytes", "Bandwidth", "Seconds", "PositiveSeconds", "Rate", "FlopRate", "Watts",

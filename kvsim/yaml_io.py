@@ -16,8 +16,9 @@ import os
 import re
 import types
 import typing
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 

@@ -30,12 +30,26 @@ from typing import Any
 
 import yaml
 from yaml.events import (
-    AliasEvent, MappingEndEvent, MappingStartEvent, ScalarEvent, SequenceEndEvent, SequenceStartEvent, StreamEndEvent,
+    AliasEvent,
+    MappingEndEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceEndEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
 )
 from yaml.nodes import ScalarNode
 
 from kvsim.yaml_limits import (
-    BYTES_VARIABLE, LIMITS_DOC, MAX_BYTES, MAX_DEPTH, MAX_NODES, MAX_PROBLEMS, NODES_VARIABLE, YamlRefused, max_bytes,
+    BYTES_VARIABLE,
+    LIMITS_DOC,
+    MAX_BYTES,
+    MAX_DEPTH,
+    MAX_NODES,
+    MAX_PROBLEMS,
+    NODES_VARIABLE,
+    YamlRefused,
+    max_bytes,
     max_nodes,
 )
 from kvsim.yaml_lines import LineMap

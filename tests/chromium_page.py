@@ -71,7 +71,7 @@ class Page:
         self.send("Emulation.setDeviceMetricsOverride",
                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
-    def __enter__(self) -> "Page":
+    def __enter__(self) -> Page:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 import kvsim
+from invariant_checks_pd import controller_problems, handoff_problems
 from kvsim.kv.extents import ExtentStore
 from kvsim.kv.store import BlockStore
 from kvsim.metrics.steady_state import in_system_integral, request_ends_s
@@ -44,8 +45,6 @@ from kvsim.serving.scheduler import BatchScheduler
 from kvsim.sim import frontend as frontend_module
 from kvsim.sim import run as run_module
 from kvsim.workload import open_loop_requests
-
-from invariant_checks_pd import controller_problems, handoff_problems
 
 __all__ = ["Observed", "observed_run", "violations", "effects", "RTOL"]
 

@@ -129,15 +129,15 @@ def _script(seed: int) -> dict:
     window = (start, start + rng.choice([0.004, 0.02, math.inf]))
     times = [0.0, 0.001, 0.002, 0.0025, 0.004]  # transfers often start together: one solve
     ops = []
-    for k in range(rng.randint(1, 14)):
+    for _ in range(rng.randint(1, 14)):
         path = [rng.choice(list(links)) for _ in range(rng.randint(0, 4))]
         resources = rng.choice([None, None, {"iops": 1 / 4096}, {"iops": 1 / 65536, "cpu": 5e-10}])
         ops.append(("transfer", rng.choice(times) + rng.choice([0.0, 0.0, rng.random() * 0.003]), path,
                     rng.choice([0.0, 1e3, 4e6, 4e6, 3.3e7]) * rng.choice([1.0, 1.0, rng.random()]),
                     rng.choice([0.0, 0.0, 2e-5]), resources, rng.choice([math.inf, math.inf, 5e8, 1e9])))
-    for k in range(rng.randint(0, 4)):
+    for _ in range(rng.randint(0, 4)):
         ops.append(("cancel", rng.random() * 0.01, rng.randrange(len(ops))))
-    for k in range(rng.randint(1, 5)):
+    for _ in range(rng.randint(1, 5)):
         ops.append(("probe", rng.choice(times + [rng.random() * 0.02])))
     return {"capacity": capacity, "window": window, "ops": ops}
 
@@ -203,16 +203,19 @@ def _error(call) -> tuple:
 def test_the_network_refuses_what_the_oracle_refuses(name, module):
     env = simpy.Environment()
     for args in (({"a": 0.0},), ({"a": 1.0}, 2.0, 1.0), ({"a": math.inf},)):
-        assert _error(lambda: module.FlowNetwork(env, *args)) == _error(lambda: flows_reference.FlowNetwork(env, *args))
+        # B023: called within this iteration, never after it
+        assert _error(lambda: module.FlowNetwork(env, *args)) == _error(lambda: flows_reference.FlowNetwork(env, *args))  # noqa: B023
     calls = [(["a", "zz"], 1.0, 0.0, None), (["a"], -1.0, 0.0, None), (["a"], 1.0, math.nan, None),
              (["zz"], 1.0, 0.0, {"a": -1.0}), (["a"], 1.0, 0.0, {"zz": 1.0}), (["a"], 1.0, 0.0, None, 0.0)]
     for args in calls:
-        errors = [_error(lambda: m.FlowNetwork(env, {"a": 1.0}).transfer(*args)) for m in (module, flows_reference)]
+        # B023: called within this iteration, never after it
+        errors = [_error(lambda: m.FlowNetwork(env, {"a": 1.0}).transfer(*args)) for m in (module, flows_reference)]  # noqa: B023
         assert errors[0] == errors[1], args
     for m in (module, flows_reference):
         net = m.FlowNetwork(env, {"a": 1.0})
-        assert _error(lambda: net.bytes_moved("zz")) == (KeyError, "\"unknown link 'zz': it has no capacity_Bps\"")
-        assert _error(lambda: net.utilization_mean("zz"))[0] is KeyError
+        # B023: called within this iteration, never after it
+        assert _error(lambda: net.bytes_moved("zz")) == (KeyError, "\"unknown link 'zz': it has no capacity_Bps\"")  # noqa: B023
+        assert _error(lambda: net.utilization_mean("zz"))[0] is KeyError  # noqa: B023
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,17 +26,7 @@ from hypothesis import strategies as st
 from kvsim import backend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_kv_runs import (
-    KINDS,
-    UNIVERSE,
-    _random_ops,
-    apply,
-    blocks_st,
-    by_run,
-    op_st,
-    per_block,
-    state,
-)
+from test_kv_runs import KINDS, UNIVERSE, _random_ops, apply, blocks_st, by_run, op_st, per_block, state
 
 PURE_INSTALL = bool(os.environ.get("KVSIM_NO_COMPILE"))
 pytestmark = pytest.mark.skipif(PURE_INSTALL, reason="the compiled backend is not built (KVSIM_NO_COMPILE)")

@@ -25,10 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import kvsim
-from kvsim import backend
+from kvsim import SpecError, backend
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
-from kvsim import SpecError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from random_scenarios import random_case  # noqa: E402

@@ -251,7 +251,7 @@ def _meddle(system):
         yield env.timeout(0.173)
         step += 1
         instance = system.instances[step % len(system.instances)]
-        instance.free_kv_tokens, instance.held_kv_tokens
+        instance.free_kv_tokens, instance.held_kv_tokens  # noqa: B018 -- read as another component would
         if step % 5 == 0 and instance.pool.free_blocks > 40:
             instance.pool.take(40)
             yield env.timeout(0.05)
@@ -566,7 +566,8 @@ def test_pages_lists_and_arrays_agree():
         assert list(as_array) == as_list
         # by hand: pages needed through each step, stopping before more than ``free``
         def need(i):
-            return sum(1 for f in firsts for _ in range(f, i + 1, block))
+            # B023: called within this iteration, never after it
+            return sum(1 for f in firsts for _ in range(f, i + 1, block))  # noqa: B023
 
         assert as_list == [need(i) for i in range(len(as_list))] and as_list[-1] <= free
         assert len(as_list) == steps + 1 or need(len(as_list)) > free  # stops only where pages run out

@@ -17,14 +17,7 @@ import simpy
 import kvsim
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.models import model_catalog
-from kvsim.network import (
-    FlowNetwork,
-    IoRequest,
-    StorageIO,
-    Transfers,
-    build_topology,
-    network_capacities,
-)
+from kvsim.network import FlowNetwork, IoRequest, StorageIO, Transfers, build_topology, network_capacities
 from kvsim.network.storage_io import HostPath, pinned_resource, staging_resource
 from kvsim.serving.cache.connector import (
     PRESETS,
@@ -264,7 +257,10 @@ def test_load_once_per_node_reads_each_shard_once_and_hands_it_on(model, node, c
     # transfer starts: the same instant)
     assert loaded["per-rank"] / hits["per-rank"] == pytest.approx(8 * card_bytes, rel=1e-9)
     assert loaded["once"] / hits["once"] == pytest.approx(readers * card_bytes, rel=1e-9)
-    nic_in = lambda link: link.startswith("fabric->node0/nic")
+
+    def nic_in(link):
+        return link.startswith("fabric->node0/nic")
+
     assert _link_bytes(per_rank, nic_in) > (8 / readers - 1) * _link_bytes(once, nic_in)
     hops = (8 - readers) / readers  # bytes handed on per byte read
     if node == "h20-8x":
@@ -272,7 +268,10 @@ def test_load_once_per_node_reads_each_shard_once_and_hands_it_on(model, node, c
         assert _link_bytes(per_rank, lambda link: link.startswith("su0->")) == 0
         assert into_cards == pytest.approx(hops * _link_bytes(once, nic_in), rel=0.02)
     else:  # PCIe peer to peer: each hop enters its card from its switch, as the loads do
-        card_in = lambda link: link.startswith("node0/pcie") and "->node0/gpu" in link
+
+        def card_in(link):
+            return link.startswith("node0/pcie") and "->node0/gpu" in link
+
         assert _link_bytes(once, card_in) == pytest.approx((1 + hops) * _link_bytes(once, nic_in), rel=0.02)
         assert _link_bytes(per_rank, card_in) == pytest.approx(_link_bytes(per_rank, nic_in), rel=0.02)
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import kvsim
-
 from test_controller import SHIFT  # (the tests folder is on the path, as for conftest)
 
 # the shifting workload of test_controller.py (prompt-heavy, then output-heavy), served by a fixed

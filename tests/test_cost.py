@@ -12,15 +12,18 @@ import math
 import pytest
 
 import kvsim
+from conftest import REPO
 from kvsim.metrics.cost import (
-    capex_per_hour_usd, cost_summary, energy_per_hour_usd, opex_per_hour_usd, requests_per_usd,
+    capex_per_hour_usd,
+    cost_summary,
+    energy_per_hour_usd,
+    opex_per_hour_usd,
+    requests_per_usd,
     usd_per_million_tokens,
 )
 from kvsim.scenario.cost_spec import CostSpec
 from kvsim.sim import check_scenario
 from kvsim.yaml_io import SpecError
-
-from conftest import REPO
 
 FOUR_YEARS_S = 4 * 365 * 24 * 3600.0  # 35,040 h
 SUMMARY = {"output_tokens_per_s": 1000.0, "input_tokens_per_s": 4000.0, "goodput_requests_per_s": 5.0}

@@ -10,8 +10,8 @@ first), so the line of the field is known; helpers are those of tests/test_bad_i
 from __future__ import annotations
 
 import math
-import typing
 import types
+import typing
 
 import pytest
 from pydantic import BaseModel, ValidationError

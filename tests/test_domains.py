@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.models.kernels import launches_per_pass
-
 import kvsim
 from kvsim.hardware import accelerator_catalog
+from kvsim.models.kernels import launches_per_pass
 from kvsim.models.step_time import BatchShape
 from kvsim.network import topology as topo
 from kvsim.serving.cache.prefix_loader import PrefixLoader
@@ -79,7 +78,7 @@ def test_without_peer_access_a_peers_hbm_is_not_a_hit():
 
 
 def test_copy_in_from_a_peer_in_the_domain_takes_the_block_bytes_over_nvlink():
-    frame, run, sizing = _run("{peer_hbm: copy_in, %s}" % BEFORE)
+    frame, run, sizing = _run("{peer_hbm: copy_in, " + BEFORE + "}")
     # request 1 is the first on instance 1: its document is in instance 0's HBM, on the same
     # NVLink server, so it is copied card to card over the scale-up links
     assert frame.instance[1] == 1 and frame.hit_tokens_peer_hbm[1] == DOC and frame.computed_tokens[1] == SUFFIX
@@ -118,7 +117,7 @@ def test_a_hit_in_another_domain_is_copied_over_the_nics(monkeypatch, built_syst
         return verdict
 
     monkeypatch.setattr(PrefixLoader, "admit", admit)
-    frame, run, sizing = _run("{peer_hbm: copy_in, %s}" % BEFORE, node="h20-1x", nodes=2, block=DOC)
+    frame, run, sizing = _run("{peer_hbm: copy_in, " + BEFORE + "}", node="h20-1x", nodes=2, block=DOC)
     assert frame.hit_tokens_other_domain[1] == DOC and frame.computed_tokens[1] == SUFFIX
     nbytes = DOC * KV_PER_TOKEN
     # GPU-Direct RDMA: gpu -> PCIe switch -> NIC -> fabric -> NIC -> PCIe switch -> gpu; the
@@ -141,9 +140,9 @@ def test_a_hit_in_another_domain_is_copied_over_the_nics(monkeypatch, built_syst
 def test_a_peer_in_the_domain_is_preferred_to_host_dram():
     # request 0 wrote the document through to node 0's DRAM; a copy from instance 0 over NVLink
     # is estimated faster than the PCIe copy from DRAM, so it is taken
-    frame, _, _ = _run("{peer_hbm: copy_in, dram: {capacity: 64 GiB}, %s}" % BEFORE)
+    frame, _, _ = _run("{peer_hbm: copy_in, dram: {capacity: 64 GiB}, " + BEFORE + "}")
     assert frame.hit_tokens_peer_hbm[1] == DOC and frame.hit_tokens_dram[1] == 0
-    plain, _, _ = _run("{dram: {capacity: 64 GiB}, %s}" % BEFORE)
+    plain, _, _ = _run("{dram: {capacity: 64 GiB}, " + BEFORE + "}")
     assert plain.hit_tokens_dram[1] == DOC and frame.ttft_s[1] < plain.ttft_s[1]
 
 
@@ -363,7 +362,7 @@ def test_read_in_place_runs_are_deterministic():
 
 
 def test_read_in_place_hit_in_another_domain_is_copied_into_the_readers_domain():
-    frame, run, _ = _run("{peer_hbm: read_in_place, %s}" % BEFORE, node="h20-1x", nodes=2, block=DOC)
+    frame, run, _ = _run("{peer_hbm: read_in_place, " + BEFORE + "}", node="h20-1x", nodes=2, block=DOC)
     assert frame.hit_tokens_other_domain[1] == DOC and frame.loaded_bytes[1] == pytest.approx(DOC * KV_PER_TOKEN)
     domains = run.summary["cache"]["domains"]
     assert domains["cross_domain_bytes"] == pytest.approx(DOC * KV_PER_TOKEN)

@@ -11,8 +11,15 @@ from pydantic import ValidationError
 import kvsim
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
-from kvsim.models.early_exit import (EarlyExitSpec, deepest_exit, depth_probabilities, exit_cdf, expected_depth,
-                                     head_bytes_per_card, kv_fill_bytes)
+from kvsim.models.early_exit import (
+    EarlyExitSpec,
+    deepest_exit,
+    depth_probabilities,
+    exit_cdf,
+    expected_depth,
+    head_bytes_per_card,
+    kv_fill_bytes,
+)
 from kvsim.models.early_exit_step import EarlyExitStepTime
 from kvsim.models.step_time import BatchShape, RooflineStepTime
 from kvsim.models.weight_offload import WeightOffloadSpec, layer_bytes_per_card, weight_stream

@@ -20,7 +20,6 @@ import pytest
 
 import kvsim
 from kvsim.sim import build
-
 from test_domains import PRESSURE
 
 
@@ -447,7 +446,7 @@ def test_the_two_keepings_of_a_domain_pool_agree_call_by_call(seed, monkeypatch)
     assert moves > 0 or evictions > 0  # (reclaim was reached)
 
 
-def _victims_inside_a_cards_order(keeping: "_Keeping") -> list:
+def _victims_inside_a_cards_order(keeping: _Keeping) -> list:
     """Reclaim's victims falling in the middle of a card's order (in a stretch it received
     backwards), and then the peer that lost a victim taking the card's most recent blocks."""
     a, b, c = 0, 1, 2

@@ -20,7 +20,6 @@ import pytest
 
 import kvsim
 from kvsim.sim import build
-
 from test_extent_domains import _summaries, first_valid
 
 

@@ -89,7 +89,8 @@ def test_a_delayed_view_by_stretches_shows_what_the_per_block_view_shows(seed):
     for _ in range(20):
         stores = [_Store(f"s{i}") for i in range(3)]
         now = [0.0]
-        clock = lambda: now[0]  # noqa: E731
+        # B023: called within this iteration, never after it
+        clock = lambda: now[0]  # noqa: E731, B023
         blocks_index, extent_index = KVIndex(), ExtentIndex()
         refresh_s = rng.choice([0.01, 0.05, 0.3])
         by_block, by_stretch = IndexView(blocks_index, clock, refresh_s), ExtentIndexView(extent_index, clock, refresh_s)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_extent_domains import first_valid
-from test_extent_plain import _both, _same
 
 import kvsim
 from kvsim.serving.cache.extent_tiers import without
+from test_extent_domains import first_valid
+from test_extent_plain import _both, _same
 
 TIERS = """
 name: tiers

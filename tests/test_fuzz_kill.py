@@ -100,7 +100,8 @@ def kill_and_resume(case: int, folder: Path, reference) -> list[str]:
             tree.eof.wait(30)
             err = "".join(tree.text)
             assert code == 0, f"case {case} ({history}): exit {code}\n{err[-2000:]}"
-            tree.wait_for(lambda: not tree.pids(), GONE_WITHIN_S, "every process gone after the run")
+            # B023: called within this iteration, never after it
+            tree.wait_for(lambda: not tree.pids(), GONE_WITHIN_S, "every process gone after the run")  # noqa: B023
             history.append("finished")
             break
         finally:

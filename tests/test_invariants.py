@@ -80,8 +80,8 @@ def _params(cases, marks=()):
 def _workers_problems(case, tmp_path) -> list[str]:
     """Case ``case`` swept over two or three seeds, run with ``workers=1`` (in this process) and
     ``workers=2`` (worker processes) into two folders: the same records and summaries."""
-    from kvsim.plan import run_sweep
     import kvsim
+    from kvsim.plan import run_sweep
 
     raw = yaml.safe_load(case.text)
     raw["sweep"] = {"seed": [raw["seed"] + k for k in range(2 + case.case % 2)]}
@@ -381,10 +381,9 @@ def test_handed_kv_bytes_from_the_model_figures():
     """The expected handoff bytes, by hand: K and V per layer and KV head, replicated heads
     counted on every card that holds one, MLA's latent whole on every card, sliding layers
     keeping their window."""
+    from invariant_checks_pd import handed_kv_bytes
     from kvsim.models import model_catalog
     from kvsim.models.parallel import Layout
-
-    from invariant_checks_pd import handed_kv_bytes
 
     models = model_catalog()
     one = np.array([1000])

@@ -182,14 +182,16 @@ def _kills(runner: Runner, tmp: Path, rng: np.random.Generator, kills: int, repo
         started = time.perf_counter()
         if moment == "random":
             delay = float(rng.uniform(0.0, wall))
-            condition = lambda: time.perf_counter() - started >= delay  # noqa: E731
+            # B023: called within this iteration, never after it
+            condition = lambda: time.perf_counter() - started >= delay  # noqa: E731, B023
         elif moment == "file":
             target = out / str(rng.choice(sorted(set(refs[SEED]) - {MANIFEST})))  # a file this run writes
             condition = target.exists
         else:
             inode = (out / "requests.parquet").stat().st_ino
-            condition = lambda: (out / "requests.parquet").exists() and (  # noqa: E731
-                (out / "requests.parquet").stat().st_ino != inode)
+            # B023: called within this iteration, never after it
+            condition = lambda: (out / "requests.parquet").exists() and (  # noqa: E731, B023
+                (out / "requests.parquet").stat().st_ino != inode)  # noqa: B023
         happened = _kill_at(runner, process, condition)
         state = _check_folder(out, refs, before)
         # a rerun into the killed folder completes it

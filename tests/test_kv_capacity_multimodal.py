@@ -16,7 +16,12 @@ from kvsim.calibration.measurements import read_measurements
 from kvsim.calibration.memory_check import kv_capacity_rows
 from kvsim.calibration.runs import run_scenario, run_scenario_raw
 from kvsim.models import model_catalog
-from kvsim.models.memory import activation_reserve_bytes, loaded_extra_bytes_per_card, mm_profile_bytes, rope_table_bytes
+from kvsim.models.memory import (
+    activation_reserve_bytes,
+    loaded_extra_bytes_per_card,
+    mm_profile_bytes,
+    rope_table_bytes,
+)
 from kvsim.models.parallel import weight_bytes_per_card
 from kvsim.models.vision import VisionTowerSpec
 from kvsim.scenario.load import build_scenario
@@ -47,7 +52,7 @@ def test_vision_tower_parameters_by_hand(scout):
 
 
 def test_vision_tower_bytes_per_card_split_over_tp(scout):
-    h, i, layers = 1408, 5632, 34
+    h, layers = 1408, 34
     kept = h + 577 * h + 4 * h + layers * (2 * h + 4 * h)  # embeddings, norms, o/fc2 biases: on every card
     split = scout.vision.params(scout.hidden_size) - kept
     assert scout.vision.bytes_per_card(scout.hidden_size, 2) == pytest.approx((split / 2 + kept) * 2, rel=1e-12)

@@ -103,9 +103,10 @@ class Pair:
                 ref_n = self.ref.longest_prefix(blocks, usable)
                 assert self.ext.longest_prefix(segments, usable) == ref_n
                 for want in (ref_n, min(n, len(blocks))):
-                    ref_out = outcome(lambda: self.ref.tier_breakdown(blocks, want, self.rank, usable))
+                    # B023: called within this iteration, never after it
+                    ref_out = outcome(lambda: self.ref.tier_breakdown(blocks, want, self.rank, usable))  # noqa: B023
                     ext_out = outcome(lambda: [store for store, count in
-                                               self.ext.tier_breakdown(segments, want, self.rank, usable)
+                                               self.ext.tier_breakdown(segments, want, self.rank, usable)  # noqa: B023
                                                for _ in range(count)])
                     ref_out = (ref_out[0], [s.name for s in ref_out[1]] if ref_out[0] == "ok" else ref_out[1])
                     ext_out = (ext_out[0], [s.name for s in ext_out[1]] if ext_out[0] == "ok" else ext_out[1])
@@ -188,7 +189,8 @@ def test_interval_map_equals_a_dict(changes):
         a, b = min(a, b), max(a, b)
         new = values[v]
         expect = [p for p in range(a, b) if ref.get(p) is not new]
-        changed = m.assign(a, b, lambda old: new)
+        # B023: called within this iteration, never after it
+        changed = m.assign(a, b, lambda old: new)  # noqa: B023
         assert [p for s, e, _, _ in changed for p in range(s, e)] == expect
         for p in range(a, b):
             if new is None:

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 import kvsim
-from kvsim.sim import build
-
 from extent_shadow import shadowed
+from kvsim.sim import build
 from test_domains import PRESSURE
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks"

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
 import pytest
 
 import kvsim
@@ -108,7 +107,7 @@ def test_migration_conserves_kv_bytes_and_requests(watched):
     nbytes = sum(f[1] * f[2] for f in flows)
     assert nbytes == pytest.approx(out.migrated_bytes.sum(), rel=1e-12)
     by_hand = 0
-    for (rid, kv_tokens, blocks, generated), (_, each, cards, _) in zip(moves, flows):
+    for (_rid, kv_tokens, blocks, generated), (_, each, cards, _) in zip(moves, flows):
         # a handed-off sequence's decode steps write one token each: its context is the prompt and
         # every token so far (one fewer after a recompute, whose prefill emits a token)
         assert kv_tokens - 1000 in (generated, generated - 1) and blocks == math.ceil(kv_tokens / BLOCK)

@@ -28,7 +28,6 @@ if str(BENCH) not in sys.path:
 import speed_cases  # noqa: E402
 from test_offload import STRESS  # noqa: E402
 
-
 # -- the per-block reference ------------------------------------------------------------------
 
 def evict_run(store, n):
@@ -340,6 +339,7 @@ class _Fake:
 
     def __init__(self, homes):
         from types import SimpleNamespace
+
         from kvsim.serving.cache.access import CacheAccess
         self.stores = {name: BlockStore(name, 1.0, 1.0) for name in ("own", "dram", "nvme", "peer", "d1", "d2")}
         members = [_Member("su0"), _Member("su1"), _Member("su1")]

@@ -15,7 +15,6 @@ from kvsim.kv.eviction import EVICTION_POLICIES
 from kvsim.kv.index import KVIndex
 from kvsim.kv.store import BlockStore
 from kvsim.serving.cache.tiers import SystemCache
-
 from test_kv_runs import state
 
 KINDS = sorted(EVICTION_POLICIES)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kvsim.kv.eviction import EVICTION_POLICIES
 from kvsim.kv import store as store_module
+from kvsim.kv.eviction import EVICTION_POLICIES
 from kvsim.kv.store import BlockStore
 
 KINDS = sorted(EVICTION_POLICIES)

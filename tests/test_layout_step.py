@@ -11,7 +11,7 @@ import kvsim
 from kvsim.hardware import accelerator_catalog, node_catalog
 from kvsim.models import model_catalog
 from kvsim.models.layout_step import LayoutStepTime
-from kvsim.models.parallel import GroupLinks, Layout, LayoutLinks, RDMA_EFFICIENCY
+from kvsim.models.parallel import RDMA_EFFICIENCY, GroupLinks, Layout, LayoutLinks
 from kvsim.models.step_time import BatchShape, RooflineStepTime
 from kvsim.sim import check_scenario
 from kvsim.sim.layout_links import layout_links

@@ -74,7 +74,7 @@ def test_byte_sharing_serves_every_adapter_from_one_copy_and_none_keeps_one_per_
     result = _run([_system("none", "{kv_sharing: none}"), _system("shared", "{kv_sharing: byte_sharing}")])
     by_name = {run.system: run for run in result.runs}
     frames = {name: run.records.to_frame() for name, run in by_name.items()}
-    for name, frame in frames.items():
+    for frame in frames.values():
         assert set(frame.adapter) <= set(range(8)) and (frame.adapter >= 0).all()
     # with no reuse each (document, adapter) pair computes its document once: 2 x 8 first uses
     none, shared = frames["none"], frames["shared"]

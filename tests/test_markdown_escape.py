@@ -29,7 +29,7 @@ NAMES = {
     "description": "said <img src=x onerror=alert(2)> `code` *bold* _em_",
     "system": f"s{SCRIPT}|{LINK}{MATH}",
     "accelerator": f"acc{SCRIPT}|[a](javascript:alert(3))",
-    "node": f"node<b>|[n](javascript:alert(4))",
+    "node": "node<b>|[n](javascript:alert(4))",
     "model": f"m{SCRIPT}|[m](javascript:alert(5))",
 }
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvsim.calibration.memory_check import kv_capacity_rows
-
 from conftest import SHARED
+from kvsim.calibration.memory_check import kv_capacity_rows
 
 RUNS = SHARED / "calibration" / "vllm_h100_runs.csv"
 

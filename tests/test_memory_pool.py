@@ -5,8 +5,8 @@ item 4). Its reads and writes against closed forms, on the topology and through 
 from __future__ import annotations
 
 import pytest
-from flow_timing import timed
 
+from flow_timing import timed
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.hardware.specs import PoolNodeSpec
 from kvsim.network import build_topology

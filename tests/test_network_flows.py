@@ -113,7 +113,8 @@ def test_max_min_optimality(case):
         # A bottleneck: saturated, and no flow on it runs faster than this one.
         def is_bottleneck(link):
             fastest = max(r for other, r in zip(flow_links, rates) if link in other)
-            return load[link] >= capacity[link] * (1 - 1e-9) and rate >= fastest * (1 - 1e-9)
+            # B023: called within this iteration, never after it
+            return load[link] >= capacity[link] * (1 - 1e-9) and rate >= fastest * (1 - 1e-9)  # noqa: B023
 
         assert any(is_bottleneck(link) for link in links)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from flow_timing import timed
 
+from flow_timing import timed
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.network import build_topology
 from kvsim.network import topology as topo_mod

@@ -8,8 +8,8 @@ names, sharing that switch's uplink with the switch's cards, or on a root port o
 from __future__ import annotations
 
 import pytest
-from flow_timing import timed
 
+from flow_timing import timed
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.hardware.specs import NicSpec, NodeSpec, PoolNodeSpec, pcie_bandwidth
 from kvsim.network import build_topology

@@ -8,6 +8,6 @@ from notebook_run import execute
 def test_capacity_plan_notebook_executes(repo_root, kernel_for_this_python):
     _, text = execute(repo_root / "notebooks" / "04_capacity_plan.ipynb", kernel_for_this_python)
     assert "cheapest by cost per hour" in text
-    line = next(l for l in text.splitlines() if l.startswith("l20-pool units for 6/s"))
+    line = next(row for row in text.splitlines() if row.startswith("l20-pool units for 6/s"))
     before, after = [int(part.split(" at ")[0].split()[-1]) for part in line.split(", ")]
     assert after >= before  # a tighter objective never needs fewer units

@@ -7,9 +7,21 @@ import pytest
 
 from kvsim.models import model_catalog
 from kvsim.models.parallel import (
-    GroupLinks, Layout, alltoall_bytes_per_card, alltoall_ranks_per_token, alltoall_s, bubble_fraction,
-    candidate_layouts, expert_imbalance, kv_bytes_per_token_per_card, layout_problems, p2p_send_s,
-    pipeline_time_s, stage_layers, stage_send_bytes_per_card, weight_bytes_per_card,
+    GroupLinks,
+    Layout,
+    alltoall_bytes_per_card,
+    alltoall_ranks_per_token,
+    alltoall_s,
+    bubble_fraction,
+    candidate_layouts,
+    expert_imbalance,
+    kv_bytes_per_token_per_card,
+    layout_problems,
+    p2p_send_s,
+    pipeline_time_s,
+    stage_layers,
+    stage_send_bytes_per_card,
+    weight_bytes_per_card,
 )
 
 MODELS = model_catalog()

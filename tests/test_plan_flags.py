@@ -15,7 +15,7 @@ from kvsim.plan.planner import Probe, plan, rerun_scenario, run_probe
 from kvsim.plan.slo import Objective, objectives_from_slo
 from kvsim.report.document import to_markdown
 from kvsim.report.plan_report import plan_document, summary_paragraph
-from test_queueing import MD1, _service_time_s  # one instance, one request at a time: a deterministic server
+from test_queueing import _service_time_s  # one instance, one request at a time: a deterministic server
 
 # A closed loop of N clients with no think time on that server (512-token prompts, one-token
 # answers, max_num_seqs 1): the server is never idle once N >= 2, every client waits for the N - 1

@@ -244,11 +244,7 @@ def test_two_units_sharing_one_pool_hold_the_same_requests_as_one_unit_at_half_l
 
 def test_the_report_shows_the_frontier_and_where_pool_beats_compute(tmp_path):
     from kvsim.report.document import to_markdown
-    from kvsim.report.plan_report import (
-        plan_document,
-        summary_paragraph,
-        write_plan_report,
-    )
+    from kvsim.report.plan_report import plan_document, summary_paragraph, write_plan_report
 
     scenario = _scenario("{nodes: [1, 2, 3, 4, 6]}")
     answer = plan_answer(plan(scenario, map_probes=_synthetic), catalog_unit_cost(scenario))

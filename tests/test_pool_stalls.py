@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 import kvsim
-from kvsim.plan import run_sweep
 from kvsim.plan import executor as executor_module
+from kvsim.plan import run_sweep
 
 needs_fork = pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(),
                                 reason="the injected failure reaches the workers through fork")

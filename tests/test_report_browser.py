@@ -14,7 +14,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from chromium_page import Page, chromium_path  # noqa: E402
-
 from kvsim.report.document import write_files  # noqa: E402
 from kvsim.report.plan_report import plan_report_files  # noqa: E402
 from kvsim.report.run_report import run_report_files  # noqa: E402
@@ -80,9 +79,8 @@ def test_run_report_opens_offline_with_hovers_and_toggles(tmp_path):
 
 def test_a_fresh_run_report_with_every_figure_opens_offline(tmp_path):
     # the run of tests/test_run_report.py: its records give the CDFs, its DRAM tier the hit rates
-    from test_run_report import SCENARIO
-
     from kvsim.cli import main
+    from test_run_report import SCENARIO
 
     (tmp_path / "s.yaml").write_text(SCENARIO, encoding="utf-8")
     assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "out"), "--workers", "1",

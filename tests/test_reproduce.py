@@ -6,7 +6,6 @@ import json
 
 from kvsim.cli import main
 
-
 SCENARIO = """
 name: repro
 seed: 4

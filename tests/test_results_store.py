@@ -444,8 +444,15 @@ def test_a_points_file_in_the_way_is_refused_with_a_message(tmp_path, capsys):
 def test_folders_and_pipes_in_a_point_folder_are_cleared_when_it_is_rewritten(stored_tiny, tmp_path, capsys):
     import os
 
-    folder_of = lambda f: ((f / "runs.json").unlink(), (f / "runs.json").mkdir(), (f / "runs.json" / "x").touch())
-    pipe = lambda f: ((f / "requests.parquet").unlink(), os.mkfifo(f / "requests.parquet"))
+    def folder_of(f):
+        (f / "runs.json").unlink()
+        (f / "runs.json").mkdir()
+        (f / "runs.json" / "x").touch()
+
+    def pipe(f):
+        (f / "requests.parquet").unlink()
+        os.mkfifo(f / "requests.parquet")
+
     for name, change in (("folder", folder_of), ("pipe", pipe)):
         line = _damaged_run(stored_tiny, tmp_path / name, change, capsys)
         assert "missing; recomputing" in line

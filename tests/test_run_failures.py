@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 import pyarrow as pa
+import pytest
 import simpy
 
 import kvsim

@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 
 import kvsim
+from conftest import SHARED
 from kvsim.serving.router import LeastOutstandingRouter, RoundRobinRouter
 from kvsim.sim import check_scenario
-
-from conftest import SHARED
 
 BASE = """
 name: sizing

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import kvsim
+from kvsim.hardware import accelerator_catalog
 from kvsim.kv.block_pool import BlockPool
 from kvsim.models import model_catalog
 from kvsim.models.attention_span import AttentionSpan
 from kvsim.models.engine import EngineSpec
 from kvsim.models.step_time import BatchShape, RooflineStepTime
-from kvsim.hardware import accelerator_catalog
 from kvsim.serving.sequence import Sequence
 
 OSS = model_catalog()["gpt-oss-120b"]

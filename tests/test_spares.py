@@ -13,8 +13,14 @@ import kvsim
 from kvsim.plan.answer import catalog_unit_cost, plan_answer
 from kvsim.plan.planner import CandidatePlan, PlanResult
 from kvsim.plan.search import LoadSearch
-from kvsim.plan.spares import (UnitParts, prob_at_least, simulate_time_enough_up, spares_needed, unit_availability,
-                               unit_parts)
+from kvsim.plan.spares import (
+    UnitParts,
+    prob_at_least,
+    simulate_time_enough_up,
+    spares_needed,
+    unit_availability,
+    unit_parts,
+)
 from kvsim.report.document import to_markdown
 from kvsim.report.plan_report import plan_document
 from kvsim.rng import RandomStreams

@@ -14,9 +14,8 @@ import pytest
 import simpy
 
 import kvsim
-from kvsim.workload.traces import load_azure_2023
-
 from conftest import REPO, SHARED
+from kvsim.workload.traces import load_azure_2023
 
 BENCH = REPO / "benchmarks"
 if str(BENCH) not in sys.path:
@@ -330,8 +329,8 @@ def test_each_case_runs_in_a_child_on_the_backend_asked(monkeypatch):
 
 
 def test_backends_to_run_leaves_out_an_unbuilt_compiled_backend(monkeypatch, capsys):
-    import speed
     import kvsim.backend as backend
+    import speed
 
     monkeypatch.setattr(backend, "compiled_problem", lambda: None)
     assert speed.backends_to_run("python,compiled") == ["python", "compiled"]
@@ -394,7 +393,6 @@ def test_the_run_ceiling_removes_per_step_work_only(monkeypatch):
     """instructions.py --ceiling: every later step of a run takes the first step's time and runs
     account nothing; the same requests still run to the end, and undoing it restores the results."""
     import run_ceiling
-
     from kvsim.hardware import accelerator_catalog
     from kvsim.models import model_catalog
     from kvsim.models.step_time import RooflineStepTime

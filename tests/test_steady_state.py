@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import kvsim
-from kvsim.metrics.steady_state import (in_system_integral, in_system_slope, mser, mser_statistic,
-                                        mser5_warmup_s)
+from kvsim.metrics.steady_state import in_system_integral, in_system_slope, mser, mser5_warmup_s, mser_statistic
 from kvsim.report.table import FLAG_MARK, comparison_table
 
 # ------------------------------------------------------------------------------------ MSER-5
@@ -166,9 +165,8 @@ def test_the_table_marks_flagged_numbers_and_explains_them():
 
 
 def test_the_gap_study_marks_gaps_read_from_flagged_points():
-    from test_gap import SCENARIO as GAP  # the gap study's tiny scenario: 8 one-token clients are too few cycles
-
     from kvsim.report.gap import gap_frame, gap_markdown
+    from test_gap import SCENARIO as GAP  # the gap study's tiny scenario: 8 one-token clients are too few cycles
 
     result = kvsim.run(kvsim.parse_scenario(GAP, "g.yaml"))
     frame = gap_frame(result)

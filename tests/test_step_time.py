@@ -8,8 +8,8 @@ not obtained by calling the helpers the step-time model itself uses.
 import pytest
 
 from kvsim.hardware import accelerator_catalog
-from kvsim.models import model_catalog
 from kvsim.hardware.specs import EfficiencySpec
+from kvsim.models import model_catalog
 from kvsim.models.collectives import allreduce_s, recursive_doubling_s, ring_allreduce_s
 from kvsim.models.engine import EngineSpec
 from kvsim.models.step_time import BatchShape, RooflineStepTime

@@ -15,9 +15,14 @@ import kvsim
 from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.network import FlowNetwork, IoRequest, StorageIO, Transfers, build_topology, network_capacities
 from kvsim.network import topology as topo_mod
-from kvsim.network.flows import max_min_fair_rates, _solve
+from kvsim.network.flows import _solve, max_min_fair_rates
 from kvsim.network.storage_io import (
-    access_time_s, io_count, iops_resource, queue_rate_cap_Bps, staging_cpu_s_per_byte, staging_resource,
+    access_time_s,
+    io_count,
+    iops_resource,
+    queue_rate_cap_Bps,
+    staging_cpu_s_per_byte,
+    staging_resource,
 )
 
 KIB, MIB = 2**10, 2**20

@@ -6,21 +6,23 @@ docs/explanation/supernode-tiers.md, not read off the code.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 import kvsim
+from flow_timing import timed
 from kvsim.hardware import accelerator_catalog, node_catalog
 from kvsim.models.collectives import allreduce_s
-from kvsim.models.parallel import (GroupLinks, Layout, alltoall_bytes_per_card, alltoall_s, alltoall_tier_bytes,
-                                   group_allreduce_s)
-from kvsim.network.tiers import (MEMORY_SEMANTIC_MESSAGE_S, MESSAGE_PASSING_MESSAGE_S, ScaleUpSpec,
-                                 ScaleUpTierSpec)
+from kvsim.models.parallel import (
+    GroupLinks,
+    Layout,
+    alltoall_bytes_per_card,
+    alltoall_s,
+    alltoall_tier_bytes,
+    group_allreduce_s,
+)
+from kvsim.network.tiers import MEMORY_SEMANTIC_MESSAGE_S, MESSAGE_PASSING_MESSAGE_S, ScaleUpSpec, ScaleUpTierSpec
 from kvsim.network.topology import build_topology
 from kvsim.sim.layout_links import layout_links
-
-from flow_timing import timed
 
 H20_NVLINK_Bps = 450e9  # per direction (catalog h20, [AIC] intra_node_bw)
 

@@ -7,9 +7,9 @@ import pytest
 import simpy
 
 import kvsim
+from kvsim.hardware import accelerator_catalog, node_catalog
 from kvsim.metrics.records import RequestRecords
 from kvsim.network import FlowNetwork, Transfers, build_topology
-from kvsim.hardware import accelerator_catalog, node_catalog
 from kvsim.rng import RandomStreams
 from kvsim.sim import check_scenario
 from kvsim.sim.build import WiringError, build_system

@@ -14,8 +14,16 @@ from pydantic import ValidationError
 
 from kvsim.rng import RandomStreams
 from kvsim.workload import (
-    ClientStream, ClosedLoop, EmpiricalLength, FixedLength, GammaArrivals, LognormalLength,
-    PoissonArrivals, UniformLength, WorkloadSpec, open_loop_requests,
+    ClientStream,
+    ClosedLoop,
+    EmpiricalLength,
+    FixedLength,
+    GammaArrivals,
+    LognormalLength,
+    PoissonArrivals,
+    UniformLength,
+    WorkloadSpec,
+    open_loop_requests,
 )
 from kvsim.workload.arrivals import open_loop_arrival_times
 

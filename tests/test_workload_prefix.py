@@ -18,8 +18,18 @@ from scipy import stats
 
 from kvsim.rng import RandomStreams
 from kvsim.workload import (
-    BlockChain, ClientStream, PoissonArrivals, RequestArrays, Segment, WorkloadSpec, block_count, chain_hashes,
-    open_loop_requests, prompt_hashes, sessions, source_id,
+    BlockChain,
+    ClientStream,
+    PoissonArrivals,
+    RequestArrays,
+    Segment,
+    WorkloadSpec,
+    block_count,
+    chain_hashes,
+    open_loop_requests,
+    prompt_hashes,
+    sessions,
+    source_id,
 )
 from kvsim.workload.arrivals import open_loop_arrival_times
 from kvsim.workload.lengths import UniformLength

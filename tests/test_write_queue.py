@@ -178,7 +178,7 @@ def _overloaded(monkeypatch, duration, limit=""):
             live["now"] += len(paths)
             live["peak"] = max(live["peak"], live["now"])
 
-            def landed(_event, n=len(paths)):
+            def landed(_event, n=len(paths)):  # noqa: B008 -- the count bound now, as the transfer starts
                 live["now"] -= n
 
             done.callbacks.append(landed)

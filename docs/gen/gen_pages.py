@@ -35,12 +35,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules, when loaded by path (tests)
 
+from gen_ep_decode import ep_decode_block  # noqa: E402
 from gen_reference import catalog_page, cli_page, notebooks_block, python_api_page  # noqa: E402
 from gen_schema import PROSE, scenario_fields_page  # noqa: E402,F401  (PROSE: for the tests)
-from gen_text import BANNER, ROOT  # noqa: E402
-from gen_ep_decode import ep_decode_block  # noqa: E402
 from gen_supernode_tiers import tiers_block  # noqa: E402
-
+from gen_text import BANNER, ROOT  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # the headline run (README and the first tutorial)

@@ -11,6 +11,7 @@ from typing import Any
 from gen_schema import _anchor
 from gen_text import BANNER, ROOT, escape_html, one_line, rst_to_md
 
+
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, list[str], str, argparse.ArgumentParser]]:
     actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     out: list[tuple[str, list[str], str, argparse.ArgumentParser]] = []

@@ -10,6 +10,7 @@ from typing import Any
 
 from gen_text import BANNER, DOCS, escape_html, numpydoc_parts, one_line, rst_to_md
 
+
 def _anchor(name: str) -> str:
     return name.lower()
 

@@ -53,9 +53,9 @@ half as many over a second layer (non-blocking, or its uplinks oversubscribed 2:
 def rows() -> list[dict]:
     """One row per (EP, case, sequences per rank)."""
     import kvsim
+    from kvsim.dtypes import DTYPE_BYTES
     from kvsim.models.parallel import alltoall_bytes_per_card, alltoall_tier_bytes
     from kvsim.models.step_time import ACTIVATION_DTYPE, BatchShape
-    from kvsim.dtypes import DTYPE_BYTES
     from kvsim.sim.sizing import size_system
 
     out = []

@@ -130,7 +130,7 @@ def read_sidecar(measurement: Path, needs_model: bool) -> Engine:
     return Engine(str(path), model, gpu, tp, precision.upper(), seqs, budget, cache, inputs, outputs, shared)
 
 
-def _shared_prefix(get: "_Fields", block: Any) -> tuple[int, int, int, int, int] | None:
+def _shared_prefix(get: _Fields, block: Any) -> tuple[int, int, int, int, int] | None:
     if block is None:
         return None
     if not isinstance(block, dict):

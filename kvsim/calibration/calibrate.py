@@ -10,14 +10,14 @@ number reported (datasheet, fitted, leave-one-out) is a full-length simulation.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from kvsim.calibration.fit import FitProblem, FitResult, fit, leave_one_out
 from kvsim.calibration.checks import capped
+from kvsim.calibration.fit import FitProblem, FitResult, fit, leave_one_out
 from kvsim.calibration.measurements import MeasurementError, Measurements, StepPoint, VllmRun, read_measurements
 from kvsim.calibration.parameters import DEFAULT_FIT, PARAMETERS, default_values, parameter
 from kvsim.calibration.runs import catalog_model, gpu_node, predict_run

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from kvsim.input_files import cell_text
 from kvsim.workload.trace_csv import MAX_TOKENS, TIME_TEXT

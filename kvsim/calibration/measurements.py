@@ -30,13 +30,23 @@ import hashlib
 import io
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from kvsim.calibration.checks import (
-    LATENCY_S, MAX_BATCHED_TOKENS, MAX_CARDS, MAX_PROMPTS, MAX_RATE_PER_S, MAX_REQUESTS, MAX_SEQS, MAX_TOKENS,
-    MAX_TOKENS_PER_S, STAGE_S, RowCells, capped,
+    LATENCY_S,
+    MAX_BATCHED_TOKENS,
+    MAX_CARDS,
+    MAX_PROMPTS,
+    MAX_RATE_PER_S,
+    MAX_REQUESTS,
+    MAX_SEQS,
+    MAX_TOKENS,
+    MAX_TOKENS_PER_S,
+    STAGE_S,
+    RowCells,
+    capped,
 )
 from kvsim.yaml_io import SpecError, read_utf8
 

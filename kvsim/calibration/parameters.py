@@ -17,8 +17,9 @@ Adding a parameter is one entry in :data:`PARAMETERS`.
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from kvsim.catalog import deep_merge
 from kvsim.hardware.specs import AcceleratorSpec

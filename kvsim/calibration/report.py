@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd

@@ -30,7 +30,8 @@ per request, then mean / p90 over requests.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kvsim.calibration.bench_files import BenchRun
 from kvsim.calibration.measurements import METRICS, VllmRun

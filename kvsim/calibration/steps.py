@@ -16,7 +16,7 @@ that grid is exact to well under 0.1 %.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 

@@ -17,7 +17,8 @@ a server that does not keep up delays every later token too, and the measured TP
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 

@@ -4,7 +4,14 @@ from functools import cache
 
 from kvsim.catalog import Catalog, load_packaged
 from kvsim.hardware.specs import (
-    DTYPE_BYTES, AcceleratorSpec, EfficiencySpec, HostStagingSpec, NicSpec, NodeSpec, NvmeSpec, PoolNodeSpec,
+    DTYPE_BYTES,
+    AcceleratorSpec,
+    EfficiencySpec,
+    HostStagingSpec,
+    NicSpec,
+    NodeSpec,
+    NvmeSpec,
+    PoolNodeSpec,
 )
 
 __all__ = [

@@ -14,8 +14,20 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.spec_types import (Bandwidth, Bytes, Count, FlopRate, Fraction, FrozenSpec, PositiveBytes, PositiveInt, Rate,
-                              Seconds, Watts, field_errors)
+from kvsim.spec_types import (
+    Bandwidth,
+    Bytes,
+    Count,
+    FlopRate,
+    Fraction,
+    FrozenSpec,
+    PositiveBytes,
+    PositiveInt,
+    Rate,
+    Seconds,
+    Watts,
+    field_errors,
+)
 
 __all__ = [
     "EfficiencySpec", "AcceleratorSpec", "NvmeSpec", "NicSpec", "NodeSpec", "PoolNodeSpec", "HostStagingSpec",
@@ -58,7 +70,7 @@ class PricedSpec(FrozenSpec):
     price_date: PriceDate | None = None
 
     @model_validator(mode="after")
-    def _dated_price(self) -> "PricedSpec":
+    def _dated_price(self) -> PricedSpec:
         if self.price_usd is not None and self.price_date is None:
             raise ValueError("price_usd needs price_date: when the price was quoted (e.g. '2024-Q1')")
         return self
@@ -151,7 +163,7 @@ class AcceleratorSpec(PricedSpec):
     sources: dict[str, str]
 
     @model_validator(mode="after")
-    def _known_dtypes(self) -> "AcceleratorSpec":
+    def _known_dtypes(self) -> AcceleratorSpec:
         unknown = sorted(set(self.flops) - set(DTYPE_BYTES))
         if unknown:
             raise ValueError(f"unknown number format(s) in flops: {unknown}; known: {sorted(DTYPE_BYTES)}")
@@ -203,7 +215,7 @@ class NvmeSpec(FrozenSpec):
     queue_depth: PositiveInt = 32
 
     @model_validator(mode="after")
-    def _drives_hold_something(self) -> "NvmeSpec":
+    def _drives_hold_something(self) -> NvmeSpec:
         if self.count and not self.capacity_bytes > 0:
             raise field_errors(NvmeSpec, [(("capacity_bytes",), f"{self.count} drive(s) of 0 bytes: give each drive's "
                                            "capacity (e.g. 3.84 TB), or count: 0 for a node without drives", 0.0)])
@@ -328,7 +340,7 @@ class NicSpec(FrozenSpec):
     switch: Annotated[list[NicSwitch] | Literal["root"] | None, BeforeValidator(_nic_switches)] = None
 
     @model_validator(mode="after")
-    def _one_place_per_nic(self) -> "NicSpec":
+    def _one_place_per_nic(self) -> NicSpec:
         if isinstance(self.switch, list) and len(self.switch) != self.count:
             message = (f"{len(self.switch)} place(s) for {self.count} NIC(s): give one switch index (or root) per "
                        "NIC, or root alone for all")
@@ -377,7 +389,7 @@ class NodeSpec(PricedSpec):
     sources: dict[str, str]
 
     @model_validator(mode="after")
-    def _nics_on_switches(self) -> "NodeSpec":
+    def _nics_on_switches(self) -> NodeSpec:
         switches = -(-self.accelerators_per_node // GPUS_PER_PCIE_SWITCH)
         if isinstance(self.nics.switch, list):
             beyond = [k for k in self.nics.switch if isinstance(k, int) and k >= switches]
@@ -441,7 +453,7 @@ class PoolNodeSpec(PricedSpec):
     sources: dict[str, str]
 
     @model_validator(mode="after")
-    def _one_io_complex(self) -> "PoolNodeSpec":
+    def _one_io_complex(self) -> PoolNodeSpec:
         if self.scale_up_latency_s is not None and self.scale_up_bandwidth is None:
             raise field_errors(PoolNodeSpec, [(("scale_up_latency_s",), (
                 "a scale-up latency without scale_up_bandwidth: give the node's scale-up ports' bandwidth to make "

@@ -98,7 +98,7 @@ def busiest_links(links: list[dict[str, Any]], count: int = 5, key: str = "link"
     Rows are byte links (``key="link"``) or storage resources (``key="resource"``); never mix
     the two in one call, their utilisations measure different things.
     """
-    return sorted(links, key=lambda l: (-l["utilization_mean"], l[key]))[:count]
+    return sorted(links, key=lambda row: (-row["utilization_mean"], row[key]))[:count]
 
 
 _CAUSE_NAMES = {"compute": "gpu compute", "memory": "gpu memory bandwidth", "tp_comm": "tp all-reduce link",
@@ -121,7 +121,7 @@ def bound_resource(gpu_busy_fraction: float, time_by_cause_s: dict[str, float], 
     ``read IOPS pool0/media`` or ``CPU staging node0/cpu``. Below ``threshold`` utilisation
     everywhere, nothing saturates ("none").
     """
-    named = [(l["utilization_mean"], f"link {l['link']}") for l in links]
+    named = [(row["utilization_mean"], f"link {row['link']}") for row in links]
     named += [(r["utilization_mean"], f"{_STORAGE_LABELS[r['kind']]} {r['resource']}") for r in storage]
     top = max(named, default=None)
     link_util = top[0] if top else 0.0

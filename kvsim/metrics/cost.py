@@ -32,8 +32,9 @@ infinity. See ``docs/cost.md`` for the defaults and their sources.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from kvsim.scenario.cost_spec import HOUR_S, HOURS_PER_YEAR, CostSpec
 from kvsim.scenario.shared_pool_spec import HOURS_PER_MONTH, TB_BYTES
@@ -127,7 +128,7 @@ def _price(family: str, spec) -> tuple[list[str], list[str]]:
     return _assumed(f"{family} {spec.name} price_usd", value, spec.sources.get("price_usd")), []
 
 
-def bill_of_materials(sizing: "SystemSizing", remote_pool_share: float = 1.0,
+def bill_of_materials(sizing: SystemSizing, remote_pool_share: float = 1.0,
                       pool_usd_per_tb_month: float | None = None) -> tuple[BillLine, ...]:
     """The machines a system is built of: each compute pool's servers, and the remote KV pool's nodes.
 
@@ -309,7 +310,7 @@ def _total(values: list[float | None]) -> float | None:
     return None if any(v is None for v in values) else float(sum(values))
 
 
-def cost_summary(sizing: "SystemSizing", summary: Mapping[str, Any], cost_spec: CostSpec,
+def cost_summary(sizing: SystemSizing, summary: Mapping[str, Any], cost_spec: CostSpec,
                  pool_usd_per_tb_month: float | None = None) -> dict[str, Any]:
     """The cost figures of one system at the load it served, as plain JSON-able values.
 

@@ -15,7 +15,8 @@ run it is an approximation, and an interval from 2 or 3 replicas is wide by cons
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -112,7 +112,7 @@ class EarlyExitSpec(FrozenSpec):
     check_every: PositiveInt | None = None
 
     @model_validator(mode="after")
-    def _a_distribution(self) -> "EarlyExitSpec":
+    def _a_distribution(self) -> EarlyExitSpec:
         problems = []
         layers, shares = self.exit_layers, self.distribution
         if len(shares) != len(layers):

@@ -6,8 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 from kvsim.dtypes import DTYPE_BYTES
-from kvsim.models.early_exit import (EarlyExitSpec, ExitProblem, deepest_exit, depth_probabilities, exit_cdf,
-                                     exit_problems, exit_sizing, kv_fill_bytes)
+from kvsim.models.early_exit import (
+    EarlyExitSpec,
+    ExitProblem,
+    deepest_exit,
+    depth_probabilities,
+    exit_cdf,
+    exit_problems,
+    exit_sizing,
+    kv_fill_bytes,
+)
 from kvsim.models.step_time import BatchShape, RooflineStepTime, StepBreakdown
 from kvsim.models.weight_offload import WeightStream, layer_bytes_per_card
 

@@ -37,14 +37,24 @@ from __future__ import annotations
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
-from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
-from kvsim.models.parallel import (
-    Layout, LayoutLinks, PipelineSchedule, alltoall_bytes_per_card, alltoall_s,
-    expert_imbalance, group_allreduce_s, kv_bytes_per_token_per_card, p2p_send_s, pipeline_time_s, stage_layers, stage_send_bytes_per_card,
-)
 from kvsim.models.collective_curves import interconnect_for
 from kvsim.models.engine import EngineSpec
 from kvsim.models.kernels import launches_per_pass
+from kvsim.models.llm import WEIGHT_GROUPS, ModelSpec
+from kvsim.models.parallel import (
+    Layout,
+    LayoutLinks,
+    PipelineSchedule,
+    alltoall_bytes_per_card,
+    alltoall_s,
+    expert_imbalance,
+    group_allreduce_s,
+    kv_bytes_per_token_per_card,
+    p2p_send_s,
+    pipeline_time_s,
+    stage_layers,
+    stage_send_bytes_per_card,
+)
 from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown
 
 __all__ = ["LayoutStepTime"]

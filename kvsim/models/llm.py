@@ -62,7 +62,7 @@ class MoeSpec(FrozenSpec):
     router_bias: bool = False
 
     @model_validator(mode="after")
-    def _k_le_e(self) -> "MoeSpec":
+    def _k_le_e(self) -> MoeSpec:
         if self.experts_per_token > self.num_experts:
             raise field_errors(MoeSpec, [(("experts_per_token",), f"{self.experts_per_token} routed experts per "
                                           f"token, but the layer has num_experts {self.num_experts}",
@@ -100,7 +100,7 @@ class ModelSpec(FrozenSpec):
     sources: dict[str, str]
 
     @model_validator(mode="after")
-    def _consistent(self) -> "ModelSpec":
+    def _consistent(self) -> ModelSpec:
         """Refuse fields that contradict each other, naming the one at fault, then check what is
         derived from them once, so no caller (catalog, scenario override, Python) meets a model
         with negative weights or zero KV per token later, in the middle of a run."""

@@ -22,7 +22,7 @@ adapter targets here (refused at validation).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.models.llm import ModelSpec

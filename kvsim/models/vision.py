@@ -70,7 +70,7 @@ class VisionTowerSpec(FrozenSpec):
     dtype: str = "bf16"
 
     @model_validator(mode="after")
-    def _consistent(self) -> "VisionTowerSpec":
+    def _consistent(self) -> VisionTowerSpec:
         problems = []
         if self.image_size % self.patch_size:
             problems.append((("patch_size",), f"image_size {self.image_size} is not a whole number of "

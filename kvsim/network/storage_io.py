@@ -196,12 +196,12 @@ class StorageIO:
     ``host_path``: the system's connector's overrides of that staging (None: the nodes' own).
     """
 
-    def __init__(self, topology: "Topology", host_path: HostPath | None = None):
+    def __init__(self, topology: Topology, host_path: HostPath | None = None):
         self.topology = topology
         self.host_path = host_path
         graph = topology.graph
         self.media: dict[str, MediaIO] = {}
-        self.staging: dict[str, "HostStagingSpec"] = {}  # compute node -> its host staging
+        self.staging: dict[str, HostStagingSpec] = {}  # compute node -> its host staging
         for name, attrs in graph.nodes(data=True):
             if attrs.get("io") is not None:
                 self.media[name] = attrs["io"]
@@ -257,7 +257,7 @@ class StorageIO:
                 out.append((pinned_resource(node), f"{node}/pinned", "pinned_buffer"))
         return out
 
-    def report(self, network: "FlowNetwork") -> list[dict[str, object]]:
+    def report(self, network: FlowNetwork) -> list[dict[str, object]]:
         """Every storage resource that was used, in its own units (not bytes).
 
         One row per resource: ``resource`` (its name), ``kind`` (``read_iops``, ``write_iops``,
@@ -280,7 +280,7 @@ class StorageIO:
         """Whether accesses to ``endpoint`` are storage I/O (a drive or a pool node's media)."""
         return endpoint is not None and endpoint in self.media
 
-    def cost(self, path: Sequence["Edge"], request: IoRequest, nbytes: float) -> FlowCost | None:
+    def cost(self, path: Sequence[Edge], request: IoRequest, nbytes: float) -> FlowCost | None:
         """What one flow of ``nbytes`` over ``path`` for ``request`` consumes (None: plain bytes)."""
         ends = [(end, write) for end, write in ((request.source, False), (request.target, True))
                 if self.is_storage(end)]

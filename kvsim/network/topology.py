@@ -8,11 +8,21 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, PoolNodeSpec
-from kvsim.network.tiers import ScaleUpSpec
 from kvsim.network.cluster_graph import (  # noqa: F401  (figures re-exported for callers)
-    COPY_OVERHEAD_S, FABRIC, GPUS_PER_SWITCH, NVME_READ_LATENCY_S, NVME_WRITE_LATENCY_S, PCIE_HOP_LATENCY_S,
-    RDMA_LATENCY_S, ROOT_UPLINK_FACTOR, SCALE_UP_LATENCY_S, Edge, cluster_graph, copy_engine,
+    COPY_OVERHEAD_S,
+    FABRIC,
+    GPUS_PER_SWITCH,
+    NVME_READ_LATENCY_S,
+    NVME_WRITE_LATENCY_S,
+    PCIE_HOP_LATENCY_S,
+    RDMA_LATENCY_S,
+    ROOT_UPLINK_FACTOR,
+    SCALE_UP_LATENCY_S,
+    Edge,
+    cluster_graph,
+    copy_engine,
 )
+from kvsim.network.tiers import ScaleUpSpec
 
 if TYPE_CHECKING:
     import networkx as nx

@@ -23,18 +23,16 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from kvsim.plan.answer import catalog_unit_cost, plan_answer
-from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
-from kvsim.plan.executor import (MAX_ATTEMPTS, ExecutorError, dask_client, default_workers, watched_map,
-                                 worker_pool)
-from kvsim.plan.search import ProbeOutcome
 from kvsim.atomic import write_atomic
 from kvsim.crash import note_where
+from kvsim.escape import terminal_text
+from kvsim.input_files import InputFileError, read_json
+from kvsim.plan.answer import catalog_unit_cost, plan_answer
+from kvsim.plan.executor import MAX_ATTEMPTS, ExecutorError, dask_client, default_workers, watched_map, worker_pool
+from kvsim.plan.planner import Probe, load_unit, plan, probe_scenario
+from kvsim.plan.search import ProbeOutcome
 from kvsim.plan.store import json_default, store_root_problem
 from kvsim.plan.tasks import code_fingerprint, task_inputs, task_key
-from kvsim.input_files import InputFileError, read_json
-from kvsim.escape import terminal_text
-
 from kvsim.scenario.load import Scenario
 
 __all__ = ["run_plan", "probe_key"]
@@ -70,7 +68,7 @@ class _StoredMap:
         self._code = code_fingerprint()  # once: it reads every source file
         self._files: dict[Path, str] = {}
 
-    def __enter__(self) -> "_StoredMap":
+    def __enter__(self) -> _StoredMap:
         problem = store_root_problem(self.folder, "probes")
         if problem is not None:
             raise ExecutorError(problem)

@@ -77,11 +77,19 @@ import numpy as np
 from scipy.special import gammaincinv
 
 from kvsim.models.step_time import BatchShape
+from kvsim.plan.cost_hits import (  # noqa: F401
+    cached_contexts,
+    distinct_contexts,
+    hit_fraction,
+    missed_requests,
+    refused_share,
+    run_hit_fraction,
+    workload_reuse,
+    zipf_popularity,
+)
 from kvsim.plan.cost_rates import rates_for
 from kvsim.sim.build import kv_extents
 from kvsim.sim.prewarm import MAX_WARM_REQUESTS
-from kvsim.plan.cost_hits import (cached_contexts, distinct_contexts, hit_fraction, missed_requests,  # noqa: F401
-                                  refused_share, run_hit_fraction, workload_reuse, zipf_popularity)
 
 __all__ = ["PathCounts", "WorkloadShape", "system_counts", "prewarm_prompts"]
 
@@ -126,10 +134,10 @@ class PathCounts:
         rates = rates_for(backend)
         return float(sum(getattr(self, f.name) * rates[f.name] for f in fields(self)))
 
-    def __add__(self, other: "PathCounts") -> "PathCounts":
+    def __add__(self, other: PathCounts) -> PathCounts:
         return PathCounts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
 
-    def scaled(self, k: float) -> "PathCounts":
+    def scaled(self, k: float) -> PathCounts:
         return PathCounts(**{f.name: getattr(self, f.name) * k for f in fields(self)})
 
     def as_dict(self) -> dict[str, float]:

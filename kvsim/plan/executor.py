@@ -34,10 +34,11 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from multiprocessing.connection import wait as wait_ready
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterator, Sequence
+from multiprocessing.connection import wait as wait_ready
+from typing import Any
 
 from kvsim.crash import note_where
 from kvsim.plan.tasks import SweepTask, run_task

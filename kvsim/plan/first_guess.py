@@ -66,8 +66,9 @@ def capacity_guess(scenario: Scenario, system: str) -> float | None:
         batch = max(1, min(limit, by_kv))
         context = prompt + answer / 2
 
+        # B023: called within this iteration, never after it
         def decode_step(b: int) -> float:
-            return step.iteration_time_s(BatchShape(decode_seqs=b, decode_context_tokens=int(b * context),
+            return step.iteration_time_s(BatchShape(decode_seqs=b, decode_context_tokens=int(b * context),  # noqa: B023
                                                     sampled_seqs=b))
 
         if tpot_limit is not None and decode_step(batch) > tpot_limit:

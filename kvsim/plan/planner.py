@@ -32,8 +32,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvsim.plan.probe_rules import (RESOLVE_FLAGS, RESOLVE_TRIES, WINDOW_MARGIN, certain_failure, rerun_scenario,
-                                   untrusted)
+from kvsim.plan.probe_rules import (
+    RESOLVE_FLAGS,
+    RESOLVE_TRIES,
+    WINDOW_MARGIN,
+    certain_failure,
+    rerun_scenario,
+    untrusted,
+)
 from kvsim.plan.search import LoadSearch, ProbeOutcome, find_max_load
 from kvsim.plan.slo import STATISTICS, Objective, objectives_from_slo, slo_verdict
 from kvsim.scenario.load import Scenario

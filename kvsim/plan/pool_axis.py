@@ -94,11 +94,7 @@ class AxisCosts:
 def axis_costs(scenario: Any, system: str) -> AxisCosts:
     """The cost of one compute unit and of one pool node of ``system`` (a candidate of
     ``plan.shared_pools``), from the catalog and the scenario's ``cost:`` section."""
-    from kvsim.metrics.cost import (
-        bill_of_materials,
-        cost_summary,
-        line_cost_per_hour_usd,
-    )
+    from kvsim.metrics.cost import bill_of_materials, cost_summary, line_cost_per_hour_usd
     from kvsim.plan.planner import scaled_scenario
     from kvsim.sim.sizing import size_system
 

@@ -115,8 +115,7 @@ def rerun_scenario(scenario: Scenario, summary: dict, objectives: Sequence[Objec
     :data:`LENGTHEN_MAX`. ``warmup_short``: the warm-up becomes :data:`WARMUP_MARGIN` times the
     one MSER-5 found, the window keeping its length.
     """
-    from kvsim.metrics.steady_state import (LATENCY_SHARE, MIN_COMPLETIONS_PER_CLIENT,
-                                            MIN_COMPLETIONS_PER_INSTANCE)
+    from kvsim.metrics.steady_state import LATENCY_SHARE, MIN_COMPLETIONS_PER_CLIENT, MIN_COMPLETIONS_PER_INSTANCE
 
     flags = summary.get("flags") or ()
     if not any(flag in RESOLVE_FLAGS for flag in flags) or untrusted(summary):

@@ -20,9 +20,9 @@ runner-up's at each end of each figure's range.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from kvsim.plan.planner import MapProbes, Probe, _fewest_units, _Runner, load_unit

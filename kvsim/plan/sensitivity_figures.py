@@ -48,9 +48,9 @@ range (:mod:`kvsim.scenario.sensitivity_spec`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from collections.abc import Sequence
 from typing import Any
 
 from kvsim.scenario.load import Scenario

@@ -15,9 +15,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from kvsim.plan.run_cost import point_requests
 from kvsim.plan.executor import ExecutorError, default_workers, execute, in_process
 from kvsim.plan.progress import SweepProgress
+from kvsim.plan.run_cost import point_requests
 from kvsim.plan.store import PointStore, store_root_problem
 from kvsim.plan.tasks import SweepTask, code_fingerprint, sweep_tasks, task_inputs
 from kvsim.scenario.load import Scenario

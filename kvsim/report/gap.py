@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.escape import literal_figure_text, markdown_text as md
+from kvsim.escape import literal_figure_text
+from kvsim.escape import markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 

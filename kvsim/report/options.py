@@ -23,7 +23,8 @@ from typing import Any
 
 import pandas as pd
 
-from kvsim.escape import literal_figure_text, markdown_text as md, plain_log_ticks
+from kvsim.escape import literal_figure_text, plain_log_ticks
+from kvsim.escape import markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note
 from kvsim.sim.result import RunResult
 

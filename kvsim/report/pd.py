@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from kvsim.escape import literal_figure_text
+from kvsim.escape import markdown_text as md
 from kvsim.metrics.summary import slo_met
-from kvsim.escape import literal_figure_text, markdown_text as md
 from kvsim.report.table import FLAG_MARK, flag_note, hardware_label
 from kvsim.sim.result import RunResult, SystemRun
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.document import Document, Figure, Strong
 from kvsim.report.interactive import Tags, render
 from kvsim.report.legend import legend_below
-from kvsim.report.pool_frontier import pool_words, shared_pool_section
-from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.plan_tornado import hinge_sentence, sensitivity_section
+from kvsim.report.pool_frontier import pool_words, shared_pool_section
 
 __all__ = ["plan_document", "summary_paragraph", "plan_report_files", "write_plan_report"]
 

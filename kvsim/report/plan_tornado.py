@@ -37,7 +37,9 @@ def _figures(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _verdict(row: dict[str, Any], figure: dict[str, Any]) -> str:
     """Where the answer flips, in words, or that it holds over the whole range."""
-    fmt = lambda x: figure_value(x, figure.get("dimension"))
+    def fmt(x: float) -> str:
+        return figure_value(x, figure.get("dimension"))
+
     if row.get("flips_between"):
         parts = [f"flips to {row['cheapest_low' if lo == figure['low'] else 'cheapest_high']} between {fmt(lo)} "
                  f"and {fmt(hi)}" for lo, hi in row["flips_between"]]
@@ -96,7 +98,10 @@ def sensitivity_section(doc: Document, answer: dict[str, Any], stem: str) -> Non
         rows = []
         for row in target["rows"]:
             f = figures[row["field"]]
-            fmt = lambda x, f=f: figure_value(x, f.get("dimension"))
+
+            def fmt(x: float, f: dict[str, Any] = f) -> str:
+                return figure_value(x, f.get("dimension"))
+
             units = ""
             if row.get("units_low") is not None:
                 units = " / ".join(f"{s}: {row['units_low'].get(s)}-{row['units_high'].get(s)}"

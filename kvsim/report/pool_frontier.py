@@ -123,7 +123,6 @@ def _figure(shared: list[dict[str, Any]], stem: str, rate: Callable[[Any], str])
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.lines import Line2D
 
     from kvsim.report.interactive import Tags, render

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.document import Figure
 from kvsim.report.interactive import Tags, render
 from kvsim.report.legend import legend_below
-from kvsim.escape import literal_figure_text, plain_log_ticks
 from kvsim.report.run_data import LoadAxis, Row, metric, saturation
 
 __all__ = ["load_series", "figure_throughput", "figure_latency", "figure_cdf", "figure_hit_rates", "figure_cost",

@@ -14,11 +14,28 @@ from pathlib import Path
 from typing import Any
 
 from kvsim.report.document import Document, document_files, write_files
-from kvsim.report.run_data import (RunResults, Row, load_axis, load_results, metric, rows, run_windows, saturation,
-                                   window_phrase)
+from kvsim.report.run_data import (
+    Row,
+    RunResults,
+    load_axis,
+    load_results,
+    metric,
+    rows,
+    run_windows,
+    saturation,
+    window_phrase,
+)
 from kvsim.report.run_figures import figure_cdf, figure_latency, figure_throughput, slo_limits_s
-from kvsim.report.run_sections import (_cell, _num, _point_label, add_sections, catalog_sources, cost_assumptions,
-                                       replications_section, value_label)
+from kvsim.report.run_sections import (
+    _cell,
+    _num,
+    _point_label,
+    add_sections,
+    catalog_sources,
+    cost_assumptions,
+    replications_section,
+    value_label,
+)
 from kvsim.report.table import FLAG_MARK, flag_note
 
 __all__ = ["run_document", "answer_paragraph", "comparison_rows", "run_report_files", "write_run_report",
@@ -161,7 +178,7 @@ def answer_paragraph(results: RunResults) -> str:
 def _regime(results: RunResults) -> str:
     arrival = ((results.scenario.get("workload") or {}).get("arrival") or {})
     kind = arrival.get("kind")
-    swept = " ".join((results.summary.get("sweep") or {}))
+    swept = " ".join(results.summary.get("sweep") or {})
     if kind == "poisson":
         text = "Poisson arrivals" + ("" if "arrival.rate" in swept else f" at {arrival.get('rate')}")
     elif kind == "closed_loop":

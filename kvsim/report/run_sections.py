@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvsim.report.document import Document
-from kvsim.report.run_data import RunResults, Row, metric, rows, window_phrase
+from kvsim.report.run_data import Row, RunResults, metric, rows, window_phrase
 from kvsim.report.run_figures import figure_cost, figure_hit_rates
 from kvsim.report.table import FLAG_MARK, flag_note
 

@@ -7,8 +7,9 @@ page (to print) and the paths written.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from kvsim.sim.result import RunResult
 

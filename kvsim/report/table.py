@@ -11,7 +11,8 @@ ratio that involves it, and the table ends with a footnote naming the flags.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kvsim.escape import terminal_text
 from kvsim.sim.result import RunResult

@@ -20,8 +20,9 @@ What the loaders check is in :mod:`kvsim.input_files` (path, type, size, encodin
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path as FsPath
-from typing import Any, Iterator
+from typing import Any
 
 from kvsim.input_files import InputFileError
 from kvsim.scenario.problems import PointProblems

@@ -50,7 +50,7 @@ class _Use:
     reason: str | None
 
 
-def inert_settings(points: list["ScenarioPoint"], catalogs: "Catalogs",
+def inert_settings(points: list[ScenarioPoint], catalogs: Catalogs,
                    located: Located) -> tuple[list[str], list[str]]:
     """``(errors, warnings)`` about settings that do nothing, as ``file:line: field: message``.
 
@@ -112,7 +112,7 @@ def _where(idle: list[_Use], applied: list[_Use]) -> str:
     return "; ".join(parts)
 
 
-def _weight_reason(model: "ModelSpec", group: str, groups: dict[str, float]) -> str | None:
+def _weight_reason(model: ModelSpec, group: str, groups: dict[str, float]) -> str | None:
     if groups[group] > 0:
         return None
     if group == "lm_head":
@@ -123,7 +123,7 @@ def _weight_reason(model: "ModelSpec", group: str, groups: dict[str, float]) -> 
     return f"{model.name} has no {group} weights"
 
 
-def _instance_reason(knob: str, pool: "PoolSpec", model: "ModelSpec", per_node: int) -> str | None:
+def _instance_reason(knob: str, pool: PoolSpec, model: ModelSpec, per_node: int) -> str | None:
     """Why ``knob`` of ``pool``'s instance does nothing (None: it matters)."""
     inst = pool.instance
     if inst.layout == "best":
@@ -141,7 +141,7 @@ def _instance_reason(knob: str, pool: "PoolSpec", model: "ModelSpec", per_node: 
     return f"at {layout.label()}, " + _why_not(knob, model)
 
 
-def _reads(knob: str, layout: Layout, model: "ModelSpec", per_node: int) -> bool:
+def _reads(knob: str, layout: Layout, model: ModelSpec, per_node: int) -> bool:
     """Whether the step model of ``layout`` reads ``knob`` (see the module docstring)."""
     if knob == "expert_skew":
         return model.moe is not None and layout.ep > 1
@@ -150,7 +150,7 @@ def _reads(knob: str, layout: Layout, model: "ModelSpec", per_node: int) -> bool
     return layout.needs_layout_model(per_node) and layout.pp > 1  # pp_schedule
 
 
-def _why_not(knob: str, model: "ModelSpec") -> str:
+def _why_not(knob: str, model: ModelSpec) -> str:
     if knob == "expert_skew":
         if model.moe is None:
             return f"{model.name} is a dense model (no experts)"

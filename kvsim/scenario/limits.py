@@ -67,7 +67,7 @@ S_PER_POOL_NODE = 1e-3
 """One remote pool node's drives, NICs and links in the topology (measured 11 KB, ~1 ms)."""
 
 
-def size_problems(spec: "ScenarioSpec", catalogs: Any) -> list[tuple[tuple[Any, ...], str]]:
+def size_problems(spec: ScenarioSpec, catalogs: Any) -> list[tuple[tuple[Any, ...], str]]:
     """Sizes of one (sweep point's) spec beyond the limits, as ``(field path, message)``.
 
     ``catalogs`` (:class:`kvsim.scenario.load.Catalogs`) gives the cards of each node type;
@@ -87,7 +87,7 @@ def size_problems(spec: "ScenarioSpec", catalogs: Any) -> list[tuple[tuple[Any, 
     return problems
 
 
-def _duration_work(spec: "ScenarioSpec") -> str:
+def _duration_work(spec: ScenarioSpec) -> str:
     """``" (~4e+12 requests from 4 closed-loop clients: ...)"`` -- what a long duration would cost."""
     arrival = spec.workload.arrival
     if arrival.kind == "closed_loop":
@@ -98,7 +98,7 @@ def _duration_work(spec: "ScenarioSpec") -> str:
     return f" (~{count:.2g} requests: {_cost(count)})" if count else ""
 
 
-def expected_requests(spec: "ScenarioSpec") -> tuple[float | None, tuple[str, ...]]:
+def expected_requests(spec: ScenarioSpec) -> tuple[float | None, tuple[str, ...]]:
     """Requests one system of ``spec`` is sent (open loop, before the run draws them) and the
     field that sets their number; None for a closed loop and a trace (read from its file)."""
     workload = spec.workload
@@ -125,7 +125,7 @@ def expected_requests(spec: "ScenarioSpec") -> tuple[float | None, tuple[str, ..
     return count, path
 
 
-def _workload_problems(spec: "ScenarioSpec") -> list[tuple[tuple[Any, ...], str]]:
+def _workload_problems(spec: ScenarioSpec) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     workload, arrival = spec.workload, spec.workload.arrival
     count, path = expected_requests(spec)
@@ -157,7 +157,7 @@ def _workload_problems(spec: "ScenarioSpec") -> list[tuple[tuple[Any, ...], str]
     return problems
 
 
-def _system_problems(spec: "ScenarioSpec", name: str, system: Any, catalogs: Any) -> list[tuple[tuple[Any, ...], str]]:
+def _system_problems(spec: ScenarioSpec, name: str, system: Any, catalogs: Any) -> list[tuple[tuple[Any, ...], str]]:
     problems: list[tuple[tuple[Any, ...], str]] = []
     path = ("systems", name)
     pools = system.pool_specs()
@@ -189,7 +189,7 @@ def _system_problems(spec: "ScenarioSpec", name: str, system: Any, catalogs: Any
     return problems
 
 
-def sweep_size_problems(spec: "ScenarioSpec") -> list[tuple[tuple[Any, ...], str]]:
+def sweep_size_problems(spec: ScenarioSpec) -> list[tuple[tuple[Any, ...], str]]:
     """A sweep grid too big to expand, or too many runs, as ``(field path, message)`` -- counted
     from the value lists alone, before any point is built."""
     lengths = {key: len(values) for key, values in spec.sweep.items()}

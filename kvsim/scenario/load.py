@@ -12,28 +12,34 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
-from typing import Any, Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
 from kvsim.calibration.calibfile import apply_calibration_engine, apply_calibration_field
 from kvsim.catalog import Catalog
-from kvsim.hardware import (
-    AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog,
-)
+from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec, accelerator_catalog, node_catalog, pool_node_catalog
 from kvsim.models import ModelSpec, model_catalog
 from kvsim.scenario.files import resolve_length_files, swept_length_files, trace_problems
 from kvsim.scenario.inert import inert_settings
 from kvsim.scenario.limits import size_problems, sweep_size_problems
-from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.overrides import apply_overrides
+from kvsim.scenario.problems import PointProblems
 from kvsim.scenario.schema import ScenarioSpec
 from kvsim.scenario.sweep import grid_points, set_path, zipped_paths
 from kvsim.spec_types import STRICT_UNITS
 from kvsim.yaml_io import (
-    Located, Path, SpecError, did_you_mean, dotted_path, errors_from_validation, load_yaml, read_utf8,
+    Located,
+    Path,
+    SpecError,
+    did_you_mean,
+    dotted_path,
+    errors_from_validation,
+    load_yaml,
+    read_utf8,
     register_union_tags,
     validation_problems,
 )
@@ -67,7 +73,7 @@ class ScenarioPoint:
     index: int
     params: dict[str, Any]
     spec: ScenarioSpec
-    catalogs: "Catalogs | None" = None
+    catalogs: Catalogs | None = None
     """The point's own catalogs when its sweep changes a ``catalog.*`` field (else the scenario's:
     :meth:`Scenario.catalogs_for`)."""
 
@@ -103,7 +109,7 @@ class Scenario:
         """The catalogs ``point`` runs with: its own if its sweep changes a ``catalog.*`` field."""
         return point.catalogs if point.catalogs is not None else self.catalogs
 
-    def with_changes(self, changes: dict[str, Any] | None = None, **by_field: Any) -> "Scenario":
+    def with_changes(self, changes: dict[str, Any] | None = None, **by_field: Any) -> Scenario:
         """A new scenario with fields changed by dotted path; values may be unit strings or SI numbers.
 
         Examples

@@ -8,8 +8,9 @@ file line (:class:`OverriddenLocated`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from kvsim.scenario.sweep import set_path, split_path, zipped_paths
 from kvsim.yaml_io import MAX_YAML_DEPTH, Located, SpecError, dotted_path, load_value

@@ -9,7 +9,8 @@ times; the reader needs it once, with where it holds::
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kvsim.yaml_io import Path
 

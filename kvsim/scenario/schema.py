@@ -6,7 +6,7 @@ stream side by side. Quantities carry units in the file (``300 s``, ``20/s``, ``
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -18,8 +18,15 @@ from kvsim.scenario.limits import MAX_REQUESTS  # noqa: F401 - re-exported (chec
 from kvsim.scenario.plan_spec import PlanSpec
 from kvsim.scenario.shared_pool_spec import shared_pool_problems
 from kvsim.serving.cache.spec import KVCacheSpec
-from kvsim.serving.specs import (CacheAwareSpec, ControllerSpec, HandoffSpec, InstanceSpec, LoraSpec, PoolSpec,
-                                  RouterKind)
+from kvsim.serving.specs import (
+    CacheAwareSpec,
+    ControllerSpec,
+    HandoffSpec,
+    InstanceSpec,
+    LoraSpec,
+    PoolSpec,
+    RouterKind,
+)
 from kvsim.spec_types import Count, FrozenSpec, PositiveInt, PositiveSeconds, Seconds
 from kvsim.workload import WorkloadSpec
 from kvsim.yaml_io import did_you_mean
@@ -196,7 +203,7 @@ class SystemSpec(FrozenSpec):
                                             f"drop the {self.controller.kind} controller or failures"))
         return problems
 
-    def controller_problems(self, slo: "SloSpec") -> list[tuple[tuple[str, ...], str]]:
+    def controller_problems(self, slo: SloSpec) -> list[tuple[tuple[str, ...], str]]:
         """Problems with the controller given the system's shape and the scenario's SLOs."""
         control = self.controller
         if control is None:
@@ -307,7 +314,7 @@ class OptionsStudySpec(FrozenSpec):
     load: str | None = None
 
 
-StudySpec = Annotated[Union[GapStudySpec, PDStudySpec, OptionsStudySpec], Field(discriminator="kind")]
+StudySpec = Annotated[GapStudySpec | PDStudySpec | OptionsStudySpec, Field(discriminator="kind")]
 
 
 class ScenarioSpec(FrozenSpec):

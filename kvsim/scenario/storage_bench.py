@@ -27,8 +27,18 @@ from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models import model_catalog
 from kvsim.scenario.schema import CatalogEntries
 from kvsim.scenario.sweep import grid_points, set_path
-from kvsim.spec_types import (STRICT_UNITS, Count, Fraction, FrozenSpec, PositiveBytes, PositiveFloat, PositiveInt,
-                              PositiveSeconds, Seconds, field_errors)
+from kvsim.spec_types import (
+    STRICT_UNITS,
+    Count,
+    Fraction,
+    FrozenSpec,
+    PositiveBytes,
+    PositiveFloat,
+    PositiveInt,
+    PositiveSeconds,
+    Seconds,
+    field_errors,
+)
 from kvsim.yaml_io import SpecError, errors_from_validation, load_yaml, read_utf8, validation_problems
 
 __all__ = ["StorageBenchSpec", "BenchPoint", "StorageBench", "load_storage_bench", "parse_storage_bench"]
@@ -178,7 +188,7 @@ class StorageBenchSpec(FrozenSpec):
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "StorageBenchSpec":
+    def _consistent(self) -> StorageBenchSpec:
         if not self.duration > self.warmup:
             raise field_errors(StorageBenchSpec, [(("warmup",), f"warmup ({self.warmup:g} s) must be shorter than "
                                                    f"duration ({self.duration:g} s)", self.warmup)])

@@ -43,7 +43,7 @@ class AdmissionHook:
         """
         return False
 
-    def begin_remote_reads(self, batch: "Batch") -> float | None:
+    def begin_remote_reads(self, batch: Batch) -> float | None:
         """An iteration of ``batch`` starts and reads ``batch.shape.remote_kv_tokens`` context
         tokens in place from peers' HBM: the per-card rate of those reads, bytes/s (None: the
         step model's uncontended rate)."""

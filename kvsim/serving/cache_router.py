@@ -29,10 +29,12 @@ prefix comes from one walk of the prompt's blocks (:func:`~kvsim.serving.prefix_
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence as Seq
+from collections.abc import Callable
+from collections.abc import Sequence as Seq
+from typing import Any
 
-from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.cache.segments import prompt_address
+from kvsim.serving.cache.tiers import SystemCache
 from kvsim.serving.index_view import ExtentIndexView, IndexView
 from kvsim.serving.prefix_reach import CacheLayout, reach, reach_segments
 from kvsim.serving.specs import CacheAwareSpec

@@ -18,7 +18,8 @@ and drains only what is left (sequences about to finish, or with no room elsewhe
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import simpy

@@ -25,8 +25,8 @@ like those of any request it aborts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import simpy
 

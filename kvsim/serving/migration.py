@@ -36,8 +36,8 @@ token. Clients that give up (``workload.timeout``) and node failures are refused
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import simpy
 

@@ -19,7 +19,8 @@ instances can be kept ahead of it.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence as Seq
+from collections.abc import Sequence as Seq
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -3,13 +3,23 @@ routing, and the prefill -> decode KV handoff."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from kvsim.models.weight_offload import WeightOffloadSpec
-from kvsim.spec_types import (Bytes, Count, Fraction, FrozenSpec, NonNegativeFloat, PositiveFloat, PositiveInt,
-                              PositiveSeconds, Seconds, field_errors)
+from kvsim.spec_types import (
+    Bytes,
+    Count,
+    Fraction,
+    FrozenSpec,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
+    PositiveSeconds,
+    Seconds,
+    field_errors,
+)
 
 __all__ = [
     "InstanceSpec", "RouterKind", "CacheAwareSpec", "Role", "PoolSpec", "HandoffSpec", "ROLES", "Signal", "SIGNALS",
@@ -360,7 +370,7 @@ class ThresholdController(_Adaptive):
     step: PositiveInt = 1
 
     @model_validator(mode="after")
-    def _band_in_range(self) -> "ThresholdController":
+    def _band_in_range(self) -> ThresholdController:
         self._levels_checked("low", "high")  # low < high: SystemSpec.controller_problems
         return self
 
@@ -377,12 +387,12 @@ class ProportionalController(_Adaptive):
     max_step: PositiveInt = 2
 
     @model_validator(mode="after")
-    def _setpoint_in_range(self) -> "ProportionalController":
+    def _setpoint_in_range(self) -> ProportionalController:
         self._levels_checked("setpoint")
         return self
 
 
-ControllerSpec = Annotated[Union[StaticController, ThresholdController, ProportionalController],
+ControllerSpec = Annotated[StaticController | ThresholdController | ProportionalController,
                            Field(discriminator="kind")]
 """How a disaggregated system's P:D ratio moves at run time."""
 

@@ -22,12 +22,12 @@ from kvsim.metrics.domain_summary import DomainLevels
 from kvsim.metrics.levels import TimeWeightedLevel
 from kvsim.metrics.records import RequestRecords
 from kvsim.models.attention_span import held_kv_bytes
+from kvsim.models.lora import adapter_bytes
 from kvsim.models.step_time import BatchShape
 from kvsim.network import FlowNetwork, StorageIO, Topology, Transfers, build_topology, network_capacities
 from kvsim.network.tiers import card_tiers
 from kvsim.rng import RandomStreams
 from kvsim.scenario.schema import ScenarioSpec
-from kvsim.models.lora import adapter_bytes
 from kvsim.serving.adapters import AdapterSlots
 from kvsim.serving.cache import SOURCES, TIERS, CacheGeometry, InstanceCache, SystemCache
 from kvsim.serving.cache.access import addressing_domain
@@ -36,12 +36,12 @@ from kvsim.serving.cache.extent_cache import ExtentInstanceCache
 from kvsim.serving.cache.extent_tiers import ExtentSystemCache
 from kvsim.serving.controller import RoleController
 from kvsim.serving.handoff import HandoffReceiver, KVHandoff
-from kvsim.serving.specs import StaticController
 from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.migration import KVMigration
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
+from kvsim.serving.specs import StaticController
 from kvsim.sim.failures import RunFailures, attach_failures
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts

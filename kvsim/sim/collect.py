@@ -7,13 +7,13 @@ from typing import Any
 
 from kvsim.metrics.cache_summary import bound_resource, busiest_links, cache_summary
 from kvsim.metrics.domain_summary import domain_summary, scale_up_summary
+from kvsim.metrics.pd_summary import pd_summary
 from kvsim.metrics.routing_summary import routing_summary
 from kvsim.metrics.summary import summarize
 from kvsim.scenario.load import ScenarioPoint
 from kvsim.serving.cache import TIERS
 from kvsim.sim.build import System
 from kvsim.sim.result import SystemRun
-from kvsim.metrics.pd_summary import pd_summary
 
 __all__ = ["collect"]
 

@@ -17,7 +17,7 @@ share of time at least ``k`` of ``n`` are up tends to ``P[B(n, A) >= k]``
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import simpy

@@ -48,8 +48,9 @@ gives each pool's).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from kvsim.models.parallel import Layout, candidate_layouts
 from kvsim.models.weight_offload import WeightOffloadSpec
@@ -327,7 +328,7 @@ def choose_layout(spec: ScenarioSpec, name: str, catalogs: Catalogs,
             current[pool_name] = dict(best[3].layouts)[pool_name]
     ranked = sorted(pilots.values(), key=lambda p: p[:3], reverse=True)
     finals = []
-    for _key_, cards, order, choice in ranked[:FINALISTS]:
+    for _score, cards, order, choice in ranked[:FINALISTS]:
         resolved = with_choice(spec, name, dict(choice.layouts))
         run = simulate(resolved, size_system(resolved, name, catalogs))
         finals.append((_key(run.summary, spec), cards, order, choice, run))

@@ -35,7 +35,7 @@ class SystemRun:
     system: str
     point_index: int
     params: dict[str, Any]
-    sizing: "SystemSizing"
+    sizing: SystemSizing
     records: RequestRecords
     summary: dict[str, Any]
     in_system_mean: float
@@ -107,15 +107,15 @@ class RunResult:
     executor (:mod:`kvsim.plan`) ran it.
     """
 
-    scenario: "Scenario"
+    scenario: Scenario
     seed: int
     runs: list[SystemRun] = field(default_factory=list)
     replicas: list[SystemRun] = field(default_factory=list)
     stored: dict[int, list[str]] = field(default_factory=dict)
 
     @classmethod
-    def from_runs(cls, scenario: "Scenario", seed: int, runs: list[SystemRun],
-                  stored: dict[int, list[str]] | None = None) -> "RunResult":
+    def from_runs(cls, scenario: Scenario, seed: int, runs: list[SystemRun],
+                  stored: dict[int, list[str]] | None = None) -> RunResult:
         """Split ``runs`` (any replicas) into :attr:`runs` and :attr:`replicas`."""
         return cls(scenario, seed, [r for r in runs if r.replica == 0], [r for r in runs if r.replica != 0],
                    dict(stored or {}))

@@ -7,14 +7,15 @@ point from the scenario seed; closed-loop clients draw from per-client streams.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import simpy
 
-from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.cost import cost_summary
+from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.steady_state import mser5_warmup_s, request_ends_s
 from kvsim.rng import RandomStreams, replica_seed
 from kvsim.scenario.load import Scenario, ScenarioPoint
@@ -24,8 +25,8 @@ from kvsim.sim.build import build_system
 from kvsim.sim.collect import collect
 from kvsim.sim.layout_search import choose_layout, search_space, searches_layout
 from kvsim.sim.result import RunResult, SystemRun
-from kvsim.sim.watchdog import Watchdog, run_until, stall_seconds
 from kvsim.sim.sizing import SizingError, SystemSizing, size_system, too_long, too_long_note
+from kvsim.sim.watchdog import Watchdog, run_until, stall_seconds
 from kvsim.workload import ClientStream, RequestArrays, open_loop_requests
 from kvsim.workload.session import sessions
 from kvsim.yaml_io import SpecError
@@ -121,7 +122,7 @@ def point_seed(point: ScenarioPoint, seed: int | None = None, replica: int = 0) 
 
 def run_point(scenario: Scenario, point: ScenarioPoint, seed: int | None = None, replica: int = 0,
               sizings: dict[tuple[int, str], SystemSizing] | None = None,
-              tracker: "RunProgress | None" = None, stop: StopCheck | None = None) -> list[SystemRun]:
+              tracker: RunProgress | None = None, stop: StopCheck | None = None) -> list[SystemRun]:
     """Every system of one sweep point, replica ``replica``: one task of a sweep.
 
     The systems share one request stream drawn from the run's seed (:func:`point_seed`), so a

@@ -14,14 +14,14 @@ import numpy as np
 from kvsim.backend import Kernels
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
-from kvsim.models.layout_step import LayoutStepTime
-from kvsim.models.lora import adapter_bytes, adapter_problems
-from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
-from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.early_exit_step import EarlyExitStepTime, ExitProblem, exit_sizing
 from kvsim.models.collective_curves import interconnect_for
 from kvsim.models.engine import EngineSpec
+from kvsim.models.layout_step import LayoutStepTime
+from kvsim.models.lora import adapter_bytes, adapter_problems
 from kvsim.models.memory import activation_reserve_bytes, loaded_extra_bytes_per_card
+from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
+from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.step_time import RooflineStepTime
 from kvsim.models.weight_offload import WeightStream, offload_sizing
 from kvsim.scenario.load import Catalogs

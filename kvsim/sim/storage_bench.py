@@ -105,7 +105,10 @@ def _row(point: BenchPoint, network: FlowNetwork, done: list, read_Bps: float, w
          ios_per_block: int, clients: int) -> dict[str, Any]:
     spec = point.spec
     latencies = np.array([end - start for _, start, end in done if start >= spec.warmup])
-    pct = (lambda q: float(np.percentile(latencies, q)) if latencies.size else math.nan)
+
+    def pct(q: float) -> float:
+        return float(np.percentile(latencies, q)) if latencies.size else math.nan
+
     by_kind = {kind: np.array([end - start for read, start, end in done if start >= spec.warmup and read == kind])
                for kind in (True, False)}
     p95 = {kind: float(np.percentile(v, 95)) * 1e3 if v.size else math.nan for kind, v in by_kind.items()}

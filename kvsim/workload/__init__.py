@@ -8,7 +8,14 @@ from kvsim.workload.prefix import BlockChain, Segment, block_count, chain_hashes
 from kvsim.workload.reuse import FixedHit, MultiTurn, PrefixSpec, SharedDocuments
 from kvsim.workload.session import Session, Turn, sessions
 from kvsim.workload.traces import (
-    CsvColumnsSpec, TraceSpec, load_azure_2023, load_bailian, load_burstgpt, load_csv, load_mooncake, load_trace,
+    CsvColumnsSpec,
+    TraceSpec,
+    load_azure_2023,
+    load_bailian,
+    load_burstgpt,
+    load_csv,
+    load_mooncake,
+    load_trace,
 )
 
 __all__ = [

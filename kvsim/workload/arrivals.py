@@ -3,7 +3,7 @@ closed-loop (fixed concurrency), trace replay."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, field_validator
@@ -152,7 +152,7 @@ class StagedArrivals(FrozenSpec):
         return out[out < duration_s]
 
 
-PhaseArrival = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, TraceSpec],
+PhaseArrival = Annotated[PoissonArrivals | GammaArrivals | DiurnalArrivals | TraceSpec,
                          Field(discriminator="kind")]
 
 
@@ -220,8 +220,8 @@ class PhasedArrivals(FrozenSpec):
         return max(length.max_tokens for length in lengths)
 
 
-ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, DiurnalArrivals, ClosedLoop, TraceSpec, PhasedArrivals,
-                              StagedArrivals], Field(discriminator="kind")]
+ArrivalSpec = Annotated[PoissonArrivals | GammaArrivals | DiurnalArrivals | ClosedLoop | TraceSpec | PhasedArrivals
+                        | StagedArrivals, Field(discriminator="kind")]
 """A workload's arrival source; ``trace`` (:class:`~kvsim.workload.traces.TraceSpec`) also supplies lengths."""
 
 

@@ -6,7 +6,7 @@ All samples are integers >= 1 (tokens). Each ``sample`` takes an explicit
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -42,7 +42,7 @@ class UniformLength(FrozenSpec):
     high: PositiveInt
 
     @model_validator(mode="after")
-    def _ordered(self) -> "UniformLength":
+    def _ordered(self) -> UniformLength:
         if self.high < self.low:
             raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
         return self
@@ -69,7 +69,7 @@ class LognormalLength(FrozenSpec):
     max: PositiveInt
 
     @model_validator(mode="after")
-    def _ordered(self) -> "LognormalLength":
+    def _ordered(self) -> LognormalLength:
         if self.max < self.min:
             raise ValueError(f"max ({self.max}) must be >= min ({self.min})")
         return self
@@ -102,7 +102,7 @@ class EmpiricalLength(FrozenSpec):
     column: str | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "EmpiricalLength":
+    def _consistent(self) -> EmpiricalLength:
         if self.weights is not None and len(self.weights) != len(self.values):
             raise ValueError(f"weights has {len(self.weights)} entries but values has {len(self.values)}")
         return self
@@ -127,5 +127,5 @@ class EmpiricalLength(FrozenSpec):
 
 
 LengthSpec = Annotated[
-    Union[FixedLength, UniformLength, LognormalLength, EmpiricalLength], Field(discriminator="kind")
+    FixedLength | UniformLength | LognormalLength | EmpiricalLength, Field(discriminator="kind")
 ]

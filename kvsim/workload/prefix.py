@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable, Sequence
 from functools import cache
 from types import ModuleType
-from typing import Iterable, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -190,7 +191,7 @@ class BlockChain:
         self._pending_tokens = 0
 
     @classmethod
-    def from_ids(cls, block_tokens: int, ids: np.ndarray) -> "BlockChain":
+    def from_ids(cls, block_tokens: int, ids: np.ndarray) -> BlockChain:
         """A chain that starts with the given ids as *full* blocks, to be continued by ``append``."""
         chain = cls(block_tokens)
         base = np.array(ids, dtype=np.int64)
@@ -200,7 +201,7 @@ class BlockChain:
         chain.tokens = len(base) * chain.block_tokens
         return chain
 
-    def append(self, source: int, tokens: int, offset: int = 0) -> "BlockChain":
+    def append(self, source: int, tokens: int, offset: int = 0) -> BlockChain:
         """Add tokens ``offset .. offset + tokens - 1`` of sequence ``source``; returns ``self``."""
         tokens, offset = int(tokens), int(offset)
         if tokens < 0 or offset < 0:
@@ -269,7 +270,7 @@ class BlockChain:
         tail = chain_hashes(self._last, [content_id(self._pending)])[0]
         return np.append(full, np.int64(tail))
 
-    def fork(self) -> "BlockChain":
+    def fork(self) -> BlockChain:
         """An independent copy; the shared full-block ids are not re-hashed."""
         other = BlockChain(self.block_tokens)
         other._base = self.full_ids()  # never mutated in place: extended by concatenation

@@ -52,7 +52,7 @@ class RequestArrays:
     def __len__(self) -> int:
         return len(self.arrival_s)
 
-    def select(self, which: np.ndarray | slice) -> "RequestArrays":
+    def select(self, which: np.ndarray | slice) -> RequestArrays:
         """The requests picked by a boolean mask, an index array or a slice, in that order."""
         if isinstance(which, slice):
             index = np.arange(len(self))[which]

@@ -17,7 +17,7 @@ should rebuild them.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
@@ -108,7 +108,7 @@ class FixedHit(FrozenSpec):
         return floor_blocks(self.hit_ratio, tokens, block_tokens)
 
 
-PrefixSpec = Annotated[Union[SharedDocuments, MultiTurn, FixedHit], Field(discriminator="kind")]
+PrefixSpec = Annotated[SharedDocuments | MultiTurn | FixedHit, Field(discriminator="kind")]
 
 
 _CHAINS: dict[tuple[int, int], list[tuple[int, int, int]]] = {}

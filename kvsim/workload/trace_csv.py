@@ -106,7 +106,7 @@ class CsvColumnsSpec(FrozenSpec):
     hash_block_tokens: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
-    def _hashes_need_a_block_size(self) -> "CsvColumnsSpec":
+    def _hashes_need_a_block_size(self) -> CsvColumnsSpec:
         if (self.prefix_hashes is None) != (self.hash_block_tokens is None):
             raise ValueError("prefix_hashes and hash_block_tokens go together: give both or neither")
         return self

@@ -50,11 +50,17 @@ from pydantic import Field, model_validator
 from kvsim.input_files import InputFileError, open_checked
 from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveInt, PositiveSeconds, Seconds
 from kvsim.workload.requests import RequestArrays
-from kvsim.workload.trace_csv import (
-    AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, MAX_TOKENS, CsvColumnsSpec, read_csv_trace,
-)
+from kvsim.workload.trace_csv import AZURE_2023_COLUMNS, BURSTGPT_COLUMNS, MAX_TOKENS, CsvColumnsSpec, read_csv_trace
 from kvsim.workload.trace_jsonl import (
-    RowError, json_rows, read_hashed_jsonl, row_hash_ids, row_int, row_timestamp, row_tokens, row_value, show,
+    RowError,
+    json_rows,
+    read_hashed_jsonl,
+    row_hash_ids,
+    row_int,
+    row_timestamp,
+    row_tokens,
+    row_value,
+    show,
 )
 
 __all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian",
@@ -87,7 +93,7 @@ class TraceSpec(FrozenSpec):
     columns: CsvColumnsSpec | None = None  # format csv only: which column holds what
 
     @model_validator(mode="after")
-    def _columns_for_csv(self) -> "TraceSpec":
+    def _columns_for_csv(self) -> TraceSpec:
         if self.format == "csv" and self.columns is None:
             raise ValueError("a csv trace needs columns: {arrival, input_tokens, output_tokens} "
                              "(and arrival_unit, prefix_hashes, hash_block_tokens as needed)")

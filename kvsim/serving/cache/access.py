@@ -40,7 +40,8 @@ instance to have the same cards per instance, so their shares line up).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kvsim.kv import BlockStore
 from kvsim.serving.cache.member import CacheMember
@@ -57,7 +58,7 @@ SOURCES = ("hbm", "peer_hbm", "other_domain", "dram", "nvme", "remote")
 """Where a cached block may come from (see the module docstring), fastest class first."""
 
 
-def addressing_domain(topology: "Topology", gpus: list[str], index: int) -> str:
+def addressing_domain(topology: Topology, gpus: list[str], index: int) -> str:
     """The addressing domain of instance ``index`` on cards ``gpus``: its cards' scale-up domain
     (``su{k}``), or ``instance{index}`` when they have no scale-up link."""
     return topology.scale_up_domain(gpus[0]) or f"instance{index}"
@@ -73,7 +74,7 @@ class CacheAccess:
         The system's stores; instances join with :meth:`register`.
     """
 
-    def __init__(self, system: "SystemCache"):
+    def __init__(self, system: SystemCache):
         self.system = system
         self.peer_mode = system.spec.peer_hbm
         self.holder: dict[int, CacheMember] = {}   # id(HBM store) -> instance whose cards hold it
@@ -85,7 +86,7 @@ class CacheAccess:
         # (id(reader), id(store)) -> load_routes
         self._routes: dict[tuple[int, int], tuple[list[list[Edge]], list[list[Edge]]]] = {}
 
-    def register(self, cache: CacheMember, domain_pool: "DomainPoolBase | None") -> str:
+    def register(self, cache: CacheMember, domain_pool: DomainPoolBase | None) -> str:
         """Enter ``cache``'s instance (its cards and HBM store: ``domain_pool``'s store with
         ``peer_hbm: read_in_place``, else its own); returns its domain's name."""
         domain = addressing_domain(self.system.topology, cache.gpus, cache.index)
@@ -198,7 +199,7 @@ class CacheAccess:
         return known
 
     @staticmethod
-    def hop_path(topology: "Topology", src: str, dst: str) -> list[Edge]:
+    def hop_path(topology: Topology, src: str, dst: str) -> list[Edge]:
         """A fan-out hop from card ``src`` to card ``dst`` of one instance: over their scale-up
         domain if they share one (NVLink, UB), else PCIe peer to peer through the switches."""
         domain = topology.scale_up_domain(src)

@@ -62,7 +62,8 @@ part of it is read in place from a peer.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kvsim.kv import BlockStore
 from kvsim.serving.cache.member import CacheMember
@@ -127,7 +128,7 @@ class DomainStore(BlockStore):
     many blocks that running sequences read; the base store's LRU heap finds its victim without
     stepping over them.)"""
 
-    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str, pool: "DomainPool"):
+    def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str, pool: DomainPool):
         super().__init__(name, capacity_bytes, block_bytes, policy)
         self.pool = pool
 
@@ -162,7 +163,7 @@ class DomainPoolBase:
     methods marked "kept" below are theirs; ``candidates`` and ``items`` are lists of their own
     units (blocks; stretches)."""
 
-    def __init__(self, name: str, system: "SystemCache", store):
+    def __init__(self, name: str, system: SystemCache, store):
         self.name = name
         self.system = system
         self.store = store
@@ -296,7 +297,7 @@ class DomainPool(DomainPoolBase):
         Built by the system with the domain's capacity (its instances' pages, in blocks).
     """
 
-    def __init__(self, name: str, system: "SystemCache", store: DomainStore):
+    def __init__(self, name: str, system: SystemCache, store: DomainStore):
         super().__init__(name, system, store)
         self.home: dict = {}                       # block -> instance whose HBM holds it
         self.resident: dict[int, dict] = {}        # id(instance) -> its blocks, least recent first

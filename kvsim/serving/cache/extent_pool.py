@@ -58,7 +58,7 @@ class ExtentDomainStore(ExtentHbmStore):
     orders, as :class:`~kvsim.serving.cache.domain_pool.DomainStore`'s do."""
 
     def __init__(self, name: str, capacity_bytes: float, block_bytes: float, policy: str = "lru",
-                 pool: "ExtentDomainPool | None" = None):
+                 pool: ExtentDomainPool | None = None):
         super().__init__(name, capacity_bytes, block_bytes, policy)
         self.pool = pool
 
@@ -82,21 +82,21 @@ class InflightMap:
     def __bool__(self) -> bool:
         return bool(self._maps)
 
-    def events(self, chain, start: int, end: int) -> list["simpy.Event"]:
+    def events(self, chain, start: int, end: int) -> list[simpy.Event]:
         """The events blocks ``[start, end)`` land with, each once, in the order of its first block."""
         m = self._maps.get(chain)
         if m is None:
             return []
         return list({id(e): e for _, _, e in m.pieces(start, end) if e is not None}.values())
 
-    def set(self, chain, start: int, end: int, event: "simpy.Event") -> None:
+    def set(self, chain, start: int, end: int, event: simpy.Event) -> None:
         """Blocks ``[start, end)`` land with ``event`` (whatever they waited for before)."""
         m = self._maps.get(chain)
         if m is None:
             m = self._maps[chain] = IntervalMap()
         m.assign(start, end, lambda _old: event)
 
-    def clear(self, chain, start: int, end: int, event: "simpy.Event") -> None:
+    def clear(self, chain, start: int, end: int, event: simpy.Event) -> None:
         """Blocks ``[start, end)`` that still wait for ``event`` have landed."""
         m = self._maps.get(chain)
         if m is None:
@@ -145,7 +145,7 @@ class ExtentDomainPool(DomainPoolBase):
         Built by the system with the domain's capacity (its instances' pages, in blocks).
     """
 
-    def __init__(self, name: str, system: "SystemCache", store: ExtentDomainStore):
+    def __init__(self, name: str, system: SystemCache, store: ExtentDomainStore):
         super().__init__(name, system, store)
         self.homes = ExtentHomes()
         self.inflight = InflightMap()

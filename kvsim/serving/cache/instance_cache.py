@@ -23,7 +23,7 @@ pages HBM at ``page_tokens``; only whole blocks are cached, as engines do.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import simpy
 

@@ -5,10 +5,11 @@ how they rank is :class:`~kvsim.serving.cache.access.CacheAccess`'s to say."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress, count, repeat
 from operator import is_not
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -63,10 +64,10 @@ class PrefixLoader:
         (:meth:`~kvsim.serving.cache.writer.CacheWriter.write_down`).
     """
 
-    def __init__(self, cache: CacheMember, system: "SystemCache", domain_pool: DomainPoolBase | None,
+    def __init__(self, cache: CacheMember, system: SystemCache, domain_pool: DomainPoolBase | None,
                  recompute_s: Callable[[int, int], float], next_step_tokens: Callable[[Sequence, int], int],
                  read_remote_run: Callable[[Sequence, Any], int],
-                 after_load: Callable[[Sequence, "SeqCache | None", bool], None],
+                 after_load: Callable[[Sequence, SeqCache | None, bool], None],
                  write_down: Callable[..., None]):
         self.cache = cache
         self.system = system
@@ -240,8 +241,8 @@ class PrefixLoader:
             entry = counts.get(id(store))
             counts[id(store)] = (store, (entry[1] if entry else 0) + blocks)
         worst = 0.0
-        for store, count in counts.values():
-            worst = max(worst, self.access.block_load_s(self.cache, store, count))
+        for store, total in counts.values():
+            worst = max(worst, self.access.block_load_s(self.cache, store, total))
         return worst
 
     def _copy_from(self, holder, blocks: list, nbytes: float) -> simpy.Event:
@@ -269,7 +270,7 @@ class PrefixLoader:
         tier_of, pools = self.system.tier_of, access.pools
         last, group = None, None  # the previous block's store, and its group if every block there has one
         home = last_home = None  # another domain's shared store: its homes, the previous block's holder
-        for block, store, source_id in to_load:
+        for _block, store, source_id in to_load:
             if store is last:
                 if home is None:
                     group.append(source_id)

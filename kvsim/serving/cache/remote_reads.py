@@ -48,7 +48,7 @@ class RemoteReads:
     system : SystemCache
     """
 
-    def __init__(self, system: "SystemCache"):
+    def __init__(self, system: SystemCache):
         self.system = system
         self.active: dict[int, int] = {}     # id(holder) -> steps now reading from it
         self.pair_bytes: dict[tuple[int, int], float] = {}  # (id(holder), id(reader)) -> bytes per card, in the window
@@ -89,7 +89,7 @@ class RemoteReads:
             else:
                 del self.active[key]
 
-    def edge_bytes(self) -> dict["Edge", float]:
+    def edge_bytes(self) -> dict[Edge, float]:
         """Bytes read in place over each directed scale-up edge inside the window (all cards)."""
         topology = self.system.topology
         edges: dict[Edge, float] = {}

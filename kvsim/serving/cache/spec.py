@@ -177,7 +177,7 @@ class KVCacheSpec(FrozenSpec):
         return data
 
     @model_validator(mode="after")
-    def _connector_reaches_tiers(self) -> "KVCacheSpec":
+    def _connector_reaches_tiers(self) -> KVCacheSpec:
         if self.connector is not None and self.connector.name == "vllm" and (self.nvme or self.remote):
             tier = "nvme" if self.nvme is not None else "remote"
             raise field_errors(KVCacheSpec, [(("connector", "name"), "vLLM's native offloading connector "

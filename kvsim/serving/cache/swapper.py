@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -40,7 +40,7 @@ class Swapper:
         takes them.
     """
 
-    def __init__(self, cache: CacheMember, system: "SystemCache", release: Callable[[Sequence], None],
+    def __init__(self, cache: CacheMember, system: SystemCache, release: Callable[[Sequence], None],
                  after_load: Callable[[Sequence, Any, bool], None], next_step_tokens: Callable[[Sequence], int],
                  record_hits: Callable[[Sequence, str, int, float], None],
                  record_written: Callable[[Sequence, float], None]):
@@ -57,7 +57,7 @@ class Swapper:
         g = self.cache.geometry
         return tokens * g.block_bytes_per_card / g.block_tokens
 
-    def _paths(self, out: bool) -> list[list["Edge"]]:
+    def _paths(self, out: bool) -> list[list[Edge]]:
         topology = self.system.topology
         dram = topology.dram(self.cache.node)
         return [topology.store_path(gpu, dram, True) if out else topology.load_path(dram, gpu, True)

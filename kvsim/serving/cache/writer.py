@@ -5,7 +5,8 @@ eviction when HBM runs short (domain-wide with ``peer_hbm: read_in_place``, see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from kvsim.kv import BlockStore
 from kvsim.serving.cache.domain_pool import DomainPoolBase
@@ -44,7 +45,7 @@ class CacheWriter:
         ``wake()``: resume the instance's engine loop (a copy down landed: pins let go).
     """
 
-    def __init__(self, cache: CacheMember, system: "SystemCache", domain_pool: DomainPoolBase | None,
+    def __init__(self, cache: CacheMember, system: SystemCache, domain_pool: DomainPoolBase | None,
                  read_remote: Callable[[Sequence, Any], bool], read_remote_run: Callable[[Sequence, Any], int],
                  record_written: Callable[[Sequence, float], None], wake: Callable[[], None]):
         self.cache = cache
