@@ -18,8 +18,7 @@ import kvsim
 from conftest import REPO
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
-from kvsim.models.collective_curves import (COLLECTIVES, collective_curves, collective_s, interconnect_for,
-                                            load_curves)
+from kvsim.models.collective_curves import COLLECTIVES, collective_curves, collective_s, interconnect_for, load_curves
 from kvsim.models.collectives import allreduce_s
 from kvsim.models.engine import EngineSpec
 from kvsim.models.parallel import GroupLinks, alltoall_s, group_allreduce_s

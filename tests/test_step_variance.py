@@ -146,8 +146,9 @@ def test_the_factor_has_mean_one_and_the_configured_spread(cv, p, stall_s):
 
 def test_different_seeds_draw_different_factors_and_the_same_seed_the_same():
     spec = StepVarianceSpec(kind="lognormal", cv=0.2)
-    draw = lambda seed, name="engine.step_variance.0": StepJitter(spec, RandomStreams(seed).generator(name)) \
-        .durations([1.0] * 100, 0)
+    def draw(seed, name="engine.step_variance.0"):
+        return StepJitter(spec, RandomStreams(seed).generator(name)) \
+            .durations([1.0] * 100, 0)
     assert draw(1) == draw(1)
     assert draw(1) != draw(2)
     assert draw(1) != draw(1, "engine.step_variance.1")  # each instance its own stream

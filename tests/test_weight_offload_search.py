@@ -11,9 +11,9 @@ from kvsim.cli import main
 from kvsim.models import model_catalog
 from kvsim.models.parallel import Layout
 from kvsim.models.weight_offload import layer_bytes_per_card
+from kvsim.plan import run_sweep
 from kvsim.sim.layout_search import Candidate, Choice, offload_verdict, search_space, with_choice
 from kvsim.sim.sizing import SizingError, size_system
-from kvsim.plan import run_sweep
 
 # Qwen3-32B in BF16 is 65.6 GB: on 24 GB RTX 4090 cards it needs four cards with every weight in
 # HBM, two with half its 64 layers on the host, one with three quarters.

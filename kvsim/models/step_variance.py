@@ -86,7 +86,7 @@ class StepVarianceSpec(FrozenSpec):
     stall_s: Seconds = PUBLISHED["stall_s"]
 
     @model_validator(mode="after")
-    def _stalls_complete(self) -> "StepVarianceSpec":
+    def _stalls_complete(self) -> StepVarianceSpec:
         if (self.stall_probability > 0) != (self.stall_s > 0):
             given = "stall_probability" if self.stall_probability > 0 else "stall_s"
             missing = "stall_s" if given == "stall_probability" else "stall_probability"
@@ -99,7 +99,7 @@ class StepVarianceSpec(FrozenSpec):
         """Whether steps vary at all."""
         return self.kind != "none" and (self.cv > 0 or self.stall_probability > 0)
 
-    def jitter(self, streams: RandomStreams, index: int) -> "StepJitter | None":
+    def jitter(self, streams: RandomStreams, index: int) -> StepJitter | None:
         """Instance ``index``'s factors, from its stream ``engine.step_variance.<index>``; None if
         steps do not vary."""
         return StepJitter(self, streams.generator(f"engine.step_variance.{index}")) if self.active else None

@@ -14,8 +14,8 @@ import numpy as np
 from kvsim.backend import Kernels
 from kvsim.hardware import AcceleratorSpec, NodeSpec, PoolNodeSpec
 from kvsim.models import ModelSpec
-from kvsim.models.early_exit_step import EarlyExitStepTime, ExitProblem, exit_sizing
 from kvsim.models.collective_curves import interconnect_for
+from kvsim.models.early_exit_step import EarlyExitStepTime, ExitProblem, exit_sizing
 from kvsim.models.engine import EngineSpec
 from kvsim.models.layout_step import LayoutStepTime
 from kvsim.models.lora import adapter_bytes, adapter_problems
