@@ -22,7 +22,10 @@ MODELS = model_catalog()
 
 # Descriptive text fields: not figures, so they need no source entry.
 # ``price_date`` dates the price, whose own source (``price_usd``) says where both come from.
-_TEXT_FIELDS = {"vendor", "memory_kind", "host_link", "accelerator", "sources", "name", "price_date"}
+# ``efficiency_basis`` classifies the sources of the ``efficiency`` figures (a scaled basis's ratio is
+# cited in its figure's source: tests/test_efficiency_basis.py), and ``architecture`` names the chip.
+_TEXT_FIELDS = {"vendor", "memory_kind", "host_link", "accelerator", "sources", "name", "price_date",
+                "architecture", "efficiency_basis"}
 
 
 def _unsourced_fields(raw: dict, sources: dict) -> list[str]:

@@ -128,6 +128,33 @@ def _header_comment(text: str) -> str:
     return " ".join(lines)
 
 
+def _basis_table(catalog) -> list[str]:
+    """What each card's step-time efficiencies rest on, at a glance (kvsim/hardware/provenance.py)."""
+    from kvsim.hardware.provenance import BASIS_FIGURES
+
+    def shown(card, figure: str) -> str:
+        basis = card.efficiency_basis.get(figure)
+        value = getattr(card.efficiency, figure)
+        value = card.efficiency.memory if value is None else value
+        if basis is None:
+            return f"{value} (not stated)"
+        if basis.kind == "sibling":
+            how = f"from {basis.card}" + (f" x {basis.scale}" if basis.rule == "scaled" else "")
+            return f"{value} ({how})"
+        return f"{value} ({basis.kind})"
+
+    out = ["Efficiency basis per card: *measured* on the card, carried *from* a measured card of the same "
+           "architecture and memory technology (times a measured ratio where shown), or an *assumption* "
+           "([the rule](../how-to/add-a-card.md), [whole decode steps](../explanation/whole-step.md)).", "",
+           "| card | architecture | memory | " + " | ".join(f"`{f}`" for f in BASIS_FIGURES) + " |",
+           "|---|---|---|" + "---|" * len(BASIS_FIGURES)]
+    for name in catalog.names():
+        card = catalog[name]
+        out.append(f"| `{name}` | {card.architecture or '–'} | {card.memory_kind} | "
+                   + " | ".join(shown(card, f) for f in BASIS_FIGURES) + " |")
+    return out + [""]
+
+
 def catalog_page() -> str:
     from kvsim.cli_catalog import describe
     from kvsim.hardware import accelerator_catalog, node_catalog, pool_node_catalog
@@ -160,6 +187,8 @@ def catalog_page() -> str:
             out.append(f"| [`{name}`](#{_anchor(family)}-{_anchor(name).replace('.', '-')}) | "
                        f"{one_line(describe(family, catalog[name]))} |")
         out.append("")
+        if family == "accelerators":
+            out += _basis_table(catalog)
         for name, entry in data.items():
             sources = {str(k): str(v) for k, v in (entry.get("sources") or {}).items()}
             out += [f"### {name} {{#{_anchor(family)}-{_anchor(name).replace('.', '-')}}}", "",

@@ -87,6 +87,7 @@ PROSE: dict[str, tuple[str, str]] = {
                     "CatalogNvmeSpec", "CatalogPoolNodeSpec", "CatalogVisionTowerSpec")},
     **{name: ("An example", "scenario-files.md#an-example")
        for name in ("ScenarioSpec", "WorkloadSpec", "SloSpec", "CompareSpec")},
+    "CatalogEfficiencyBasis": ("Add a card", "../how-to/add-a-card.md#for-everyone-the-shipped-catalog"),
     "AdapterSpec": ("LoRA adapters", "scenario-files.md#lora-adapters"),
     "LoraSpec": ("LoRA adapters", "scenario-files.md#lora-adapters"),
     "CacheAwareSpec": ("Cache-aware routing", "scenario-files.md#cache-aware-routing"),

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, model_validator
 
 from kvsim.dtypes import DTYPE_BYTES
+from kvsim.hardware.provenance import EfficiencyBasis
 from kvsim.spec_types import (
     Bandwidth,
     Bytes,
@@ -145,10 +146,17 @@ class AcceleratorSpec(PricedSpec):
     price_usd, price_date
         Price of one card and its date (:class:`PricedSpec`); informational, since a system's
         capital cost is the price of its whole servers (:attr:`NodeSpec.price_usd`).
+    architecture : str or None
+        The chip architecture (``Hopper``, ``Ada Lovelace``); with ``memory_kind`` it decides which
+        cards an efficiency figure may be carried between (:mod:`kvsim.hardware.provenance`).
+    efficiency_basis : dict[str, EfficiencyBasis]
+        Per efficiency figure, whether it is measured on this card, carried from a sibling card by
+        a stated rule, or an assumption (:class:`~kvsim.hardware.provenance.EfficiencyBasis`).
     """
 
     name: str = ""
     vendor: str
+    architecture: str | None = None
     memory_bytes: PositiveBytes
     memory_kind: str
     memory_bandwidth: Bandwidth
@@ -160,10 +168,15 @@ class AcceleratorSpec(PricedSpec):
     tdp_w: Watts | None = None
     typical_power_w: Watts | None = None
     efficiency: EfficiencySpec = Field(default_factory=EfficiencySpec)
+    efficiency_basis: dict[str, EfficiencyBasis] = Field(default_factory=dict)
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _known_dtypes(self) -> AcceleratorSpec:
+        unknown_figures = sorted(set(self.efficiency_basis) - set(EfficiencySpec.model_fields))
+        if unknown_figures:
+            raise ValueError(f"efficiency_basis names {unknown_figures}, which are not efficiency figures; known: "
+                             f"{sorted(EfficiencySpec.model_fields)}")
         unknown = sorted(set(self.flops) - set(DTYPE_BYTES))
         if unknown:
             raise ValueError(f"unknown number format(s) in flops: {unknown}; known: {sorted(DTYPE_BYTES)}")
