@@ -152,3 +152,24 @@ def test_deploy_names_weight_offload_as_not_written():
     (gap,) = [g for g in gaps if g.field.endswith("weight_offload")]
     assert gap.field == "systems.s.instance.weight_offload" and "fraction=0.5" in gap.value
     assert "not written" in gap.why and "--cpu-offload-gb" in gap.why
+
+
+def test_a_searched_points_wall_time_counts_every_pilot(tmp_path, monkeypatch):
+    # the sweep's "done in" line and the cost model's rates read run.wall_s: with layout: best the
+    # point cost every pilot too, not only the winner's run (a 13-minute point once read 1 min 40 s)
+    import kvsim.sim.run as run_module
+
+    spent: list[float] = []
+    simulate = run_module.simulate_system
+
+    def counted(*args, **kwargs):
+        result = simulate(*args, **kwargs)
+        spent.append(result.wall_s)
+        return result
+
+    monkeypatch.setattr(run_module, "simulate_system", counted)
+    scenario = kvsim.parse_scenario(TEXT.format(duration="6 s").replace("value: 16", "value: 4"), "s.yaml")
+    run = run_sweep(scenario, tmp_path, workers=1, log=False).run("s")  # one worker: in this process
+    assert len(spent) >= 3  # pilots of several layouts, then the winner
+    assert run.wall_s == pytest.approx(sum(spent))
+    assert run.wall_s > max(spent)
