@@ -1,14 +1,16 @@
 """What ``engine.collectives: measured`` would do to the validation page's datasheet errors.
 
-    .venv/bin/python benchmarks/collectives_validation.py [--collectives measured|measured_nccl]
-        [--json out.json] [--skip-runs]
+    .venv/bin/python benchmarks/collectives_validation.py [--collectives alpha_beta|measured|measured_nccl]
+        [--host-terms-off] [--json out.json] [--skip-runs]
 
 Recomputes the datasheet predictions of every unit of ``docs/validation_results.csv`` (the
 Splitwise step-table points on H100 and A100 in closed form; the 13 vLLM H100 serving runs as
 full-length simulations, minutes) with the measured collective curves, and prints the median
 |error| per set, tensor-parallel degree and metric next to the committed alpha-beta ones. The
 alpha-beta column is the committed CSV's, which ``tests/test_validation_gate.py`` keeps equal to
-today's model. Nothing is fitted; the page itself is not regenerated.
+today's model. Nothing is fitted; the page itself is not regenerated. ``--collectives alpha_beta
+--host-terms-off --json docs/host_terms_bound.json`` writes the bound that
+``docs/explanation/whole-step.md`` quotes (``benchmarks/whole_step.py`` reads it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,17 @@ def measured_by_default(collectives: str) -> None:
     EngineSpec.model_fields["collectives"].default = collectives
     EngineSpec.model_rebuild(force=True)
     assert EngineSpec().collectives == collectives
+
+
+def host_terms_off() -> None:
+    """Make the engine's per-step host terms default to 0 in this process (``--host-terms-off``):
+    vLLM's async scheduling would hide them behind the GPU if they all overlapped it."""
+    from kvsim.models.engine import EngineSpec
+
+    for field in ("step_fixed_s", "step_per_seq_s", "step_per_token_s"):
+        EngineSpec.model_fields[field].default = 0.0
+    EngineSpec.model_rebuild(force=True)
+    assert EngineSpec().step_fixed_s == 0.0
 
 
 def predictions(skip_runs: bool) -> list[dict]:
@@ -69,7 +82,10 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--collectives", default="measured", choices=("measured", "measured_nccl"))
+    parser.add_argument("--collectives", default="measured", choices=("alpha_beta", "measured", "measured_nccl"))
+    parser.add_argument("--host-terms-off", action="store_true",
+                        help="also set the engine's per-step host terms (step_fixed_s, step_per_seq_s, "
+                             "step_per_token_s) to 0: a bound on what they cost the per-token errors")
     parser.add_argument("--json", type=Path, help="write the per-unit predictions and the table here")
     parser.add_argument("--skip-runs", action="store_true", help="only the step tables (seconds, not minutes)")
     parser.add_argument("--table", action="store_true", help="print the time-by-message-size table and stop")
@@ -82,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print(step_moves())
         return 0
     measured_by_default(args.collectives)
+    if args.host_terms_off:
+        host_terms_off()
     new = pd.DataFrame(predictions(args.skip_runs))
     committed = pd.read_csv(RESULTS, dtype={"unit": str})
     frame = committed.merge(new, on=["dataset", "unit", "metric"])

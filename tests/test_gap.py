@@ -144,3 +144,18 @@ def test_the_pool_bought_for_a_server_is_in_the_dollar_gap_and_not_in_the_server
     assert row.gap_per_server_usd == pytest.approx(server_gap)
     # the same pool added to both sides pulls the per-dollar gap towards the per-server one
     assert row.gap_per_server_usd < row.gap_per_usd < row.gap
+
+
+def test_a_line_drawn_under_another_is_named_in_the_legend():
+    # the decode study's remote-rdma and remote-gdr options give the same gaps: drawn later, gdr's
+    # line hides rdma's, so the legend says so instead of showing a line nobody can find
+    import pandas as pd
+
+    from kvsim.report.gap import coinciding
+
+    frame = pd.DataFrame({"option": ["a", "a", "b", "b", "c", "c", "d", "d"],
+                          "gap": [1.5, 2.0, 1.7, 2.2, 1.5, 2.0, 1.5, 2.0 * 1.001],
+                          "gap_per_usd": [1.1, None, 1.2, 1.3, 1.1, None, 1.1, None]})
+    assert coinciding(frame, ["a", "b", "c", "d"], ["gap", "gap_per_usd"]) == {"a": "d", "c": "d"}
+    assert coinciding(frame, ["a", "b", "c", "d"], ["gap"], rel=1e-6) == {"a": "c"}
+    assert coinciding(frame, ["b"], ["gap"]) == {}

@@ -58,10 +58,14 @@ def test_a_silent_log_gets_a_heartbeat():
     assert line.startswith("kvsim: still running: 0/2 done, 2 in flight; elapsed 31 s, about 19 s left by the "
                            "cost model")
     assert not progress.beat(start + 40.0)  # the heartbeat itself was a line
-    progress.finished(tasks[0], 50.0)
+    progress.finished(tasks[0], 50.0, now=start + 50.0)
     progress.last_line = start
-    assert progress.beat(start + 100.0)
-    assert stream.getvalue().splitlines()[-1].endswith("1/2 done, 1 in flight; elapsed 1 min 40 s, ETA 50 s")
+    assert progress.beat(start + 60.0)  # the pace said 50 s when the task finished, 10 s ago
+    assert stream.getvalue().splitlines()[-1].endswith("1/2 done, 1 in flight; elapsed 1 min 00 s, ETA 40 s")
+    assert progress.beat(start + 90.0)  # the next heartbeat counts down: it never repeats the same ETA
+    assert stream.getvalue().splitlines()[-1].endswith("ETA 10 s")
+    assert progress.beat(start + 120.0)
+    assert stream.getvalue().splitlines()[-1].endswith("past the ETA the finished points' pace gave")
     progress.finished(tasks[1], 50.0)
     progress.last_line = start
     assert not progress.beat(start + 200.0)  # all done: nothing runs

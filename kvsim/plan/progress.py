@@ -13,7 +13,8 @@ done per second of the finished tasks' *own* wall time -- not per second elapsed
 tasks still in flight as if no work had been done on them, and with ``W`` workers made the first
 ETA about ``W`` times too high -- and the work left is shared over the workers that still have
 tasks. A task that runs longer than :data:`HEARTBEAT_S` without any line says so (a heartbeat), so
-a long point never leaves a log silent.
+a long point never leaves a log silent; its ETA counts down from the one the last finished task
+gave, and says when the points in flight have run past it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class SweepProgress:
         self.own_wall_s = 0.0  # the finished tasks' own wall seconds
         self.done = 0
         self.started = time.perf_counter()
+        self.last_finish: float | None = None  # when the last task finished (the pace's ETA dates from then)
         self.last_line = self.started
         self.bar = None
         self._lock = threading.Lock()
@@ -123,9 +125,11 @@ class SweepProgress:
         pace = self.weight_done / self.own_wall_s  # weight per second of one worker
         return max(self.weight_left, 0.0) / (pace * min(self.workers, self.total - self.done))
 
-    def finished(self, task: SweepTask, wall_s: float) -> None:
-        """One line for ``task``, finished after ``wall_s`` seconds of its own."""
+    def finished(self, task: SweepTask, wall_s: float, now: float | None = None) -> None:
+        """One line for ``task``, finished after ``wall_s`` seconds of its own (``now``:
+        ``time.perf_counter()`` by default)."""
         with self._lock:
+            self.last_finish = time.perf_counter() if now is None else now
             self.done += 1
             self.weight_done += task.weight
             self.weight_left -= task.weight
@@ -153,8 +157,11 @@ class SweepProgress:
                 left = self.estimated_cpu_s / min(self.workers, self.total) - (now - self.started)
                 tail = (f"about {format_duration(left)} left by the cost model" if left > 0 else
                         "longer than the cost model's estimate")
-            else:
-                tail = "ETA unknown" if math.isnan(eta) else f"ETA {format_duration(eta)}"
+            elif math.isnan(eta) or self.last_finish is None:
+                tail = "ETA unknown"
+            else:  # the pace's ETA was right when the last task finished: count down from then
+                eta -= now - self.last_finish
+                tail = f"ETA {format_duration(eta)}" if eta > 0 else "past the ETA the finished points' pace gave"
             running = min(self.workers, self.total - self.done)
         self._write(f"kvsim: still running: {self.done}/{self.total} done, {running} in flight; "
                     f"elapsed {format_duration(now - self.started)}, {tail}")

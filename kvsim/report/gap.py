@@ -281,6 +281,26 @@ def _best_markdown(result: RunResult, frame: pd.DataFrame) -> list[str]:
 
 
 @literal_figure_text
+def coinciding(frame: pd.DataFrame, options: list[str], measures: list[str], rel: float = 0.005) -> dict[str, str]:
+    """Options whose every plotted value equals a later-drawn option's (within ``rel``), mapped to
+    the last such option: its line lies on top and hides theirs exactly."""
+    def values(option: str) -> list[float]:
+        rows = frame[frame.option == option]
+        return [float("nan") if v is None else float(v) for m in measures for v in rows[m].tolist()]
+
+    def same(a: list[float], b: list[float]) -> bool:
+        return len(a) == len(b) and bool(a) and all(
+            (x != x and y != y) or abs(x - y) <= rel * max(abs(x), abs(y), 1e-12) for x, y in zip(a, b))
+
+    series = {option: values(option) for option in options}
+    hidden: dict[str, str] = {}
+    for k, option in enumerate(options):
+        on_top = [later for later in options[k + 1:] if same(series[option], series[later])]
+        if on_top:
+            hidden[option] = on_top[-1]
+    return hidden
+
+
 def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
     """PNG: the gap against ``study.x``, one panel per value of ``study.panel``, one line per option."""
     import matplotlib
@@ -326,6 +346,10 @@ def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None =
     from matplotlib.lines import Line2D
 
     handles = axes[0][0].get_legend_handles_labels()[0]
+    same = coinciding(frame, list(study.configs), [m for m, _ in measures])
+    for handle in handles:  # a line drawn under another is named in the legend, not lost
+        if handle.get_label() in same:
+            handle.set_label(f"{handle.get_label()} (under {same[handle.get_label()]}: same values)")
     if frame.flagged.any():
         handles.append(Line2D([], [], marker="o", ls="none", color="gray", markerfacecolor="none",
                               label="hollow: a system flagged as not steady state (see the table)"))
