@@ -80,10 +80,11 @@ def one_card_rows(summary: dict, scenario) -> list[dict]:
             continue
         plain, exits = systems[name], systems[name + "-exit"]
         model, share = spec.system_model(name), _share(spec, name)
+        done = plain["e2e_s"]["mean"] is not None and exits["e2e_s"]["mean"] is not None  # a request finished
         rows.append({"model": model, "share": share, "e2e_s": plain["e2e_s"]["mean"],
                      "e2e_exit_s": exits["e2e_s"]["mean"], "tpot_s": plain["tpot_s"]["p50"],
                      "tpot_exit_s": exits["tpot_s"]["p50"],
-                     "speed_up": plain["e2e_s"]["mean"] / exits["e2e_s"]["mean"],
+                     "speed_up": plain["e2e_s"]["mean"] / exits["e2e_s"]["mean"] if done else None,
                      "step_speed_up": step_speed_up(scenario, name, name + "-exit", prompt + answer // 2),
                      "flexee": FLEXEE.get(model, {}).get(share),
                      "flags": sorted(set(plain["flags"] or []) | set(exits["flags"] or []))})
@@ -129,6 +130,10 @@ def _num(value: float | None, digits: int = 3) -> str:
     return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
 
 
+def _ms(seconds: float | None) -> str:
+    return _num(None if seconds is None else seconds * 1e3)
+
+
 def page(flexee_run: Path, datacenter_run: Path) -> str:
     """The study page (Markdown) from the two results folders."""
     f_summary, f_scenario = _read(flexee_run)
@@ -156,10 +161,11 @@ def page(flexee_run: Path, datacenter_run: Path) -> str:
     for r in one_card_rows(f_summary, f_scenario):
         mark = STAR if r["flags"] else ""
         flexee = f"{r['flexee']:.2f}x" if r["flexee"] is not None else ""
+        speed_up = f"{r['speed_up']:.2f}x{mark}" if r["speed_up"] is not None else "-"
+        flags = f" ({', '.join(r['flags'])})" if r["flags"] else ""
         lines.append(f"| {NAMES.get(r['model'], r['model'])} | {r['share']:.0%} | {_num(r['e2e_s'])}{mark} "
-                     f"| {_num(r['e2e_exit_s'])}{mark} | {_num(r['tpot_s'] * 1e3)} / {_num(r['tpot_exit_s'] * 1e3)}{mark} "
-                     f"| {r['speed_up']:.2f}x{mark}" + (f" ({', '.join(r['flags'])})" if r["flags"] else "")
-                     + f" | {r['step_speed_up']:.2f}x | {flexee} |")
+                     f"| {_num(r['e2e_exit_s'])}{mark} | {_ms(r['tpot_s'])} / {_ms(r['tpot_exit_s'])}{mark} "
+                     f"| {speed_up}{flags} | {r['step_speed_up']:.2f}x | {flexee} |")
     rows = datacenter_rows(d_summary, dspec)
     slo = ", ".join(f"{k} <= {v:g} s" for k, v in (("TTFT p99", dspec.slo.ttft_p99), ("TPOT p99", dspec.slo.tpot_p99))
                     if v is not None)
@@ -197,8 +203,7 @@ def page(flexee_run: Path, datacenter_run: Path) -> str:
             cells = [_num(r["goodput_rps"]) + mark + (f" ({', '.join(r['flags'])})" if r["flags"] else ""),
                      _num(r["goodput_per_usd"]) + mark, _num(r["output_tps"]) + mark,
                      _num(r["output_per_usd"]) + mark, _num(r["ttft_p99_s"]) + mark,
-                     _num(r["tpot_p50_s"] * 1e3 if r["tpot_p50_s"] is not None else None) + mark,
-                     _num(r["tpot_p99_s"] * 1e3 if r["tpot_p99_s"] is not None else None) + mark,
+                     _ms(r["tpot_p50_s"]) + mark, _ms(r["tpot_p99_s"]) + mark,
                      f"{r['preemptions']:,}"]
             lines.append(f"| {r['system']} | {r['layout']} | " + " | ".join(cells) + " |")
         verdicts = [r for r in rows if r["load"] == load and r["verdict"]]
@@ -267,7 +272,9 @@ def figure(flexee_run: Path, datacenter_run: Path, path: Path):
     ax = axes[0]
     one = one_card_rows(f_summary, f_scenario)
     for model, colour in (("llama-2-7b", "#1f77b4"), ("llama-3.1-8b", "#d62728")):
-        rs = sorted((r for r in one if r["model"] == model), key=lambda r: r["share"])
+        rs = sorted((r for r in one if r["model"] == model and r["speed_up"] is not None), key=lambda r: r["share"])
+        if not rs:
+            continue
         xs, ys = [100 * r["share"] for r in rs], [r["speed_up"] for r in rs]
         ax.plot(xs, ys, "o-", color=colour, lw=2)
         above = model == "llama-2-7b"
