@@ -1,9 +1,10 @@
-"""The weight-offload study's page and figure (issue 28 item 4), written from two runs.
+"""The weight-offload study's page and figure (issue 28 item 4), written from three runs.
 
     .venv/bin/kvsim run scenarios/weight_offload_flexee.yaml --out /work/runs/weight_offload_flexee
     .venv/bin/kvsim run scenarios/weight_offload.yaml --out /work/runs/weight_offload --workers 2
+    .venv/bin/kvsim run scenarios/weight_offload_offline.yaml --out /work/runs/weight_offload_offline
     .venv/bin/python benchmarks/weight_offload_study.py /work/runs/weight_offload_flexee /work/runs/weight_offload \\
-        --out docs/weight_offload.md --figure docs/weight_offload.png
+        /work/runs/weight_offload_offline --out docs/weight_offload.md --figure docs/weight_offload.png
 
 Part 1, one card (``scenarios/weight_offload_flexee.yaml``): each model at each offload share,
 with and without early exit, one client at a time (batch 1). The speed-up is the mean end-to-end
@@ -15,9 +16,12 @@ Part 2, the datacenter (``scenarios/weight_offload.yaml``): Llama-3.1-70B on L20
 per swept load, goodput (requests/s within every SLO threshold) and output tokens per second, each
 also per dollar of the system's hourly cost (capital amortised, energy; ``cost`` in the summary,
 :mod:`kvsim.metrics.cost`). Every figure of a point that is not steady state is starred and its
-flags named (``unstable``: overloaded; ``too_short``; ``warmup_short``), as the study pages do;
-past saturation a system's tokens per second is its offline throughput, flagged because its
-backlog grows.
+flags named (``unstable``: overloaded; ``too_short``; ``warmup_short``), as the study pages do.
+
+Part 3, offline (``scenarios/weight_offload_offline.yaml``): the same servers as a batch job, a
+closed loop holding 16 to 256 requests in flight, output tokens per dollar at each concurrency.
+An overloaded open-loop point is no measure of offline throughput: its queue is unbounded, so the
+scheduler admits until the KV pool thrashes; a closed loop is steady at a chosen concurrency.
 """
 
 from __future__ import annotations
@@ -113,7 +117,7 @@ def datacenter_rows(summary: dict, spec) -> list[dict]:
                          "instances": hw["instances"], "layout": _layout(spec, name, run),
                          "kv_tokens": hw["kv_capacity_tokens_per_instance"] * hw["instances"],
                          "capex_usd": cost["capex_usd"], "usd_per_hour": per_hour,
-                         "goodput_rps": run["goodput_requests_per_s"],
+                         "goodput_rps": run["goodput_requests_per_s"], "rps": run["requests_per_s"],
                          "goodput_per_usd": run["goodput_requests_per_s"] * 3600 / per_hour,
                          "output_tps": run["output_tokens_per_s"],
                          "output_per_usd": run["output_tokens_per_s"] * 3600 / per_hour,
@@ -134,15 +138,16 @@ def _ms(seconds: float | None) -> str:
     return _num(None if seconds is None else seconds * 1e3)
 
 
-def page(flexee_run: Path, datacenter_run: Path) -> str:
-    """The study page (Markdown) from the two results folders."""
+def page(flexee_run: Path, datacenter_run: Path, offline_run: Path | None = None) -> str:
+    """The study page (Markdown) from the results folders (the offline section if ``offline_run``)."""
     f_summary, f_scenario = _read(flexee_run)
     d_summary, d_scenario = _read(datacenter_run)
     fspec, dspec = f_scenario.spec, d_scenario.spec
     w = fspec.workload
     lines = ["# Weight offload and early exit", "",
-             "Written by `benchmarks/weight_offload_study.py` from runs of `scenarios/weight_offload_flexee.yaml` "
-             "and `scenarios/weight_offload.yaml` (its docstring gives the commands); what it says: "
+             "Written by `benchmarks/weight_offload_study.py` from runs of `scenarios/weight_offload_flexee.yaml`, "
+             "`scenarios/weight_offload.yaml` and `scenarios/weight_offload_offline.yaml` (its docstring gives the "
+             "commands); what it says: "
              "[the how-to page](how-to/study-weight-offload.md). The arithmetic: `kvsim/models/weight_offload.py`, "
              "`kvsim/models/early_exit.py`.", "",
              "## One card: early exit against the offloaded share", "",
@@ -178,8 +183,8 @@ def page(flexee_run: Path, datacenter_run: Path) -> str:
               "met every threshold. Per $ divides by the system's cost per hour (its servers' catalog price "
               "amortised over 4 years, and energy at PUE 1.3 and 0.10 $/kWh; `kvsim/metrics/cost.py`): requests "
               "within SLO, or output tokens, bought with one dollar. A figure marked `*` is not a steady-state "
-              "number and names its flags: `unstable`, the backlog grew through the window (overloaded; past "
-              "saturation, its output tokens/s is the system's offline throughput); `too_short`; `warmup_short` "
+              "number and names its flags: `unstable`, the backlog grew through the window (overloaded); "
+              "`too_short`; `warmup_short` "
               "([statistics](statistics.md)).", "",
               "| system | hardware | KV room (tokens) | capex | $/h |", "|---|---|---:|---:|---:|"]
     seen = set()
@@ -210,7 +215,48 @@ def page(flexee_run: Path, datacenter_run: Path) -> str:
         for r in verdicts:
             lines += ["", f"Layout search of {r['system']} (30 s pilots): {r['verdict']['verdict']}: "
                           f"{r['verdict']['text']}."]
+    if offline_run is not None:
+        lines += offline_section(*_read(offline_run))
     return "\n".join(lines) + "\n"
+
+
+def offline_section(summary: dict, scenario) -> list[str]:
+    """The offline part's lines: output tokens per dollar by system and requests in flight, then
+    each point's table."""
+    spec = scenario.spec
+    rows = datacenter_rows(summary, spec)
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    field = ", ".join(spec.sweep)
+    lines = ["", "## Offline: the same servers as a batch job", "",
+             f"`scenarios/weight_offload_offline.yaml`: the same model, workload and servers with no SLO, a closed "
+             f"loop of {', '.join(str(v) for v in loads)} clients ({field}) each sending its next request when the "
+             f"last one ends, so that many requests are in flight; seed {summary['seed']}; arrivals in "
+             f"[{summary['warmup_s']:g} s, {summary['duration_s']:g} s]. Output tokens per dollar (thousands, "
+             "per dollar of cost per hour as above) at each concurrency; an offline operator picks the best. "
+             "`*`: not steady state, with its flags.", "",
+             "| system | layout | " + " | ".join(f"{v} in flight" for v in loads) + " |",
+             "|---|---|" + "---:|" * len(loads)]
+    for name in summary["system_names"]:
+        mine = {r["load"]: r for r in rows if r["system"] == name}
+        best = max(mine.values(), key=lambda r: r["output_per_usd"])
+        cells = []
+        for load in loads:
+            r = mine[load]
+            cell = _num(r["output_per_usd"] / 1e3) + (STAR if r["flags"] else "")
+            cells.append(f"**{cell}**" if r is best else cell)
+        lines.append(f"| {name} | {mine[loads[0]]['layout']} | " + " | ".join(cells) + " |")
+    lines += ["", "Bold: the system's best concurrency."]
+    for load in loads:
+        lines += ["", f"### {field} = {load}", "",
+                  "| system | output tok/s | per $ | requests/s | TTFT p99 (s) | TPOT p50 (ms) | TPOT p99 (ms) "
+                  "| preemptions |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in (r for r in rows if r["load"] == load):
+            mark = STAR if r["flags"] else ""
+            cells = [_num(r["output_tps"]) + mark + (f" ({', '.join(r['flags'])})" if r["flags"] else ""),
+                     _num(r["output_per_usd"]) + mark, _num(r["rps"]) + mark, _num(r["ttft_p99_s"]) + mark,
+                     _ms(r["tpot_p50_s"]) + mark, _ms(r["tpot_p99_s"]) + mark, f"{r['preemptions']:,}"]
+            lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _spread(values: list[float], gap: float) -> list[float]:
@@ -253,14 +299,16 @@ def _goodput_bars(ax, rows: list[dict], systems: list[str], loads: list, plt) ->
 
 
 COLOURS = {"l20-tp4": "#1f77b4", "l20-tp4-2x": "#17becf", "l20-tp2-offload": "#9467bd",
-           "l20-tp4-offload": "#8c564b", "h20-tp2": "#d62728", "h20-tp1-offload": "#ff7f0e", "l20-best": "#2ca02c"}
+           "l20-tp4-offload": "#8c564b", "h20-tp2": "#d62728", "h20-tp1-offload": "#ff7f0e", "l20-best": "#2ca02c",
+           "l20-tp2-pp4": "#e377c2"}
 
 
 @literal_figure_text
-def figure(flexee_run: Path, datacenter_run: Path, path: Path):
+def figure(flexee_run: Path, datacenter_run: Path, offline_run: Path, path: Path):
     """Three panels: the one-card speed-up against the offloaded share beside FlexEE's points; the
-    datacenter's goodput per dollar by system and load (hatched: not steady state), and its output
-    tokens per dollar against the load (hollow: not steady state). Returns the figure (saved to ``path``)."""
+    datacenter's goodput per dollar by system and load (hatched: not steady state); its offline
+    output tokens per dollar against the requests in flight (hollow: not steady state). Returns the
+    figure (saved to ``path``)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -296,6 +344,10 @@ def figure(flexee_run: Path, datacenter_run: Path, path: Path):
     loads = list(dict.fromkeys(r["load"] for r in rows))
     systems = list(d_summary["system_names"])
     _goodput_bars(axes[1], rows, systems, loads, plt)
+    o_summary, o_scenario = _read(offline_run)
+    rows = datacenter_rows(o_summary, o_scenario.spec)
+    loads = list(dict.fromkeys(r["load"] for r in rows))
+    systems = list(o_summary["system_names"])
     ax = axes[2]
     rate = {load: float(str(load).split("/")[0]) for load in loads}
     ends = {}
@@ -312,7 +364,7 @@ def figure(flexee_run: Path, datacenter_run: Path, path: Path):
     ax.set_xticklabels([str(load) for load in loads])
     ax.minorticks_off()
     ax.set_xlim(min(rate.values()) / 1.3, max(rate.values()) * 3.4)
-    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_xlabel("requests in flight (closed-loop clients)")
     ax.set_ylabel("thousand output tokens per dollar")
     ax.set_yscale("log")
     values = [y for r in rows for y in [r["output_per_usd"] / 1e3] if y > 0]
@@ -323,7 +375,7 @@ def figure(flexee_run: Path, datacenter_run: Path, path: Path):
     for name, y in zip(systems, placed):
         ax.text(max(rate.values()) * 1.15, 10 ** y, name, color=COLOURS.get(name, "grey"), va="center", fontsize=8.5)
     ax.grid(alpha=0.3)
-    ax.set_title("(c) output tokens per $ (offline, past saturation)", fontsize=10.5)
+    ax.set_title("(c) offline, one server: output tokens per $", fontsize=10.5)
     fig.text(0.995, 0.01, "(b) hatched, (c) hollow: not steady state (overloaded or too short); (c) dashed: weights offloaded",
              ha="right", fontsize=8.5, color="#444444")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
@@ -335,16 +387,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("flexee_run", type=Path, help="results folder of scenarios/weight_offload_flexee.yaml")
     parser.add_argument("datacenter_run", type=Path, help="results folder of scenarios/weight_offload.yaml")
+    parser.add_argument("offline_run", type=Path, help="results folder of scenarios/weight_offload_offline.yaml")
     parser.add_argument("--out", type=Path, help="the page to write (default: print it)")
     parser.add_argument("--figure", type=Path, help="the figure to write")
     args = parser.parse_args()
-    text = page(args.flexee_run, args.datacenter_run)
+    text = page(args.flexee_run, args.datacenter_run, args.offline_run)
     if args.out is not None:
         args.out.write_text(text, encoding="utf-8")
     else:
         print(text)
     if args.figure is not None:
-        figure(args.flexee_run, args.datacenter_run, args.figure)
+        figure(args.flexee_run, args.datacenter_run, args.offline_run, args.figure)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from figure_checks import layout_problems  # noqa: E402
 
 FLEXEE = ROOT / "scenarios" / "weight_offload_flexee.yaml"
 DATACENTER = ROOT / "scenarios" / "weight_offload.yaml"
+OFFLINE = ROOT / "scenarios" / "weight_offload_offline.yaml"
 
 
 def test_every_share_runs_with_and_without_the_fitted_exit_profile():
@@ -62,12 +63,14 @@ def runs(tmp_path_factory):
                     {"duration": "150 s", "warmup": "5 s"})
     datacenter = _short(DATACENTER, tmp / "dc", ["l20-tp4", "l20-tp2-offload"],
                         {"duration": "40 s", "warmup": "5 s", "sweep": {"workload.arrival.rate": ["0.25/s", "2/s"]}})
-    return flexee, datacenter
+    offline = _short(OFFLINE, tmp / "offline", ["l20-tp4", "l20-tp4-offload"],
+                     {"duration": "60 s", "warmup": "5 s", "sweep": {"workload.arrival.clients": [2, 8]}})
+    return flexee, datacenter, offline
 
 
 def test_the_page_stars_what_is_not_steady_and_prices_by_the_hour(runs):
-    flexee, datacenter = runs
-    text = study.page(flexee, datacenter)
+    flexee, datacenter, offline = runs
+    text = study.page(flexee, datacenter, offline)
     summary = json.loads((datacenter / "summary.json").read_text(encoding="utf-8"))
     rows = [line for line in text.splitlines() if line.startswith("| l20-")]
     checked = 0
@@ -95,7 +98,7 @@ def test_the_page_stars_what_is_not_steady_and_prices_by_the_hour(runs):
 
 
 def test_the_one_card_rows_compare_like_with_like(runs):
-    flexee, _ = runs
+    flexee = runs[0]
     summary = json.loads((flexee / "summary.json").read_text(encoding="utf-8"))
     rows = study.one_card_rows(summary, kvsim.load_scenario(flexee / "scenario.yaml"))
     assert [(r["model"], r["share"]) for r in rows] == [("llama-2-7b", 0.0), ("llama-2-7b", 0.25)]
@@ -104,6 +107,19 @@ def test_the_one_card_rows_compare_like_with_like(runs):
         # end to end (prefill runs every layer) gains no more than the decode step alone
         assert r["speed_up"] <= r["step_speed_up"] * 1.01
     assert rows[0]["flexee"] == 1.27 and rows[1]["flexee"] is None  # FlexEE reports 0 and 50 % only
+
+
+def test_the_offline_table_marks_each_systems_best_concurrency(runs):
+    text = study.page(*runs)
+    offline = text.split("## Offline", 1)[1]
+    summary = json.loads((runs[2] / "summary.json").read_text(encoding="utf-8"))
+    for name in ("l20-tp4", "l20-tp4-offload"):
+        row = next(r for r in offline.splitlines() if r.startswith(f"| {name} |"))
+        cells = row.strip("|").split("|")[2:]
+        assert len(cells) == 2 and sum("**" in c for c in cells) == 1
+        per_usd = [p["systems"][name]["output_tokens_per_s"] * 3.6 / p["systems"][name]["cost"]["cost_per_hour_usd"]
+                   for p in summary["points"]]  # thousands of output tokens per dollar
+        assert "**" in cells[per_usd.index(max(per_usd))]
 
 
 def test_the_figure_reads(runs, tmp_path):
