@@ -144,6 +144,11 @@ def page(flexee_run: Path, datacenter_run: Path, offline_run: Path | None = None
     d_summary, d_scenario = _read(datacenter_run)
     fspec, dspec = f_scenario.spec, d_scenario.spec
     w = fspec.workload
+    first = f_summary["system_names"][0]
+    card = f_scenario.catalogs.nodes[fspec.systems[first].node].accelerator
+    exits = next(_exit_spec(fspec, n) for n in f_summary["system_names"] if _exit_spec(fspec, n) is not None)
+    heads = [str(layer) for layer in exits.exit_layers if layer < f_scenario.catalogs.models[fspec.system_model(first)].num_layers]
+    cost = d_summary["points"][0]["systems"][d_summary["system_names"][0]]["cost"]
     lines = ["# Weight offload and early exit", "",
              "Written by `benchmarks/weight_offload_study.py` from runs of `scenarios/weight_offload_flexee.yaml`, "
              "`scenarios/weight_offload.yaml` and `scenarios/weight_offload_offline.yaml` (its docstring gives the "
@@ -151,12 +156,12 @@ def page(flexee_run: Path, datacenter_run: Path, offline_run: Path | None = None
              "[the how-to page](how-to/study-weight-offload.md). The arithmetic: `kvsim/models/weight_offload.py`, "
              "`kvsim/models/early_exit.py`.", "",
              "## One card: early exit against the offloaded share", "",
-             f"One {fspec.systems[f_summary['system_names'][0]].node} card each (an assumption: FlexEE's testbed is "
+             f"One {card} card each (node {fspec.systems[first].node}, one instance; an assumption: FlexEE's testbed is "
              f"not in kvsim's sources), one client at a time (batch 1), {w.input_tokens.value}-token prompts and "
              f"{w.output_tokens.value}-token answers, seed {f_summary['seed']}, arrivals in "
              f"[{f_summary['warmup_s']:g} s, {f_summary['duration_s']:g} s]. Speed-up: the mean end-to-end time of a "
              "request without early exit over that with it, both simulated (prefill runs every layer). Tokens exit "
-             "at layers 8, 16 and 24 with one share `q` each, the share [docs/early_exit.md](early_exit.md) fits to "
+             f"at layers {', '.join(heads[:-1])} and {heads[-1]} with one share `q` each, the share [docs/early_exit.md](early_exit.md) fits to "
              "FlexEE's 0 % point on the decode step: that fit is the only number taken from FlexEE; every other "
              "cell is predicted. 'Step' is the decode step's closed form at the mean context "
              f"({w.input_tokens.value + w.output_tokens.value // 2} tokens), without prefill.", "",
@@ -181,7 +186,8 @@ def page(flexee_run: Path, datacenter_run: Path, offline_run: Path | None = None
               f"Poisson arrivals; seed {d_summary['seed']}; arrivals in [{d_summary['warmup_s']:g} s, "
               f"{d_summary['duration_s']:g} s]; SLO {slo}. Goodput counts the requests completed in the window that "
               "met every threshold. Per $ divides by the system's cost per hour (its servers' catalog price "
-              "amortised over 4 years, and energy at PUE 1.3 and 0.10 $/kWh; `kvsim/metrics/cost.py`): requests "
+              f"amortised over {cost['amortisation_h'] / 8760:g} years, and energy at PUE {cost['pue']:g} and "
+              f"{cost['energy_usd_per_kwh']:.2f} $/kWh; `kvsim/metrics/cost.py`): requests "
               "within SLO, or output tokens, bought with one dollar. A figure marked `*` is not a steady-state "
               "number and names its flags: `unstable`, the backlog grew through the window (overloaded); "
               "`too_short`; `warmup_short` "
