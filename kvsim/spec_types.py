@@ -6,6 +6,7 @@ physical quantity accept a unit string at the YAML boundary and hold an SI float
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated
 
 from pydantic import (
@@ -41,7 +42,7 @@ STRICT_UNITS = "strict_units"
 """Validation-context key: set it for text read from files, where a bare number is refused."""
 
 
-def _quantity(dimension: str):
+def _quantity(dimension: str) -> BeforeValidator:
     def convert(value: object, info: ValidationInfo) -> object:
         from_file = bool(info.context and info.context.get(STRICT_UNITS))
         if not from_file and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -92,7 +93,8 @@ def _bounds(**bounds: float) -> WithJsonSchema:
     return WithJsonSchema({"type": "number", **bounds}, mode="validation")
 
 
-def field_errors(model: type[BaseModel], problems: list[tuple[tuple[str | int, ...], str, object]]) -> ValidationError:
+def field_errors(model: type[BaseModel],
+                 problems: Sequence[tuple[tuple[str | int, ...], str, object]]) -> ValidationError:
     """A :class:`~pydantic.ValidationError` whose errors sit at the given fields of ``model``.
 
     A model validator raises it to blame the field at fault, not the whole model: a ``ValueError``
@@ -104,7 +106,7 @@ def field_errors(model: type[BaseModel], problems: list[tuple[tuple[str | int, .
     ----------
     model : type
         The model being validated (its name titles the error).
-    problems : list of (field path, message, value)
+    problems : sequence of (field path, message, value)
         The field path below ``model``, what is wrong with it, and the value found there.
     """
     return ValidationError.from_exception_data(model.__name__, [

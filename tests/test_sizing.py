@@ -131,3 +131,24 @@ systems:
     assert dist.mean == pytest.approx(observed[observed >= 1].mean())
     records = kvsim.run(scenario).run("h20").records
     assert set(records.column("input_tokens").tolist()) <= set(dist.values)
+
+
+def test_a_dram_tier_without_capacity_built_in_python_is_refused_by_name():
+    # A scenario file's DRAM tier without capacity is refused on loading; a spec built (or copied)
+    # in Python skips that check, and sizing compared None with the node's DRAM (a TypeError)
+    # until mypy found it. Sizing now names the field.
+    from kvsim.sim.sizing import size_system
+    from kvsim.sim.sizing_checks import SizingError
+
+    scenario = kvsim.load_scenario("scenarios/offload_gap.yaml")
+    spec = scenario.spec
+    name = next(n for n, s in spec.systems.items() if s.kv_cache is not None and s.kv_cache.dram is not None)
+    system = spec.systems[name]
+    cache = system.kv_cache
+    dram = cache.dram.model_copy(update={"capacity": None})
+    broken = spec.model_copy(update={"systems": {**spec.systems, name: system.model_copy(
+        update={"kv_cache": cache.model_copy(update={"dram": dram})})}})
+    size_system(spec, name, scenario.catalogs)  # the file's own tier sizes
+    with pytest.raises(SizingError, match="host DRAM set aside") as caught:
+        size_system(broken, name, scenario.catalogs)
+    assert caught.value.path == ("systems", name, "kv_cache", "dram")

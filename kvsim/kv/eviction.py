@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 
 __all__ = ["EVICTION_POLICIES", "EvictionPolicy", "LFUPolicy", "LRUPolicy", "S3FIFOPolicy"]
 
@@ -117,7 +117,7 @@ class LRUPolicy(EvictionPolicy):
                 return block
         return None
 
-    def in_order(self):
+    def in_order(self) -> Iterator[Block]:
         """Resident blocks, least recently used first (an iterator: do not change the policy while
         iterating)."""
         return iter(self._order)

@@ -39,13 +39,23 @@ class Extent:
 
     __slots__ = ("chain", "start", "end", "readers", "pins", "prev", "next")
 
-    def __init__(self, chain, start: int, end: int, readers: int = 0, pins: int = 0):
+    prev: Extent
+    next: Extent
+
+    def __init__(self, chain: Hashable, start: int, end: int, readers: int = 0, pins: int = 0):
         self.chain, self.start, self.end = chain, start, end
         self.readers, self.pins = readers, pins
-        self.prev = self.next = None
+        self.prev = self.next = UNLINKED  # until a store links it into its recency list
 
     def __repr__(self) -> str:
         return f"Extent({self.chain!r}, {self.start}, {self.end}, readers={self.readers}, pins={self.pins})"
+
+
+UNLINKED: Extent = Extent.__new__(Extent)
+"""Where a new extent's ``prev`` and ``next`` point until a store links it (``is UNLINKED``: it was
+never in the recency list). A sentinel in no list, linked to itself."""
+UNLINKED.chain, UNLINKED.start, UNLINKED.end, UNLINKED.readers, UNLINKED.pins = None, 0, 0, 0, 0
+UNLINKED.prev = UNLINKED.next = UNLINKED
 
 
 class _Chain:
@@ -53,7 +63,7 @@ class _Chain:
 
     __slots__ = ("starts", "extents")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.starts: list[int] = []
         self.extents: list[Extent] = []
 
@@ -112,13 +122,13 @@ class ExtentStore:
             node = node.next
         return out
 
-    def blocks(self) -> list[tuple]:
+    def blocks(self) -> list[tuple[Hashable, int]]:
         """Every stored block ``(chain, position)``, least recent first (O(blocks): tests only)."""
         return [(e.chain, p) for e in self.extents() for p in range(e.start, e.end)]
 
     # -- the recency list and the chains' maps --------------------------------------------------
 
-    def _find(self, chain, pos: int) -> tuple[_Chain | None, int]:
+    def _find(self, chain: Hashable, pos: int) -> tuple[_Chain | None, int]:
         """The chain's map and the index of the last extent starting at or before ``pos``."""
         cmap = self._chains.get(chain)
         if cmap is None:
@@ -145,11 +155,11 @@ class ExtentStore:
         unlink(ext)
         self._extents -= 1
 
-    def _cut(self, chain, pos: int) -> None:
+    def _cut(self, chain: Hashable, pos: int) -> None:
         """Make ``pos`` the start of an extent if it falls strictly inside one: the piece from
         ``pos`` follows the rest in the recency order, with the same counts."""
         cmap, i = self._find(chain, pos)
-        if i < 0:
+        if cmap is None or i < 0:
             return
         ext = cmap.extents[i]
         if ext.start < pos < ext.end:
@@ -188,13 +198,13 @@ class ExtentStore:
         last = self._head.prev
         if self._joinable(last, ext):
             last.end = ext.end
-            if ext.prev is not None:  # (a resident extent: out of its chain's map too)
+            if ext.prev is not UNLINKED:  # (a resident extent: out of its chain's map too)
                 cmap = self._chains[ext.chain]
                 i = bisect_left(cmap.starts, ext.start)
                 del cmap.starts[i], cmap.extents[i]
                 self._extents -= 1
             return
-        if ext.prev is None:
+        if ext.prev is UNLINKED:
             self._add(ext)
         link_after(last, ext)
 
@@ -221,13 +231,13 @@ class ExtentStore:
         elif was_held and not is_held:
             self._held -= n
 
-    def _pieces(self, chain, start: int, end: int):
+    def _pieces(self, chain: Hashable, start: int, end: int) -> tuple[Extent | None, int]:
         """The stretch at ``start`` of ``[start, end)``: ``(extent, stop)`` with the extent cut to
         begin at ``start`` and end at or before ``end`` (a stored stretch), or ``(None, stop)``
         for blocks ``start .. stop - 1`` not stored."""
         self._cut(chain, start)
         cmap, i = self._find(chain, start)
-        if i >= 0:
+        if cmap is not None and i >= 0:
             ext = cmap.extents[i]
             if ext.start == start and ext.end > start:
                 if ext.end > end:
@@ -238,21 +248,23 @@ class ExtentStore:
 
     # -- single blocks --------------------------------------------------------------------------
 
-    def __contains__(self, block: tuple) -> bool:
+    def __contains__(self, block: tuple[Hashable, int]) -> bool:
         chain, pos = block
         cmap, i = self._find(chain, pos)
-        return i >= 0 and cmap.extents[i].end > pos
+        return cmap is not None and i >= 0 and cmap.extents[i].end > pos
 
-    def lookup(self, block: tuple) -> bool:
+    def lookup(self, block: tuple[Hashable, int]) -> bool:
         """:meth:`BlockStore.lookup` of one block."""
         return self.read_run(block[0], block[1], block[1] + 1, read=False) == 1
 
-    def remove(self, block: tuple) -> None:
+    def remove(self, block: tuple[Hashable, int]) -> None:
         """:meth:`BlockStore.remove`: KeyError if not stored, ValueError if held."""
         if block not in self:
             raise KeyError(block)
         chain, pos = block
         ext, _ = self._pieces(chain, pos, pos + 1)
+        if ext is None:  # (stored: checked above)
+            raise KeyError(block)
         if ext.readers or ext.pins:
             self._settle(ext)
             raise ValueError(f"block {block!r} in {self.name} is pinned or read; cannot remove it")
@@ -262,7 +274,7 @@ class ExtentStore:
 
     # -- runs -----------------------------------------------------------------------------------
 
-    def read_run(self, chain, start: int, end: int, read: bool = True, pin: bool = False) -> int:
+    def read_run(self, chain: Hashable, start: int, end: int, read: bool = True, pin: bool = False) -> int:
         """For each block of ``[start, end)`` in order: :meth:`BlockStore.lookup` it and, if it
         hit, take a reader reference (``read``) or a pin (``pin``). Returns the hits; with
         ``pin``, KeyError (after counting the miss) at the first block not stored, as
@@ -285,7 +297,7 @@ class ExtentStore:
             self.hits += hits
         return hits
 
-    def touch_run(self, chain, start: int, end: int) -> int:
+    def touch_run(self, chain: Hashable, start: int, end: int) -> int:
         """:meth:`BlockStore.touch_run` of ``[start, end)``: each stored block moves to the most
         recent end in order (the use a lookup that found it records), the others are skipped;
         no counter changes. Returns how many blocks were touched."""
@@ -318,11 +330,11 @@ class ExtentStore:
             self._join_next(prev)
         return prev
 
-    def lookup_pin_run(self, chain, start: int, end: int) -> None:
+    def lookup_pin_run(self, chain: Hashable, start: int, end: int) -> None:
         """:meth:`BlockStore.lookup_pin_run` of ``[start, end)``."""
         self.read_run(chain, start, end, read=False, pin=True)
 
-    def _hold_each(self, chain, start: int, end: int, readers: int, pins: int) -> None:
+    def _hold_each(self, chain: Hashable, start: int, end: int, readers: int, pins: int) -> None:
         """Add counts to each stored block of ``[start, end)`` in place; KeyError at the first
         not stored (the blocks before it keep theirs), as the per-block calls."""
         pos = start
@@ -334,15 +346,15 @@ class ExtentStore:
             self._settle(ext)
             pos = stop
 
-    def add_reader_each(self, chain, start: int, end: int) -> None:
+    def add_reader_each(self, chain: Hashable, start: int, end: int) -> None:
         """:meth:`BlockStore.add_reader` for each block of ``[start, end)``."""
         self._hold_each(chain, start, end, 1, 0)
 
-    def pin_each(self, chain, start: int, end: int) -> None:
+    def pin_each(self, chain: Hashable, start: int, end: int) -> None:
         """:meth:`BlockStore.pin` for each block of ``[start, end)``."""
         self._hold_each(chain, start, end, 0, 1)
 
-    def _release(self, chain, start: int, end: int, readers: bool, missing: str) -> None:
+    def _release(self, chain: Hashable, start: int, end: int, readers: bool, missing: str) -> None:
         pos = start
         while pos < end:
             ext, stop = self._pieces(chain, pos, end)
@@ -354,16 +366,16 @@ class ExtentStore:
             self._settle(ext)
             pos = stop
 
-    def drop_reader_each(self, chain, start: int, end: int) -> None:
+    def drop_reader_each(self, chain: Hashable, start: int, end: int) -> None:
         """:meth:`BlockStore.drop_reader` for each block of ``[start, end)`` (ValueError at the
         first without a reader; the blocks before it are released)."""
         self._release(chain, start, end, True, "has no readers")
 
-    def unpin_each(self, chain, start: int, end: int) -> None:
+    def unpin_each(self, chain: Hashable, start: int, end: int) -> None:
         """:meth:`BlockStore.unpin` for each block of ``[start, end)``."""
         self._release(chain, start, end, False, "is not pinned")
 
-    def missing(self, chain, start: int, end: int) -> list[tuple[int, int]]:
+    def missing(self, chain: Hashable, start: int, end: int) -> list[tuple[int, int]]:
         """The blocks of ``[start, end)`` not stored, as ``(start, stop)`` stretches in order."""
         out, pos = [], start
         cmap, i = self._find(chain, pos)
@@ -384,10 +396,10 @@ class ExtentStore:
             pos = stop
         return out
 
-    def holds(self, chain, start: int, end: int) -> list[tuple[int, int, int, int]]:
+    def holds(self, chain: Hashable, start: int, end: int) -> list[tuple[int, int, int, int]]:
         """The stored blocks of ``[start, end)`` as ``(s, e, readers, pins)`` stretches, in order
         (a query: nothing is cut or moved)."""
-        out = []
+        out: list[tuple[int, int, int, int]] = []
         cmap, i = self._find(chain, start)
         if cmap is None:
             return out
@@ -400,10 +412,10 @@ class ExtentStore:
             i += 1
         return out
 
-    def evict_run(self, n: int) -> list[tuple]:
+    def evict_run(self, n: int) -> list[tuple[Hashable, int, int]]:
         """:meth:`BlockStore.evict_run`: up to ``n`` victims, each the least recent unheld block;
         returned as ``(chain, start, stop)`` stretches in the order they were evicted."""
-        victims: list[tuple] = []
+        victims: list[tuple[Hashable, int, int]] = []
         node, head = self._head.next, self._head
         while n > 0 and node is not head:
             if node.readers or node.pins:
@@ -423,12 +435,13 @@ class ExtentStore:
                 cmap.starts[i] = node.start
         return victims
 
-    def evict_one(self) -> tuple | None:
+    def evict_one(self) -> tuple[Hashable, int] | None:
         """:meth:`BlockStore.evict_one`: the victim ``(chain, position)``, or None."""
         victims = self.evict_run(1)
         return (victims[0][0], victims[0][1]) if victims else None
 
-    def insert_run(self, chain, start: int, end: int, read: bool = False, touch: bool = True):
+    def insert_run(self, chain: Hashable, start: int, end: int, read: bool = False, touch: bool = True
+                   ) -> tuple[int, list[tuple[int, int]], list[tuple[int, Hashable, int, int]]]:
         """:meth:`BlockStore.insert_run` of ``[start, end)`` (see there).
 
         Returns
@@ -443,7 +456,7 @@ class ExtentStore:
             keeps every block's own order.
         """
         new: list[tuple[int, int]] = []
-        evicted: list[tuple] = []
+        evicted: list[tuple[int, Hashable, int, int]] = []
         readers = int(read)
         pos = start
         while pos < end:
@@ -482,7 +495,7 @@ class ExtentStore:
         self.insertions += sum(b - a for a, b in new)
         return end - start, new, evicted
 
-    def _new_blocks(self, chain, start: int, stop: int, readers: int, new: list) -> None:
+    def _new_blocks(self, chain: Hashable, start: int, stop: int, readers: int, new: list[tuple[int, int]]) -> None:
         """Store blocks ``start .. stop - 1`` (not stored) as the most recent, each with
         ``readers`` reader references."""
         if stop <= start:

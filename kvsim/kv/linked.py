@@ -5,16 +5,28 @@ entry is one unlink and one link, with no search."""
 
 from __future__ import annotations
 
-__all__ = ["link_after", "unlink"]
+from typing import Protocol, Self, TypeVar
+
+__all__ = ["Linked", "link_after", "unlink"]
 
 
-def link_after(where, node) -> None:
+class Linked(Protocol):
+    """A node of such a list: its neighbours are nodes of its own kind."""
+
+    prev: Self
+    next: Self
+
+
+_Node = TypeVar("_Node", bound=Linked)
+
+
+def link_after(where: _Node, node: _Node) -> None:
     """Put ``node`` right after ``where`` in a circular doubly linked list (``prev`` / ``next``)."""
     nxt = where.next
     node.prev, node.next = where, nxt
     where.next = nxt.prev = node
 
 
-def unlink(node) -> None:
+def unlink(node: Linked) -> None:
     """Take ``node`` out of its circular doubly linked list."""
     node.prev.next, node.next.prev = node.next, node.prev

@@ -5,6 +5,7 @@ Units: tokens, FLOP, bytes, bytes/s, fractions. Rates are over the measurement w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -110,7 +111,7 @@ _STORAGE_LABELS = {"read_iops": "read IOPS", "write_iops": "write IOPS", "cpu_st
 
 
 def bound_resource(gpu_busy_fraction: float, time_by_cause_s: dict[str, float], links: list[dict[str, Any]],
-                   storage: list[dict[str, Any]] = (), threshold: float = 0.6) -> str:
+                   storage: Sequence[dict[str, Any]] = (), threshold: float = 0.6) -> str:
     """Name the resource that limits a run: the busiest of engine time, the network links and the
     storage resources.
 

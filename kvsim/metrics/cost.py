@@ -40,6 +40,7 @@ from kvsim.scenario.cost_spec import HOUR_S, HOURS_PER_YEAR, CostSpec
 from kvsim.scenario.shared_pool_spec import HOURS_PER_MONTH, TB_BYTES
 
 if TYPE_CHECKING:  # the cost model reads a sizing; it never builds one
+    from kvsim.hardware.specs import AcceleratorSpec, NodeSpec, PoolNodeSpec
     from kvsim.sim.sizing import SystemSizing
 
 __all__ = [
@@ -106,7 +107,7 @@ def _assumed(what: str, value: str, source: str | None) -> list[str]:
     return []
 
 
-def _card_draw(accelerator) -> tuple[float | None, list[str], list[str]]:
+def _card_draw(accelerator: AcceleratorSpec) -> tuple[float | None, list[str], list[str]]:
     """Average draw of one card (watts), what is assumed about it, what is missing."""
     sources = accelerator.sources
     if accelerator.typical_power_w is not None:
@@ -121,7 +122,7 @@ def _card_draw(accelerator) -> tuple[float | None, list[str], list[str]]:
                                                  sources.get("tdp_w")), []
 
 
-def _price(family: str, spec) -> tuple[list[str], list[str]]:
+def _price(family: str, spec: NodeSpec | PoolNodeSpec) -> tuple[list[str], list[str]]:
     if spec.price_usd is None:
         return [], [f"{family} {spec.name}: price_usd"]
     value = f"USD {spec.price_usd:,.0f} ({spec.price_date})"
@@ -307,7 +308,8 @@ def line_cost_per_hour_usd(line: BillLine, cost_spec: CostSpec) -> float | None:
 
 
 def _total(values: list[float | None]) -> float | None:
-    return None if any(v is None for v in values) else float(sum(values))
+    known = [v for v in values if v is not None]
+    return None if len(known) < len(values) else float(sum(known))
 
 
 def cost_summary(sizing: SystemSizing, summary: Mapping[str, Any], cost_spec: CostSpec,

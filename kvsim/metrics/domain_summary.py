@@ -17,9 +17,33 @@ is the largest sample (a peak shorter than the period can be missed).
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import Any, Protocol
 
 from kvsim.metrics.levels import TimeWeightedLevel
+
+
+class PagePool(Protocol):
+    """What the HBM bytes of a domain read of an instance's page pool (a :class:`~kvsim.kv.BlockPool`)."""
+
+    @property
+    def used_blocks(self) -> int: ...
+
+
+class SharedStore(Protocol):
+    """What they read of an HBM block store (a BlockStore or an ExtentStore): its reader references
+    and the distinct blocks they are on."""
+
+    @property
+    def reader_refs(self) -> int: ...
+
+    @property
+    def read_blocks(self) -> int: ...
+
+
+Domains = dict[str, tuple[list[tuple[PagePool, float]], list[tuple[SharedStore, float]]]]
+"""Domain name -> (each instance's page pool and the HBM bytes of one page, each HBM block store and
+the HBM bytes of one block)."""
 
 __all__ = ["DomainLevels", "domain_summary", "scale_up_summary"]
 
@@ -38,7 +62,7 @@ class DomainLevels:
         bytes live in the domain (each once, with the HBM bytes of one of its blocks).
     """
 
-    def __init__(self, window_start_s: float, window_end_s: float, domains: dict[str, tuple[list, list]]):
+    def __init__(self, window_start_s: float, window_end_s: float, domains: Domains):
         self.window = (window_start_s, window_end_s)
         self.domains = domains
         names = list(domains) + ["all"]
@@ -85,7 +109,7 @@ class DomainLevels:
             peak = self.peak[name]
             peak[0], peak[1] = max(peak[0], levels[0]), max(peak[1], levels[1])
 
-    def summary(self, name: str) -> dict[str, float]:
+    def summary(self, name: str) -> dict[str, float | None]:
         """Time-average and peak physical and logical bytes of ``name`` (or ``"all"``) and the dedup
         ratio of the averages (None if it held no KV in the window: no ratio to state)."""
         physical, logical = self.physical[name].mean(), self.logical[name].mean()
@@ -96,8 +120,8 @@ class DomainLevels:
         }
 
 
-def scale_up_summary(link_report: dict, scale_up_edges: list, window_s: float,
-                     read_bytes: dict | None = None) -> dict[str, Any]:
+def scale_up_summary(link_report: Mapping[Hashable, Mapping[str, float]], scale_up_edges: list[tuple[str, str]],
+                     window_s: float, read_bytes: Mapping[tuple[str, str], float] | None = None) -> dict[str, Any]:
     """Utilisation of the scale-up links (card <-> scale-up switch, per direction).
 
     Parameters

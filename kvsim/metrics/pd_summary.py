@@ -16,7 +16,8 @@ up to the summary's ``requests_aborted``.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,11 +25,21 @@ from kvsim.metrics.cache_summary import busiest_links
 from kvsim.metrics.records import RequestRecords
 from kvsim.metrics.summary import latency_stats
 
+
+class ServingInstance(Protocol):
+    """What the handoff summary reads of an instance at the end of a run."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def gpus(self) -> Sequence[str]: ...
+
 __all__ = ["pd_summary"]
 
 
 def pd_summary(records: RequestRecords, window_start_s: float, window_end_s: float, handoff_bytes_in_window: float,
-               links: list[dict[str, Any]], switches: list[dict[str, Any]], instances: list) -> dict[str, Any]:
+               links: list[dict[str, Any]], switches: list[dict[str, Any]], instances: Sequence[ServingInstance]) -> dict[str, Any]:
     """Handoff metrics of one disaggregated run.
 
     Parameters

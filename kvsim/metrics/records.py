@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,6 +79,39 @@ class RequestRecords:
     """The fields every colocated system fills (the others stay NaN / -1 / 0; the peer-HBM hit
     columns are filled only with ``kv_cache.peer_hbm``)."""
 
+    # The columns (set in __init__, track_retries and track_migrations by name, from the field
+    # tuples above), declared for the type checker: float64 columns, then int64 ones.
+    arrival_s: npt.NDArray[np.float64]
+    admit_s: npt.NDArray[np.float64]
+    first_token_s: npt.NDArray[np.float64]
+    finish_s: npt.NDArray[np.float64]
+    aborted_s: npt.NDArray[np.float64]
+    prefill_end_s: npt.NDArray[np.float64]
+    handoff_start_s: npt.NDArray[np.float64]
+    handoff_landed_s: npt.NDArray[np.float64]
+    handoff_end_s: npt.NDArray[np.float64]
+    decode_start_s: npt.NDArray[np.float64]
+    rejected_s: npt.NDArray[np.float64]
+    loaded_bytes: npt.NDArray[np.float64]
+    written_bytes: npt.NDArray[np.float64]
+    handoff_bytes: npt.NDArray[np.float64]
+    retry_lost_s: npt.NDArray[np.float64]
+    input_tokens: npt.NDArray[np.int64]
+    output_tokens: npt.NDArray[np.int64]
+    preemptions: npt.NDArray[np.int64]
+    instance: npt.NDArray[np.int64]
+    hit_tokens_hbm: npt.NDArray[np.int64]
+    hit_tokens_dram: npt.NDArray[np.int64]
+    hit_tokens_nvme: npt.NDArray[np.int64]
+    hit_tokens_remote: npt.NDArray[np.int64]
+    computed_tokens: npt.NDArray[np.int64]
+    prefill_instance: npt.NDArray[np.int64]
+    hit_tokens_peer_hbm: npt.NDArray[np.int64]
+    hit_tokens_other_domain: npt.NDArray[np.int64]
+    adapter: npt.NDArray[np.int64]
+    retries: npt.NDArray[np.int64]
+    migrations: npt.NDArray[np.int64]
+
     def __init__(self, capacity: int = 1024):
         capacity = max(int(capacity), 16)
         self.n = 0
@@ -134,7 +168,8 @@ class RequestRecords:
 
     def column(self, name: str) -> np.ndarray:
         """A view of the filled part of one field."""
-        return getattr(self, name)[: self.n]
+        values: np.ndarray = getattr(self, name)
+        return values[: self.n]
 
     def columns(self) -> dict[str, np.ndarray]:
         """The records as columns (copies), one entry per request: ``request_id``, every field,

@@ -28,7 +28,7 @@ CONFIDENCE = 0.95
 LATENCY_STATS = ("mean", "p50", "p90", "p99")
 
 
-def t_interval(values: Iterable[float], confidence: float = CONFIDENCE) -> dict[str, float | int | None]:
+def t_interval(values: Iterable[float | None], confidence: float = CONFIDENCE) -> dict[str, float | int | None]:
     """Mean and two-sided Student-t interval of ``values``.
 
     Returns

@@ -66,7 +66,7 @@ def infinite_cache_hit_blocks(lookups: Sequence[Any], holds: Sequence[Any] | Non
         if by_segments is not None:
             return by_segments
 
-    def flat(arrays) -> tuple[np.ndarray, np.ndarray]:
+    def flat(arrays: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         # a request without hashes adds nothing to the values: no empty array made for it (a
         # workload without hashes has only those, tens of thousands of them)
         parts, lengths = [], [0] * n

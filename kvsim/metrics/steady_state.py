@@ -53,6 +53,8 @@ from typing import Any
 
 import numpy as np
 
+from kvsim.metrics.records import RequestRecords
+
 __all__ = ["mser", "mser_statistic", "in_system_integral", "in_system_slope", "mser5_warmup_s",
            "steady_state", "request_ends_s", "UNSTABLE_SHARE", "UNSTABLE_MIN_GROWTH", "MIN_COMPLETIONS_PER_INSTANCE",
            "MIN_COMPLETIONS_PER_CLIENT", "LATENCY_SHARE", "WARMUP_BIAS_SHARE", "WARMUP_BIAS_MIN", "MSER_BATCH", "MSER_OBSERVATIONS", "FLAGS"]
@@ -98,7 +100,8 @@ def mser_statistic(batch_means: np.ndarray) -> np.ndarray:
     s1 = np.cumsum(z[::-1])[::-1]
     s2 = np.cumsum((z * z)[::-1])[::-1]
     ss = np.maximum(s2 - s1 * s1 / n, 0.0)  # sum of squared deviations (clipped rounding)
-    return ss / (n * n)
+    statistic: np.ndarray = ss / (n * n)
+    return statistic
 
 
 def mser(values: np.ndarray, batch: int = MSER_BATCH) -> int:
@@ -120,7 +123,7 @@ def mser(values: np.ndarray, batch: int = MSER_BATCH) -> int:
     return int(np.argmin(statistic)) * batch
 
 
-def request_ends_s(records) -> np.ndarray:
+def request_ends_s(records: RequestRecords) -> np.ndarray:
     """When each request left the system (its client has the answer, or gave up); inf if never."""
     finish = records.column("finish_s")
     aborted = records.column("aborted_s")
@@ -175,7 +178,7 @@ def mser5_warmup_s(arrival_s: np.ndarray, end_s: np.ndarray, duration_s: float,
     return mser(level) * width
 
 
-def steady_state(records, window_start_s: float, window_end_s: float, e2e_p50_s: float | None,
+def steady_state(records: RequestRecords, window_start_s: float, window_end_s: float, e2e_p50_s: float | None,
                  completed: int, units: int, per: str) -> dict[str, Any]:
     """The steady-state section of a summary: ``flags`` and the figures they were judged on.
 

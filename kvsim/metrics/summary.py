@@ -78,7 +78,7 @@ def slo_met(records: RequestRecords, slo: dict[str, float | None],
     """Per request: finished within every threshold of ``slo`` (``ttft_s``, ``tpot_s``,
     ``e2e_s``; None = no limit). A one-token request has no TPOT to miss."""
     latencies = request_latencies(records) if latencies is None else latencies
-    met = ~np.isnan(records.column("finish_s"))
+    met: np.ndarray = ~np.isnan(records.column("finish_s"))
     for key, values in latencies.items():
         limit = slo.get(key)
         if limit is not None:

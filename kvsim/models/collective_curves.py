@@ -72,7 +72,7 @@ class Curve:
             k += 1
         s0, s1, t0, t1 = sizes[k], sizes[k + 1], times[k], times[k + 1]
         slope = math.log(t1 / t0) / math.log(s1 / s0)
-        return t0 * (nbytes / s0) ** slope
+        return t0 * math.pow(nbytes / s0, slope)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Interconnect:
         if below and above:
             a, b = below[-1], above[0]
             w = math.log(ranks / a) / math.log(b / a)
-            return by_ranks[a].time_s(nbytes) ** (1.0 - w) * by_ranks[b].time_s(nbytes) ** w
+            return math.pow(by_ranks[a].time_s(nbytes), 1.0 - w) * math.pow(by_ranks[b].time_s(nbytes), w)
         nearest = below[-1] if below else above[0]
         return by_ranks[nearest].time_s(nbytes) * bus_factor(collective, ranks) / bus_factor(collective, nearest)
 

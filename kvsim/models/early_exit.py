@@ -77,6 +77,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from kvsim.models.llm import ModelSpec
+from kvsim.models.parallel import Layout
 from kvsim.models.weight_offload import layer_bytes_per_card
 from kvsim.spec_types import FrozenSpec, NonNegativeFloat, PositiveInt, Share, field_errors
 
@@ -134,7 +135,7 @@ class ExitProblem(ValueError):
         super().__init__(message)
         self.field = field
 
-    def path(self, system: str, system_engine) -> tuple[str, ...]:
+    def path(self, system: str, system_engine: object) -> tuple[str, ...]:
         """The scenario field to blame: under ``systems.<system>.engine`` if that engine gives
         ``early_exit``, else under the scenario's ``engine``."""
         own = "early_exit" in getattr(system_engine, "model_fields_set", ())
@@ -151,7 +152,7 @@ def exit_problems(spec: EarlyExitSpec, model: ModelSpec) -> ExitProblem | None:
     return None
 
 
-def exit_sizing(spec: EarlyExitSpec | None, model: ModelSpec, layout, tp_in_node: bool, dtype: str,
+def exit_sizing(spec: EarlyExitSpec | None, model: ModelSpec, layout: Layout, tp_in_node: bool, dtype: str,
                 weight_dtypes: dict[str, str] | None) -> float:
     """The HBM the exit heads take on each card of an instance of ``layout`` (0 without ``spec``).
 

@@ -80,12 +80,12 @@ class EarlyExitStepTime:
         """One iteration's components, seconds; a decode-only step draws its depth (one draw)."""
         if batch.prefill_tokens or not batch.decode_seqs:
             return self.full_breakdown(batch, remote_kv_Bps)
-        if self.rng is None:
-            raise ValueError("an early-exit step model draws each decode step's depth: give it a random stream")
         return self.at_depth(batch, self.draw(batch.decode_seqs), remote_kv_Bps)
 
     def draw(self, batch: int) -> int:
         """Index into :attr:`depths` of a step of ``batch`` tokens' deepest exit (one uniform draw)."""
+        if self.rng is None:
+            raise ValueError("an early-exit step model draws each decode step's depth: give it a random stream")
         depth = deepest_exit(self.depths, self.cdf, batch, self.rng.random())
         return self.depths.index(depth)
 

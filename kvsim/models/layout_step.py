@@ -35,6 +35,8 @@ Collectives use the link figures the sizing computed from the hardware the layou
 
 from __future__ import annotations
 
+import math
+
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec
 from kvsim.models.collective_curves import interconnect_for
@@ -137,8 +139,11 @@ class LayoutStepTime:
     # -------------------------------------------------------------------------------- parts
 
     def _touched_experts(self, tokens: float) -> float:
-        e, k = self.model.moe.num_experts, self.model.moe.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** tokens) if tokens > 0 else 0.0
+        moe = self.model.moe
+        if moe is None or tokens <= 0:  # a dense model has no routed experts
+            return 0.0
+        e, k = moe.num_experts, moe.experts_per_token
+        return e * (1.0 - math.pow(1.0 - k / e, tokens))
 
     def weight_bytes_per_card(self, tokens: float) -> float:
         """Weight bytes a card of the slowest stage streams for one micro-batch of ``tokens``
@@ -162,12 +167,12 @@ class LayoutStepTime:
         icn = self._interconnect
         attention_ar = group_allreduce_s(rank_tokens * h * act, att, icn)
         total = self._layers * attention_ar + self._dense_layers * attention_ar
-        if self._moe_layers:
+        moe = self.model.moe
+        if self._moe_layers and moe is not None:  # (no MoE layers without moe)
             stage = links.stage
             if lay.ep == 1:
                 per_layer = group_allreduce_s(tokens * h * act, stage, icn)
             else:
-                moe = self.model.moe
                 nbytes = alltoall_bytes_per_card(tokens / lay.tp, h, act, moe.num_experts, moe.experts_per_token,
                                                  lay.ep)
                 per_layer = 2.0 * alltoall_s(nbytes, stage, self.imbalance, icn)

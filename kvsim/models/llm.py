@@ -150,7 +150,7 @@ class ModelSpec(FrozenSpec):
             groups = self.group_params()
         except ArithmeticError as exc:  # an overflow: sizes far beyond any model
             return [((), f"the architecture's sizes overflow what kvsim derives from them ({exc})", None)]
-        problems = [((), f"its fields give {value:g} {what}: check the architecture numbers", value)
+        problems: list[tuple[tuple[str, ...], str, object]] = [((), f"its fields give {value:g} {what}: check the architecture numbers", value)
                     for what, value in derived.items() if not (math.isfinite(value) and value > 0)]
         problems += [((), f"its fields give {params:g} parameters in the {group} weights: check the architecture "
                           "numbers", params) for group, params in groups.items() if not params >= 0]
@@ -167,7 +167,7 @@ class ModelSpec(FrozenSpec):
 
     def attention_span(self) -> AttentionSpan | None:
         """Per-token attention and KV counts with the sliding layers (None: every layer full)."""
-        if not self.sliding_layers:
+        if not self.sliding_layers or self.sliding_window is None:  # (sliding_layers is 0 without a window)
             return None
         return AttentionSpan(self.sliding_window, self.sliding_layers / self.num_layers)
 
@@ -206,6 +206,8 @@ class ModelSpec(FrozenSpec):
 
     def _router_params(self) -> int:
         m = self.moe
+        if m is None:  # a dense model routes nothing
+            return 0
         return self.hidden_size * m.num_experts + (m.num_experts if m.router_bias else 0)
 
     @property
@@ -268,7 +270,7 @@ class ModelSpec(FrozenSpec):
         if weight_dtypes:
             return self._grouped_bytes_read(tokens, dtype, weight_dtypes)
         lookup_only = 0 if self.tie_word_embeddings else self.embedding_params
-        params = self._non_expert_params() - lookup_only
+        params: float = self._non_expert_params() - lookup_only
         if self.moe is not None and tokens > 0:
             params += self.num_moe_layers * self._touched_experts(tokens) * self.expert_params
         elif self.moe is None:
@@ -276,8 +278,10 @@ class ModelSpec(FrozenSpec):
         return params * DTYPE_BYTES[dtype]
 
     def _touched_experts(self, tokens: float) -> float:
+        if self.moe is None:  # a dense model has no routed experts
+            return 0.0
         e, k = self.moe.num_experts, self.moe.experts_per_token
-        return e * (1.0 - (1.0 - k / e) ** tokens)
+        return e * (1.0 - math.pow(1.0 - k / e, tokens))
 
     def _grouped_bytes_read(self, tokens: float, dtype: str, weight_dtypes: dict[str, str]) -> float:
         groups = self.group_params()

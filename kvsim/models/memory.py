@@ -115,7 +115,7 @@ def activation_reserve_bytes(model: ModelSpec, max_batched_tokens: int, max_num_
     hidden_states = max_batched_tokens * 2 * model.hidden_size * 2
     logits = min(max_num_seqs, max_batched_tokens) * model.vocab_size * 4 * SAMPLER_COPIES
     text_peak = hidden_states + logits
-    peak = text_peak
+    peak: float = text_peak
     if mm_profiling:
         encoder_peak, encoder_outputs = mm_profile_bytes(model, max_batched_tokens, max_num_seqs, tp,
                                                          images_per_prompt)

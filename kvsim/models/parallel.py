@@ -374,7 +374,7 @@ def expert_imbalance(num_experts: int, ep: int, skew: float) -> float:
     """
     if ep <= 1 or skew == 0:
         return 1.0
-    shares = [(i + 1) ** -skew for i in range(num_experts)]
+    shares = [math.pow(i + 1, -skew) for i in range(num_experts)]
     total = sum(shares)
     busiest = max(sum(shares[r::ep]) for r in range(ep))
     return busiest / total * ep

@@ -71,7 +71,7 @@ class VisionTowerSpec(FrozenSpec):
 
     @model_validator(mode="after")
     def _consistent(self) -> VisionTowerSpec:
-        problems = []
+        problems: list[tuple[tuple[str | int, ...], str, object]] = []
         if self.image_size % self.patch_size:
             problems.append((("patch_size",), f"image_size {self.image_size} is not a whole number of "
                              f"{self.patch_size}-pixel patches", self.patch_size))

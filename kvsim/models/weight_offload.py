@@ -42,7 +42,7 @@ from pydantic import Field
 from kvsim.dtypes import DTYPE_BYTES
 from kvsim.hardware.specs import AcceleratorSpec, NodeSpec
 from kvsim.models.llm import ModelSpec
-from kvsim.models.parallel import layer_params
+from kvsim.models.parallel import Layout, layer_params
 from kvsim.spec_types import Fraction, FrozenSpec, PositiveInt
 from kvsim.units import format_quantity
 
@@ -112,7 +112,7 @@ def weight_stream(spec: WeightOffloadSpec, model: ModelSpec, accelerator: Accele
 
 
 def offload_sizing(spec: WeightOffloadSpec, model: ModelSpec, node: NodeSpec, accelerator: AcceleratorSpec,
-                   layout, dtype: str, weight_dtypes: dict[str, str] | None,
+                   layout: Layout, dtype: str, weight_dtypes: dict[str, str] | None,
                    dram_tier_bytes: float = 0.0) -> tuple[WeightStream, float]:
     """The stream of an instance's offloaded layers and the HBM it frees on each card.
 

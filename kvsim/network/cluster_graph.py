@@ -106,7 +106,7 @@ def copy_engine(gpu: str, direction: str) -> str:
     return f"{gpu}/{direction}"
 
 
-def _link(g: nx.DiGraph, u: str, v: str, cap_uv: float, cap_vu: float, lat_uv: float, lat_vu: float,
+def _link(g: nx.DiGraph[str], u: str, v: str, cap_uv: float, cap_vu: float, lat_uv: float, lat_vu: float,
           kind: str) -> None:
     """One full-duplex physical link: two directed edges with their own figures."""
     g.add_edge(u, v, capacity_Bps=cap_uv, latency_s=lat_uv, kind=kind)
@@ -118,7 +118,7 @@ def _spread(j: int, count: int, slots: int) -> int:
     return j * slots // count
 
 
-def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: AcceleratorSpec,
+def _add_compute_node(g: nx.DiGraph[str], node: str, spec: NodeSpec, acc: AcceleratorSpec,
                       scale_up: str | None, leaf: str | None = None, tiers: tuple[Tier, ...] | None = None) -> None:
     pcie = acc.host_link_bandwidth
     root, imc, ddr, dram = f"{node}/root", f"{node}/imc", f"{node}/ddr", f"{node}/dram"
@@ -139,7 +139,7 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
             first = tiers[0]
             _link(g, gpu, leaf or scale_up, first.card_Bps, first.card_Bps, first.latency_s / 2,
                   first.latency_s / 2, "scale_up")
-        elif scale_up is not None:
+        elif scale_up is not None and acc.scale_up_bandwidth is not None:  # (a domain's cards have a link)
             half = (acc.scale_up_latency_s if acc.scale_up_latency_s is not None else SCALE_UP_LATENCY_S) / 2
             _link(g, gpu, scale_up, acc.scale_up_bandwidth, acc.scale_up_bandwidth, half, half, "scale_up")
         # The copy engine a host<->device copy (cudaMemcpy from pinned memory) goes through: a
@@ -174,7 +174,7 @@ def _add_compute_node(g: nx.DiGraph, node: str, spec: NodeSpec, acc: Accelerator
               PCIE_HOP_LATENCY_S + drives.read_latency_s, PCIE_HOP_LATENCY_S + drives.write_latency_s, "nvme")
 
 
-def _add_pool_node(g: nx.DiGraph, pool: str, spec: PoolNodeSpec, scale_up: str | None) -> None:
+def _add_pool_node(g: nx.DiGraph[str], pool: str, spec: PoolNodeSpec, scale_up: str | None) -> None:
     if spec.nics.count < 1 and scale_up is None:
         raise ValueError(f"pool node {pool!r} has no NIC and is in no scale-up domain, so it is unreachable")
     media, io = f"{pool}/media", f"{pool}/pcie"
@@ -206,7 +206,7 @@ def cluster_graph(
     pool_nodes: Sequence[tuple[str, PoolNodeSpec]] = (),
     scale_up_domains: Sequence[Sequence[str]] | None = None,
     scale_up: ScaleUpSpec | None = None,
-) -> nx.DiGraph:
+) -> nx.DiGraph[str]:
     """The cluster graph from hardware specs (see :func:`kvsim.network.topology.build_topology`).
 
     Parameters
@@ -268,7 +268,7 @@ def cluster_graph(
             nodes = [m for m in members if m in compute]
             for i, member in enumerate(nodes):
                 leaf_of[member] = f"su{k}.g{i // scale_up.group_nodes}"
-    g = nx.DiGraph()
+    g: nx.DiGraph[str] = nx.DiGraph()
     g.add_node(FABRIC, kind="fabric", owner=None)
     for switch in dict.fromkeys(domain_of.values()):
         g.add_node(switch, kind="scale_up", owner=None)
@@ -277,16 +277,16 @@ def cluster_graph(
         g.add_node(leaf, kind="scale_up", owner=None, tier=1)
     for name, spec, acc in compute_nodes:
         tiers = card_tiers(scale_up, acc) if scale_up is not None and name in domain_of else None
-        leaf = leaf_of.get(name)
-        _add_compute_node(g, name, spec, acc, domain_of.get(name), leaf, tiers)
-        if leaf is not None:
-            spine, cap, _ = uplinks.get(leaf, (domain_of[name], 0.0, 0.0))
+        own_leaf = leaf_of.get(name)
+        _add_compute_node(g, name, spec, acc, domain_of.get(name), own_leaf, tiers)
+        if own_leaf is not None and tiers is not None:  # (a node with a leaf is in a tiered domain)
+            spine, cap, _ = uplinks.get(own_leaf, (domain_of[name], 0.0, 0.0))
             top = tiers[-1]
-            uplinks[leaf] = (spine, cap + spec.accelerators_per_node * top.share_Bps,
+            uplinks[own_leaf] = (spine, cap + spec.accelerators_per_node * top.share_Bps,
                              max(0.0, top.latency_s - tiers[0].latency_s) / 2)
     for leaf, (spine, cap, half) in uplinks.items():
         g.add_edge(leaf, spine, capacity_Bps=cap, latency_s=half, kind="scale_up", tier=2)
         g.add_edge(spine, leaf, capacity_Bps=cap, latency_s=half, kind="scale_up", tier=2)
-    for name, spec in pool_nodes:
-        _add_pool_node(g, name, spec, domain_of.get(name))
+    for name, pool_spec in pool_nodes:
+        _add_pool_node(g, name, pool_spec, domain_of.get(name))
     return g

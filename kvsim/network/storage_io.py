@@ -283,7 +283,7 @@ class StorageIO:
     def cost(self, path: Sequence[Edge], request: IoRequest, nbytes: float) -> FlowCost | None:
         """What one flow of ``nbytes`` over ``path`` for ``request`` consumes (None: plain bytes)."""
         ends = [(end, write) for end, write in ((request.source, False), (request.target, True))
-                if self.is_storage(end)]
+                if end is not None and self.is_storage(end)]
         if not ends or nbytes <= 0.0:
             return None
         ios = io_count(nbytes, request.io_size_bytes)

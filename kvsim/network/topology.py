@@ -54,7 +54,7 @@ class Topology:
         Names in the order given to :func:`build_topology`.
     """
 
-    def __init__(self, graph: nx.DiGraph, compute_nodes: tuple[str, ...], pool_nodes: tuple[str, ...]):
+    def __init__(self, graph: nx.DiGraph[str], compute_nodes: tuple[str, ...], pool_nodes: tuple[str, ...]):
         self.graph = graph
         self.compute_nodes = compute_nodes
         self.pool_nodes = pool_nodes
@@ -75,11 +75,13 @@ class Topology:
     def _kind(self, name: str) -> str:
         if name not in self.graph:
             raise KeyError(f"unknown topology node {name!r}")
-        return self.graph.nodes[name]["kind"]
+        kind: str = self.graph.nodes[name]["kind"]  # (node attributes are untyped to networkx)
+        return kind
 
     def _owner(self, name: str) -> str:
         self._kind(name)
-        return self.graph.nodes[name]["owner"]
+        owner: str = self.graph.nodes[name]["owner"]
+        return owner
 
     def _list(self, owner: str, kind: str) -> list[str]:
         if owner not in self.compute_nodes and owner not in self.pool_nodes:
@@ -296,7 +298,8 @@ class Topology:
         """The scale-up switch ``gpu`` hangs off, or None if it has no scale-up link."""
         if self._kind(gpu) != "gpu":
             raise ValueError(f"{gpu!r} is not a GPU")
-        return self.graph.nodes[gpu].get("scale_up")
+        domain: str | None = self.graph.nodes[gpu].get("scale_up")
+        return domain
 
     def peer_path(self, src: str, dst: str, gpu_direct: bool = True) -> list[Edge]:
         """Edges a copy from card ``src``'s memory into card ``dst``'s crosses.

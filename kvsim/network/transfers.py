@@ -17,21 +17,23 @@ the per-I/O latency).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import simpy
 
-from kvsim.network.flows import FlowNetwork
+from kvsim.network.flows import FlowNetwork, _Route
 from kvsim.network.storage_io import IoRequest, StorageIO
 from kvsim.network.topology import Edge, Topology
 
 __all__ = ["Transfers", "network_capacities"]
 
 
-def network_capacities(topology: Topology, storage: StorageIO) -> dict:
+def network_capacities(topology: Topology, storage: StorageIO) -> dict[Hashable, float]:
     """Every capacity a :class:`FlowNetwork` over ``topology`` needs: its links, then the storage
     resources (IOPS ceilings, staging CPUs)."""
-    return {**topology.capacity_Bps(), **storage.capacities()}
+    capacities: dict[Hashable, float] = {link: rate for link, rate in topology.capacity_Bps().items()}
+    capacities.update(storage.capacities())
+    return capacities
 
 
 class Transfers:
@@ -63,8 +65,9 @@ class Transfers:
         # by (path, storage access, bytes): a function of the three (the topology and the media
         # never change), worked out once for each (an access is keyed by its id, and the entry
         # keeps the access alive, so the id cannot come back as another's)
-        self._flow_costs: dict[tuple, tuple] = {}
-        self._routes: dict[tuple, object] = {}  # (links, resources' items) -> the network's route
+        self._flow_costs: dict[tuple[tuple[Edge, ...], int, float], tuple[IoRequest | None, float, float, _Route]] = {}
+        # (links, resources' items) -> the network's route
+        self._routes: dict[tuple[tuple[Edge, ...], tuple[tuple[Hashable, float], ...] | None], _Route] = {}
         # cancellable transfers in flight: their event -> (flow events, bytes each, purpose, counted)
         self._cancellable: dict[simpy.Event, tuple[list[simpy.Event], float, str, bool]] = {}
 
@@ -110,10 +113,14 @@ class Transfers:
         done = flows[0] if len(flows) == 1 else simpy.AllOf(self.env, flows)
         if cancellable:
             self._cancellable[done] = (flows, nbytes_each, purpose, counted)
-            done.callbacks.append(lambda _event: self._cancellable.pop(done, None))
+
+            def forget(_event: simpy.Event) -> None:
+                self._cancellable.pop(done, None)
+
+            done.callbacks.append(forget)
         return done
 
-    def _route(self, links: tuple, resources: dict | None):
+    def _route(self, links: tuple[Edge, ...], resources: dict[Hashable, float] | None) -> _Route:
         """The network's route over ``links`` and ``resources``, made once for each (a flow's
         resources per byte depend on its bytes, its route on the weights alone)."""
         key = (links, None if not resources else tuple(resources.items()))
@@ -156,7 +163,7 @@ class Transfers:
         capacity; the most loaded link or resource, or a flow's own queue-depth cap, decides,
         plus the longest latency.
         """
-        crossings: dict = {}
+        crossings: dict[Hashable, float] = {}
         latency = 0.0
         slowest_cap_s = 0.0
         for links in paths:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterable
+from typing import overload
 
 import numpy as np
 
@@ -28,6 +29,10 @@ _MIX = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit constants: salting is a bijec
 _SALT = np.uint64(0xD1B54A32D192ED03)
 
 
+@overload
+def adapter_block_ids(hashes: np.ndarray, adapter: int, shared_blocks: int) -> np.ndarray: ...
+@overload
+def adapter_block_ids(hashes: None, adapter: int, shared_blocks: int) -> None: ...
 def adapter_block_ids(hashes: np.ndarray | None, adapter: int, shared_blocks: int) -> np.ndarray | None:
     """The block ids a request's KV has under its adapter: the first ``shared_blocks`` keep the
     base ids (KV every adapter shares), the rest are salted with the adapter, so equal ids still
@@ -47,7 +52,7 @@ def value_keys(hashes: np.ndarray, adapter: int, shared_blocks: int, count: int)
     block ``k``'s ids under the base model and under every other adapter (``shared_blocks`` rows,
     ``count`` columns). The same value, computed by another adapter, is copied, not shared."""
     base = np.asarray(hashes[:shared_blocks], dtype=np.int64)
-    columns = [base] + [adapter_block_ids(base, b, 0) for b in range(count) if b != adapter]
+    columns: list[np.ndarray] = [base] + [adapter_block_ids(base, b, 0) for b in range(count) if b != adapter]
     return np.stack(columns, axis=1) if len(base) else np.empty((0, len(columns)), dtype=np.int64)
 
 

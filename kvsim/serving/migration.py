@@ -36,7 +36,7 @@ token. Clients that give up (``workload.timeout``) and node failures are refused
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 import simpy
@@ -110,7 +110,7 @@ class KVMigration:
         self.kv_bytes_per_card = kv_bytes_per_card
         self.gpu_direct = gpu_direct
 
-    def migrate_out(self, inst: Instance):
+    def migrate_out(self, inst: Instance) -> Generator[simpy.Event, object, MigrationOutcome]:
         """Move what ``inst`` decodes elsewhere, round by round, and wait for the last flow to
         land (a SimPy process generator; its value is the :class:`MigrationOutcome`). ``inst``
         no longer takes work."""

@@ -19,6 +19,7 @@ instances can be kept ahead of it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence as Seq
 from typing import Any, Protocol
 
@@ -108,7 +109,7 @@ class PrefixAwareRouter:
         return min(range(len(instances)), key=keys.__getitem__)
 
 
-ROUTERS = {
+ROUTERS: dict[str, Callable[[], Router]] = {
     "round_robin": RoundRobinRouter, "least_outstanding": LeastOutstandingRouter,
     "least_prompt_tokens": LeastPromptTokensRouter, "most_free_kv": MostFreeKVRouter,
     "prefix_aware": PrefixAwareRouter,

@@ -17,7 +17,7 @@ share of time at least ``k`` of ``n`` are up tends to ``P[B(n, A) >= k]``
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
@@ -74,7 +74,7 @@ class NodeFailureProcess:
             if self.rates_per_s[k] > 0.0:
                 env.process(self._node(k, streams.generator(f"failures.{name}")))
 
-    def _node(self, k: int, rng: np.random.Generator):
+    def _node(self, k: int, rng: np.random.Generator) -> Generator[simpy.Event, object, None]:
         env = self.env
         mean_up_s = 1.0 / self.rates_per_s[k]
         while True:

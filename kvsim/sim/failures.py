@@ -40,13 +40,17 @@ emitted count in the run's throughput; the nodes keep failing during the drain.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence as Seq
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvsim.rng import RandomStreams
 from kvsim.scenario.failures_spec import RunFailureSpec
 from kvsim.sim.failure_process import NodeFailureProcess, time_at_least_up, up_fraction
+
+if TYPE_CHECKING:
+    from kvsim.serving.router import Routable, Router
 
 __all__ = ["RunFailures", "attach_failures"]
 
@@ -58,11 +62,11 @@ class _Registering:
     """The front end's router, noting each request's current attempt (by request id) as it is
     routed: a decode instance holds copies, and a retry starts over from the attempt itself."""
 
-    def __init__(self, inner: Any, attempts: dict[int, Any]):
+    def __init__(self, inner: Router, attempts: dict[int, Any]):
         self.inner = inner
         self.attempts = attempts
 
-    def choose(self, instances, seq) -> int:
+    def choose(self, instances: Seq[Routable], seq: Any = None) -> int:
         self.attempts[seq.rid] = seq
         return self.inner.choose(instances, seq)
 

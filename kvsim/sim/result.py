@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import numbers
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -201,7 +201,8 @@ class RunResult:
         """
         import pandas as pd  # only where frames are made: a run itself needs no pandas
 
-        rows, swept = [], set()
+        rows: list[dict[str, Any]] = []
+        swept: set[str] = set()
         for run in self.all_runs() if replicas else self.runs:
             swept.update(run.params)
             rows.append(_flat_row(run, replicas))
@@ -238,8 +239,9 @@ class RunResult:
                 key = [index, *[run.params.get(p) for p in params], run.system, None]
                 for metric, stats in replica_statistics([r.summary for r in reps]).items():
                     for stat in ("mean", "ci_low", "ci_high", "half_width", "n"):
-                        if stats[stat] is not None:
-                            rows.append(key + [metric, stat, float(stats[stat])])
+                        figure = stats[stat]
+                        if figure is not None:
+                            rows.append(key + [metric, stat, float(figure)])
         frame = pd.DataFrame(rows, columns=[*ids, "metric", "stat", "value"])
         return frame.astype({"replica": "Int64"})
 
@@ -392,7 +394,7 @@ def _flat_row(run: SystemRun, replicas: bool) -> dict[str, Any]:
     return row
 
 
-def _numeric(value: Any) -> bool:
+def _numeric(value: object) -> TypeGuard[numbers.Real | np.bool_]:
     """A number (or bool) that is not NaN: a metric summary.csv holds (names stay in summary.json)."""
     return isinstance(value, (numbers.Real, np.bool_)) and value == value
 

@@ -87,7 +87,8 @@ class PoolSizing:
     def kv_tokens_per_instance(self) -> int:
         return self.kv_blocks_per_instance * self.spec.instance.block_size_tokens
 
-    def step_model(self, kernels: Kernels | None = None, exit_rng: np.random.Generator | None = None):
+    def step_model(self, kernels: Kernels | None = None, exit_rng: np.random.Generator | None = None
+                   ) -> RooflineStepTime | EarlyExitStepTime | LayoutStepTime:
         """The instance's step-time model: the plain roofline for tensor parallelism inside one
         node (with ``engine.early_exit``, its early-exit form, each decode step's depth drawn from
         ``exit_rng``; without one, expected times only), the layout model otherwise."""
@@ -96,7 +97,8 @@ class PoolSizing:
         if self.links is None:
             roofline = kernels.step_time.RooflineStepTime if kernels is not None else RooflineStepTime
             exits = self.engine.early_exit  # (it applies the stream itself)
-            step = roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
+            # (roofline: the backend's copy of the class)
+            step: RooflineStepTime = roofline(self.model, self.accelerator, self.tp, self.dtype, self.kv_dtype, self.engine,
                             self.weight_dtypes, self.compute_dtype or None, captured, None if exits is not None else self.stream)
             return step if exits is None else EarlyExitStepTime(exits, step, self.stream, exit_rng)
         return LayoutStepTime(self.model, self.accelerator, self.layout, self.links, self.dtype, self.kv_dtype,
@@ -175,9 +177,13 @@ def size_system(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> SystemSizi
                     f"{pool.spec.instance.block_size_tokens} tokens (systems.{name}."
                     + "".join(f"{p}." for p in system.pool_path(pool.name)) + "instance.block_size_tokens)"))
             pool_path = ("systems", name) + system.pool_path(pool.name)
-            if cache.dram is not None and cache.dram.capacity > pool.node.host_dram_bytes:
+            dram_bytes = cache.dram.capacity if cache.dram is not None else None
+            if cache.dram is not None and dram_bytes is None:  # (a file's is refused on loading)
+                raise SizingError(("systems", name, "kv_cache", "dram"), "give the host DRAM set aside for KV, "
+                                  "e.g. capacity: 512 GiB")
+            if dram_bytes is not None and dram_bytes > pool.node.host_dram_bytes:
                 raise SizingError(("systems", name, "kv_cache", "dram", "capacity"), (
-                    f"{format_quantity(cache.dram.capacity, 'bytes')} exceeds the host DRAM of node "
+                    f"{format_quantity(dram_bytes, 'bytes')} exceeds the host DRAM of node "
                     f"{pool.node.name} ({format_quantity(pool.node.host_dram_bytes, 'bytes')})"))
             if cache.nvme is not None and pool.node.nvme.count == 0:
                 raise SizingError(("systems", name, "kv_cache", "nvme"),
@@ -263,7 +269,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         cache = system.kv_cache
         try:
             stream, freed = offload_sizing(inst.weight_offload, model, node, accelerator, layout, dtype, weight_dtypes,
-                                           cache.dram.capacity if cache is not None and cache.dram is not None else 0.0)
+                                           cache.dram.capacity if cache is not None and cache.dram is not None
+                                           and cache.dram.capacity is not None else 0.0)
         except ValueError as problem:
             raise SizingError(path + ("instance", "weight_offload"), str(problem)) from None
         weights_per_card -= freed
@@ -331,7 +338,7 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     )
 
 
-def adapter_slots(spec: ScenarioSpec, system) -> int:
+def adapter_slots(spec: ScenarioSpec, system: SystemSpec) -> int:
     """Adapter slots per instance of ``system`` (0 without adapters)."""
     adapters = spec.workload.adapters
     if adapters is None:
@@ -340,7 +347,7 @@ def adapter_slots(spec: ScenarioSpec, system) -> int:
     return lora.max_loras if lora is not None and lora.max_loras is not None else adapters.count
 
 
-def adapter_slot_bytes_per_card(spec: ScenarioSpec, system, model: ModelSpec, layout: Layout) -> float:
+def adapter_slot_bytes_per_card(spec: ScenarioSpec, system: SystemSpec, model: ModelSpec, layout: Layout) -> float:
     """Device memory per card the system's LoRA slots take: an adapter's weights split like the
     layers they adapt (over ``tp`` and the ``pp`` stages), times the slots."""
     adapters = spec.workload.adapters

@@ -75,14 +75,14 @@ def _check_domains(name: str, system: SystemSpec, pools: tuple[PoolSizing, ...])
     per = system.domain_nodes
     linked = sum(p.spec.nodes for p in pools if p.accelerator.scale_up_bandwidth is not None)
     tiers = system.scale_up
-    where = ("systems", name, "scale_up_domain_nodes") if tiers is None else \
+    where: tuple[str | int, ...] = ("systems", name, "scale_up_domain_nodes") if tiers is None else \
         ("systems", name, "scale_up", "tiers", len(tiers.tiers) - 1, "nodes")
     if (per > 1 or tiers is not None) and linked == 0:
         raise SizingError(where[:3], "no card of this system has a scale-up link (NVLink, UB), so its nodes "
                                      f"cannot share a scale-up domain: remove {where[2]}")
     for pool in pools if tiers is not None else ():
-        problem = tiers_latency_problem(tiers, pool.accelerator) if pool.accelerator.scale_up_bandwidth is not None \
-            else None
+        problem = tiers_latency_problem(tiers, pool.accelerator) \
+            if tiers is not None and pool.accelerator.scale_up_bandwidth is not None else None
         if problem:
             raise SizingError(where[:3] + ("tiers", 1, "latency"), problem)
     if per > linked > 0:

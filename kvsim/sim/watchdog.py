@@ -56,7 +56,7 @@ class WatchdogError(RuntimeError):
         self.headline = headline
         self.details = list(details)
 
-    def __reduce__(self):  # crosses process boundaries (sweep workers) intact
+    def __reduce__(self) -> tuple[type[WatchdogError], tuple[str, list[str]]]:  # crosses process boundaries intact
         return (type(self), (self.headline, self.details))
 
 
@@ -82,7 +82,7 @@ class Watchdog:
     front: Any
     label: str
     events: int = 0
-    _mark: tuple = field(default=(), repr=False)
+    _mark: tuple[float, int, int] | tuple[()] = field(default=(), repr=False)  # (now, submitted, completed)
     _mark_wall: float = field(default=0.0, repr=False)
 
     def check(self, env: simpy.Environment, events: int) -> None:
@@ -140,7 +140,7 @@ def describe_pending(env: simpy.Environment, most: int = 4) -> str:
 def _owner(event: Event) -> str:
     """The component an event wakes: the process it resumes (its generator and the object it
     runs for) or the callback it calls."""
-    targets = [event] if isinstance(event, Process) else []
+    targets: list[object] = [event] if isinstance(event, Process) else []
     targets += [getattr(cb, "__self__", cb) for cb in (event.callbacks or [])]
     for target in targets:
         if isinstance(target, Process):
@@ -148,13 +148,14 @@ def _owner(event: Event) -> str:
             code = getattr(generator, "gi_code", None)
             frame = getattr(generator, "gi_frame", None)
             owner = frame.f_locals.get("self") if frame is not None else None
-            name = getattr(code, "co_qualname", None) or getattr(code, "co_name", "a process")
+            qualname = getattr(code, "co_qualname", None)
+            name = qualname if isinstance(qualname, str) and qualname else str(getattr(code, "co_name", "a process"))
             return f"{_component(owner)}{name}" if owner is not None else name
     for cb in event.callbacks or []:
-        name = getattr(cb, "__qualname__", None)
-        if name:
+        cb_name = getattr(cb, "__qualname__", None)
+        if isinstance(cb_name, str) and cb_name:
             owner = getattr(cb, "__self__", None)
-            return f"{_component(owner)}{name}" if owner is not None else name
+            return f"{_component(owner)}{cb_name}" if owner is not None else cb_name
     return type(event).__name__
 
 

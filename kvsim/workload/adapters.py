@@ -75,4 +75,5 @@ def adapter_probabilities(spec: AdapterSpec) -> np.ndarray:
     if spec.popularity == "uniform":
         return np.full(spec.count, 1.0 / spec.count)
     weights = np.arange(1, spec.count + 1, dtype=float) ** -spec.zipf_s
-    return weights / weights.sum()
+    probabilities: np.ndarray = weights / weights.sum()
+    return probabilities

@@ -3,10 +3,11 @@ closed-loop (fixed concurrency), trace replay."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from kvsim.rng import RandomStreams
 from kvsim.spec_types import FrozenSpec, PositiveFloat, PositiveInt, PositiveSeconds, Rate, Seconds
@@ -167,7 +168,7 @@ class PhaseSpec(FrozenSpec):
 
     @field_validator("input_tokens", "output_tokens")
     @classmethod
-    def _lengths(cls, value: object, info) -> object:
+    def _lengths(cls, value: object, info: ValidationInfo) -> object:
         arrival = info.data.get("arrival")
         if arrival is None:
             return value
@@ -189,7 +190,7 @@ class PhasedArrivals(FrozenSpec):
     kind: Literal["phases"] = "phases"
     phases: list[PhaseSpec] = Field(min_length=1)
 
-    def requests(self, duration_s: float, streams: RandomStreams, base_dir=None) -> RequestArrays:
+    def requests(self, duration_s: float, streams: RandomStreams, base_dir: str | Path | None = None) -> RequestArrays:
         """Every request arriving in ``[0, duration_s)``."""
         parts = []
         start = 0.0
@@ -204,6 +205,8 @@ class PhasedArrivals(FrozenSpec):
                 parts.append((part.arrival_s + start, part.input_tokens, part.output_tokens))
             else:
                 name = f"workload.phase.{k}"
+                if phase.input_tokens is None or phase.output_tokens is None:  # (PhaseSpec refuses it)
+                    raise ValueError(f"phase {k}: an arrival process without its length distributions")
                 times = open_loop_arrival_times(phase.arrival, length, streams.generator(f"{name}.arrival"))
                 inputs = phase.input_tokens.sample(streams.generator(f"{name}.input_tokens"), len(times))
                 outputs = phase.output_tokens.sample(streams.generator(f"{name}.output_tokens"), len(times))
@@ -214,10 +217,11 @@ class PhasedArrivals(FrozenSpec):
 
     def max_tokens(self, which: str) -> int | None:
         """Longest prompt (``input_tokens``) or output over the phases; None with a trace phase."""
-        lengths = [getattr(p, which) for p in self.phases]
-        if any(length is None for length in lengths):
+        lengths: list[LengthSpec | None] = [getattr(p, which) for p in self.phases]
+        known = [length for length in lengths if length is not None]
+        if len(known) < len(lengths):
             return None
-        return max(length.max_tokens for length in lengths)
+        return max(length.max_tokens for length in known)
 
 
 ArrivalSpec = Annotated[PoissonArrivals | GammaArrivals | DiurnalArrivals | ClosedLoop | TraceSpec | PhasedArrivals

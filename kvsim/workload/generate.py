@@ -17,6 +17,7 @@ prefix, and ``shared_documents`` leaves arrivals and outputs (open loop) unchang
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -171,32 +172,46 @@ class WorkloadSpec(FrozenSpec):
         """Requests are turns of sessions: drive them with :func:`kvsim.workload.sessions`."""
         return isinstance(self.prefix, MultiTurn)
 
+    def prompt_lengths(self) -> LengthSpec:
+        """The ``input_tokens`` distribution (ValueError where the workload gives none: a trace,
+        phases, or a prefix that makes the prompt)."""
+        if self.input_tokens is None:
+            raise ValueError("this workload has no input_tokens distribution (its prompts come from its "
+                             "trace, phases or prefix)")
+        return self.input_tokens
+
+    def output_lengths(self) -> LengthSpec:
+        """The ``output_tokens`` distribution (ValueError for a trace or phases, which give their own)."""
+        if self.output_tokens is None:
+            raise ValueError("this workload has no output_tokens distribution (its trace or phases give them)")
+        return self.output_tokens
+
     @property
     def has_hashes(self) -> bool:
         """Requests carry ``hash_ids`` (a prefix structure, or a trace that has them)."""
-        if self.trace:
+        if isinstance(self.arrival, TraceSpec):
             return self.arrival.block_tokens is not None
         return self.prefix is not None
 
     @property
     def max_output_tokens(self) -> int | None:
         """Longest possible output, or None for a trace (known only once it is loaded)."""
-        if self.phased:
+        if isinstance(self.arrival, PhasedArrivals):
             return self.arrival.max_tokens("output_tokens")
         return None if self.output_tokens is None else self.output_tokens.max_tokens
 
     @property
     def max_input_tokens(self) -> int | None:
         """Longest possible prompt, or None for a trace (known only once it is loaded)."""
-        if self.trace:
+        if isinstance(self.arrival, TraceSpec):
             return None
-        if self.phased:
+        if isinstance(self.arrival, PhasedArrivals):
             return self.arrival.max_tokens("input_tokens")
         if isinstance(self.prefix, SharedDocuments):
             return self.prefix.max_prompt_tokens
         if isinstance(self.prefix, MultiTurn):
-            return self.prefix.max_prompt_tokens(self.output_tokens.max_tokens)
-        return self.input_tokens.max_tokens
+            return self.prefix.max_prompt_tokens(self.output_lengths().max_tokens)
+        return self.prompt_lengths().max_tokens
 
 
 def open_loop_requests(
@@ -213,12 +228,12 @@ def open_loop_requests(
     ``streams`` is then unused. ``multi_turn`` workloads are not a list of requests: use
     :func:`kvsim.workload.sessions`.
     """
-    if spec.closed_loop:
+    if isinstance(spec.arrival, ClosedLoop):
         raise ValueError("open_loop_requests needs an open-loop arrival process")
-    if spec.trace:
+    if isinstance(spec.arrival, TraceSpec):
         requests = spec.arrival.load(base_dir)
         return requests.select(requests.arrival_s < duration_s)
-    if spec.phased:
+    if isinstance(spec.arrival, PhasedArrivals):
         return spec.arrival.requests(duration_s, streams, base_dir)
     if spec.multi_turn:
         raise ValueError("a multi_turn workload is a set of sessions: use kvsim.workload.sessions()")
@@ -227,7 +242,7 @@ def open_loop_requests(
     block = spec.block_tokens
     adapter = None if spec.adapters is None else spec.adapters.draw(streams.generator("workload.adapter"), n)
     if isinstance(spec.prefix, SharedDocuments):
-        outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
+        outputs = spec.output_lengths().sample(streams.generator("workload.output_tokens"), n)
         library = DocumentLibrary(spec.prefix, block, streams.generator("workload.prefix.document_tokens"))
         documents = library.choose(streams.generator("workload.prefix.document"), n)
         suffixes = spec.prefix.suffix_tokens.sample(streams.generator("workload.prefix.suffix_tokens"), n)
@@ -238,8 +253,8 @@ def open_loop_requests(
             hash_ids.append(ids)
         shared_tokens = None if adapter is None else library.document_tokens[documents].astype(np.int64)
         return RequestArrays(arrival_s, inputs, outputs, hash_ids, block, adapter, shared_tokens)
-    inputs = spec.input_tokens.sample(streams.generator("workload.input_tokens"), n)
-    outputs = spec.output_tokens.sample(streams.generator("workload.output_tokens"), n)
+    inputs = spec.prompt_lengths().sample(streams.generator("workload.input_tokens"), n)
+    outputs = spec.output_lengths().sample(streams.generator("workload.output_tokens"), n)
     if isinstance(spec.prefix, FixedHit):
         shared = SharedPrefix(spec.prefix, block)
         hash_ids = [shared.prompt(tokens, (namespace, i) if namespace else (i,))
@@ -289,7 +304,7 @@ class ClientStream:
         self._rng = streams.generator(f"workload.client.{client}")
         self._adapter_rng = (streams.generator(f"workload.adapter.client.{client}")
                              if spec.adapters is not None else None)
-        self._buffer: list[tuple] = []
+        self._buffer: list[tuple[float, int, int, int | None, int | None]] = []  # think, in, out, document, suffix
         self._first = True
         self._sent = 0
         self._library: DocumentLibrary | None = None
@@ -304,19 +319,22 @@ class ClientStream:
     def _refill(self) -> None:
         n = self._CHUNK
         think = self._arrival.think_times(self._rng, n)
-        if self._library is None:
-            inputs = self._spec.input_tokens.sample(self._rng, n)
-            outputs = self._spec.output_tokens.sample(self._rng, n)
+        prefix = self._spec.prefix
+        rows: Iterable[tuple[float, int, int, int | None, int | None]]
+        if self._library is None or not isinstance(prefix, SharedDocuments):  # (a library: shared documents)
+            inputs = self._spec.prompt_lengths().sample(self._rng, n)
+            outputs = self._spec.output_lengths().sample(self._rng, n)
             rows = zip(think.tolist(), inputs.tolist(), outputs.tolist(), [None] * n, [None] * n)
         else:
-            outputs = self._spec.output_tokens.sample(self._rng, n)
+            outputs = self._spec.output_lengths().sample(self._rng, n)
             documents = self._library.choose(self._prefix_rng, n)
-            suffixes = self._spec.prefix.suffix_tokens.sample(self._prefix_rng, n)
+            suffixes = prefix.suffix_tokens.sample(self._prefix_rng, n)
             inputs = self._library.document_tokens[documents] + suffixes
             rows = zip(think.tolist(), inputs.tolist(), outputs.tolist(), documents.tolist(), suffixes.tolist())
         self._buffer = list(rows)[::-1]
-        if self._adapter_rng is not None:
-            self._adapters = self._spec.adapters.draw(self._adapter_rng, n).tolist()[::-1]
+        adapters = self._spec.adapters
+        if self._adapter_rng is not None and adapters is not None:  # (the stream exists with adapters only)
+            self._adapters = adapters.draw(self._adapter_rng, n).tolist()[::-1]
 
     def _next(self) -> tuple[float, int, int, int | None, int | None, int]:
         if not self._buffer:
@@ -344,10 +362,11 @@ class ClientStream:
         key = ("client", self._client, index) if not self._namespace else (
             self._namespace, "client", self._client, index)
         hash_ids, shared_tokens = None, 0
-        if self._library is not None:
+        prefix = self._spec.prefix
+        if self._library is not None and document is not None and suffix is not None:  # (drawn with a library)
             _, hash_ids = self._library.prompt(document, suffix, key)
             shared_tokens = int(self._library.document_tokens[document])
-        elif self._shared is not None:
+        elif self._shared is not None and isinstance(prefix, FixedHit):  # (a shared prefix: fixed_hit)
             hash_ids = self._shared.prompt(n_in, key)
-            shared_tokens = self._spec.prefix.shared_blocks(n_in, self._spec.block_tokens) * self._spec.block_tokens
+            shared_tokens = prefix.shared_blocks(n_in, self._spec.block_tokens) * self._spec.block_tokens
         return ClientRequest(think_s, n_in, n_out, hash_ids, self._adapter, shared_tokens)

@@ -47,9 +47,9 @@ def read_length_file(path: str | Path, column: str | None = None) -> np.ndarray:
         field = "column" if layout == ".csv" else "field"
         raise InputFileError(path, f"a {layout[1:].upper()} file needs column: the {field} holding the lengths")
     path = open_checked(path, "length file")
-    if layout == ".csv":
+    if layout == ".csv" and column:  # (a CSV or JSONL file without column: refused above)
         return read_token_column(path, column)
-    if layout == ".jsonl":
+    if layout == ".jsonl" and column:
         return read_jsonl_tokens(path, column)
     return _read_numbers(path)
 

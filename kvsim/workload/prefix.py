@@ -39,8 +39,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from functools import cache
-from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, Protocol, cast
 
 import numpy as np
 
@@ -56,14 +55,25 @@ _ROOT_FLAG, _CHILD_FLAG = 0, 1
 _SOURCE = hashlib.blake2b(digest_size=8, person=b"kvsim.source")
 
 
-def _digest(base, data: bytes) -> int:
+def _digest(base: hashlib.blake2b, data: bytes) -> int:
     h = base.copy()
     h.update(data)
     return int.from_bytes(h.digest(), "little") >> (64 - HASH_BITS)
 
 
+class BlockHasher(Protocol):
+    """The functions of the block hashing kernel (:mod:`kvsim.workload.block_hash`) prompts use."""
+
+    def link_id(self, flag: int, link: int, content: int) -> int: ...
+
+    def content_id(self, pieces: Iterable[tuple[int, int, int]]) -> int: ...
+
+    def whole_blocks(self, flag: int, link: int, source: int, offset: int, size: int, count: int,
+                     out: list[int]) -> int: ...
+
+
 @cache
-def _hasher() -> ModuleType:
+def _hasher() -> BlockHasher:
     """The block hashing kernel (:mod:`kvsim.workload.block_hash`) of the backend ``auto`` resolves
     to when this process first hashes (``KVSIM_BACKEND``; compiled where built, else the hashlib
     reference). The ids are the same either way (tests/test_block_hash.py), so the choice is made
@@ -71,7 +81,9 @@ def _hasher() -> ModuleType:
     choose it."""
     from kvsim.backend import kernels, resolve
 
-    return kernels(resolve("auto")).block_hash
+    # the registry loads the module by name (ModuleType to mypy); either backend's is a copy of
+    # kvsim.workload.block_hash, whose functions BlockHasher names (tests/test_block_hash.py)
+    return cast(BlockHasher, kernels(resolve("auto")).block_hash)
 
 
 def chain_hashes(parent: int | None, content_ids: Sequence[int]) -> list[int]:
@@ -144,7 +156,7 @@ class Segment(NamedTuple):
     offset: int = 0
 
 
-def prompt_hashes(segments: Iterable[Segment | tuple], block_tokens: int, parent: int | None = None) -> np.ndarray:
+def prompt_hashes(segments: Iterable[Segment | tuple[int, int] | tuple[int, int, int]], block_tokens: int, parent: int | None = None) -> np.ndarray:
     """Block ids (``int64``, ``ceil(total / block_tokens)`` of them) of the concatenated segments.
 
     Examples

@@ -43,7 +43,8 @@ class RequestArrays:
             raise ValueError(f"hash_ids has {len(self.hash_ids)} entries for {n} requests")
         if (self.adapter is None) != (self.shared_tokens is None):
             raise ValueError("adapter and shared_tokens go together: give both or neither")
-        if self.adapter is not None and (len(self.adapter) != n or len(self.shared_tokens) != n):
+        if self.adapter is not None and self.shared_tokens is not None and (
+                len(self.adapter) != n or len(self.shared_tokens) != n):
             raise ValueError(f"adapter / shared_tokens have {len(self.adapter)} / {len(self.shared_tokens)} "
                              f"entries for {n} requests")
         if self.block_tokens is not None and self.block_tokens < 1:

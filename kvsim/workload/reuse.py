@@ -16,6 +16,7 @@ should rebuild them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Annotated, Literal
 
@@ -35,7 +36,8 @@ __all__ = [
 def zipf_probabilities(n: int, s: float) -> np.ndarray:
     """``p[r-1] ∝ 1 / r**s`` for ranks ``r = 1..n`` (``s = 0`` is uniform)."""
     weights = np.arange(1, n + 1, dtype=float) ** -float(s)
-    return weights / weights.sum()
+    probabilities: np.ndarray = weights / weights.sum()
+    return probabilities
 
 
 class SharedDocuments(FrozenSpec):
@@ -142,7 +144,8 @@ def forget_document_chains() -> None:
     _CHAINS.clear()
 
 
-def prompt_segments(hashes, block_tokens: int) -> list[tuple[int, np.ndarray, int, int]] | None:
+def prompt_segments(hashes: np.ndarray | Sequence[int],
+                    block_tokens: int) -> list[tuple[int, np.ndarray, int, int]] | None:
     """A ``shared_documents`` prompt's block ids as segments of chains: ``(key, ids, start, end)``
     names blocks ``ids[start:end]``, and the segments' blocks in order are ``hashes``.
 

@@ -38,7 +38,13 @@ from typing import NamedTuple
 import numpy as np
 
 from kvsim.rng import RandomStreams
-from kvsim.workload.arrivals import open_loop_arrival_times
+from kvsim.workload.arrivals import (
+    DiurnalArrivals,
+    GammaArrivals,
+    PoissonArrivals,
+    StagedArrivals,
+    open_loop_arrival_times,
+)
 from kvsim.workload.generate import WorkloadSpec
 from kvsim.workload.prefix import BlockChain, source_id
 from kvsim.workload.reuse import MultiTurn
@@ -86,7 +92,8 @@ class Session:
     def input_tokens(self) -> np.ndarray:
         """Prompt length of each turn: system + earlier messages and outputs + this message."""
         before = np.concatenate([[0], np.cumsum(self.message_tokens + self.output_tokens)[:-1]])
-        return self.system_prompt_tokens + before + self.message_tokens
+        tokens: np.ndarray = self.system_prompt_tokens + before + self.message_tokens
+        return tokens
 
     def turns(self) -> Iterator[Turn]:
         """The turns in order, each hashed when reached."""
@@ -104,6 +111,10 @@ def sessions(spec: WorkloadSpec, duration_s: float, streams: RandomStreams) -> l
     if not isinstance(spec.prefix, MultiTurn):
         raise ValueError("sessions() needs a workload with prefix: {kind: multi_turn}")
     prefix: MultiTurn = spec.prefix
+    if not isinstance(spec.arrival, (PoissonArrivals, GammaArrivals, DiurnalArrivals, StagedArrivals)):
+        raise ValueError("sessions() needs an open-loop arrival process (poisson, gamma, diurnal or staged)")
+    if spec.output_tokens is None:
+        raise ValueError("sessions() needs the workload's output_tokens distribution")
     starts = open_loop_arrival_times(spec.arrival, duration_s, streams.generator("workload.arrival"))
     n = len(starts)
     turns = prefix.turns.sample(streams.generator("workload.prefix.turns"), n)

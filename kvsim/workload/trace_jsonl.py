@@ -22,9 +22,12 @@ import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 from kvsim.input_files import InputFileError, quote
 from kvsim.workload.trace_csv import MAX_TOKENS, split_rows
@@ -36,14 +39,16 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 
-def _fields(session: bool) -> list:
+def _fields(session: bool) -> list[tuple[str, pa.DataType]]:
     """The schema's fields: the base ones, and Bailian's session fields with ``session``."""
     import pyarrow as pa
 
-    base = [("timestamp", pa.float64()), ("input_length", pa.int64()), ("output_length", pa.int64()),
-            ("hash_ids", pa.list_(pa.int64()))]
-    return base + ([("chat_id", pa.int64()), ("parent_chat_id", pa.int64()), ("type", pa.string()),
-                    ("turn", pa.int64())] if session else [])
+    base: list[tuple[str, pa.DataType]] = [
+        ("timestamp", pa.float64()), ("input_length", pa.int64()), ("output_length", pa.int64()),
+        ("hash_ids", pa.list_(pa.int64()))]
+    chat: list[tuple[str, pa.DataType]] = [
+        ("chat_id", pa.int64()), ("parent_chat_id", pa.int64()), ("type", pa.string()), ("turn", pa.int64())]
+    return base + (chat if session else [])
 
 
 class RowError(ValueError):
@@ -55,7 +60,7 @@ class RowError(ValueError):
         self.field, self.problem = field, problem
 
 
-def json_rows(path: Path) -> Iterator[tuple[int, dict]]:
+def json_rows(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     """``(line number, object)`` for every non-blank line of a JSONL file (already checked to be
     UTF-8: :func:`kvsim.input_files.open_checked`).
 
@@ -119,6 +124,8 @@ def read_hashed_jsonl(path: Path, block: int, units_per_second: float, session: 
                     or (table.column("turn").to_numpy() < 1).any()):
         return None
     ids = table.column("hash_ids").combine_chunks()
+    if not isinstance(ids, pa.ListArray):  # (the schema's hash_ids: a list<int64> column)
+        return None
     if ids.flatten().null_count:
         return None
     counts = pc.list_value_length(ids).to_numpy(zero_copy_only=False)
@@ -170,7 +177,7 @@ def read_jsonl_tokens(path: Path, field: str) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def row_value(row: dict, field: str) -> Any:
+def row_value(row: dict[str, object], field: str) -> Any:
     if field not in row:
         raise RowError(field, "missing")
     return row[field]
@@ -186,7 +193,7 @@ def show(value: Any) -> str:
     return quote(value)
 
 
-def row_int(row: dict, field: str, minimum: int | None = None, maximum: int | None = None) -> int:
+def row_int(row: dict[str, object], field: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """``row[field]`` as a count: a JSON integer (not ``true``, not ``40.0``) within the bounds."""
     value = row_value(row, field)
     if not isinstance(value, int) or isinstance(value, bool):
@@ -199,11 +206,11 @@ def row_int(row: dict, field: str, minimum: int | None = None, maximum: int | No
     return value
 
 
-def row_tokens(row: dict, field: str) -> int:
+def row_tokens(row: dict[str, object], field: str) -> int:
     return row_int(row, field, minimum=1, maximum=MAX_TOKENS)
 
 
-def row_timestamp(row: dict, units: str) -> float:
+def row_timestamp(row: dict[str, object], units: str) -> float:
     value = row_value(row, "timestamp")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise RowError("timestamp", f"expected a number ({units}), got {show(value)}")
@@ -220,7 +227,7 @@ def row_timestamp(row: dict, units: str) -> float:
     return float(value)
 
 
-def row_hash_ids(row: dict, input_tokens: int, block_tokens: int) -> np.ndarray:
+def row_hash_ids(row: dict[str, object], input_tokens: int, block_tokens: int) -> np.ndarray:
     value = row_value(row, "hash_ids")
     if not isinstance(value, list):
         raise RowError("hash_ids", f"expected a list of integers, got {type(value).__name__}")

@@ -41,6 +41,7 @@ file (the CSV header is line 1). Extra JSON fields are ignored. ``kvsim validate
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -66,8 +67,10 @@ from kvsim.workload.trace_jsonl import (
 __all__ = ["TraceSpec", "TRACE_FORMATS", "load_trace", "load_mooncake", "load_azure_2023", "load_bailian",
            "load_burstgpt", "load_csv", "CsvColumnsSpec", "native_block_tokens", "MAX_TOKENS"]
 
-TRACE_FORMATS: dict[str, int | None] = {"mooncake": 512, "azure_2023": None, "bailian": 16, "burstgpt": None,
-                                        "csv": None}
+MOONCAKE_BLOCK_TOKENS = 512
+BAILIAN_BLOCK_TOKENS = 16
+TRACE_FORMATS: dict[str, int | None] = {"mooncake": MOONCAKE_BLOCK_TOKENS, "azure_2023": None,
+                                        "bailian": BAILIAN_BLOCK_TOKENS, "burstgpt": None, "csv": None}
 """Format name -> block size (tokens) of its ``hash_ids``, or None when it has none (a ``csv`` trace's
 comes from its ``columns.hash_block_tokens``)."""
 
@@ -114,11 +117,13 @@ class TraceSpec(FrozenSpec):
 
     def load(self, base_dir: str | Path | None = None) -> RequestArrays:
         """Read the trace (reads the file: call it where file access belongs, once per run)."""
-        window = dict(time_scale=self.time_scale, start_s=self.start, duration_s=self.duration,
-                      max_requests=self.max_requests)
         if self.format == "csv":
-            return load_csv(self.path(base_dir), self.columns, **window)
-        return load_trace(self.format, self.path(base_dir), **window)
+            if self.columns is None:  # (refused when the spec is made)
+                raise ValueError("a csv trace needs columns")
+            return load_csv(self.path(base_dir), self.columns, time_scale=self.time_scale, start_s=self.start,
+                            duration_s=self.duration, max_requests=self.max_requests)
+        return load_trace(self.format, self.path(base_dir), time_scale=self.time_scale, start_s=self.start,
+                          duration_s=self.duration, max_requests=self.max_requests)
 
 
 def native_block_tokens(arrival: object) -> int | None:
@@ -132,7 +137,8 @@ def native_block_tokens(arrival: object) -> int | None:
         columns = arrival.get("columns")
         block = columns.get("hash_block_tokens") if isinstance(columns, dict) else None
         return block if isinstance(block, int) and not isinstance(block, bool) else None
-    return TRACE_FORMATS.get(arrival.get("format")) if isinstance(arrival.get("format"), str) else None
+    trace_format = arrival.get("format")
+    return TRACE_FORMATS.get(trace_format) if isinstance(trace_format, str) else None
 
 
 def load_trace(format: str, path: str | Path, **window: Any) -> RequestArrays:
@@ -150,8 +156,8 @@ def load_trace(format: str, path: str | Path, **window: Any) -> RequestArrays:
 # ---------------------------------------------------------------------------------------------
 
 
-def _finish(path: Path, times: list[float], inputs: list[int], outputs: list[int],
-            hashes: list[np.ndarray] | None, block_tokens: int | None, time_scale: float, start_s: float,
+def _finish(path: Path, times: Sequence[float] | np.ndarray, inputs: Sequence[int] | np.ndarray,
+            outputs: Sequence[int] | np.ndarray, hashes: Sequence[np.ndarray] | None, block_tokens: int | None, time_scale: float, start_s: float,
             duration_s: float | None, max_requests: int | None) -> RequestArrays:
     if not time_scale > 0 or not math.isfinite(time_scale):
         raise ValueError(f"time_scale must be a positive number (got {time_scale})")
@@ -203,7 +209,7 @@ def load_mooncake(path: str | Path, *, time_scale: float = 1.0, start_s: float =
     max_requests : int, optional
         Keep at most this many requests (the first of the window).
     """
-    return _load_hashed_jsonl(Path(path), TRACE_FORMATS["mooncake"], 1000.0, None,
+    return _load_hashed_jsonl(Path(path), MOONCAKE_BLOCK_TOKENS, 1000.0, None,
                               time_scale, start_s, duration_s, max_requests)
 
 
@@ -213,11 +219,11 @@ def load_bailian(path: str | Path, *, time_scale: float = 1.0, start_s: float = 
 
     Arguments as for :func:`load_mooncake`.
     """
-    return _load_hashed_jsonl(Path(path), TRACE_FORMATS["bailian"], 1.0, _check_bailian_session,
+    return _load_hashed_jsonl(Path(path), BAILIAN_BLOCK_TOKENS, 1.0, _check_bailian_session,
                               time_scale, start_s, duration_s, max_requests)
 
 
-def _check_bailian_session(row: dict) -> None:
+def _check_bailian_session(row: dict[str, object]) -> None:
     row_int(row, "chat_id")
     row_int(row, "parent_chat_id", minimum=-1)
     kind = row_value(row, "type")
@@ -226,7 +232,8 @@ def _check_bailian_session(row: dict) -> None:
     row_int(row, "turn", minimum=1)
 
 
-def _load_hashed_jsonl(path: Path, block: int, units_per_second: float, check_row, time_scale: float,
+def _load_hashed_jsonl(path: Path, block: int, units_per_second: float,
+                       check_row: Callable[[dict[str, object]], None] | None, time_scale: float,
                        start_s: float, duration_s: float | None, max_requests: int | None) -> RequestArrays:
     """The JSONL trace formats with prefix hashes: one request per row, ``timestamp`` in
     ``1 / units_per_second`` s units, ``input_length``, ``output_length``, ``hash_ids`` of ``block`` tokens;
