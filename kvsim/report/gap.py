@@ -280,7 +280,6 @@ def _best_markdown(result: RunResult, frame: pd.DataFrame) -> list[str]:
     return lines
 
 
-@literal_figure_text
 def coinciding(frame: pd.DataFrame, options: list[str], measures: list[str], rel: float = 0.005) -> dict[str, str]:
     """Options whose every plotted value equals a later-drawn option's (within ``rel``), mapped to
     the last such option: its line lies on top and hides theirs exactly."""
@@ -301,6 +300,7 @@ def coinciding(frame: pd.DataFrame, options: list[str], measures: list[str], rel
     return hidden
 
 
+@literal_figure_text
 def gap_figure(result: RunResult, path: str | Path, frame: pd.DataFrame | None = None) -> Path:
     """PNG: the gap against ``study.x``, one panel per value of ``study.panel``, one line per option."""
     import matplotlib
