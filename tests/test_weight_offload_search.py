@@ -87,6 +87,12 @@ def test_the_verdict_by_hand():
     # an all-in-HBM winner
     v = offload_verdict([(3.0, tp4), (1.0, tp2_half)], tp4)
     assert v["verdict"] == "slows_decode" and v["best_offloaded"] == "tp2 offload 0.5"
+    assert "won the finals" not in v["text"]
+    # the finals crowned another all-in-HBM layout than the best pilot: the text names the winner
+    tp2_pp2 = _choice(Layout(tp=2, pp=2))
+    v = offload_verdict([(3.0, tp4), (2.8, tp2_pp2), (1.0, tp2_half)], tp2_pp2)
+    assert v["verdict"] == "slows_decode" and v["best_in_hbm"] == "tp4"
+    assert v["text"].startswith("offload only slows decode here: tp2 pp2 won the finals")
     # nothing fits in HBM alone
     assert offload_verdict([(1.0, tp2_half)], tp2_half)["verdict"] == "only_fit"
     # nothing completed in any pilot: no verdict a planner could act on

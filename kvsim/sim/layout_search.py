@@ -385,8 +385,10 @@ def offload_verdict(ranked: list[tuple[float, Choice]], chosen: Choice) -> dict 
         out["text"] = f"no layout holds every weight in HBM; offloaded, {chosen.label()} runs"
     elif not _offloads(chosen):
         out["verdict"] = "slows_decode"
-        out["text"] = (f"offload only slows decode here: {best[1].label()} ({best[0]:.3g} req/s in the pilot) "
-                       f"against the best offloaded {c_off.label()} ({g_off:.3g} req/s)")
+        # the finals may crown another all-in-HBM layout than the best pilot: name the winner first
+        winner = "" if chosen.label() == best[1].label() else f"{chosen.label()} won the finals, every weight in HBM; "
+        out["text"] = (f"offload only slows decode here: {winner}{best[1].label()} ({best[0]:.3g} req/s in the "
+                       f"pilot) against the best offloaded {c_off.label()} ({g_off:.3g} req/s)")
     elif chosen.cards < best[1].cards:
         out["verdict"] = "saves_cards"
         out["text"] = (f"offload saves cards: {chosen.label()} on {chosen.cards} card(s) per instance against "
