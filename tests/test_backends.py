@@ -171,7 +171,8 @@ def test_random_scenarios_give_the_same_results_compiled(case):
 def test_random_scenarios_with_the_host_overlapped_give_the_same_results_compiled(case):
     """``engine.host_overlap``, 150 us a sequence: decode runs with steps that show part of the
     host time and steps that hide it, accounted by the C methods on the compiled side."""
-    scenario = _random(case).with_changes({"engine.host_overlap": True, "engine.step_per_seq_s": "150 us"})
+    scenario = _random(case).with_changes({"engine.host_overlap": True, "engine.async_scheduling": True,
+                                           "engine.step_per_seq_s": "150 us"})
     _assert_equal(*_both(scenario))
 
 

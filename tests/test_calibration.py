@@ -127,7 +127,11 @@ def test_real_run_reproduction_is_shaped_like_the_run():
     spec = scenario.spec
     system = spec.systems["vllm"]
     assert (spec.model, spec.dtype, system.instance.tp, system.instance.max_num_seqs) == ("llama-2-7b", "bf16", 1, 128)
-    assert system.kv_cache is not None and spec.workload.prefix.documents == 11 * 4
+    # the profile's 11 system prompts x 4 users, but inference-sim's inference-perf build sent its
+    # defaults, 10 x 10, in turn (kvsim.calibration.measurements.INFERENCE_SIM_PROMPTS)
+    assert (run.system_prompts, run.users, run.distinct_prompts) == (11, 4, 100)
+    assert system.kv_cache is not None and spec.workload.prefix.documents == 100
+    assert spec.workload.prefix.order == "cyclic"
     predicted = predict_run(run, time_scale=0.02)
     # a short reproduction of a lightly loaded 7B run: decode steps of a few ms, E2E of ~2 s
     assert 0.004 < predicted["tpot_mean_s"] < 0.02

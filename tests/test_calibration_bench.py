@@ -118,6 +118,7 @@ def test_inference_perf_stage_with_a_shared_prefix_is_a_staged_run():
     (run,) = read_measurements(BENCH / "inference_perf" / "stage_0_lifecycle_metrics.json").runs
     assert isinstance(run, VllmRun)  # reproduced exactly as a row of the CSV runs table
     assert (run.system_prompts, run.users, run.system_tokens, run.question_tokens, run.output_tokens) == (4, 2, 128, 64, 64)
+    assert run.distinct_prompts == 4 * 2  # a sidecar's own file: the prompts its config states
     ((rate, seconds),) = run.stages
     assert rate == 2.0 and math.floor(rate * seconds) == 30  # 30 requests at 2 rps
     assert run.measured == pytest.approx({"ttft_mean_s": 0.0655, "ttft_p90_s": 0.081, "tpot_mean_s": 0.0072,

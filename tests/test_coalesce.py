@@ -222,7 +222,7 @@ def test_random_scenarios_with_the_host_overlapped_give_the_same_results_coalesc
     """``engine.host_overlap``: a step that starts an idle engine pays the host time it cannot
     hide and never starts a run; 150 us a sequence outlasts the GPU's decode steps of large
     batches, so runs have steps that show part of the host time and steps that hide it."""
-    scenario = _random_scenario(tmp_path, case).with_changes({"engine.host_overlap": True,
+    scenario = _random_scenario(tmp_path, case).with_changes({"engine.host_overlap": True, "engine.async_scheduling": True,
                                                               "engine.step_per_seq_s": per_seq})
     _assert_equal(*_both(scenario))
 

@@ -175,6 +175,35 @@ def test_invalid_prefix_specs_name_the_field(fields, where):
     assert where in str(info.value)
 
 
+def test_cyclic_documents_are_uniform_and_open_loop():
+    with pytest.raises(ValidationError, match="zipf_s: 0"):
+        _spec(prefix={**DOCS, "order": "cyclic"}, output_tokens=OUT)
+    with pytest.raises(ValidationError, match="open loop"):
+        WorkloadSpec.model_validate({"arrival": {"kind": "closed_loop", "clients": 2}, "output_tokens": OUT,
+                                     "prefix": {**DOCS, "zipf_s": 0.0, "order": "cyclic"}})
+    with pytest.raises(ValidationError, match="order"):
+        _spec(prefix={**DOCS, "order": "shuffled"}, output_tokens=OUT)
+
+
+def test_cyclic_documents_are_read_in_turn():
+    """Request i reads document i mod N (inference-perf's shared_prefix order): its prompt shares
+    exactly that document's blocks with request i + N and no other request's in between."""
+    spec = _spec(prefix={**DOCS, "zipf_s": 0.0, "order": "cyclic"}, output_tokens=OUT)
+    requests = open_loop_requests(spec, 2.0, RandomStreams(5))
+    n = len(requests)
+    assert n > 3 * 20
+    library = DocumentLibrary(spec.prefix, B, RandomStreams(5).generator("workload.prefix.document_tokens"))
+    for i in range(n):
+        d = i % 20
+        full = int(library.document_tokens[d]) // B
+        later = i + 20
+        if later < n:
+            assert _common_prefix(requests.hash_ids[i], requests.hash_ids[later]) >= full
+        for j in range(i + 1, min(i + 20, n)):  # the documents in between are others
+            assert _common_prefix(requests.hash_ids[i], requests.hash_ids[j]) == 0 or \
+                int(library.document_tokens[j % 20]) // B == 0 or full == 0
+
+
 def test_multi_turn_refuses_closed_loop():
     with pytest.raises(ValidationError, match="open-loop"):
         WorkloadSpec.model_validate({"arrival": {"kind": "closed_loop", "clients": 2}, "output_tokens": OUT,

@@ -73,9 +73,11 @@ class VllmRun:
     """One measured vLLM serving run (an inference-perf ``shared_prefix`` workload).
 
     ``stages`` are the constant-rate stages ``(rate requests/s, seconds)`` sent back to back. The
-    workload has ``system_prompts x users`` distinct prompts, each ``system_tokens`` shared by its
-    group plus ``question_tokens`` of its own; every request asks for ``output_tokens`` (ignore_eos).
-    ``measured`` maps each of :data:`METRICS` to seconds (None when the file leaves it blank).
+    workload has ``system_prompts x users`` distinct prompts (``prompts_sent`` where the load
+    generator sent another number: :data:`INFERENCE_SIM_PROMPTS`), each ``system_tokens`` shared by
+    its group plus ``question_tokens`` of its own; every request asks for ``output_tokens``
+    (ignore_eos). ``measured`` maps each of :data:`METRICS` to seconds (None when the file leaves
+    it blank).
     """
 
     run_id: str
@@ -95,6 +97,12 @@ class VllmRun:
     output_tokens: int
     stages: tuple[tuple[float, float], ...]
     measured: dict[str, float | None] = field(hash=False, compare=False)
+    prompts_sent: int | None = None
+
+    @property
+    def distinct_prompts(self) -> int:
+        """The distinct prompts the load generator sent (each in turn)."""
+        return self.prompts_sent if self.prompts_sent is not None else self.system_prompts * self.users
 
     @property
     def prompt_tokens(self) -> int:
@@ -287,7 +295,22 @@ def _run(cells: RowCells, seen: set[str]) -> VllmRun | None:
         tp=tp, precision=precision, max_num_seqs=seqs, max_batched_tokens=budget, prefix_cache=cache == "on",
         workload=cells.text("workload", required=False), system_prompts=groups, users=users,
         system_tokens=system_tokens, question_tokens=question_tokens, output_tokens=output_tokens,
-        stages=tuple(stages), measured=measured)
+        stages=tuple(stages), measured=measured,
+        prompts_sent=INFERENCE_SIM_PROMPTS if cells.text("metrics_source", required=False).startswith("inference-sim/")
+        else None)
+
+
+INFERENCE_SIM_PROMPTS = 10 * 10
+"""Distinct prompts inference-sim's collection pipeline sent, whatever its profile's ``N`` system
+prompts x ``M`` users: the inference-perf build it pins (kubernetes-sigs/inference-perf at
+e8e0aa99, inference-sim/tektonc-data-collection@2b75124 ``tekton/tasks/install-inference-perf.yaml``)
+knew neither ``num_unique_system_prompts`` nor ``num_users_per_system_prompt`` (accepted as aliases
+from inference-perf v0.4.0) and dropped them, so it sent its defaults, ``num_groups`` 10 x
+``num_prompts_per_group`` 10. The resolved ``config.yaml`` of the 16 runs at
+inference-sim/training@ed5c1d2 (``default_args/*/results/config.yaml``, run 20260217-155451 among
+them) reads 10 x 10 (H); those of the trainval runs 17-67 are not published, but they came from
+the same pipeline and vLLM (M). Applied to rows whose ``metrics_source`` is an inference-sim
+repository."""
 
 
 _MORE_LATENCIES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s")

@@ -5,23 +5,27 @@ The scenario reproduces the run's conditions:
 - one instance of ``tp`` cards on an ``h100-8x`` node, with the run's ``max_num_seqs``,
   ``max_num_batched_tokens`` and 16-token KV pages; prefix caching on when the run had it
   (``kv_cache: {}``: HBM prefix cache, LRU);
-- the inference-perf ``shared_prefix`` workload. inference-perf builds ``N x M`` fixed prompts
-  (group ``g``'s system prompt + a question) once and sends prompt ``i mod N*M`` as request ``i``
-  (``SharedPrefixDataGenerator.load_lazy_data``), so after its first use every *whole* prompt
-  repeats, not only its system prompt. kvsim models each of the ``N x M`` prompts as a
-  ``shared_documents`` document of ``prompt - 1`` tokens chosen uniformly, plus a one-token
-  suffix of each request's own: a warm request then hits ``floor((prompt - 1) / 16)`` pages and
-  computes the rest, as vLLM does (it caches whole pages only, and always recomputes the last
-  token). Approximations: prompts are drawn at random rather than in a shuffled cycle, and the
-  system prompt shared by a group is not shared across its questions' first uses (this only
-  affects the first ``N x M`` requests of a run);
+- the inference-perf ``shared_prefix`` workload. inference-perf builds its fixed prompts (a
+  group's system prompt + a question) once and sends prompt ``i mod P`` as request ``i``
+  (``SharedPrefixDataGenerator``, ``get_request(n)`` returns ``prompts[n % len(prompts)]``), so
+  after its first use every *whole* prompt repeats, not only its system prompt. How many: the
+  run's ``distinct_prompts``, its profile's ``N`` system prompts x ``M`` users, except where the
+  load generator sent another number (inference-sim's pipeline sent 100 whatever its profile:
+  :data:`kvsim.calibration.measurements.INFERENCE_SIM_PROMPTS`). kvsim models each prompt as a
+  ``shared_documents`` document of ``prompt - 1`` tokens read in turn (``order: cyclic``), plus
+  a one-token suffix of each request's own: a warm request then hits ``floor((prompt - 1) / 16)``
+  pages and computes the rest, as vLLM does (it caches whole pages only, and always recomputes
+  the last token). Approximations: inference-perf shuffles its prompts once (kvsim cycles them in
+  index order: the same reuse distance), and the system prompt shared by a group is not shared
+  across its questions' first uses (this only affects each prompt's first request);
 - arrivals in the run's constant-rate stages back to back (``kind: stages``, the way
   inference-perf's ``constant`` load type spaces them). inference-perf drains each stage and
   pauses before the next; kvsim runs them back to back, which changes nothing at these loads;
 - an FP8 checkpoint that keeps some layers in BF16 gets those groups' formats
   (:data:`CHECKPOINT_WEIGHT_DTYPES`), in its weight bytes, KV capacity and reads;
-- the 8 GiB CPU offload tier of some runs is left out: the runs' distinct prompts (at most 50 x
-  ~1,000 tokens) fit HBM many times over, so that tier never serves a hit.
+- the 8 GiB CPU offload tier of some runs is left out: the prompts mostly stay in HBM, and where
+  a run's long outputs crowd them out (reasoning-lite on a small pool) the CPU tier's hits are
+  not modelled (nor vLLM's caching of generated blocks, which crowds them out sooner);
 
 Metrics are the run's, client side: TTFT and E2E from arrival, TPOT ``(e2e - ttft) / (output - 1)``
 per request, then mean / p90 over requests.
@@ -105,7 +109,7 @@ def run_scenario_raw(run: VllmRun | BenchRun, time_scale: float = 1.0, seed: int
         stages = [{"rate": rate, "duration": seconds * time_scale} for rate, seconds in run.stages]
         workload = {
             "arrival": {"kind": "stages", "stages": stages},
-            "prefix": {"kind": "shared_documents", "documents": run.system_prompts * run.users, "zipf_s": 0.0,
+            "prefix": {"kind": "shared_documents", "documents": run.distinct_prompts, "zipf_s": 0.0, "order": "cyclic",
                        "document_tokens": {"kind": "fixed", "value": run.prompt_tokens - 1},
                        "suffix_tokens": {"kind": "fixed", "value": 1}},
             "output_tokens": {"kind": "fixed", "value": run.output_tokens},

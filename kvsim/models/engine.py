@@ -118,11 +118,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from kvsim.models.early_exit import EarlyExitSpec
 from kvsim.models.step_variance import StepVarianceSpec
-from kvsim.spec_types import FrozenSpec, PositiveInt, Seconds
+from kvsim.spec_types import FrozenSpec, PositiveInt, Seconds, field_errors
 
 __all__ = ["EngineSpec"]
 
@@ -181,7 +181,7 @@ class EngineSpec(FrozenSpec):
         The host prepares each iteration while the GPU runs the one before (default false: the
         host's per-step work adds to every iteration); a busy engine's iteration then takes the
         longer of its GPU time and its host time, and only a step that starts an idle engine
-        pays both (explained in ``kvsim/models/engine.py``).
+        pays both (explained in ``kvsim/models/engine.py``). Needs ``async_scheduling``.
     collectives : str
         How the tensor-parallel all-reduces and the expert all-to-alls are priced: ``alpha_beta``
         (the default: recursive doubling or a ring with the card's per-hop
@@ -222,6 +222,14 @@ class EngineSpec(FrozenSpec):
             if problem is not None:
                 raise ValueError(f"the compiled backend cannot run here: {problem} (use auto or python)")
         return value
+
+    @model_validator(mode="after")
+    def _overlap_needs_async(self) -> EngineSpec:
+        if self.host_overlap and not self.async_scheduling:
+            raise field_errors(EngineSpec, [(("host_overlap",), "true needs async_scheduling: true (a synchronous "
+                                             "engine prepares a batch only after the one before it has finished, "
+                                             "so nothing overlaps)", True)])
+        return self
 
     def captured_tokens(self, max_num_seqs: int, max_batched_tokens: int) -> int:
         """The largest iteration replayed as a graph, in tokens, for an instance with these limits

@@ -93,6 +93,9 @@ class WorkloadSpec(FrozenSpec):
         if isinstance(prefix, MultiTurn) and isinstance(arrival, ClosedLoop):
             raise ValueError("multi_turn sessions start by an open-loop arrival process (poisson or gamma), "
                              "not closed_loop")
+        if isinstance(prefix, SharedDocuments) and prefix.order == "cyclic" and isinstance(arrival, ClosedLoop):
+            raise ValueError("order: cyclic numbers an open loop's requests; closed_loop clients draw their "
+                             "documents (order: popularity)")
         return prefix
 
     @field_validator("input_tokens")

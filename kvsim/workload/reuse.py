@@ -21,9 +21,9 @@ from functools import lru_cache
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from kvsim.spec_types import Count, FrozenSpec, PositiveInt, Seconds, Share
+from kvsim.spec_types import Count, FrozenSpec, PositiveInt, Seconds, Share, field_errors
 from kvsim.workload.lengths import LengthSpec
 from kvsim.workload.prefix import BlockChain, floor_blocks, source_id
 
@@ -49,6 +49,16 @@ class SharedDocuments(FrozenSpec):
     ``input_tokens`` must be omitted. Requests reading the same document share exactly the
     document's full blocks (the block holding the document's tail and the suffix's head, if the
     document length is not a multiple of ``block_tokens``, is the request's own).
+
+    ``order: cyclic`` reads the documents in turn instead of drawing them: request ``i`` of an
+    open loop reads document ``i mod documents`` (with ``zipf_s: 0``), as inference-perf's
+    ``shared_prefix`` data generator sends its prompts (``get_request(n)`` returns
+    ``prompts[n % len(prompts)]``, kubernetes-sigs/inference-perf
+    ``inference_perf/datagen/shared_prefix_datagen.py``). A document then returns after exactly
+    ``documents`` requests, which a least-recently-used cache either holds or loses every time.
+    The planner's estimates (``kvsim validate``'s run cost, ``kvsim plan``'s first guesses) treat
+    the cyclic order as uniform draws, and a cache prewarm reads the documents in the same turn
+    from document 0.
     """
 
     kind: Literal["shared_documents"] = "shared_documents"
@@ -56,6 +66,14 @@ class SharedDocuments(FrozenSpec):
     zipf_s: float = Field(ge=0.0)  # 0: uniform popularity
     document_tokens: LengthSpec
     suffix_tokens: LengthSpec
+    order: Literal["popularity", "cyclic"] = "popularity"
+
+    @model_validator(mode="after")
+    def _cyclic_is_uniform(self) -> SharedDocuments:
+        if self.order == "cyclic" and self.zipf_s != 0.0:
+            raise field_errors(SharedDocuments, [(("zipf_s",), f"{self.zipf_s} with order: cyclic, which reads every "
+                                                  "document equally often: give zipf_s: 0", self.zipf_s)])
+        return self
 
     def probabilities(self) -> np.ndarray:
         return zipf_probabilities(self.documents, self.zipf_s)
@@ -200,7 +218,9 @@ class DocumentLibrary:
         self.probabilities = spec.probabilities()
 
     def choose(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` document indices drawn by popularity."""
+        """``n`` document indices drawn by popularity (in turn, from document 0, with ``order: cyclic``)."""
+        if self.spec.order == "cyclic":
+            return np.arange(n, dtype=np.int64) % self.spec.documents
         return rng.choice(self.spec.documents, size=n, p=self.probabilities)
 
     def prompt(self, document: int, suffix_tokens: int, key: tuple[str | int, ...]) -> tuple[int, np.ndarray]:
