@@ -16,6 +16,7 @@ cdef class RooflineStepTime:
     cdef public double _kv_Bps, _step_fixed_s, _step_per_seq_s, _step_per_token_s, _issue_s
     cdef public long _graph_max
     cdef public double _stream_layers, _stream_k, _stream_tau
+    cdef public object _stream
     cdef tuple _token_terms(self, tokens)
 
 cpdef double streamed_memory_s(double compute_s, double memory_s, double layers, double offloaded,
