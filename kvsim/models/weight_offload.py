@@ -211,6 +211,13 @@ class WeightStream:
     cold_shares: tuple[float, ...] = ()
     home: str = "host"
 
+    def what(self) -> str:
+        """What is streamed, in words: ``16 of 32 layers`` or ``32 cold experts of each of 94 MoE
+        layers``."""
+        if not self.cold_shares:
+            return f"{self.offloaded} of {self.layers} layers"
+        return f"{len(self.cold_shares)} cold experts of each of {self.offloaded} MoE layers"
+
     def layer_s_at(self, tokens: int) -> float:
         """One offloaded layer's transfer in an iteration of ``tokens`` tokens, seconds: the
         whole layer (dense), or the offloaded experts the tokens are expected to touch (MoE)."""

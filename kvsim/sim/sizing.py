@@ -111,9 +111,7 @@ class PoolSizing:
         stream = self.stream
         if stream is not None:
             home = "the remote pool" if stream.home == "pool" else "host DRAM"
-            what = f"{stream.offloaded} of {stream.layers} layers" if not stream.cold_shares else \
-                f"{len(stream.cold_shares)} cold experts of each of {stream.offloaded} MoE layers"
-            text += f" ({what} streamed from {home})"
+            text += f" ({stream.what()} streamed from {home})"
         return text
 
     def describe(self) -> str:
