@@ -330,8 +330,7 @@ def offload_sizing(spec: WeightOffloadSpec, model: ModelSpec, node: NodeSpec, ac
         what = f"{m} of {model.moe.num_experts} experts of {stream.offloaded} MoE layers"
         freed = max(0, stream.offloaded - spec.buffer_layers) * m * unit
     per_card = count * unit
-    if spec.home == "pool":
-        assert pool is not None
+    if pool is not None and spec.home == "pool":  # (home: pool without one was refused above)
         capacity = pool.nodes * pool.node.capacity_bytes
         copy = per_card * layout.tp
         if copy >= capacity:
