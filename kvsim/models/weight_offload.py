@@ -70,7 +70,7 @@ copy); host DRAM must hold every offloaded byte of the node's cards beside a DRA
 storage), read over the node's NICs straight into the card (GPU-Direct RDMA, no host copy) at
 ``min(nics.count x nics.bandwidth x nics.efficiency / cards per node, host_link_bandwidth, pool
 share)``, the pool share being the pool nodes' ``min(nics delivered, read_bandwidth)`` summed and
-split over every card of the system that streams from the pool. The pool holds one copy of the
+split over every card of the nodes of the system's pools that stream from it. The pool holds one copy of the
 offloaded weights for the whole system (every instance reads the same bytes), taken from its KV
 capacity (spread over its nodes); a system without ``kv_cache.remote`` is refused.
 

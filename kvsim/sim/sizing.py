@@ -361,7 +361,8 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
 
 def _pool_home(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> PoolHome | None:
     """The remote pool system ``name``'s offloaded weights may live in (``weight_offload.home:
-    pool``), shared by every card of its pools that stream from it; None without ``kv_cache.remote``."""
+    pool``), its bandwidth shared by every card of the nodes of the pools that stream from it (the
+    cards of all their nodes, whether or not an instance uses them); None without ``kv_cache.remote``."""
     system = spec.systems[name]
     remote = system.kv_cache.remote if system.kv_cache is not None else None
     if remote is None:
