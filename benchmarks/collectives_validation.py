@@ -1,7 +1,7 @@
 """What ``engine.collectives: measured`` would do to the validation page's datasheet errors.
 
     .venv/bin/python benchmarks/collectives_validation.py [--collectives alpha_beta|measured|measured_nccl]
-        [--host-terms-off] [--json out.json] [--skip-runs]
+        [--host-terms-off | --host-overlap] [--json out.json] [--skip-runs]
 
 Recomputes the datasheet predictions of every unit of ``docs/validation_results.csv`` (the
 Splitwise step-table points on H100 and A100 in closed form; the 13 vLLM H100 serving runs as
@@ -10,7 +10,9 @@ full-length simulations, minutes) with the measured collective curves, and print
 alpha-beta column is the committed CSV's, which ``tests/test_validation_gate.py`` keeps equal to
 today's model. Nothing is fitted; the page itself is not regenerated. ``--collectives alpha_beta
 --host-terms-off --json docs/host_terms_bound.json`` writes the bound that
-``docs/explanation/whole-step.md`` quotes (``benchmarks/whole_step.py`` reads it).
+``docs/explanation/whole-step.md`` quotes (``benchmarks/whole_step.py`` reads it);
+``--collectives alpha_beta --host-overlap --json docs/host_overlap_validation.json`` what
+``engine.host_overlap`` does to the same errors (``kvsim/models/engine.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ def host_terms_off() -> None:
     assert EngineSpec().step_fixed_s == 0.0
 
 
+def host_overlap_on() -> None:
+    """Make ``engine.host_overlap`` default to true in this process (``--host-overlap``): the
+    host's per-step work hidden behind a busy GPU, paid whole by a step that starts an idle engine."""
+    from kvsim.models.engine import EngineSpec
+
+    EngineSpec.model_fields["host_overlap"].default = True
+    EngineSpec.model_rebuild(force=True)
+    assert EngineSpec().host_overlap
+
+
 def predictions(skip_runs: bool) -> list[dict]:
     from kvsim.calibration.calibrate import _predict_one, load_units
 
@@ -86,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-terms-off", action="store_true",
                         help="also set the engine's per-step host terms (step_fixed_s, step_per_seq_s, "
                              "step_per_token_s) to 0: a bound on what they cost the per-token errors")
+    parser.add_argument("--host-overlap", action="store_true",
+                        help="run the engine with host_overlap on (the host's per-step work hidden behind a busy GPU)")
     parser.add_argument("--json", type=Path, help="write the per-unit predictions and the table here")
     parser.add_argument("--skip-runs", action="store_true", help="only the step tables (seconds, not minutes)")
     parser.add_argument("--table", action="store_true", help="print the time-by-message-size table and stop")
@@ -98,8 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         print(step_moves())
         return 0
     measured_by_default(args.collectives)
+    if args.host_terms_off and args.host_overlap:
+        parser.error("--host-terms-off and --host-overlap are two different what-ifs: give one")
     if args.host_terms_off:
         host_terms_off()
+    if args.host_overlap:
+        host_overlap_on()
     new = pd.DataFrame(predictions(args.skip_runs))
     committed = pd.read_csv(RESULTS, dtype={"unit": str})
     frame = committed.merge(new, on=["dataset", "unit", "metric"])

@@ -167,6 +167,15 @@ def test_random_scenarios_give_the_same_results_compiled(case):
 
 
 @needs_compiled
+@pytest.mark.parametrize("case", [0, 2, 5, 9, 13, 21])
+def test_random_scenarios_with_the_host_overlapped_give_the_same_results_compiled(case):
+    """``engine.host_overlap``, 150 us a sequence: decode runs with steps that show part of the
+    host time and steps that hide it, accounted by the C methods on the compiled side."""
+    scenario = _random(case).with_changes({"engine.host_overlap": True, "engine.step_per_seq_s": "150 us"})
+    _assert_equal(*_both(scenario))
+
+
+@needs_compiled
 @pytest.mark.backends
 @pytest.mark.parametrize("case", range(24, 264))
 def test_more_random_scenarios_give_the_same_results_compiled(case):

@@ -216,6 +216,17 @@ def test_random_scenarios_give_the_same_results_coalesced(tmp_path, case):
     _assert_equal(*_both(_random_scenario(tmp_path, case)))
 
 
+@pytest.mark.parametrize("case", [0, 3, 5, 8, 11, 14, 17, 22])
+@pytest.mark.parametrize("per_seq", ["10 us", "150 us"])
+def test_random_scenarios_with_the_host_overlapped_give_the_same_results_coalesced(tmp_path, case, per_seq):
+    """``engine.host_overlap``: a step that starts an idle engine pays the host time it cannot
+    hide and never starts a run; 150 us a sequence outlasts the GPU's decode steps of large
+    batches, so runs have steps that show part of the host time and steps that hide it."""
+    scenario = _random_scenario(tmp_path, case).with_changes({"engine.host_overlap": True,
+                                                              "engine.step_per_seq_s": per_seq})
+    _assert_equal(*_both(scenario))
+
+
 # ---------------------------------------------------------------------------------------------
 # runs cut short by every kind of outside event
 

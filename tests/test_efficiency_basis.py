@@ -119,7 +119,7 @@ def test_the_whole_step_page_is_todays_model(whole_step) -> None:  # type: ignor
     committed = (REPO / "docs" / "explanation" / "whole-step.md").read_text(encoding="utf-8")
     expected = whole_step.page(whole_step.rows(), whole_step.splitwise_excess(SHARED / "traces" /
                                                                            "splitwise_sim_perf_model.csv"),
-                               whole_step.host_bound_rows())
+                               whole_step.host_bound_rows(), whole_step.ttft_gaps())
     assert committed == expected, "regenerate: python benchmarks/whole_step.py"
 
 

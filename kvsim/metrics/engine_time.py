@@ -15,6 +15,7 @@ import cython
 import numpy as np
 
 from kvsim.metrics.levels import WindowCounter
+from kvsim.models.step_time import exposed_host_s
 
 __all__ = ["EngineTime", "SystemCounters"]
 
@@ -53,25 +54,27 @@ class EngineTime:
 
     @cython.locals(buf=cython.p_double, n=cython.Py_ssize_t, k=cython.Py_ssize_t)
     def add_each(self, ends_s: list[float], durations_s: list[float], compute_s: list[float], memory_s: list[float],
-                 comm_s: float, kernels_s: float, overhead_s: float) -> None:
+                 comm_s: float, kernels_s: float, overhead_s: float, host_overlap: bool = False) -> None:
         """:meth:`add` for each iteration in order (same collective, launch and host times), to
-        the bit, in one call."""
+        the bit, in one call. With ``host_overlap``, ``overhead_s`` is the host's whole per-step
+        time and each iteration adds the part its GPU time does not hide
+        (:func:`~kvsim.models.step_time.exposed_host_s`), as :meth:`add` is given it step by step."""
         n = len(ends_s)
         if cython.compiled:  # the C loop reads C arrays: copy the lists in
             buf = _doubles(4 * n)  # noqa: F821 (a C function of the .pxd, compiled only)
             for k in range(n):
                 buf[k], buf[n + k], buf[2 * n + k], buf[3 * n + k] = ends_s[k], durations_s[k], compute_s[k], memory_s[k]
-            self.add_steps(buf, buf + n, buf + 2 * n, buf + 3 * n, n, comm_s, kernels_s, overhead_s)
+            self.add_steps(buf, buf + n, buf + 2 * n, buf + 3 * n, n, comm_s, kernels_s, overhead_s, host_overlap)
             free(buf)  # noqa: F821
         else:
-            self.add_steps(ends_s, durations_s, compute_s, memory_s, n, comm_s, kernels_s, overhead_s)
+            self.add_steps(ends_s, durations_s, compute_s, memory_s, n, comm_s, kernels_s, overhead_s, host_overlap)
 
     @cython.locals(ws=cython.double, we=cython.double, busy=cython.double, in_window=cython.double,
                    compute=cython.double, memory=cython.double, comm=cython.double, kernels=cython.double,
                    overhead=cython.double, t=cython.double, d=cython.double, c=cython.double, m=cython.double,
-                   k=cython.Py_ssize_t)
+                   k=cython.Py_ssize_t, overlap=cython.bint)
     def add_steps(self, ends_s, durations_s, compute_s, memory_s, n: int, comm_s: float, kernels_s: float,
-                  overhead_s: float) -> None:
+                  overhead_s: float, host_overlap: bool = False) -> None:
         """:meth:`add_each` over the first ``n`` items of each sequence: lists in the pure-Python
         reference, C arrays compiled (where a decode run keeps its steps; this is a C method
         there, ``engine_time.pxd``)."""
@@ -80,6 +83,7 @@ class EngineTime:
         causes = self.by_cause_s
         compute, memory = causes["compute"], causes["memory"]
         comm, kernels, overhead = causes["tp_comm"], causes["kernels"], causes["overhead"]
+        overlap = host_overlap
         for k in range(n):
             t, d, c, m = ends_s[k], durations_s[k], compute_s[k], memory_s[k]
             busy += d
@@ -91,13 +95,14 @@ class EngineTime:
                     memory += m
                 comm += comm_s
                 kernels += kernels_s
-                overhead += overhead_s
+                overhead += exposed_host_s(overhead_s, c, m, comm_s, kernels_s) if overlap else overhead_s
         self.busy_s, self.busy_in_window_s = busy, in_window
         causes["compute"], causes["memory"] = compute, memory
         causes["tp_comm"], causes["kernels"], causes["overhead"] = comm, kernels, overhead
 
     def add_each_array(self, ends_s: np.ndarray, durations_s: np.ndarray, compute_s: np.ndarray,
-                       memory_s: np.ndarray, comm_s: float, kernels_s: float, overhead_s: float) -> None:
+                       memory_s: np.ndarray, comm_s: float, kernels_s: float, overhead_s: float,
+                       host_overlap: bool = False) -> None:
         """:meth:`add_each` with numpy arrays (``ends_s`` increasing): each total is accumulated
         in the same order, adding 0.0 where a step adds nothing (``x + 0.0 == x``), so the totals
         are the same to the bit."""
@@ -119,6 +124,9 @@ class EngineTime:
             rows[2, inside] = np.where(bound, c, 0.0)
             rows[3, inside] = np.where(bound, 0.0, m)
             rows[4:, inside] = np.array((comm_s, kernels_s, overhead_s))[:, None]
+            if host_overlap:  # exposed_host_s element-wise: the same operations, so the same bits
+                gpu = np.where(bound, c, m) + comm_s + kernels_s
+                rows[6, inside] = np.where(overhead_s > gpu, overhead_s - gpu, 0.0)
         totals = np.add.accumulate(rows, axis=1)[:, -1].tolist()
         self.busy_s, self.busy_in_window_s = totals[0], totals[1]
         causes["compute"], causes["memory"], causes["tp_comm"], causes["kernels"], causes["overhead"] = totals[2:]

@@ -16,7 +16,7 @@ from kvsim.models.early_exit import (
     exit_sizing,
     kv_fill_bytes,
 )
-from kvsim.models.step_time import BatchShape, RooflineStepTime, StepBreakdown
+from kvsim.models.step_time import BatchShape, RooflineStepTime, StepBreakdown, hide_host
 from kvsim.models.weight_offload import WeightStream, layer_bytes_per_card
 
 __all__ = ["EarlyExitStepTime", "ExitProblem", "exit_sizing"]  # (the last two for sizing)
@@ -99,6 +99,8 @@ class EarlyExitStepTime:
         c = x / self.layers
         memory_s = max(parts.memory_s, stream.offloaded * stream.layer_s + c,
                        stream.layer_s + stream.offloaded * c)
+        if parts.host_s is not None:  # the host overlapped: what the longer memory phase hides
+            return hide_host(parts._replace(memory_s=memory_s), parts.host_s)
         return parts._replace(memory_s=memory_s)
 
     def at_depth(self, batch: BatchShape, index: int, remote_kv_Bps: float | None = None) -> StepBreakdown:
@@ -137,5 +139,8 @@ class EarlyExitStepTime:
             memory_s = max(memory_s, streamed * tau + extra_s + c, tau + streamed * c)
         elif extra_s:
             memory_s = max(memory_s, extra_s)
+        if parts.host_s is not None:  # the host overlapped: what the shorter step still hides
+            return hide_host(StepBreakdown(compute_s, memory_s, f * parts.comm_s, 0.0, f * parts.kernels_s,
+                                           f * parts.remote_s), parts.host_s)
         return StepBreakdown(compute_s, memory_s, f * parts.comm_s, parts.overhead_s, f * parts.kernels_s,
                              f * parts.remote_s)

@@ -13,9 +13,26 @@ Per-step host work (seconds)::
     host_s = step_fixed_s + step_per_seq_s * sequences + step_per_token_s * scheduled_tokens
 
 and on the GPU, beside the roofline, ``kernel_s`` per kernel launch of the forward pass
-(:mod:`kvsim.models.kernels` counts them). The two add up: async scheduling hides the scheduler's
-decisions behind the GPU, but input preparation, sampling and output handling still sit between
-steps (an assumption; the vLLM calibration set fits better with them added than hidden).
+(:mod:`kvsim.models.kernels` counts them). By default the two add up: async scheduling hides the
+scheduler's decisions behind the GPU, but input preparation, sampling and output handling still
+sit between steps (an assumption; the vLLM calibration set fits better with them added than
+hidden).
+
+Host overlap (``host_overlap: true``, off by default). An engine that prepares iteration ``n + 1``
+on the CPU while the GPU runs iteration ``n`` (vLLM V1 with async scheduling keeps two batches in
+flight, ``vllm/v1/engine/core.py`` ``step_with_batch_queue``; SGLang's overlap scheduler likewise)
+waits for the host only when the host's work is the longer of the two::
+
+    gpu_s   = max(compute_s, memory_s, remote_s) + comm_s + kernels_s
+    exposed = max(0, host_s - gpu_s)            (host_s: the per-step host work above)
+    busy engine:                 iteration = gpu_s + exposed = max(gpu_s, host_s)
+    a step that starts an idle engine:   iteration = gpu_s + host_s
+
+An idle engine has nothing to overlap with: the host prepares the first batch, then the GPU runs
+it. Engine time's ``overhead`` cause counts the exposed part only (the time the GPU waits for the
+host). With the per-step host terms at their defaults a busy engine's decode steps hide them
+whole; ``benchmarks/collectives_validation.py --host-overlap`` measures what that does to the
+validation page's errors.
 
 Request path (seconds)::
 
@@ -160,6 +177,11 @@ class EngineSpec(FrozenSpec):
         A random, mean-one factor on every iteration's duration (:mod:`kvsim.models.step_variance`):
         ``kind: none`` (default: every step of a shape takes the step model's time) or
         ``lognormal``; ``{kind: lognormal}`` alone is the published setting.
+    host_overlap : bool
+        The host prepares each iteration while the GPU runs the one before (default false: the
+        host's per-step work adds to every iteration); a busy engine's iteration then takes the
+        longer of its GPU time and its host time, and only a step that starts an idle engine
+        pays both (explained in ``kvsim/models/engine.py``).
     collectives : str
         How the tensor-parallel all-reduces and the expert all-to-alls are priced: ``alpha_beta``
         (the default: recursive doubling or a ring with the card's per-hop
@@ -188,6 +210,7 @@ class EngineSpec(FrozenSpec):
     early_exit: EarlyExitSpec | None = None
     step_variance: StepVarianceSpec = StepVarianceSpec()
     collectives: Literal["alpha_beta", "measured", "measured_nccl"] = "alpha_beta"
+    host_overlap: bool = False
 
     @field_validator("backend")
     @classmethod

@@ -57,7 +57,7 @@ from kvsim.models.parallel import (
     stage_layers,
     stage_send_bytes_per_card,
 )
-from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown
+from kvsim.models.step_time import ACTIVATION_DTYPE, AchievedRates, BatchShape, StepBreakdown, hide_host
 
 __all__ = ["LayoutStepTime"]
 
@@ -216,10 +216,11 @@ class LayoutStepTime:
                              "instances inside one node only")
         stage = self.stage_breakdown(batch)
         factor = pipeline_time_s(1.0, self.layout.pp, self.micro_batches, self.schedule)
-        return StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,
-                             comm_s=stage.comm_s * factor,
-                             overhead_s=self._overhead_s(batch),
-                             kernels_s=stage.kernels_s * factor)
+        parts = StepBreakdown(compute_s=stage.compute_s * factor, memory_s=stage.memory_s * factor,
+                              comm_s=stage.comm_s * factor,
+                              overhead_s=self._overhead_s(batch),
+                              kernels_s=stage.kernels_s * factor)
+        return hide_host(parts, parts.overhead_s) if self.engine.host_overlap else parts
 
     def _overhead_s(self, batch: BatchShape) -> float:
         """The host's time of one iteration: with data-parallel attention each rank is its own

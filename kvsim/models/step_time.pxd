@@ -16,11 +16,15 @@ cdef class RooflineStepTime:
     cdef public double _kv_Bps, _step_fixed_s, _step_per_seq_s, _step_per_token_s, _issue_s
     cdef public long _graph_max
     cdef public double _stream_layers, _stream_k, _stream_tau
+    cdef public bint _host_overlap
     cdef public object _stream
     cdef tuple _token_terms(self, tokens)
 
 cpdef double streamed_memory_s(double compute_s, double memory_s, double layers, double offloaded,
                               double layer_s) except? -1
+
+cpdef double exposed_host_s(double host_s, double compute_s, double memory_s, double comm_s,
+                            double kernels_s) except? -1
 
 cdef void fill_decode_steps(tuple terms, double context_tokens, double seqs, Py_ssize_t steps,
                             double* total_s, double* compute_s, double* memory_s) except *

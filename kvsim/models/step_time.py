@@ -17,6 +17,8 @@ Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration):
     kernels_s  = engine.kernel_s * launches_per_pass(model)     (kvsim.models.kernels)
                  + exposed eager issue time if n > the captured maximum (kvsim.models.engine)
     iteration  = max(compute_s, memory_s, remote_s) + comm_s + kernels_s + engine.step_overhead_s(sequences, n)
+                 (engine.host_overlap: the last term only where the host's work outlasts the rest,
+                  ``exposed_host_s``; an idle engine's first step pays it whole, kvsim.models.engine)
 
 KV *read in place* from a peer's HBM (``kv_cache.peer_hbm: read_in_place``) streams over the
 scale-up link while the local KV and the weights stream from the card's own HBM, so the two
@@ -52,7 +54,7 @@ from kvsim.models.llm import ModelSpec
 from kvsim.models.weight_offload import WeightStream
 
 __all__ = ["BatchShape", "StepTimeModel", "RooflineStepTime", "StepBreakdown", "AchievedRates", "DecodeSteps",
-           "streamed_memory_s"]
+           "streamed_memory_s", "exposed_host_s", "hide_host"]
 
 ACTIVATION_DTYPE = "bf16"  # activations travel in 16-bit even when weights are FP8
 
@@ -112,7 +114,9 @@ class BatchShape(NamedTuple):
 class DecodeSteps(NamedTuple):
     """The breakdowns of consecutive decode-only iterations (see
     :meth:`RooflineStepTime.decode_steps`): per step ``total_s``, ``compute_s`` and
-    ``memory_s``; the collective, kernel-launch and host times are the same every step. (A named
+    ``memory_s``; the collective, kernel-launch and host times are the same every step. With
+    ``host_overlap`` (``engine.host_overlap``), ``overhead_s`` is the host's whole per-step time and
+    each step shows only the part its GPU time does not hide (:func:`exposed_host_s`). (A named
     tuple: built twice per coalesced run, which a frozen dataclass makes slow.)"""
 
     total_s: list[float] | np.ndarray
@@ -121,6 +125,7 @@ class DecodeSteps(NamedTuple):
     comm_s: float
     kernels_s: float
     overhead_s: float
+    host_overlap: bool = False
 
 
 class StepTimeModel(Protocol):
@@ -131,8 +136,11 @@ class StepTimeModel(Protocol):
 
 class StepBreakdown(NamedTuple):
     """Components of one iteration's time, seconds: roofline, collectives, kernel launches
-    (``kernels_s``), the host's per-step work (``overhead_s``), and ``remote_s``, KV read in place
-    over the scale-up links, overlapping the local memory phase."""
+    (``kernels_s``), the host's per-step work on the iteration's path (``overhead_s``), and
+    ``remote_s``, KV read in place over the scale-up links, overlapping the local memory phase.
+    ``host_s`` is the host's whole per-step work where the engine overlaps it with the GPU
+    (``engine.host_overlap``: ``overhead_s`` is then only the part the GPU time does not hide,
+    :func:`exposed_host_s`); None where it does not (``overhead_s`` is all of it)."""
 
     compute_s: float
     memory_s: float
@@ -140,6 +148,7 @@ class StepBreakdown(NamedTuple):
     overhead_s: float
     kernels_s: float = 0.0
     remote_s: float = 0.0
+    host_s: float | None = None
 
     @property
     def total_s(self) -> float:
@@ -149,6 +158,20 @@ class StepBreakdown(NamedTuple):
     @property
     def bound(self) -> str:
         return "compute" if self.compute_s >= max(self.memory_s, self.remote_s) else "memory"
+
+    @property
+    def hidden_s(self) -> float:
+        """Host time hidden behind the GPU's previous iteration (0 without host overlap): what a
+        step that starts an idle engine adds, having nothing to hide it behind, seconds."""
+        return 0.0 if self.host_s is None else self.host_s - self.overhead_s
+
+
+def hide_host(parts: StepBreakdown, host_s: float) -> StepBreakdown:
+    """``parts`` with the host's per-step work ``host_s`` overlapped with its GPU time: only the
+    part that outlasts it on the path (:func:`exposed_host_s`), the whole kept as ``host_s``."""
+    memory_s = parts.memory_s if parts.memory_s >= parts.remote_s else parts.remote_s
+    return parts._replace(overhead_s=exposed_host_s(host_s, parts.compute_s, memory_s, parts.comm_s, parts.kernels_s),
+                          host_s=host_s)
 
 
 class AchievedRates:
@@ -207,7 +230,7 @@ class RooflineStepTime:
                  "_dense_weights", "_dense_bytes_read", "_allreduces", "_activation_bytes_per_token",
                  "_hop_latency_s", "_peer_Bps", "_kernels_s", "_remote_Bps", "_decode_cache", "_comm_cache",
                  "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s",
-                 "_issue_s", "_graph_max", "_stream_layers", "_stream_k", "_stream_tau", "_stream")
+                 "_issue_s", "_graph_max", "_stream_layers", "_stream_k", "_stream_tau", "_host_overlap", "_stream")
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
                  engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
@@ -255,6 +278,7 @@ class RooflineStepTime:
         self._step_fixed_s = self.engine.step_fixed_s
         self._step_per_seq_s = self.engine.step_per_seq_s
         self._step_per_token_s = self.engine.step_per_token_s
+        self._host_overlap = self.engine.host_overlap
 
     def comm_s(self, tokens: int) -> float:
         """TP all-reduce time of one iteration over ``tokens`` tokens, seconds (worked out once
@@ -335,7 +359,12 @@ class RooflineStepTime:
         if self._stream_k > 0.0:
             memory_s = streamed_memory_s(compute_s, memory_s, self._stream_layers, self._stream_k, tau)
         # a named tuple made as tuple.__new__ does (its generated __new__ runs as Python code)
-        return tuple.__new__(StepBreakdown, (compute_s, memory_s, comm_s, overhead_s, kernels_s, remote_s))
+        if self._host_overlap:
+            host_s = overhead_s
+            overhead_s = exposed_host_s(host_s, compute_s, remote_s if remote_s > memory_s else memory_s, comm_s,
+                                        kernels_s)
+            return tuple.__new__(StepBreakdown, (compute_s, memory_s, comm_s, overhead_s, kernels_s, remote_s, host_s))
+        return tuple.__new__(StepBreakdown, (compute_s, memory_s, comm_s, overhead_s, kernels_s, remote_s, None))
 
     def iteration_time_s(self, batch: BatchShape) -> float:
         """Duration of one iteration of ``batch``, seconds."""
@@ -352,7 +381,7 @@ class RooflineStepTime:
             rate, weights_s, comm_s, kernels_s, tau = self._token_terms(tokens)
             terms = (fixed_flops, self._attn_decode, rate, weights_s, self._kv_bytes_per_token_card, self._rates.kv_Bps,
                      comm_s, kernels_s, self.engine.step_overhead_s(seqs, tokens), self._stream_layers, self._stream_k,
-                     tau)
+                     tau, self._host_overlap)
             self._decode_cache[seqs] = terms
         return terms
 
@@ -378,12 +407,12 @@ class RooflineStepTime:
         else:
             total, compute, memory = [0.0] * n, [0.0] * n, [0.0] * n
             fill_decode_steps(terms, context_tokens, seqs, n, total, compute, memory)
-        return DecodeSteps(total, compute, memory, terms[6], terms[7], terms[8])
+        return DecodeSteps(total, compute, memory, terms[6], terms[7], terms[8], terms[12])
 
     def decode_steps_array(self, seqs: int, context_tokens: int, steps: int) -> DecodeSteps:
         """:meth:`decode_steps` as numpy arrays: element-wise the same float operations in the same
         order, so each step equals :meth:`breakdown` to the bit (for long runs)."""
-        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s, layers, k, tau = \
+        fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s, layers, k, tau, overlap = \
             self._decode_terms(seqs)
         context = context_tokens + seqs * np.arange(steps, dtype=np.int64)
         compute = (fixed_flops + attn * context) / rate
@@ -394,8 +423,12 @@ class RooflineStepTime:
             fill = tau + k * per_layer
             bound = np.where(stream >= fill, stream, fill)
             memory = np.where(bound > memory, bound, memory)
-        total = np.where(compute >= memory, compute, memory) + comm_s + kernels_s + overhead_s
-        return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
+        if overlap:  # exposed_host_s element-wise: the same operations, so the same bits
+            gpu = np.where(compute >= memory, compute, memory) + comm_s + kernels_s
+            total = gpu + np.where(overhead_s > gpu, overhead_s - gpu, 0.0)
+        else:
+            total = np.where(compute >= memory, compute, memory) + comm_s + kernels_s + overhead_s
+        return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s, overlap)
 
 
 @cython.locals(x=cython.double, per_layer=cython.double, stream=cython.double, fill=cython.double,
@@ -414,17 +447,30 @@ def streamed_memory_s(compute_s, memory_s, layers, offloaded, layer_s) -> float:
     return bound if bound > memory_s else memory_s
 
 
+@cython.locals(gpu=cython.double)
+def exposed_host_s(host_s, compute_s, memory_s, comm_s, kernels_s) -> float:
+    """The part of the host's per-step work ``host_s`` that an iteration's GPU time does not hide,
+    seconds, with the host overlapped with the GPU (``engine.host_overlap``, :mod:`kvsim.models.engine`):
+    ``max(0, host_s - gpu_s)``, ``gpu_s = max(compute_s, memory_s) + comm_s + kernels_s``
+    (``memory_s``: the longer of the local and the remote reads). (A C function compiled,
+    ``step_time.pxd``; the decode fills and engine time's accounts use it, so every path gives
+    the same bits.)"""
+    gpu = (compute_s if compute_s >= memory_s else memory_s) + comm_s + kernels_s
+    return host_s - gpu if host_s > gpu else 0.0
+
+
 @cython.locals(fixed_flops=cython.double, attn=cython.double, rate=cython.double, weights_s=cython.double,
                kv_bytes=cython.double, kv_Bps=cython.double, comm_s=cython.double, kernels_s=cython.double,
                overhead_s=cython.double, context=cython.double, step_seqs=cython.double, c=cython.double,
                m=cython.double, k=cython.Py_ssize_t, layers=cython.double, offloaded=cython.double,
-               tau=cython.double)
+               tau=cython.double, overlap=cython.bint, gpu=cython.double)
 def fill_decode_steps(terms, context_tokens, seqs, steps, total_s, compute_s, memory_s) -> None:
     """Write the first ``steps`` decode-only iterations' ``total_s``, ``compute_s`` and
     ``memory_s`` (see :meth:`RooflineStepTime.decode_steps`; ``terms``: its
     ``_decode_terms(seqs)``): into lists in the pure-Python reference, into C arrays compiled
     (where a decode run keeps its steps; a C function there, ``step_time.pxd``)."""
-    fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s, layers, offloaded, tau = terms
+    fixed_flops, attn, rate, weights_s, kv_bytes, kv_Bps, comm_s, kernels_s, overhead_s, layers, offloaded, tau, \
+        overlap = terms
     # token counts below 2**53 are exact as floats, so context * x is the same product either way
     context = context_tokens
     step_seqs = seqs
@@ -435,5 +481,9 @@ def fill_decode_steps(terms, context_tokens, seqs, steps, total_s, compute_s, me
             m = streamed_memory_s(c, m, layers, offloaded, tau)
         compute_s[k] = c
         memory_s[k] = m
-        total_s[k] = (c if c >= m else m) + comm_s + kernels_s + overhead_s
+        if overlap:  # exposed_host_s, inline
+            gpu = (c if c >= m else m) + comm_s + kernels_s
+            total_s[k] = gpu + (overhead_s - gpu if overhead_s > gpu else 0.0)
+        else:
+            total_s[k] = (c if c >= m else m) + comm_s + kernels_s + overhead_s
         context += step_seqs

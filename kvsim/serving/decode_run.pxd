@@ -7,7 +7,7 @@ from libc.stdlib cimport malloc, free
 from kvsim.serving.sequence cimport Sequence
 from kvsim.metrics.levels cimport TimeWeightedLevel, WindowCounter, _doubles
 from kvsim.metrics.engine_time cimport EngineTime
-from kvsim.models.step_time cimport fill_decode_steps
+from kvsim.models.step_time cimport fill_decode_steps, exposed_host_s
 
 cdef class DecodeRun:
     cdef public object instance, batch, ends_s, parts, new_blocks
@@ -23,3 +23,4 @@ cdef class DecodeRun:
     cdef long* c_new
     cdef long* c_start
     cdef double comm_s, kernels_s, overhead_s
+    cdef bint host_overlap

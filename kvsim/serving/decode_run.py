@@ -40,7 +40,7 @@ import numpy as np
 
 from kvsim.metrics.engine_time import EngineTime
 from kvsim.metrics.levels import TimeWeightedLevel, WindowCounter
-from kvsim.models.step_time import BatchShape, DecodeSteps
+from kvsim.models.step_time import BatchShape, DecodeSteps, exposed_host_s
 from kvsim.serving.decode_pages import _new_pages, _new_pages_array
 from kvsim.serving.sequence import Sequence
 
@@ -77,9 +77,10 @@ def decode_steps(step_model, seqs: int, context_tokens: int, steps: int, arrays:
     if arrays:
         parts = decode_steps(step_model, seqs, context_tokens, steps)
         return DecodeSteps(np.array(parts.total_s), np.array(parts.compute_s), np.array(parts.memory_s),
-                           parts.comm_s, parts.kernels_s, parts.overhead_s)
+                           parts.comm_s, parts.kernels_s, parts.overhead_s, parts.host_overlap)
     total, compute, memory = [], [], []
     comm_s = kernels_s = overhead_s = 0.0
+    overlap = False
     for step in range(steps):
         parts = step_model.breakdown(BatchShape(decode_seqs=seqs, decode_context_tokens=context_tokens + step * seqs,
                                                 sampled_seqs=seqs))
@@ -87,7 +88,9 @@ def decode_steps(step_model, seqs: int, context_tokens: int, steps: int, arrays:
         compute.append(parts.compute_s)
         memory.append(parts.memory_s)
         comm_s, kernels_s, overhead_s = parts.comm_s, parts.kernels_s, parts.overhead_s
-    return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s)
+        if parts.host_s is not None:  # the host overlapped: its whole time, each step's part worked out again
+            overhead_s, overlap = parts.host_s, True
+    return DecodeSteps(total, compute, memory, comm_s, kernels_s, overhead_s, overlap)
 
 
 class DecodeRun:
@@ -186,14 +189,15 @@ class DecodeRun:
             ends = np.add.accumulate(durations)  # in order, as the step-by-step clock adds them
             parts = DecodeSteps(durations[1:], np.concatenate(([first_parts.compute_s], later.compute_s)),
                                 np.concatenate(([first_memory_s], later.memory_s)),
-                                later.comm_s, later.kernels_s, later.overhead_s)
+                                later.comm_s, later.kernels_s, later.overhead_s, later.host_overlap)
         else:
             ends = [now]
             ends += accumulate(later.total_s, initial=now + first_s)  # in order, as the step-by-step clock adds them
             if not (min(later.total_s) > 0 and math.isfinite(ends[-1])):  # (a NaN step makes the end NaN)
                 _refuse(later.total_s, n, batch.shape.decode_context_tokens + n)
             parts = DecodeSteps([first_s] + later.total_s, [first_parts.compute_s] + later.compute_s,
-                                [first_memory_s] + later.memory_s, later.comm_s, later.kernels_s, later.overhead_s)
+                                [first_memory_s] + later.memory_s, later.comm_s, later.kernels_s, later.overhead_s,
+                                later.host_overlap)
         return DecodeRun(instance, batch, ends, parts, new_blocks, (kv0, generated0, blocks0, own0))
 
     @staticmethod
@@ -274,12 +278,14 @@ class DecodeRun:
         counters.iterations += done - first + 1
         # the pool's level as each step ends (its pages) and the next is formed (its new pages)
         if isinstance(ends, np.ndarray):
-            instance.engine_time.add_each_array(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s)
+            instance.engine_time.add_each_array(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s,
+                                                parts.host_overlap)
             counters.output_tokens.add_at_each_array(ends, len(self.seqs))
             during = (used0 + self.new_blocks[first:done + 2]) / num_blocks
             instance.kv_utilization.set_at_each_array(ends, during[:-1], during[1:])
         else:
-            instance.engine_time.add_each(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s)
+            instance.engine_time.add_each(ends, *steps, parts.comm_s, parts.kernels_s, parts.overhead_s,
+                                          parts.host_overlap)
             counters.output_tokens.add_at_each(ends, len(self.seqs))
             new_blocks = self.new_blocks
             during = [(used0 + new_blocks[i]) / num_blocks for i in range(first, done + 2)]
@@ -304,13 +310,21 @@ class DecodeRun:
         self.account()
         i = self.last
         if cython.compiled:
+            overhead_s = self.overhead_s
+            if self.host_overlap:
+                overhead_s = exposed_host_s(overhead_s, self.c_compute[i - 1], self.c_memory[i - 1], self.comm_s,
+                                            self.kernels_s)
             self.instance.engine_time.add(self.c_ends[i], self.c_total[i - 1], self.c_compute[i - 1],
-                                          self.c_memory[i - 1], self.comm_s, self.kernels_s, self.overhead_s)
+                                          self.c_memory[i - 1], self.comm_s, self.kernels_s, overhead_s)
             self.instance.counters.iterations += 1
             return
         parts = self.parts
-        self.instance.engine_time.add(float(self.ends_s[i]), float(parts.total_s[i - 1]), float(parts.compute_s[i - 1]),
-                                      float(parts.memory_s[i - 1]), parts.comm_s, parts.kernels_s, parts.overhead_s)
+        compute_s, memory_s = float(parts.compute_s[i - 1]), float(parts.memory_s[i - 1])
+        overhead_s = parts.overhead_s
+        if parts.host_overlap:
+            overhead_s = exposed_host_s(overhead_s, compute_s, memory_s, parts.comm_s, parts.kernels_s)
+        self.instance.engine_time.add(float(self.ends_s[i]), float(parts.total_s[i - 1]), compute_s, memory_s,
+                                      parts.comm_s, parts.kernels_s, overhead_s)
         self.instance.counters.iterations += 1
 
 
@@ -366,7 +380,8 @@ class DecodeRun:
         counters.iterations += steps
         engine_time = cython.cast(EngineTime, instance.engine_time, typecheck=True)
         engine_time.add_steps(self.c_ends + first, self.c_total + first - 1, self.c_compute + first - 1,
-                              self.c_memory + first - 1, steps, self.comm_s, self.kernels_s, self.overhead_s)
+                              self.c_memory + first - 1, steps, self.comm_s, self.kernels_s, self.overhead_s,
+                              self.host_overlap)
         tokens = cython.cast(WindowCounter, counters.output_tokens, typecheck=True)
         tokens.add_at_steps(self.c_ends + first, steps, len(self.seqs))
         # the pool's level as each step ends (its pages) and the next is formed (its new pages)
@@ -446,12 +461,13 @@ def _plan_compiled(instance, batch, first_s, first_parts, now, steps):
     if getattr(step_model, "_decode_terms", None) is not None:
         terms = step_model._decode_terms(n)
         fill_decode_steps(terms, context, n, steps - 1, step_s + 1, compute + 1, memory + 1)  # noqa: F821
-        run.comm_s, run.kernels_s, run.overhead_s = terms[6], terms[7], terms[8]
+        run.comm_s, run.kernels_s, run.overhead_s, run.host_overlap = terms[6], terms[7], terms[8], terms[12]
     else:
         later = decode_steps(step_model, n, context, steps - 1)
         for k in range(steps - 1):
             step_s[k + 1], compute[k + 1], memory[k + 1] = later.total_s[k], later.compute_s[k], later.memory_s[k]
         run.comm_s, run.kernels_s, run.overhead_s = later.comm_s, later.kernels_s, later.overhead_s
+        run.host_overlap = later.host_overlap
     if instance.jitter is not None:  # steps 2.. are the instance's iterations batches_formed.. (from 0)
         jittered = instance.jitter.durations([step_s[k] for k in range(1, steps)], instance.scheduler.batches_formed)
         for k in range(1, steps):

@@ -30,9 +30,14 @@ __all__ = ["engine_loop", "sleep_through"]
 
 
 @cython.locals(instance=Instance, scheduler=BatchScheduler, pool=BlockPool, account=EngineTime,
-               level=TimeWeightedLevel, batch=Batch, coalesce=cython.bint)
+               level=TimeWeightedLevel, batch=Batch, coalesce=cython.bint, idle=cython.bint, cold_s=cython.double)
 def engine_loop(instance: Instance):
-    """The instance's engine, as a SimPy process generator (it never returns)."""
+    """The instance's engine, as a SimPy process generator (it never returns).
+
+    With ``engine.host_overlap`` a step that starts an idle engine (the first, or the first after
+    the engine slept for want of work) pays the host time a busy engine hides behind the step
+    before (:attr:`~kvsim.models.step_time.StepBreakdown.hidden_s`); such a step is never the
+    first of a coalesced run, whose steps all hide it."""
     env = instance.env
     scheduler = instance.scheduler
     step_time = instance.step_model.iteration_time_s
@@ -42,6 +47,7 @@ def engine_loop(instance: Instance):
     counters = instance.counters
     level = instance.kv_utilization
     pool = instance.pool
+    idle = True  # nothing ran before: the next step has no step to hide its host work behind
     while True:
         # simulated time moves only between events: one reading of the clock after each wait
         now = env.now
@@ -50,6 +56,7 @@ def engine_loop(instance: Instance):
             if instance._idle is not None:
                 instance._check_idle()
             instance._wake = env.event()
+            idle = True
             yield instance._wake
             instance._wake = None
             continue
@@ -66,6 +73,12 @@ def engine_loop(instance: Instance):
         else:
             parts = breakdown(batch.shape) if remote_Bps is None else breakdown(batch.shape, remote_Bps)
         duration_s = parts.total_s if parts is not None else step_time(batch.shape)
+        cold_s = 0.0
+        if idle:
+            idle = False
+            if parts is not None and parts.host_s is not None:
+                cold_s = parts.host_s - parts.overhead_s  # parts.hidden_s
+                duration_s += cold_s
         adapter_s = 0.0
         if instance.adapters is not None:
             adapter_s = instance.adapters.activate([seq.adapter for seq, _ in batch.prefills]
@@ -77,7 +90,7 @@ def engine_loop(instance: Instance):
             raise RuntimeError(f"step-time model returned {duration_s!r} s for {batch.shape}")
         instance._in_flight = True
         run = None
-        if coalesce:
+        if coalesce and not cold_s:
             if not batch.prefills:
                 run = instance._plan_run(instance, batch, duration_s, parts, now, adapter_s)
             elif not batch.decodes and remote_Bps is None and parts is not None:
@@ -95,7 +108,7 @@ def engine_loop(instance: Instance):
             counters.iterations += 1
             if parts is not None:
                 account.add(now, duration_s, parts.compute_s, max(parts.memory_s, parts.remote_s),
-                            parts.comm_s, parts.kernels_s, parts.overhead_s + adapter_s)
+                            parts.comm_s, parts.kernels_s, parts.overhead_s + cold_s + adapter_s)
             else:
                 account.add_time_only(now, duration_s)
         scheduler.complete(batch, now)
