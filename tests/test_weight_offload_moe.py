@@ -227,3 +227,19 @@ def test_a_small_moe_runs_with_its_cold_experts_offloaded():
     with pytest.raises(SpecError) as caught:
         check_scenario(kvsim.parse_scenario(SCENARIO.format(cache=""), "moe.yaml"))
     assert "cold-pool.instance.weight_offload" in str(caught.value) and "kv_cache.remote" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_the_expert_stream_with_host_overlap_coalesces_to_the_bit(name):
+    from kvsim.models.engine import EngineSpec
+
+    stream = weight_stream(WeightOffloadSpec(fraction=0.5), QWEN, H20, "fp8", None, 8, expert_skew=1.0)
+    model = backend.kernels(name).step_time.RooflineStepTime(QWEN, H20, 8, "fp8", "fp8", EngineSpec(host_overlap=True),
+                                                             stream=stream)
+    for seqs in (1, 16, 200):
+        run, array = model.decode_steps(seqs, seqs * 3000, 25), model.decode_steps_array(seqs, seqs * 3000, 25)
+        for i in range(25):
+            step = model.breakdown(BatchShape(decode_seqs=seqs, decode_context_tokens=seqs * 3000 + seqs * i,
+                                              sampled_seqs=seqs))
+            assert run.total_s[i] == step.total_s and run.memory_s[i] == step.memory_s
+        assert np.array_equal(np.asarray(run.total_s), array.total_s)
