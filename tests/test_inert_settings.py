@@ -72,6 +72,10 @@ def test_expert_skew_without_expert_parallelism_is_refused(tmp_path, capsys):
     # with the experts spread over the cards it is read: accepted
     rc, _, err, _ = validate(tmp_path, capsys, scenario(instance="      ep: 8\n      expert_skew: 1.0\n"))
     assert rc == 0 and err == ""
+    # with its cold experts offloaded it picks them: accepted too (kvsim.models.weight_offload)
+    rc, _, err, _ = validate(tmp_path, capsys, scenario(
+        instance="      expert_skew: 1.0\n      weight_offload: {fraction: 0.25}\n"))
+    assert rc == 0 and err == ""
 
 
 def test_expert_skew_on_a_dense_model_is_refused(tmp_path, capsys):

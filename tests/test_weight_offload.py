@@ -122,11 +122,10 @@ def test_offload_frees_hbm_for_kv_and_slows_every_step():
 
 
 def test_what_offload_refuses_names_the_field():
-    moe = _text(model="qwen3-235b-a22b", node="h20-8x", tp=8).replace(
-        "  all-hbm: {node: h20-8x, instances: 1}\n", "").replace("model: qwen3-235b-a22b", "model: qwen3-235b-a22b\ndtype: fp8")
-    with pytest.raises(SpecError) as caught:  # an MoE model
-        check_scenario(kvsim.parse_scenario(moe, "offload.yaml"))
-    assert "instance.weight_offload" in str(caught.value) and "dense models only" in str(caught.value)
+    staged = _text(tp=2).replace("tp: 2,", "tp: 2, pp: 2,")
+    with pytest.raises(SpecError) as caught:  # pipeline stages (an MoE model's experts: tests/test_weight_offload_moe.py)
+        check_scenario(kvsim.parse_scenario(staged, "offload.yaml"))
+    assert "instance.weight_offload" in str(caught.value) and "inside one node" in str(caught.value)
     with pytest.raises(SpecError) as caught:  # not a share
         kvsim.parse_scenario(_text().replace("fraction: 0.5", "fraction: 1.5"), "offload.yaml")
     assert "weight_offload.fraction" in str(caught.value)

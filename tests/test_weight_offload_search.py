@@ -135,7 +135,7 @@ def test_what_the_search_refuses_names_the_field(tmp_path, capsys):
     assert rc == 2 and "weight_offload_search" in err and "not both" in err
     rc, err = _validate(tmp_path, capsys, base.replace("qwen3-32b", "qwen3-235b-a22b").replace("rtx-4090-8x", "h20-8x")
                         .replace("bf16", "fp8"))
-    assert rc == 2 and "weight_offload_search" in err and "mixture of experts" in err
+    assert rc == 0, err  # an MoE model: its cold experts offloaded (tests/test_weight_offload_moe.py)
     rc, err = _validate(tmp_path, capsys, base.replace("[0.5, 0.75]", "[0.5, 1.5]"))
     assert rc == 2 and "weight_offload_search" in err
 

@@ -17,6 +17,7 @@ cdef class RooflineStepTime:
     cdef public long _graph_max
     cdef public double _stream_layers, _stream_k, _stream_tau
     cdef public bint _host_overlap
+    cdef public object _stream
     cdef tuple _token_terms(self, tokens)
 
 cpdef double streamed_memory_s(double compute_s, double memory_s, double layers, double offloaded,

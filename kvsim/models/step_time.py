@@ -230,7 +230,7 @@ class RooflineStepTime:
                  "_dense_weights", "_dense_bytes_read", "_allreduces", "_activation_bytes_per_token",
                  "_hop_latency_s", "_peer_Bps", "_kernels_s", "_remote_Bps", "_decode_cache", "_comm_cache",
                  "_tokens_cache", "_kv_Bps", "_step_fixed_s", "_step_per_seq_s", "_step_per_token_s",
-                 "_issue_s", "_graph_max", "_stream_layers", "_stream_k", "_stream_tau", "_host_overlap")
+                 "_issue_s", "_graph_max", "_stream_layers", "_stream_k", "_stream_tau", "_host_overlap", "_stream")
 
     def __init__(self, model: ModelSpec, accelerator: AcceleratorSpec, tp: int, dtype: str, kv_dtype: str,
                  engine: EngineSpec | None = None, weight_dtypes: dict[str, str] | None = None,
@@ -268,6 +268,7 @@ class RooflineStepTime:
         self._stream_layers = float(stream.layers) if stream is not None else 1.0
         self._stream_k = float(stream.offloaded) if stream is not None else 0.0  # 0: every layer in HBM
         self._stream_tau = stream.layer_s if stream is not None else 0.0
+        self._stream = stream if stream is not None and stream.cold_shares else None  # MoE: tau by token count
         scale_up = accelerator.scale_up_bandwidth
         self._remote_Bps = scale_up * eff.interconnect if scale_up is not None else None
         self._decode_cache: dict[int, tuple] = {}
@@ -303,14 +304,16 @@ class RooflineStepTime:
     def _token_terms(self, tokens):  # a C method compiled (step_time.pxd): no annotations
         """The parts of an iteration over ``tokens`` tokens that depend on nothing else: the
         achieved FLOP/s, the weights' streaming time, the TP all-reduce time, the kernel-launch
-        time (cached: every iteration asks, and a batch's token count repeats)."""
+        time, and an offloaded layer's transfer (``tau``: an MoE model's depends on the experts the
+        tokens touch) (cached: every iteration asks, and a batch's token count repeats)."""
         terms = self._tokens_cache.get(tokens)
         if terms is None:
             rate = self._rates.gemm_flops_per_s(tokens)
             weights_s = self.weight_bytes_read(tokens) / self.tp / self._rates.weight_Bps
             comm_s = self.comm_s(tokens)
+            tau = self._stream_tau if self._stream is None else self._stream.layer_s_at(tokens)
             terms = self._tokens_cache[tokens] = (rate, weights_s, comm_s,
-                                                  self._launch_s(tokens, rate, weights_s, comm_s))
+                                                  self._launch_s(tokens, rate, weights_s, comm_s), tau)
         return terms
 
     def _launch_s(self, tokens, rate, weights_s, comm_s) -> float:
@@ -347,14 +350,14 @@ class RooflineStepTime:
             if rate_Bps is None:
                 raise ValueError(f"{self.accelerator.name} has no scale-up link to read KV in place over")
             remote_s = remote_tokens * self._kv_bytes_per_token_card / rate_Bps
-        rate, weights_s, comm_s, kernels_s = self._token_terms(tokens)
+        rate, weights_s, comm_s, kernels_s, tau = self._token_terms(tokens)
         sequences = prefill_seqs + decode_seqs  # batch.sequences
         # EngineSpec.step_overhead_s(sequences, tokens), its constants read once
         overhead_s = self._step_fixed_s + self._step_per_seq_s * sequences + self._step_per_token_s * tokens_f
         compute_s = flops / rate
         memory_s = weights_s + kv_tokens * self._kv_bytes_per_token_card / self._kv_Bps
         if self._stream_k > 0.0:
-            memory_s = streamed_memory_s(compute_s, memory_s, self._stream_layers, self._stream_k, self._stream_tau)
+            memory_s = streamed_memory_s(compute_s, memory_s, self._stream_layers, self._stream_k, tau)
         # a named tuple made as tuple.__new__ does (its generated __new__ runs as Python code)
         if self._host_overlap:
             host_s = overhead_s
@@ -375,10 +378,10 @@ class RooflineStepTime:
             tokens = seqs
             # breakdown() adds the prefill-pair term (0.0 here) between these; x + 0.0 == x
             fixed_flops = self._body_flops * tokens + self._lm_head_flops * seqs
-            rate, weights_s, comm_s, kernels_s = self._token_terms(tokens)
+            rate, weights_s, comm_s, kernels_s, tau = self._token_terms(tokens)
             terms = (fixed_flops, self._attn_decode, rate, weights_s, self._kv_bytes_per_token_card, self._rates.kv_Bps,
                      comm_s, kernels_s, self.engine.step_overhead_s(seqs, tokens), self._stream_layers, self._stream_k,
-                     self._stream_tau, self._host_overlap)
+                     tau, self._host_overlap)
             self._decode_cache[seqs] = terms
         return terms
 

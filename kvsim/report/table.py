@@ -178,9 +178,13 @@ def hardware_label(sizing) -> str:
 
 
 def _layout(pool) -> str:
-    """``tp2``; with weight offload ``tp2, 16/32 layers on host``."""
+    """``tp2``; with weight offload ``tp2, 16/32 layers on host`` (an MoE model: ``tp8, 32 cold
+    experts of each of 94 MoE layers on host``; ``in the pool`` with ``home: pool``)."""
     stream = pool.stream
-    return pool.layout.label() + (f", {stream.offloaded}/{stream.layers} layers on host" if stream is not None else "")
+    if stream is None:
+        return pool.layout.label()
+    what = f"{stream.offloaded}/{stream.layers} layers" if not stream.cold_shares else stream.what()
+    return pool.layout.label() + f", {what} " + ("on host" if stream.home == "host" else "in the pool")
 
 
 def _slo_cell(met: dict[str, bool]) -> str:

@@ -5,7 +5,9 @@ These fields are read only in some configurations:
 
 * ``instance.expert_skew``: only for a mixture-of-experts model with expert parallelism
   (``ep > 1``), where it sets the busiest expert rank's load
-  (:func:`kvsim.models.parallel.expert_imbalance`).
+  (:func:`kvsim.models.parallel.expert_imbalance`), or with ``weight_offload`` (or
+  ``weight_offload_search``), where it picks the cold experts and how many an iteration streams
+  (:mod:`kvsim.models.weight_offload`).
 * ``instance.micro_batches``: only by the layout step model (pipeline stages, expert or
   attention data parallelism, or tensor parallelism across nodes); plain tensor parallelism
   inside one node is costed by the roofline model, which has no micro-batches
@@ -126,6 +128,8 @@ def _weight_reason(model: ModelSpec, group: str, groups: dict[str, float]) -> st
 def _instance_reason(knob: str, pool: PoolSpec, model: ModelSpec, per_node: int) -> str | None:
     """Why ``knob`` of ``pool``'s instance does nothing (None: it matters)."""
     inst = pool.instance
+    if knob == "expert_skew" and model.moe is not None and (inst.weight_offload or inst.weight_offload_search):
+        return None  # the offloaded experts are the coldest (kvsim.models.weight_offload)
     if inst.layout == "best":
         tried = [lay for lay in candidate_layouts(model, pool.nodes * per_node)
                  if not (per_node % lay.cards and lay.cards % per_node)]
@@ -154,7 +158,8 @@ def _why_not(knob: str, model: ModelSpec) -> str:
     if knob == "expert_skew":
         if model.moe is None:
             return f"{model.name} is a dense model (no experts)"
-        return "expert popularity matters only when whole experts are spread over the cards (ep = tp)"
+        return ("expert popularity matters only when whole experts are spread over the cards (ep = tp) or "
+                "experts are offloaded (weight_offload)")
     if knob == "micro_batches":
         return ("each iteration runs as one batch; micro-batches exist only with pp > 1, ep, dp_attention "
                 "or tp across nodes")

@@ -124,8 +124,9 @@ class InstanceSpec(FrozenSpec):
         no bubble in steady state; ``flush``: each iteration fills and drains the pipe (GPipe),
         paying ``(pp - 1)`` extra stage times.
     expert_skew : float
-        Zipf exponent of expert popularity (0: uniform routing, the default); sets the busiest
-        expert rank's load over the mean (:func:`kvsim.models.parallel.expert_imbalance`).
+        Zipf exponent of expert popularity (0: uniform routing, the default, an assumption); sets
+        the busiest expert rank's load over the mean (:func:`kvsim.models.parallel.expert_imbalance`)
+        and, with ``weight_offload``, which experts are cold and how many an iteration streams.
     layout : str
         ``given`` (default): the fields above; ``best``: try every valid layout of the pool's
         nodes and keep the one with the highest goodput (:mod:`kvsim.sim.layout_search`). In a
@@ -162,14 +163,15 @@ class InstanceSpec(FrozenSpec):
         False: vLLM's ``--skip-mm-profiling``: the tower is loaded, its encoder pass not kept
         out of the KV cache. Default True.
     weight_offload : WeightOffloadSpec or None
-        Keep a share of the layers in host DRAM and stream them to the cards every iteration
-        (``{fraction: 0.5}``; :mod:`kvsim.models.weight_offload`): more HBM for KV, or a model on
-        fewer cards, for host-link time on every step. Dense models, tensor parallelism inside
-        one node. None (default): every weight in HBM.
+        Keep a share of the weights off the card -- a dense model's last layers, an MoE model's
+        coldest routed experts -- in host DRAM (or the remote pool, ``home: pool``) and stream
+        them to the cards every iteration (``{fraction: 0.5}``; :mod:`kvsim.models.weight_offload`):
+        more HBM for KV, or a model on fewer cards, for link time on every step. Tensor
+        parallelism inside one node. None (default): every weight in HBM.
     weight_offload_search : list of float
-        With ``layout: best``: shares of the layers the search also tries keeping on the host
-        (each a ``weight_offload.fraction``), beside every weight in HBM, for each candidate
-        layout offload is modelled for (a dense model, tensor parallelism inside one node). So
+        With ``layout: best``: shares the search also tries keeping off the card (each a
+        ``weight_offload.fraction``), beside every weight in HBM, for each candidate layout
+        offload is modelled for (tensor parallelism inside one node). So
         the search weighs e.g. TP 2 with half the layers streamed against TP 4 without, and its
         summary says whether offload paid (``layout_search.weight_offload``). Empty (default):
         the search keeps every weight in HBM.

@@ -407,7 +407,7 @@ def _build_cache(env: simpy.Environment, scenario: ScenarioSpec, system: System,
     if spec.nvme is not None:
         nvme = {n: spec.nvme.capacity or node_spec[n].nvme.count * node_spec[n].nvme.capacity_bytes for n in nodes}
     pools = [f"pool{k}" for k in range(spec.remote.nodes)] if spec.remote is not None else []
-    pool_bytes = sizing.pool_node.capacity_bytes if sizing.pool_node is not None else 0.0
+    pool_bytes = sizing.pool_kv_bytes_per_node  # (less any offloaded weights kept there)
     replicated = geometry.tp * geometry.block_bytes_per_card > geometry.block_bytes * (1.0 + 1e-9)
     fanout = resolve_fanout(spec.fanout, spec.connector, sizing.model.mla is not None, replicated)
     if kv_extents(scenario, sizing):

@@ -30,8 +30,9 @@ the search order.
 
 **Weight placements** (issue 28 item 3). A pool that also gives ``weight_offload_search:
 [0.25, 0.5]`` has, beside each layout with every weight in HBM, the same layout with each share
-of its layers kept in host DRAM (:mod:`kvsim.models.weight_offload`), where offload is modelled
-(a dense model, tensor parallelism inside one node) and fits the host DRAM; such a candidate's
+of its weights kept off the card (:mod:`kvsim.models.weight_offload`: a dense model's last layers,
+an MoE model's coldest experts), where offload is modelled (tensor parallelism inside one node)
+and fits its home (host DRAM or the remote pool); such a candidate's
 label reads ``tp2 offload 0.5``. It competes like any other: TP 2 with half its layers streamed
 against TP 4 without is decided by the pilots' goodput, then by fewer cards per instance. The
 summary's ``weight_offload`` says whether offload paid: the best pilot with and without it,

@@ -23,7 +23,7 @@ from kvsim.models.memory import activation_reserve_bytes, loaded_extra_bytes_per
 from kvsim.models.parallel import Layout, LayoutLinks, layout_problems, weight_bytes_per_card
 from kvsim.models.parallel import kv_bytes_per_token_per_card as layout_kv_bytes_per_token_per_card
 from kvsim.models.step_time import RooflineStepTime
-from kvsim.models.weight_offload import WeightStream, offload_sizing
+from kvsim.models.weight_offload import PoolHome, WeightStream, offload_sizing
 from kvsim.scenario.load import Catalogs
 from kvsim.scenario.schema import ScenarioSpec, SystemSpec
 from kvsim.serving.specs import PoolSpec
@@ -64,7 +64,8 @@ class PoolSizing:
     compute_dtype: str = ""  # the format matmuls run in ("": dtype)
     layout: Layout = Layout()
     links: LayoutLinks | None = None
-    stream: WeightStream | None = None  # layers kept on the host, streamed every iteration
+    stream: WeightStream | None = None  # weights kept off the card, streamed every iteration
+    weights_in_pool_bytes: float = 0.0  # one copy of them in the remote pool (weight_offload.home: pool)
 
     @property
     def role(self) -> str:
@@ -107,8 +108,10 @@ class PoolSizing:
 
     def _layout_text(self) -> str:
         text = f"tp={self.tp}" if self.layout.plain_tp else self.layout.label()
-        if self.stream is not None:
-            text += f" ({self.stream.offloaded} of {self.stream.layers} layers streamed from host DRAM)"
+        stream = self.stream
+        if stream is not None:
+            home = "the remote pool" if stream.home == "pool" else "host DRAM"
+            text += f" ({stream.what()} streamed from {home})"
         return text
 
     def describe(self) -> str:
@@ -131,6 +134,21 @@ class SystemSizing:
     kv_dtype: str
     pools: tuple[PoolSizing, ...]
     pool_node: PoolNodeSpec | None = None
+
+    @property
+    def weights_in_pool_bytes(self) -> float:
+        """Bytes of offloaded weights the remote pool holds: one copy, the largest offload of the
+        system's pools (a smaller share's coldest experts or last layers are among a larger's)."""
+        return max((p.weights_in_pool_bytes for p in self.pools), default=0.0)
+
+    @property
+    def pool_kv_bytes_per_node(self) -> float:
+        """KV bytes each remote pool node holds: its capacity less its share of the offloaded
+        weights kept in the pool (0: no remote pool)."""
+        remote = self.spec.kv_cache.remote if self.spec.kv_cache is not None else None
+        if self.pool_node is None or remote is None:
+            return 0.0
+        return self.pool_node.capacity_bytes - self.weights_in_pool_bytes / remote.nodes
 
     @property
     def instances(self) -> int:
@@ -264,16 +282,18 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
     weight_dtypes = spec.system_weight_dtypes(name)
     weights_per_card = weight_bytes_per_card(model, layout, dtype, weight_dtypes)  # + RoPE table, vision tower:
     weights_per_card += loaded_extra_bytes_per_card(model, layout.tp, inst.images_per_prompt)  # what loading takes
-    stream = None
+    stream, in_pool_bytes = None, 0.0
     if inst.weight_offload is not None:
         cache = system.kv_cache
         try:
-            stream, freed = offload_sizing(inst.weight_offload, model, node, accelerator, layout, dtype, weight_dtypes,
-                                           cache.dram.capacity if cache is not None and cache.dram is not None
-                                           and cache.dram.capacity is not None else 0.0)
+            offload = offload_sizing(inst.weight_offload, model, node, accelerator, layout, dtype, weight_dtypes,
+                                     cache.dram.capacity if cache is not None and cache.dram is not None
+                                     and cache.dram.capacity is not None else 0.0, inst.expert_skew,
+                                     _pool_home(spec, name, catalogs))
         except ValueError as problem:
             raise SizingError(path + ("instance", "weight_offload"), str(problem)) from None
-        weights_per_card -= freed
+        stream, in_pool_bytes = offload.stream, offload.pool_bytes
+        weights_per_card -= offload.freed_bytes_per_card
     try:  # the exit heads' weights, with engine.early_exit
         weights_per_card += exit_sizing(spec.system_engine(name).early_exit, model, layout, links is None, dtype,
                                         weight_dtypes)
@@ -335,7 +355,21 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         kv_budget_bytes_per_card=kv_budget, kv_bytes_per_token_per_card=kv_per_token,
         kv_blocks_per_instance=blocks, engine=spec.system_engine(name), layout=layout, links=links,
         weight_dtypes=weight_dtypes, compute_dtype=spec.system_compute_dtype(name), stream=stream,
+        weights_in_pool_bytes=in_pool_bytes,
     )
+
+
+def _pool_home(spec: ScenarioSpec, name: str, catalogs: Catalogs) -> PoolHome | None:
+    """The remote pool system ``name``'s offloaded weights may live in (``weight_offload.home:
+    pool``), its bandwidth shared by every card of the nodes of the pools that stream from it (the
+    cards of all their nodes, whether or not an instance uses them); None without ``kv_cache.remote``."""
+    system = spec.systems[name]
+    remote = system.kv_cache.remote if system.kv_cache is not None else None
+    if remote is None:
+        return None
+    cards = sum(p.nodes * catalogs.nodes[p.node].accelerators_per_node for p in system.pool_specs().values()
+                if p.instance.weight_offload is not None and p.instance.weight_offload.home == "pool")
+    return PoolHome(catalogs.pool_nodes[remote.pool_node], remote.nodes, cards)
 
 
 def adapter_slots(spec: ScenarioSpec, system: SystemSpec) -> int:
