@@ -1,7 +1,7 @@
 """What ``engine.collectives: measured`` would do to the validation page's datasheet errors.
 
     .venv/bin/python benchmarks/collectives_validation.py [--collectives alpha_beta|measured|measured_nccl]
-        [--host-terms-off | --host-overlap] [--json out.json] [--skip-runs]
+        [--host-terms-off] [--no-host-overlap] [--no-tokenizer-batch] [--json out.json] [--skip-runs]
 
 Recomputes the datasheet predictions of every unit of ``docs/validation_results.csv`` (the
 Splitwise step-table points on H100 and A100 in closed form; the 13 vLLM H100 serving runs as
@@ -9,10 +9,12 @@ full-length simulations, minutes) with the measured collective curves, and print
 |error| per set, tensor-parallel degree and metric next to the committed alpha-beta ones. The
 alpha-beta column is the committed CSV's, which ``tests/test_validation_gate.py`` keeps equal to
 today's model. Nothing is fitted; the page itself is not regenerated. ``--collectives alpha_beta
---host-terms-off --json docs/host_terms_bound.json`` writes the bound that
-``docs/explanation/whole-step.md`` quotes (``benchmarks/whole_step.py`` reads it);
-``--collectives alpha_beta --host-overlap --json docs/host_overlap_validation.json`` what
-``engine.host_overlap`` does to the same errors (``kvsim/models/engine.py``).
+--no-host-overlap --no-tokenizer-batch --json docs/host_work_added.json`` writes the engine as
+kvsim ran it before session 23 (the host's per-step work added to every step, no micro-batching
+tokeniser), ``--collectives alpha_beta --no-tokenizer-batch --json docs/host_overlap_only.json``
+the host overlapped alone, and ``--collectives alpha_beta --host-terms-off --json
+docs/host_terms_bound.json`` the bound with no host work at all: ``docs/explanation/whole-step.md``
+quotes them (``benchmarks/whole_step.py`` reads them).
 """
 
 from __future__ import annotations
@@ -53,14 +55,23 @@ def host_terms_off() -> None:
     assert EngineSpec().step_fixed_s == 0.0
 
 
-def host_overlap_on() -> None:
-    """Make ``engine.host_overlap`` default to true in this process (``--host-overlap``): the
-    host's per-step work hidden behind a busy GPU, paid whole by a step that starts an idle engine."""
+def host_overlap_off() -> None:
+    """Make ``engine.host_overlap`` default to false in this process (``--no-host-overlap``): the
+    host's per-step work added to every step, as kvsim did before session 23."""
     from kvsim.models.engine import EngineSpec
 
-    EngineSpec.model_fields["host_overlap"].default = True
+    EngineSpec.model_fields["host_overlap"].default = False
     EngineSpec.model_rebuild(force=True)
-    assert EngineSpec().host_overlap
+    assert not EngineSpec().overlaps_host
+
+
+def tokenizer_batch_off() -> None:
+    """Reproduce the vLLM runs without their engine's micro-batching tokeniser
+    (``--no-tokenizer-batch``): no engine version gets it in this process."""
+    import kvsim.calibration.runs as runs
+
+    runs.MICROBATCH_TOKENIZER_VERSIONS = ((0, 0, 0), (0, 0, 0))
+    assert not runs.engine_settings("vLLM", "0.15.1")
 
 
 def predictions(skip_runs: bool) -> list[dict]:
@@ -98,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-terms-off", action="store_true",
                         help="also set the engine's per-step host terms (step_fixed_s, step_per_seq_s, "
                              "step_per_token_s) to 0: a bound on what they cost the per-token errors")
-    parser.add_argument("--host-overlap", action="store_true",
-                        help="run the engine with host_overlap on (the host's per-step work hidden behind a busy GPU)")
+    parser.add_argument("--no-host-overlap", action="store_true",
+                        help="run the engine with host_overlap false (the host's per-step work added to every step)")
+    parser.add_argument("--no-tokenizer-batch", action="store_true",
+                        help="reproduce the vLLM runs without vLLM 0.10-0.23's micro-batching tokeniser")
     parser.add_argument("--json", type=Path, help="write the per-unit predictions and the table here")
     parser.add_argument("--skip-runs", action="store_true", help="only the step tables (seconds, not minutes)")
     parser.add_argument("--table", action="store_true", help="print the time-by-message-size table and stop")
@@ -112,12 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         print(step_moves())
         return 0
     measured_by_default(args.collectives)
-    if args.host_terms_off and args.host_overlap:
-        parser.error("--host-terms-off and --host-overlap are two different what-ifs: give one")
     if args.host_terms_off:
         host_terms_off()
-    if args.host_overlap:
-        host_overlap_on()
+    if args.no_host_overlap:
+        host_overlap_off()
+    if args.no_tokenizer_batch:
+        tokenizer_batch_off()
     new = pd.DataFrame(predictions(args.skip_runs))
     committed = pd.read_csv(RESULTS, dtype={"unit": str})
     frame = committed.merge(new, on=["dataset", "unit", "metric"])

@@ -56,6 +56,8 @@ def test_vllm_summary_maps_ms_to_seconds_and_takes_e2e_from_its_latencies():
     assert run.model == "meta-llama/Llama-3.1-8B-Instruct"  # model_id: the sidecar names none
     assert run.measured["ttft_mean_s"] == pytest.approx(45.2e-3) and run.measured["tpot_mean_s"] == pytest.approx(10.15e-3)
     assert run.measured["ttft_p90_s"] is None  # only p99 was asked for (vLLM's default percentiles)
+    assert run.measured["ttft_p99_s"] == pytest.approx(52.8e-3)
+    assert (run.engine, run.engine_version) == ("", "")  # the sidecar names no engine version
     # no E2E summary (not in the default --percentile-metrics), but every request's latency is kept
     # and none failed: 1.30 ... 1.37 s, mean 1.335 s; p90 at rank 0.9 x 7 = 6.3: 1.36 + 0.3 x 0.01
     assert run.measured["e2e_mean_s"] == pytest.approx(1.335) and run.measured["e2e_p90_s"] == pytest.approx(1.363)
@@ -121,8 +123,8 @@ def test_inference_perf_stage_with_a_shared_prefix_is_a_staged_run():
     assert run.distinct_prompts == 4 * 2  # a sidecar's own file: the prompts its config states
     ((rate, seconds),) = run.stages
     assert rate == 2.0 and math.floor(rate * seconds) == 30  # 30 requests at 2 rps
-    assert run.measured == pytest.approx({"ttft_mean_s": 0.0655, "ttft_p90_s": 0.081, "tpot_mean_s": 0.0072,
-                                          "e2e_mean_s": 0.52, "e2e_p90_s": 0.55})  # seconds in the file
+    assert run.measured == pytest.approx({"ttft_mean_s": 0.0655, "ttft_p90_s": 0.081, "ttft_p99_s": 0.0848225,
+                                          "tpot_mean_s": 0.0072, "e2e_mean_s": 0.52, "e2e_p90_s": 0.55})  # seconds
 
 
 def test_inference_perf_stage_without_a_workload_uses_its_mean_lengths(tmp_path):
@@ -202,6 +204,8 @@ def _refused(capsys, tmp_path, measurement: Path) -> str:
     (ENGINE + "max_num_seq: 4\n", "vllm_summary.kvsim.yaml:7: max_num_seq: unknown field (did you mean 'max_num_seqs'?)"),
     (ENGINE.replace("H100-SXM-80GB", "H200"), "vllm_summary.kvsim.yaml:1: gpu: 'H200' is no GPU kvsim reproduces"),
     (ENGINE.replace("8192", "128"), "max_num_batched_tokens: 128 is below max_num_seqs 256"),
+    (ENGINE + "engine: vLLM\nengine_version: latest\n", "vllm_summary.kvsim.yaml:8: engine_version: expected a "
+                                                          "version such as 0.15.1, got 'latest'"),
 ])
 def test_a_sidecar_problem_is_refused_with_file_line_and_field(tmp_path, capsys, sidecar, words):
     path = tmp_path / "vllm_summary.json"
@@ -264,8 +268,8 @@ def test_calibrate_reads_a_vllm_result_end_to_end(tmp_path, capsys):
     (data,) = document["data"]
     assert data["format"] == "bench_runs" and data["rows"] == ["vllm_detailed"]
     assert data["workloads"]["vllm_detailed"][0].startswith("replays the file's 10 successful requests")
-    assert set(document["residuals"]["vllm_detailed"]) == {"ttft_mean_s", "ttft_p90_s", "tpot_mean_s", "e2e_mean_s",
-                                                            "e2e_p90_s"}
+    assert set(document["residuals"]["vllm_detailed"]) == {"ttft_mean_s", "ttft_p90_s", "ttft_p99_s", "tpot_mean_s",
+                                                            "e2e_mean_s", "e2e_p90_s"}
     assert set(read_calibration(out).values) == {"engine.api_s"}  # a scenario can name it
 
 
@@ -325,3 +329,16 @@ def test_a_vllm_metric_written_as_zero_was_not_measured(tmp_path):
     (run,) = read_measurements(path).runs
     assert run.measured["ttft_mean_s"] is None and run.measured["tpot_mean_s"] is None
     assert run.measured["e2e_mean_s"] == pytest.approx(1.335) and "mean_ttft_ms is 0 in the file" in run.notes[1]
+
+
+def test_a_sidecar_engine_version_sets_what_that_version_fixes(tmp_path):
+    from kvsim.calibration.runs import run_scenario_raw
+
+    path = _copy(tmp_path, "vllm_summary.json", ENGINE + "input_tokens: 1024\noutput_tokens: 128\n"
+                 "engine: vLLM\nengine_version: 0.15\n")
+    (run,) = read_measurements(path).runs
+    assert (run.engine, run.engine_version) == ("vLLM", "0.15")  # (YAML's number 0.15, read as the version)
+    assert run_scenario_raw(run)["engine"] == {"tokenizer_batch_wait_s": 0.002, "tokenizer_batch_max": 32}
+    (plain,) = read_measurements(_copy(tmp_path / "x" if (tmp_path / "x").mkdir() is None else tmp_path,
+                                       "vllm_summary.json")).runs
+    assert "engine" not in run_scenario_raw(plain)

@@ -18,6 +18,7 @@ import simpy
 import kvsim
 from kvsim.hardware import accelerator_catalog
 from kvsim.models import model_catalog
+from kvsim.models.engine import EngineSpec
 from kvsim.models.step_time import BatchShape, RooflineStepTime, StepBreakdown
 from kvsim.serving import decode_run
 from kvsim.serving.instance import Instance
@@ -82,10 +83,12 @@ def test_decode_steps_equal_the_breakdown_of_each_step_to_the_bit(model, acc, tp
     """The reference's steps, and the compiled backend's (its C fill, copied out), against the
     reference's breakdown of each step."""
     from kvsim import backend
-    step = RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
+    sync = EngineSpec(host_overlap=False)  # (each step's exposed host time overlapped: tests/test_host_overlap.py)
+    step = RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype, engine=sync)
     steps = step.decode_steps(seqs, context, 40)
     if backend.compiled_problem() is None:
-        compiled = backend.kernels("compiled").step_time.RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype)
+        compiled = backend.kernels("compiled").step_time.RooflineStepTime(MODELS[model], ACC[acc], tp, dtype, dtype,
+                                                                          engine=sync)
         assert compiled.decode_steps(seqs, context, 40) == steps
     fallback = decode_run.decode_steps(_NoClosedForm(step), seqs, context, 40)
     for i in range(40):

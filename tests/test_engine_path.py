@@ -16,7 +16,7 @@ seed: 3
 duration: 20 s
 warmup: 0 s
 model: qwen3-1.7b
-engine: {{api_s: {api}, tokenize_s_per_token: {tok}, output_s: {out}}}
+engine: {{api_s: {api}, tokenize_s_per_token: {tok}, output_s: {out}, host_overlap: false}}
 workload:
   arrival: {{kind: closed_loop, clients: 1, think_time: 1 s}}
   input_tokens: {{kind: fixed, value: 1000}}
@@ -139,7 +139,7 @@ seed: 1
 duration: 3 s
 warmup: 0 s
 model: qwen3-1.7b
-engine: {{api_s: 0 s, tokenize_s_per_token: 0 s, output_s: 0 s, async_scheduling: {mode}}}
+engine: {{api_s: 0 s, tokenize_s_per_token: 0 s, output_s: 0 s, async_scheduling: {mode}, host_overlap: false}}
 workload:
   arrival: {{kind: trace, format: azure_2023, file: {trace}}}
 systems:

@@ -197,6 +197,18 @@ def test_overlap_needs_async_scheduling():
         EngineSpec(host_overlap=True, async_scheduling=False)
 
 
+def test_overlap_follows_async_scheduling_by_default():
+    # vLLM V1's async scheduling is what overlaps the host with the GPU: unset, one follows the other
+    assert EngineSpec().overlaps_host and EngineSpec().async_scheduling
+    assert not EngineSpec(async_scheduling=False).overlaps_host
+    assert not EngineSpec(host_overlap=False).overlaps_host  # the what-if of host work between steps
+    step = RooflineStepTime(model_catalog()["qwen3-8b"], accelerator_catalog()["h20"], 1, "bf16", "bf16",
+                            engine=EngineSpec(async_scheduling=False))
+    shape = BatchShape(decode_seqs=8, decode_context_tokens=8000, sampled_seqs=8)
+    parts = step.breakdown(shape)
+    assert parts.overhead_s == pytest.approx(EngineSpec().step_overhead_s(8, 8), rel=1e-12)  # all of it added
+
+
 LAYOUT = """
 name: overlap-layout
 seed: 8

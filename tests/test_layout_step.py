@@ -10,6 +10,7 @@ import pytest
 import kvsim
 from kvsim.hardware import accelerator_catalog, node_catalog
 from kvsim.models import model_catalog
+from kvsim.models.engine import EngineSpec
 from kvsim.models.layout_step import LayoutStepTime
 from kvsim.models.parallel import RDMA_EFFICIENCY, GroupLinks, Layout, LayoutLinks
 from kvsim.models.step_time import BatchShape, RooflineStepTime
@@ -50,8 +51,9 @@ def test_pipeline_composes_stage_times_and_sends():
     send_Bps, send_lat = 20e9, 5e-6
     one = GroupLinks(cards=1, domains=1, local_Bps=math.inf, local_latency_s=0.0)
     links = LayoutLinks(attention=one, stage=one, send_Bps=send_Bps, send_latency_s=send_lat)
-    cont = LayoutStepTime(m, a, Layout(pp=2), links, "bf16", "bf16")
-    flush = LayoutStepTime(m, a, Layout(pp=2), links, "bf16", "bf16", schedule="flush")
+    sync = EngineSpec(host_overlap=False)  # the host's time added to the iteration, as counted below
+    cont = LayoutStepTime(m, a, Layout(pp=2), links, "bf16", "bf16", engine=sync)
+    flush = LayoutStepTime(m, a, Layout(pp=2), links, "bf16", "bf16", schedule="flush", engine=sync)
     stage = cont.stage_breakdown(PREFILL)
     # a stage pass launches its 18 layers' kernels (10 each, dense) and the 4 per-pass ones
     assert stage.kernels_s == pytest.approx(cont.engine.kernel_s * (18 * 10 + 4))
@@ -86,12 +88,13 @@ def test_each_attention_rank_schedules_its_own_share():
     # iteration is one rank's share, 64 decodes over 8 ranks -> 8 sequences and 8 tokens each
     m, a = MODELS["qwen3-235b-a22b"], ACC["h20"]
     links = _one_domain(a, 8)
-    ranks = LayoutStepTime(m, a, Layout(tp=8, ep=8, dp_attention=8), links, "fp8", "fp8")
+    sync = EngineSpec(host_overlap=False)  # the whole host time in overhead_s
+    ranks = LayoutStepTime(m, a, Layout(tp=8, ep=8, dp_attention=8), links, "fp8", "fp8", engine=sync)
     e = ranks.engine
     assert ranks.breakdown(DECODE).overhead_s == pytest.approx(e.step_fixed_s + 8 * e.step_per_seq_s
                                                                + 8 * e.step_per_token_s, rel=1e-15)
     # one scheduler for the whole batch without attention ranks
-    one = LayoutStepTime(m, a, Layout(tp=8, ep=8), links, "fp8", "fp8")
+    one = LayoutStepTime(m, a, Layout(tp=8, ep=8), links, "fp8", "fp8", engine=sync)
     assert one.breakdown(DECODE).overhead_s == e.step_fixed_s + 64 * e.step_per_seq_s + 64 * e.step_per_token_s
 
 

@@ -26,7 +26,7 @@ seed: 2
 duration: 30 s
 warmup: 0 s
 model: qwen3-8b
-engine: {{api_s: 0 s, tokenize_s_per_token: 0 s, output_s: {out}}}
+engine: {{api_s: 0 s, tokenize_s_per_token: 0 s, output_s: {out}, host_overlap: false}}
 workload:
   arrival: {{kind: trace, format: azure_2023, file: {trace}}}
   timeout: {timeout}

@@ -42,7 +42,7 @@ seed: {seed}
 duration: {duration} s
 warmup: 0 s
 model: qwen3-1.7b
-engine: {{tokenize_s_per_token: 0 s}}  # a fixed delay before the engine: arrivals reach it still Poisson
+engine: {{tokenize_s_per_token: 0 s, host_overlap: false}}  # a fixed delay before the engine: arrivals reach it still Poisson
 workload:
   arrival: {{kind: poisson, rate: {rate}/s}}
   input_tokens: {lengths}

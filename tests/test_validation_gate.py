@@ -18,7 +18,13 @@ import pytest
 from conftest import REPO, SHARED
 from kvsim.calibration.calibfile import read_calibration
 from kvsim.calibration.calibrate import _predict_one, load_units
-from kvsim.calibration.card_summary import card_model_markdown, card_model_rows, prediction_drift, unit_card_model
+from kvsim.calibration.card_summary import (
+    card_model_markdown,
+    card_model_rows,
+    card_targets_markdown,
+    prediction_drift,
+    unit_card_model,
+)
 from kvsim.calibration.measurements import read_measurements
 
 VLLM_RUNS = SHARED / "calibration" / "vllm_h100_runs.csv"
@@ -99,6 +105,20 @@ def test_per_card_rows_are_medians_of_absolute_errors_by_hand():
     assert "| c2 | m1 | t | 1 | 20.0 % / 10.0 % | 40.0 % / 5.0 % | – |" in lines
 
 
+def test_issue_27_targets_per_card_are_medians_by_hand_met_or_missed():
+    frame = pd.DataFrame([
+        ("c1", "s", "u1", "ttft_mean_s", -0.10), ("c1", "s", "u2", "ttft_mean_s", 0.04),
+        ("c1", "s", "u3", "ttft_mean_s", 0.06), ("c1", "s", "u1", "tpot_mean_s", 0.07),
+        ("c1", "s", "u1", "ttft_p99_s", -0.15), ("c1", "s", "u2", "ttft_p99_s", 0.2),
+        ("c2", "t", "p1", "prompt_time_s", -0.20), ("c2", "t", "p1", "token_time_s", 0.05),
+    ], columns=["card", "dataset", "unit", "metric", "err_datasheet"])
+    lines = card_targets_markdown(frame)
+    # c1: first token median |-0.10, 0.04, 0.06| = 6 % (<= 10: met); TPOT 7 % (> 6: missed); no E2E;
+    # TTFT p99 median |-0.15, 0.20| = 17.5 % (> 15: missed)
+    assert "| c1 | s | 3 | 6.0 % met | 7.0 % **missed** | – | 17.5 % **missed** |" in lines
+    assert "| c2 | t | 1 | 20.0 % **missed** | 5.0 % met | – | – |" in lines
+
+
 def test_the_pages_per_card_section_is_the_committed_results(committed):
     """``docs/validation.md``'s per-card table is recomputed from ``validation_results.csv``: the
     page and the predictions it summarises were generated together."""
@@ -110,3 +130,6 @@ def test_the_pages_per_card_section_is_the_committed_results(committed):
     assert {(r.card, r.dataset) for r in committed.itertuples()} == \
         {(line.split(" | ")[0][2:], line.split(" | ")[2]) for line in expected[6:]}
     assert "## KV capacity against vLLM's reported blocks" in page
+    targets = card_targets_markdown(committed)
+    start = page.index(targets[0])
+    assert page[start:start + len(targets)] == targets, REGENERATE

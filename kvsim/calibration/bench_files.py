@@ -29,8 +29,9 @@ by the JSON keys, not the file's name:
   ``successes.latency.<metric>`` summaries in seconds (``mean``, ``p90``, ...).
 
 Metrics map to :data:`~kvsim.calibration.measurements.METRICS` in seconds; one a file lacks is None
-(a p90 not requested). Where a summary lacks E2E but the file holds every successful request's
-latency, the mean and p90 are computed from those (numpy's default percentile, as vLLM's).
+(a p90 or p99 not requested). Where a summary lacks E2E but the file holds every successful
+request's latency, the mean and p90 are computed from those, and a missing TTFT p90 or p99 from
+the per-request TTFTs (numpy's default percentile, as vLLM's).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ class BenchRun:
     output_tokens: int = 0
     notes: tuple[str, ...] = ()
     measured: dict[str, float | None] = field(default_factory=dict, hash=False, compare=False)
+    engine: str = ""
+    engine_version: str = ""
 
     @property
     def label(self) -> str:
@@ -257,7 +260,7 @@ def _fixed(engine: Engine, mean_in: float | None, mean_out: float | None, what: 
 def _engine_fields(engine: Engine, model: str | None) -> dict[str, Any]:
     return dict(model=engine.model or model, gpu=engine.gpu, tp=engine.tp, precision=engine.precision,
                 max_num_seqs=engine.max_num_seqs, max_batched_tokens=engine.max_batched_tokens,
-                prefix_cache=engine.prefix_cache)
+                prefix_cache=engine.prefix_cache, engine=engine.engine, engine_version=engine.engine_version)
 
 
 # ------------------------------------------------------------------------------------------ vLLM
@@ -288,11 +291,12 @@ def _vllm(record: dict, engine: Engine, path: Path, line: int, problems: _Proble
     pairs = _lengths(record.get("input_lens"), record.get("output_lens"), keep)
     # vLLM writes 0 for a metric it could not measure (np.mean of an empty list: no streaming, or
     # no request of more than one output token): not a latency, so not compared
-    zeros = [k for k in ("mean_ttft_ms", "p90_ttft_ms", "mean_tpot_ms") if record.get(k) == 0]
+    zeros = [k for k in ("mean_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms") if record.get(k) == 0]
     record = {**record, **dict.fromkeys(zeros)}
     measured = {
         "ttft_mean_s": _latency(record, "mean_ttft_ms", 1e3, problems, line),
         "ttft_p90_s": _latency(record, "p90_ttft_ms", 1e3, problems, line),
+        "ttft_p99_s": _latency(record, "p99_ttft_ms", 1e3, problems, line),
         "tpot_mean_s": _latency(record, "mean_tpot_ms", 1e3, problems, line),
         "e2e_mean_s": _latency(record, "mean_e2el_ms", 1e3, problems, line),
         "e2e_p90_s": _latency(record, "p90_e2el_ms", 1e3, problems, line),
@@ -306,6 +310,9 @@ def _vllm(record: dict, engine: Engine, path: Path, line: int, problems: _Proble
         if values is not None and measured[f"{metric}_p90_s"] is None:
             measured[f"{metric}_p90_s"] = float(np.percentile(values, 90))
             notes.append(f"{metric.upper()} p90 from the file's per-request {key}")
+        if values is not None and metric == "ttft" and measured["ttft_p99_s"] is None:
+            measured["ttft_p99_s"] = float(np.percentile(values, 99))
+            notes.append(f"TTFT p99 from the file's per-request {key}")
     if all(v is None for v in measured.values()):
         problems.bad("mean_ttft_ms", "the file states no TTFT, TPOT or E2E latency: nothing to compare", line)
     if len(problems.items) > before:
@@ -377,6 +384,7 @@ def _guidellm(report: dict, engine: Engine, path: Path, problems: _Problems) -> 
         metric = {m: _latency(bench, f"metrics.{key}.successful.{stat}", per_s, sub)
                   for m, key, stat, per_s in (("ttft_mean_s", "time_to_first_token_ms", "mean", 1e3),
                                                ("ttft_p90_s", "time_to_first_token_ms", "percentiles.p90", 1e3),
+                                               ("ttft_p99_s", "time_to_first_token_ms", "percentiles.p99", 1e3),
                                                ("tpot_mean_s", "inter_token_latency_ms", "mean", 1e3),
                                                ("e2e_mean_s", "request_latency", "mean", 1.0),
                                                ("e2e_p90_s", "request_latency", "percentiles.p90", 1.0))}
@@ -442,6 +450,7 @@ def _inference_perf(report: dict, engine: Engine, path: Path, problems: _Problem
     lat = "successes.latency"
     measured = {"ttft_mean_s": _latency(report, f"{lat}.time_to_first_token.mean", 1.0, problems),
                 "ttft_p90_s": _latency(report, f"{lat}.time_to_first_token.p90", 1.0, problems),
+                "ttft_p99_s": _latency(report, f"{lat}.time_to_first_token.p99", 1.0, problems),
                 "tpot_mean_s": _latency(report, f"{lat}.time_per_output_token.mean", 1.0, problems),
                 "e2e_mean_s": _latency(report, f"{lat}.request_latency.mean", 1.0, problems),
                 "e2e_p90_s": _latency(report, f"{lat}.request_latency.p90", 1.0, problems)}

@@ -22,6 +22,10 @@ Fields (unknown ones are refused, as are wrong types, each with its line)::
     # optional, the workload when the file has no per-request lengths:
     input_tokens: 1024        # the fixed prompt length it was run with (--random-input-len)
     output_tokens: 128        # the fixed output length (--random-output-len, with ignore_eos)
+    # optional: the serving engine and its version, for what that version fixes (vLLM 0.10.0 to
+    # 0.23.x tokenise prompts in 2 ms micro-batches: kvsim.calibration.runs.engine_settings)
+    engine: vLLM
+    engine_version: 0.15.1
     # optional, inference-perf only: its config's data.shared_prefix block, as written there
     shared_prefix: {num_unique_system_prompts: 10, num_users_per_system_prompt: 10,
                     system_prompt_len: 128, question_len: 64, output_len: 64}
@@ -29,6 +33,7 @@ Fields (unknown ones are refused, as are wrong types, each with its line)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +52,7 @@ _SHARED_PREFIX_KEYS = ("num_unique_system_prompts", "num_users_per_system_prompt
 """inference-perf's ``data.shared_prefix`` fields (kubernetes-sigs/inference-perf
 ``inference_perf/config`` ``SharedPrefix``; the demo ``demos/kubecon-na-2025/config.yaml``)."""
 _FIELDS = ("model", "gpu", "tp", "precision", "max_num_seqs", "max_num_batched_tokens", "prefix_cache",
-           "input_tokens", "output_tokens", "shared_prefix")
+           "input_tokens", "output_tokens", "shared_prefix", "engine", "engine_version")
 _REQUIRED = ("gpu", "tp", "precision", "max_num_seqs", "max_num_batched_tokens", "prefix_cache")
 
 
@@ -66,6 +71,8 @@ class Engine:
     input_tokens: int | None = None
     output_tokens: int | None = None
     shared_prefix: tuple[int, int, int, int, int] | None = None  # groups, users, system, question, output
+    engine: str = ""
+    engine_version: str = ""
 
 
 def find_sidecar(measurement: Path) -> Path | None:
@@ -125,9 +132,16 @@ def read_sidecar(measurement: Path, needs_model: bool) -> Engine:
         get.bad(("prefix_cache",), f"expected true or false (on/off), got {cache!r}")
     inputs, outputs = get.count(("input_tokens",), MAX_TOKENS), get.count(("output_tokens",), MAX_TOKENS)
     shared = _shared_prefix(get, data.get("shared_prefix"))
+    name = get.text("engine") or ""
+    version = data.get("engine_version")
+    if isinstance(version, (int, float)) and not isinstance(version, bool):
+        version = str(version)  # (YAML reads 0.15 as a number)
+    if version is not None and not (isinstance(version, str) and re.match(r"\s*v?\d+\.\d+", version)):
+        get.bad(("engine_version",), f"expected a version such as 0.15.1, got {version!r}")
     if problems:
         raise SpecError(problems)
-    return Engine(str(path), model, gpu, tp, precision.upper(), seqs, budget, cache, inputs, outputs, shared)
+    return Engine(str(path), model, gpu, tp, precision.upper(), seqs, budget, cache, inputs, outputs, shared,
+                  name, str(version or ""))
 
 
 def _shared_prefix(get: _Fields, block: Any) -> tuple[int, int, int, int, int] | None:

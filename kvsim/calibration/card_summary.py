@@ -22,13 +22,48 @@ import pandas as pd
 
 from kvsim.calibration.runs import GPU_NODES
 
-__all__ = ["KIND_METRICS", "unit_card_model", "card_model_rows", "card_model_markdown", "prediction_drift"]
+__all__ = ["KIND_METRICS", "CARD_TARGETS", "unit_card_model", "card_model_rows", "card_model_markdown",
+           "card_targets_markdown", "prediction_drift"]
 
 KIND_METRICS = {"first token": ("ttft_mean_s", "prompt_time_s"),
                 "per token": ("tpot_mean_s", "token_time_s"),
                 "end to end": ("e2e_mean_s",)}
 """The page's three columns and the metrics that fill each: a serving run's mean TTFT / TPOT / E2E, or a
 step table's prefill-iteration and decode-iteration times (a step table has no end-to-end figure)."""
+
+
+CARD_TARGETS = (("first token", ("ttft_mean_s", "prompt_time_s"), 0.10),
+                ("per token", ("tpot_mean_s", "token_time_s"), 0.06),
+                ("end to end", ("e2e_mean_s",), 0.06),
+                ("TTFT p99", ("ttft_p99_s",), 0.15))
+"""Issue 27's datasheet targets, each card family and measurement set on its own: (kind, the metrics
+that measure it, median |error| limit)."""
+
+
+def card_targets_markdown(frame: pd.DataFrame) -> list[str]:
+    """Issue 27's targets per card family and set: the datasheet median |error|, met or missed.
+
+    Parameters
+    ----------
+    frame : pandas.DataFrame
+        The results table with a ``card`` column (one row per unit and metric).
+    """
+    kinds = " | ".join(f"{kind} (<= {100 * limit:.0f} %)" for kind, _, limit in CARD_TARGETS)
+    lines = ["### Targets per card family (issue 27)", "",
+             "Datasheet median |error| of each card family and measurement set on its own (a step table has no "
+             "end-to-end or p99 figure: '–').", "",
+             f"| card | set | units | {kinds} |", "|---|---|---:|" + "---|" * len(CARD_TARGETS)]
+    for (card, dataset), group in frame.groupby(["card", "dataset"], sort=True):
+        cells = []
+        for _, metrics, limit in CARD_TARGETS:
+            errors = group.loc[group["metric"].isin(metrics), "err_datasheet"].dropna().abs()
+            if errors.empty:
+                cells.append("–")
+                continue
+            value = float(errors.median())
+            cells.append(f"{100 * value:.1f} % {'met' if value <= limit else '**missed**'}")
+        lines.append(f"| {card} | {dataset} | {group['unit'].nunique()} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def unit_card_model(row: Any) -> tuple[str, str]:

@@ -23,6 +23,10 @@ The scenario reproduces the run's conditions:
   pauses before the next; kvsim runs them back to back, which changes nothing at these loads;
 - an FP8 checkpoint that keeps some layers in BF16 gets those groups' formats
   (:data:`CHECKPOINT_WEIGHT_DTYPES`), in its weight bytes, KV capacity and reads;
+- the engine's version-specific front end: vLLM 0.10.0 to 0.23.x tokenise prompts in 2 ms
+  micro-batches (:func:`engine_settings`, :mod:`kvsim.sim.tokenizer_batch`), from the row's
+  ``engine`` / ``engine_version`` (a benchmark result file's from its sidecar; none stated: kvsim's
+  default, no micro-batching);
 - the 8 GiB CPU offload tier of some runs is left out: the prompts mostly stay in HBM, and where
   a run's long outputs crowd them out (reasoning-lite on a small pool) the CPU tier's hits are
   not modelled (nor vLLM's caching of generated blocks, which crowds them out sooner);
@@ -44,7 +48,7 @@ from kvsim.models import model_catalog
 from kvsim.scenario.load import Scenario, build_scenario
 from kvsim.yaml_io import Located
 
-__all__ = ["MODEL_ALIASES", "CHECKPOINT_WEIGHT_DTYPES", "GPU_NODES", "catalog_model", "run_scenario_raw", "run_scenario", "predict_run",
+__all__ = ["MICROBATCH_TOKENIZER_VERSIONS", "engine_settings", "MODEL_ALIASES", "CHECKPOINT_WEIGHT_DTYPES", "GPU_NODES", "catalog_model", "run_scenario_raw", "run_scenario", "predict_run",
            "SUMMARY_COLUMNS"]
 
 MODEL_ALIASES = {
@@ -69,9 +73,34 @@ GPU_NODES = {"H100-SXM-80GB": ("h100-sxm", "h100-8x"), "h100-80gb": ("h100-sxm",
 """Measured GPU names -> (kvsim accelerator, node). Splitwise's ``h100-80gb`` and ``a100-80gb`` are
 DGX H100 and DGX A100 (SXM) servers."""
 
-SUMMARY_COLUMNS = {"ttft_mean_s": "ttft_s_mean", "ttft_p90_s": "ttft_s_p90", "tpot_mean_s": "tpot_s_mean",
+SUMMARY_COLUMNS = {"ttft_mean_s": "ttft_s_mean", "ttft_p90_s": "ttft_s_p90", "ttft_p99_s": "ttft_s_p99",
+                   "tpot_mean_s": "tpot_s_mean",
                    "e2e_mean_s": "e2e_s_mean", "e2e_p90_s": "e2e_s_p90"}
 """Measured metric -> kvsim summary column."""
+
+
+MICROBATCH_TOKENIZER_VERSIONS = ((0, 10, 0), (0, 24, 0))
+"""vLLM releases whose API server tokenises through ``AsyncMicrobatchTokenizer`` (2 ms wait, 32
+prompts): from 0.10.0 (vllm-project/vllm pull 19334; in ``vllm/utils/__init__.py`` of the 0.10.0
+release, absent from 0.9.2) to before 0.24.0 (removed by pull 45759; in
+``vllm/utils/async_utils.py`` of 0.23.0, absent from 0.24.0). Read in the releases' source (H)."""
+
+
+def _version(text: str) -> tuple[int, ...] | None:
+    parts = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(p or 0) for p in parts.groups()) if parts else None
+
+
+def engine_settings(engine: str, version: str) -> dict[str, Any]:
+    """The ``engine`` fields a measured engine's name and version fix (not fitted: read in its
+    source): vLLM 0.10.0-0.23.x's micro-batching tokeniser. Empty for anything else."""
+    found = _version(version)
+    if engine.strip().lower() != "vllm" or found is None:
+        return {}
+    low, high = MICROBATCH_TOKENIZER_VERSIONS
+    if low <= found < high:
+        return {"tokenizer_batch_wait_s": 0.002, "tokenizer_batch_max": 32}
+    return {}
 
 
 def catalog_model(name: str) -> str:
@@ -126,6 +155,7 @@ def run_scenario_raw(run: VllmRun | BenchRun, time_scale: float = 1.0, seed: int
     }
     if run.prefix_cache:
         system["kv_cache"] = {}
+    engine = engine_settings(run.engine, run.engine_version)
     return {
         "name": f"vllm-run-{name}",
         "description": f"kvsim reproduction of measured run {run.label}",
@@ -137,7 +167,7 @@ def run_scenario_raw(run: VllmRun | BenchRun, time_scale: float = 1.0, seed: int
         "kv_dtype": "bf16",
         "workload": workload,
         "systems": {"vllm": system},
-    }
+    } | ({"engine": engine} if engine else {})
 
 
 def run_scenario(run: VllmRun | BenchRun, values: Mapping[str, float] | None = None, time_scale: float = 1.0,

@@ -13,12 +13,10 @@ Per-step host work (seconds)::
     host_s = step_fixed_s + step_per_seq_s * sequences + step_per_token_s * scheduled_tokens
 
 and on the GPU, beside the roofline, ``kernel_s`` per kernel launch of the forward pass
-(:mod:`kvsim.models.kernels` counts them). By default the two add up: async scheduling hides the
-scheduler's decisions behind the GPU, but input preparation, sampling and output handling still
-sit between steps (an assumption; the vLLM calibration set fits better with them added than
-hidden).
+(:mod:`kvsim.models.kernels` counts them). With async scheduling (the default) the host's work
+overlaps the GPU's, below; a synchronous engine (``async_scheduling: false``) adds the two.
 
-Host overlap (``host_overlap: true``, off by default). An engine that prepares iteration ``n + 1``
+Host overlap (``host_overlap``; by default on exactly when ``async_scheduling`` is). An engine that prepares iteration ``n + 1``
 on the CPU while the GPU runs iteration ``n`` (vLLM V1 with async scheduling keeps two batches in
 flight, ``vllm/v1/engine/core.py`` ``step_with_batch_queue``; SGLang's overlap scheduler likewise)
 waits for the host only when the host's work is the longer of the two::
@@ -31,13 +29,22 @@ waits for the host only when the host's work is the longer of the two::
 An idle engine has nothing to overlap with: the host prepares the first batch, then the GPU runs
 it. Engine time's ``overhead`` cause counts the exposed part only (the time the GPU waits for the
 host). With the per-step host terms at their defaults a busy engine's decode steps hide them
-whole; ``benchmarks/collectives_validation.py --host-overlap`` measures what that does to the
-validation page's errors.
+whole. Before kvsim 0.1's session 23 the default added them (``host_overlap: false``); on the vLLM
+H100 runs overlapping them took the datasheet TPOT error from 9.0 % to 4.1 % and E2E from 8.8 % to
+4.2 %, with TTFT at 8.7 % once the front end's micro-batching tokeniser (below) was modelled too
+(``docs/explanation/whole-step.md``). ``host_overlap: false`` with async scheduling is the
+what-if of an engine whose host work sits between its steps all the same.
 
 Request path (seconds)::
 
     engine sees the request  = arrival + api_s + tokenize_s_per_token * prompt_tokens
     client sees a token      = end of the step that sampled it + output_s
+
+With ``tokenizer_batch_wait_s`` above 0 the tokenising is the API server's micro-batching
+tokeniser instead (vLLM 0.10.0-0.23.x: a prompt waits up to 2 ms for others, then the batch is
+tokenised in one call; :mod:`kvsim.sim.tokenizer_batch`), and the request reaches the engine when
+its batch is done. Off by default (vLLM 0.24 removed it; 0.9 and earlier never had it); the
+validation runs, vLLM 0.15.1, turn it on from their engine version.
 
 ``output_s`` is paid by every streamed token, but off the engine's critical path (vLLM V1 runs
 output processing in the API-server process, overlapped with the next step), so it shifts the
@@ -145,6 +152,12 @@ class EngineSpec(FrozenSpec):
         Per request, from arrival at the server to the engine's queue (API server), seconds.
     tokenize_s_per_token : float
         Tokenisation time per prompt token, seconds.
+    tokenizer_batch_wait_s : float
+        How long the API server's tokeniser waits after a batch's first prompt for more, seconds
+        (0, the default: every prompt is tokenised on its own). vLLM 0.10.0 to 0.23.x wait 0.002 s
+        (``AsyncMicrobatchTokenizer``, :mod:`kvsim.sim.tokenizer_batch`).
+    tokenizer_batch_max : int
+        Prompts that close a tokeniser batch at once (vLLM: 32).
     output_s : float
         From the end of the step that sampled a token to the client receiving it, seconds.
     async_scheduling : bool
@@ -177,11 +190,12 @@ class EngineSpec(FrozenSpec):
         A random, mean-one factor on every iteration's duration (:mod:`kvsim.models.step_variance`):
         ``kind: none`` (default: every step of a shape takes the step model's time) or
         ``lognormal``; ``{kind: lognormal}`` alone is the published setting.
-    host_overlap : bool
-        The host prepares each iteration while the GPU runs the one before (default false: the
-        host's per-step work adds to every iteration); a busy engine's iteration then takes the
-        longer of its GPU time and its host time, and only a step that starts an idle engine
-        pays both (explained in ``kvsim/models/engine.py``). Needs ``async_scheduling``.
+    host_overlap : bool, optional
+        The host prepares each iteration while the GPU runs the one before: a busy engine's
+        iteration takes the longer of its GPU time and its host time, and only a step that starts
+        an idle engine pays both (explained in ``kvsim/models/engine.py``). None (default): on
+        exactly when ``async_scheduling`` is; false adds the host's per-step work to every
+        iteration; true needs ``async_scheduling``.
     collectives : str
         How the tensor-parallel all-reduces and the expert all-to-alls are priced: ``alpha_beta``
         (the default: recursive doubling or a ring with the card's per-hop
@@ -199,6 +213,8 @@ class EngineSpec(FrozenSpec):
     step_per_token_s: Seconds = 0.5e-6
     api_s: Seconds = 2e-3
     tokenize_s_per_token: Seconds = 0.1e-6
+    tokenizer_batch_wait_s: Seconds = 0.0
+    tokenizer_batch_max: PositiveInt = 32
     output_s: Seconds = 1e-3
     async_scheduling: bool = True
     kernel_s: Seconds = 3.64e-6
@@ -210,7 +226,7 @@ class EngineSpec(FrozenSpec):
     early_exit: EarlyExitSpec | None = None
     step_variance: StepVarianceSpec = StepVarianceSpec()
     collectives: Literal["alpha_beta", "measured", "measured_nccl"] = "alpha_beta"
-    host_overlap: bool = False
+    host_overlap: bool | None = None
 
     @field_validator("backend")
     @classmethod
@@ -225,11 +241,17 @@ class EngineSpec(FrozenSpec):
 
     @model_validator(mode="after")
     def _overlap_needs_async(self) -> EngineSpec:
-        if self.host_overlap and not self.async_scheduling:
+        if self.host_overlap is True and not self.async_scheduling:
             raise field_errors(EngineSpec, [(("host_overlap",), "true needs async_scheduling: true (a synchronous "
                                              "engine prepares a batch only after the one before it has finished, "
                                              "so nothing overlaps)", True)])
         return self
+
+    @property
+    def overlaps_host(self) -> bool:
+        """Whether the host's per-step work overlaps the GPU's (``host_overlap``, or by default
+        ``async_scheduling``)."""
+        return self.async_scheduling if self.host_overlap is None else self.host_overlap
 
     def captured_tokens(self, max_num_seqs: int, max_batched_tokens: int) -> int:
         """The largest iteration replayed as a graph, in tokens, for an instance with these limits

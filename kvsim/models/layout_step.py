@@ -220,7 +220,7 @@ class LayoutStepTime:
                               comm_s=stage.comm_s * factor,
                               overhead_s=self._overhead_s(batch),
                               kernels_s=stage.kernels_s * factor)
-        return hide_host(parts, parts.overhead_s) if self.engine.host_overlap else parts
+        return hide_host(parts, parts.overhead_s) if self.engine.overlaps_host else parts
 
     def _overhead_s(self, batch: BatchShape) -> float:
         """The host's time of one iteration: with data-parallel attention each rank is its own

@@ -278,7 +278,7 @@ class RooflineStepTime:
         self._step_fixed_s = self.engine.step_fixed_s
         self._step_per_seq_s = self.engine.step_per_seq_s
         self._step_per_token_s = self.engine.step_per_token_s
-        self._host_overlap = self.engine.host_overlap
+        self._host_overlap = self.engine.overlaps_host
 
     def comm_s(self, tokens: int) -> float:
         """TP all-reduce time of one iteration over ``tokens`` tokens, seconds (worked out once

@@ -10,6 +10,7 @@ from kvsim.serving.sequence cimport Sequence
 
 cdef class FrontEnd:
     cdef public object env, sequence_type, holder, abort_handoff, timeout_s, request_in_s, records, router
+    cdef public object batcher
     cdef public object entry_role, lora_sharing
     cdef public TimeWeightedLevel in_system
     cdef public LoadBoard board

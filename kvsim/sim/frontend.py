@@ -27,6 +27,7 @@ from kvsim.serving.adapters import adapter_block_ids, value_keys
 from kvsim.serving.instance import Instance
 from kvsim.serving.load_board import LoadBoard
 from kvsim.serving.sequence import Sequence
+from kvsim.sim.tokenizer_batch import TokenizerBatcher
 
 if TYPE_CHECKING:
     from kvsim.serving.router import Router
@@ -77,7 +78,7 @@ class FrontEnd:
     """
 
     __slots__ = ("env", "sequence_type", "holder", "abort_handoff", "timeout_s", "aborted", "request_in_s",
-                 "output_s", "records", "in_system", "router", "board", "entry_role", "with_hashes", "lora_sharing",
+                 "batcher", "output_s", "records", "in_system", "router", "board", "entry_role", "with_hashes", "lora_sharing",
                  "block_tokens", "adapter_count", "prompt_hashes", "held_hashes", "submitted", "completed",
                  "rejected")
 
@@ -95,6 +96,10 @@ class FrontEnd:
         self.timeout_s = timeout_s
         self.aborted = 0
         self.request_in_s = engine.request_in_s if engine is not None else None
+        # vLLM 0.10-0.23's API server tokenises prompts in micro-batches (kvsim.sim.tokenizer_batch)
+        self.batcher = (TokenizerBatcher(env, engine.tokenizer_batch_wait_s, engine.tokenizer_batch_max,
+                                         engine.api_s, engine.tokenize_s_per_token, self.route)
+                        if engine is not None and engine.tokenizer_batch_wait_s > 0 else None)
         self.output_s = engine.output_s if engine is not None else 0.0
         self.records = records
         self.in_system = in_system
@@ -154,6 +159,9 @@ class FrontEnd:
         self.submitted += 1
         if self.timeout_s is not None:
             self.env.timeout(self.timeout_s).callbacks.append(_GiveUp(self, seq))
+        if self.batcher is not None:
+            self.batcher.add(seq, input_tokens)
+            return rid
         delay_s = self.request_in_s(input_tokens) if self.request_in_s is not None else 0.0
         if delay_s > 0:
             self.env.timeout(delay_s).callbacks.append(_Route(self, seq))
