@@ -117,11 +117,18 @@ class WeightOffloadSpec(FrozenSpec):
     home : str
         ``host`` (default): the node's host DRAM, over each card's host link; ``pool``: the
         system's remote KV pool (``kv_cache.remote``), over the node's NICs.
+    contend : bool
+        Stream the weights through the flow network (default false): each iteration's transfer
+        is a flow per card on the links it crosses, sharing them with the KV traffic, and the
+        iteration is timed at the rate the flow gets when it starts; the instance's iterations
+        then run one by one (no coalesced runs). False: the stream is charged in the step time
+        at its nominal rate, and the links' KV flows do not see it.
     """
 
     fraction: Fraction = Field(gt=0.0, lt=1.0)
     buffer_layers: PositiveInt = 2
     home: Literal["host", "pool"] = "host"
+    contend: bool = False
 
 
 def offloaded_layers(model: ModelSpec, fraction: float) -> int:
@@ -202,6 +209,14 @@ class WeightStream:
         (:func:`expert_routing_shares`); empty for a dense model.
     home : str
         ``host`` or ``pool``: where the weights come from.
+    unit_bytes : float
+        Bytes on each card of one offloaded layer (dense) or one offloaded expert (MoE).
+    rate_Bps : float
+        The nominal rate of each card's stream, bytes/s (``layer_s`` is ``unit_bytes`` over it,
+        times the experts for MoE).
+    contend : bool
+        The stream shares its links with KV flows (``weight_offload.contend``,
+        :mod:`kvsim.serving.weight_flows`).
     """
 
     layers: int
@@ -210,6 +225,9 @@ class WeightStream:
     expert_s: float = 0.0
     cold_shares: tuple[float, ...] = ()
     home: str = "host"
+    unit_bytes: float = 0.0
+    rate_Bps: float = 0.0
+    contend: bool = False
 
     def what(self) -> str:
         """What is streamed, in words: ``16 of 32 layers`` or ``32 cold experts of each of 94 MoE
@@ -224,6 +242,14 @@ class WeightStream:
         if not self.cold_shares:
             return self.layer_s
         return self.expert_s * touched_experts(self.cold_shares, tokens)
+
+    def step_bytes(self, tokens: int) -> float:
+        """Bytes streamed onto each card in an iteration of ``tokens`` tokens: every offloaded
+        layer (dense), or the offloaded experts the tokens are expected to touch in each MoE
+        layer (MoE)."""
+        if not self.cold_shares:
+            return self.offloaded * self.unit_bytes
+        return self.offloaded * self.unit_bytes * touched_experts(self.cold_shares, tokens)
 
 
 @dataclass(frozen=True)
@@ -262,13 +288,16 @@ def weight_stream(spec: WeightOffloadSpec, model: ModelSpec, accelerator: Accele
     ``rate_Bps`` per card (default: the host link at ``efficiency.host_copy``)."""
     rate = rate_Bps if rate_Bps is not None else accelerator.host_link_bandwidth * accelerator.efficiency.host_copy
     if model.moe is None:
+        unit = layer_bytes_per_card(model, dtype, weight_dtypes, tp)
         return WeightStream(layers=model.num_layers, offloaded=offloaded_layers(model, spec.fraction),
-                            layer_s=layer_bytes_per_card(model, dtype, weight_dtypes, tp) / rate, home=spec.home)
+                            layer_s=unit / rate, home=spec.home, unit_bytes=unit, rate_Bps=rate, contend=spec.contend)
     m = offloaded_experts(model, spec.fraction)
     shares = expert_routing_shares(model.moe.num_experts, model.moe.experts_per_token, expert_skew)
-    expert_s = expert_bytes_per_card(model, dtype, weight_dtypes, tp) / rate
+    unit = expert_bytes_per_card(model, dtype, weight_dtypes, tp)
+    expert_s = unit / rate
     return WeightStream(layers=model.num_layers, offloaded=model.num_moe_layers, layer_s=m * expert_s,
-                        expert_s=expert_s, cold_shares=shares[len(shares) - m:], home=spec.home)
+                        expert_s=expert_s, cold_shares=shares[len(shares) - m:], home=spec.home, unit_bytes=unit,
+                        rate_Bps=rate, contend=spec.contend)
 
 
 @dataclass(frozen=True)
