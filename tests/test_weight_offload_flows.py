@@ -149,6 +149,17 @@ def test_a_pool_stream_shares_the_nic_with_pool_loads_by_hand(name):
     assert flows.begin(8) == pytest.approx(nominal / (nic / 3), rel=1e-12) == pytest.approx(1.5, rel=1e-12)
 
 
+def test_an_moe_stream_moves_the_touched_experts_bytes():
+    qwen, h20 = model_catalog()["qwen3-235b-a22b"], accelerator_catalog()["h20"]
+    stream = weight_stream(WeightOffloadSpec(fraction=0.25, contend=True), qwen, h20, "fp8", None, 8, expert_skew=1.0)
+    for tokens in (1, 16, 128):
+        # the bytes of an iteration over the rate: the k MoE layers' transfers of the step model
+        assert stream.step_bytes(tokens) / stream.rate_Bps == pytest.approx(
+            stream.offloaded * stream.layer_s_at(tokens), rel=1e-12)
+    assert stream.step_bytes(1) < stream.step_bytes(16) < stream.step_bytes(128) < \
+        stream.offloaded * len(stream.cold_shares) * stream.unit_bytes
+
+
 SCENARIO = """
 name: wf
 seed: 3
@@ -185,8 +196,18 @@ CACHE = "router: cache_aware, kv_cache: {dram: {capacity: 8 GiB}},"
 
 
 @pytest.mark.parametrize("name", BACKENDS)
-def test_coalesced_and_step_by_step_runs_are_equal_with_the_stream(name):
+def test_coalesced_and_step_by_step_runs_are_equal_with_the_stream(name, monkeypatch):
+    """A contending instance runs its iterations one by one whatever engine.coalesce says, so the
+    two give the same records (a coalesced run would start none of its iterations' flows)."""
+    begin, scales = WeightFlows.begin, []
+
+    def counted(self, tokens):
+        scales.append(begin(self, tokens))
+        return scales[-1]
+
+    monkeypatch.setattr(WeightFlows, "begin", counted)
     coalesced, stepped = _run(name, True, True, CACHE), _run(name, True, False, CACHE)
+    assert len(scales) > 100 and any(scale > 1.0 for scale in scales)  # some iterations met a KV load
     assert coalesced.records_digest() == stepped.records_digest()
     assert coalesced.runs[0].summary["tpot_s"] == stepped.runs[0].summary["tpot_s"]
     # the KV loads from host DRAM share the cards' host links with the stream: decode slows
