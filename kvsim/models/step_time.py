@@ -327,10 +327,14 @@ class RooflineStepTime:
 
     @cython.locals(tokens_f=cython.double, sequences=cython.double, flops=cython.double, kv_tokens=cython.double,
                    remote_tokens=cython.double, remote_s=cython.double, rate=cython.double, weights_s=cython.double,
-                   comm_s=cython.double, overhead_s=cython.double, compute_s=cython.double, memory_s=cython.double)
-    def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None) -> StepBreakdown:
+                   comm_s=cython.double, overhead_s=cython.double, compute_s=cython.double, memory_s=cython.double,
+                   stream_scale=cython.double)
+    def breakdown(self, batch: BatchShape, remote_kv_Bps: float | None = None,
+                  stream_scale: float = 1.0) -> StepBreakdown:
         """Time components of one iteration (seconds); ``remote_kv_Bps`` is the per-card rate of
-        the KV read in place from peers (default: the uncontended scale-up rate)."""
+        the KV read in place from peers (default: the uncontended scale-up rate); the offloaded
+        layers' transfers take ``stream_scale`` times their nominal time (the stream's nominal
+        rate over the one the flow network gives it, :mod:`kvsim.serving.weight_flows`)."""
         prefill_tokens, prefill_pairs, prefill_context, decode_seqs, decode_context, sampled_seqs, prefill_seqs, \
             remote_kv_tokens = batch
         tokens = prefill_tokens + decode_seqs  # batch.tokens
@@ -357,7 +361,7 @@ class RooflineStepTime:
         compute_s = flops / rate
         memory_s = weights_s + kv_tokens * self._kv_bytes_per_token_card / self._kv_Bps
         if self._stream_k > 0.0:
-            memory_s = streamed_memory_s(compute_s, memory_s, self._stream_layers, self._stream_k, tau)
+            memory_s = streamed_memory_s(compute_s, memory_s, self._stream_layers, self._stream_k, tau * stream_scale)
         # a named tuple made as tuple.__new__ does (its generated __new__ runs as Python code)
         if self._host_overlap:
             host_s = overhead_s

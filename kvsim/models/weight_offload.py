@@ -74,10 +74,41 @@ split over every card of the nodes of the system's pools that stream from it. Th
 offloaded weights for the whole system (every instance reads the same bytes), taken from its KV
 capacity (spread over its nodes); a system without ``kv_cache.remote`` is refused.
 
+**Through the flow network** (``weight_offload.contend: true``; :mod:`kvsim.serving.weight_flows`).
+By default the stream is charged in the step time only, at the nominal rate above, and the KV
+flows on its links do not see it. With ``contend`` each iteration's stream is a flow per card (and
+per pool node, ``home: pool``: each holds an equal share of the weights) of the bytes the
+iteration streams (``k`` layers, or the touched experts of each MoE layer), started as the
+iteration starts, on the path a KV load from the same source takes: ``home: host`` host DRAM's
+channels, the switch, the card's host link and its host-to-device copy engine; ``home: pool`` the
+pool node's media and NIC, the fabric, the card's NIC and host link (GPU-Direct). The flow network
+shares every link max-min fairly among the flows on it (:mod:`kvsim.network.flows`), so the KV
+loads of prefixes from DRAM, NVMe or the pool, P->D handoffs and peer copies into the card over
+those links see less bandwidth while the stream is in flight, and the stream gets less while they
+are. Each flow is capped at the nominal rate (the pool home's share of the NICs and the pool among
+its streaming cards stays a cap), so alone on its links the stream runs at exactly today's rate
+and the step times are those of the default. The iteration is timed once, as it starts: the
+network is solved at that instant and ``tau`` is scaled by the nominal rate over the slowest
+flow's (the cards run in lock step), never per block or per token. The flow then runs on by
+itself: a KV flow that starts during the iteration slows it (and the flow may still be landing
+when the next iteration starts, which then shares the link with it), one that ends speeds it, but
+the iteration's time was fixed at its start -- the approximation, as for KV read in place
+(:mod:`kvsim.serving.cache.remote_reads`). The transfer is taken as one burst from the
+iteration's start at the rate the network gives (the pipeline's "transfers back to back"); with
+``tau < c`` a real engine paces it by the compute, spreading the same bytes over more of the
+iteration. Writes to host DRAM (device to host) travel the other direction of the full-duplex
+PCIe link on the other copy engine: they meet the stream only on host DRAM's half-duplex
+channels. An instance whose stream contends runs its iterations one by one (no coalesced decode
+or prefill-chunk runs): a run advances many iterations in one event and would start none of their
+flows -- the simpler correct choice over cutting runs whenever a KV flow starts or ends on the
+links. Not with ``engine.early_exit`` (refused). The stream's bytes are counted under the purpose
+``weights`` beside the KV traffic's.
+
 Not modelled: tensor parallelism inside one node only (no pipeline, expert or attention data
-parallelism); the stream does not share the host link, the NICs or the pool with KV traffic
-through the flow network (it is charged in the step time, and the links' KV flows see them as
-before); the pool's access latency per transfer; the NIC's PCIe slot placement.
+parallelism); without ``contend``, the stream does not share the host link, the NICs or the pool
+with KV traffic (it is charged in the step time, and the links' KV flows do not see it); with it,
+an iteration's time does not follow rate changes after it starts, and the stream is one burst, not
+paced by the compute; the pool's access latency per transfer; the NIC's PCIe slot placement.
 """
 
 from __future__ import annotations
@@ -117,11 +148,18 @@ class WeightOffloadSpec(FrozenSpec):
     home : str
         ``host`` (default): the node's host DRAM, over each card's host link; ``pool``: the
         system's remote KV pool (``kv_cache.remote``), over the node's NICs.
+    contend : bool
+        Stream the weights through the flow network (default false): each iteration's transfer
+        is a flow per card on the links it crosses, sharing them with the KV traffic, and the
+        iteration is timed at the rate the flow gets when it starts; the instance's iterations
+        then run one by one (no coalesced runs). False: the stream is charged in the step time
+        at its nominal rate, and the links' KV flows do not see it.
     """
 
     fraction: Fraction = Field(gt=0.0, lt=1.0)
     buffer_layers: PositiveInt = 2
     home: Literal["host", "pool"] = "host"
+    contend: bool = False
 
 
 def offloaded_layers(model: ModelSpec, fraction: float) -> int:
@@ -202,6 +240,14 @@ class WeightStream:
         (:func:`expert_routing_shares`); empty for a dense model.
     home : str
         ``host`` or ``pool``: where the weights come from.
+    unit_bytes : float
+        Bytes on each card of one offloaded layer (dense) or one offloaded expert (MoE).
+    rate_Bps : float
+        The nominal rate of each card's stream, bytes/s (``layer_s`` is ``unit_bytes`` over it,
+        times the experts for MoE).
+    contend : bool
+        The stream shares its links with KV flows (``weight_offload.contend``,
+        :mod:`kvsim.serving.weight_flows`).
     """
 
     layers: int
@@ -210,6 +256,9 @@ class WeightStream:
     expert_s: float = 0.0
     cold_shares: tuple[float, ...] = ()
     home: str = "host"
+    unit_bytes: float = 0.0
+    rate_Bps: float = 0.0
+    contend: bool = False
 
     def what(self) -> str:
         """What is streamed, in words: ``16 of 32 layers`` or ``32 cold experts of each of 94 MoE
@@ -224,6 +273,14 @@ class WeightStream:
         if not self.cold_shares:
             return self.layer_s
         return self.expert_s * touched_experts(self.cold_shares, tokens)
+
+    def step_bytes(self, tokens: int) -> float:
+        """Bytes streamed onto each card in an iteration of ``tokens`` tokens: every offloaded
+        layer (dense), or the offloaded experts the tokens are expected to touch in each MoE
+        layer (MoE)."""
+        if not self.cold_shares:
+            return self.offloaded * self.unit_bytes
+        return self.offloaded * self.unit_bytes * touched_experts(self.cold_shares, tokens)
 
 
 @dataclass(frozen=True)
@@ -262,13 +319,16 @@ def weight_stream(spec: WeightOffloadSpec, model: ModelSpec, accelerator: Accele
     ``rate_Bps`` per card (default: the host link at ``efficiency.host_copy``)."""
     rate = rate_Bps if rate_Bps is not None else accelerator.host_link_bandwidth * accelerator.efficiency.host_copy
     if model.moe is None:
+        unit = layer_bytes_per_card(model, dtype, weight_dtypes, tp)
         return WeightStream(layers=model.num_layers, offloaded=offloaded_layers(model, spec.fraction),
-                            layer_s=layer_bytes_per_card(model, dtype, weight_dtypes, tp) / rate, home=spec.home)
+                            layer_s=unit / rate, home=spec.home, unit_bytes=unit, rate_Bps=rate, contend=spec.contend)
     m = offloaded_experts(model, spec.fraction)
     shares = expert_routing_shares(model.moe.num_experts, model.moe.experts_per_token, expert_skew)
-    expert_s = expert_bytes_per_card(model, dtype, weight_dtypes, tp) / rate
+    unit = expert_bytes_per_card(model, dtype, weight_dtypes, tp)
+    expert_s = unit / rate
     return WeightStream(layers=model.num_layers, offloaded=model.num_moe_layers, layer_s=m * expert_s,
-                        expert_s=expert_s, cold_shares=shares[len(shares) - m:], home=spec.home)
+                        expert_s=expert_s, cold_shares=shares[len(shares) - m:], home=spec.home, unit_bytes=unit,
+                        rate_Bps=rate, contend=spec.contend)
 
 
 @dataclass(frozen=True)

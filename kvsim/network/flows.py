@@ -332,6 +332,23 @@ class FlowNetwork:
             self._schedule(0.0)
         return min(flow.nbytes, max(0.0, flow.nbytes - flow.remaining))
 
+    def solve_now(self) -> None:
+        """Re-solve the rates at once, at this instant: what the zero-delay wake-up a transfer
+        started now arms would do, done now (it is superseded), for a caller that needs the rate
+        a flow gets at the instant it starts (:meth:`rate_of`). The flows started later at the
+        same instant are solved by a wake-up of their own, as usual."""
+        self._gen += 1
+        self._on_wake(_Wake([], self._gen))
+
+    @cython.locals(flow=_Flow)
+    def rate_of(self, event: simpy.Event) -> float:
+        """The rate of the transfer :meth:`transfer` returned ``event`` for, bytes/s, as of the
+        last solve (0 if it is no longer moving bytes)."""
+        for flow in self._flows:
+            if flow.event is event:
+                return flow.rate
+        return 0.0
+
     def bytes_moved(self, link: Hashable) -> float:
         """Bytes that have crossed ``link`` so far (each crossing of a repeated link counts).
 

@@ -78,6 +78,11 @@ class Transfers:
             return True
         return False
 
+    def count(self, purpose: str, nbytes: float) -> None:
+        """Count ``nbytes`` moved for ``purpose`` (inside the window) by flows started on the
+        network directly, not by :meth:`move` (a weight stream, :mod:`kvsim.serving.weight_flows`)."""
+        self._count(purpose, nbytes)
+
     def move(self, paths: Sequence[Sequence[Edge]], nbytes_each: float, purpose: str,
              io: IoRequest | None = None, cancellable: bool = False) -> simpy.Event:
         """Start one flow of ``nbytes_each`` bytes per path; the event fires when all have landed.

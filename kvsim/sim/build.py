@@ -42,6 +42,7 @@ from kvsim.serving.migration import KVMigration
 from kvsim.serving.router import make_router
 from kvsim.serving.scheduler import Sequence
 from kvsim.serving.specs import StaticController
+from kvsim.serving.weight_flows import streamed_step_model
 from kvsim.sim.failures import RunFailures, attach_failures
 from kvsim.sim.frontend import FrontEnd
 from kvsim.sim.prewarm import warm_prompts
@@ -329,21 +330,22 @@ def build_system(env: simpy.Environment, spec: ScenarioSpec, sizing: SystemSizin
             system.hooks[(index, "decode")] = HandoffReceiver(handoff)
         cache_hook = system.hooks.get((index, cache_role))
         hook = system.hooks.get((index, place.role))
-        # early exit draws each decode step's depth, so its steps run one by one (no coalesced runs)
+        # early exit draws each decode step's depth, and a stream through the flow network starts flows each
+        # step (kvsim.serving.weight_flows), so their steps run one by one (no coalesced runs)
         exits = pool.engine.early_exit is not None
         exit_rng = streams.generator(f"engine.early_exit.{index}") if exits else None
         instance = system.kernels.instance.Instance(
             # vLLM's limits are per data-parallel attention rank (InstanceSpec's notes): the
             # instance's scheduler holds every rank's, one sequence's chunk one rank's budget
-            env, index, place.role, pool.step_model(system.kernels, exit_rng), pages, inst_spec.instance_max_batched_tokens,
-            inst_spec.instance_max_num_seqs,
+            env, index, place.role, streamed_step_model(system, place, pool.step_model(system.kernels, exit_rng)), pages,
+            inst_spec.instance_max_batched_tokens, inst_spec.instance_max_num_seqs,
             records, system.counters, warmup, duration, hook, on_finish=system.front.finished,
             on_prefilled=handoff.prefilled if handoff is not None else _no_handoff,
             on_final_chunk=handoff.final_chunk if handoff is not None and place.role == "prefill" else None,
             gpus=list(place.gpus), output_s=pool.engine.output_s, span=span,
             async_scheduling=pool.engine.async_scheduling, adapters=_adapter_slots(spec, system_spec, pool),
-            coalesce=pool.engine.coalesce and not exits, kernels=system.kernels, max_chunk_tokens=inst_spec.max_batched_tokens,
-            jitter=pool.engine.step_variance.jitter(streams, index))
+            coalesce=pool.engine.coalesce and not exits and not pool.contends, max_chunk_tokens=inst_spec.max_batched_tokens,
+            jitter=pool.engine.step_variance.jitter(streams, index), kernels=system.kernels)
         if cache_hook is not None:
             cache_hook.attach(instance.scheduler, instance.wake)
         if handoff is not None:
@@ -454,14 +456,11 @@ def kv_extents(spec: ScenarioSpec, sizing: SystemSizing) -> bool:
 
 def _geometry(sizing: SystemSizing, pool: PoolSizing, block_tokens: int) -> CacheGeometry:
     return CacheGeometry(
-        block_tokens=block_tokens,
-        page_tokens=pool.spec.instance.block_size_tokens,
+        block_tokens=block_tokens, page_tokens=pool.spec.instance.block_size_tokens,
         block_bytes=block_tokens * sizing.model.kv_bytes_per_token_total(sizing.kv_dtype),
         block_bytes_per_card=block_tokens * pool.kv_bytes_per_token_per_card,
         tp=pool.layout.cards,  # the cards a block's KV is spread over: one flow each
-        num_layers=sizing.model.num_layers,
-        groupable=pool.layout.pp == 1 and pool.layout.dp_attention == 1,
-    )
+        num_layers=sizing.model.num_layers, groupable=pool.layout.pp == 1 and pool.layout.dp_attention == 1)
 
 
 def _instance_cache(system: System, index: int, place: Placement, pages: BlockPool,

@@ -81,6 +81,11 @@ class PoolSizing:
         return self.spec.instance.tp
 
     @property
+    def contends(self) -> bool:
+        """Its weights stream through the flow network (``weight_offload.contend``)."""
+        return self.stream is not None and self.stream.contend
+
+    @property
     def cards(self) -> int:
         return self.instances * self.layout.cards
 
@@ -293,6 +298,10 @@ def _size_pool(spec: ScenarioSpec, name: str, pool_name: str, pool: PoolSpec, mo
         except ValueError as problem:
             raise SizingError(path + ("instance", "weight_offload"), str(problem)) from None
         stream, in_pool_bytes = offload.stream, offload.pool_bytes
+        if stream.contend and spec.system_engine(name).early_exit is not None:
+            raise SizingError(path + ("instance", "weight_offload", "contend"), "a stream through the flow network is "
+                              "not modelled with engine.early_exit (whose steps skip some layers' transfers): "
+                              "give contend: false, or no early exit")
         weights_per_card -= offload.freed_bytes_per_card
     try:  # the exit heads' weights, with engine.early_exit
         weights_per_card += exit_sizing(spec.system_engine(name).early_exit, model, layout, links is None, dtype,
