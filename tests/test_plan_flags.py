@@ -28,6 +28,7 @@ seed: 2
 duration: 1.2 s
 warmup: 0.5 s
 model: qwen3-1.7b
+engine: {{host_overlap: false}}  # (the host's work added to every step, as test_queueing's server)
 workload:
   arrival: {{kind: closed_loop, clients: 1, think_time: 0 s}}
   input_tokens: {{kind: fixed, value: 512}}
