@@ -198,6 +198,58 @@ def ttft_gaps(path: Path = HOST_BOUND) -> list[tuple[str, int, float, float, flo
             for u in _vllm_units(path) if u["metric"] == "ttft_mean_s"]
 
 
+def p99_rows(path: Path = HOST_BOUND) -> list[tuple[str, float, float]]:
+    """Per vLLM run, today's datasheet error (predicted / measured - 1) on mean TTFT and TTFT p99."""
+    units = _vllm_units(path)
+    error = {(u["label"], u["metric"]): u["datasheet"] / u["measured"] - 1.0 for u in units}
+    return [(u["label"], error[u["label"], "ttft_mean_s"], error[u["label"], "ttft_p99_s"])
+            for u in units if u["metric"] == "ttft_mean_s" and (u["label"], "ttft_p99_s") in error]
+
+
+P99_MEAN_BAND = 0.06
+"""A run whose mean TTFT kvsim gets within this is one whose p99 can be judged on its own."""
+
+
+def p99_section(rows: list[tuple[str, float, float]]) -> list[str]:
+    """Why TTFT p99 misses: the Llama-4-Scout runs apart, the dense runs split by whether their mean
+    TTFT is right."""
+    moe = [r for r in rows if "Scout" in r[0]]
+    right = [r for r in rows if r not in moe and abs(r[1]) <= P99_MEAN_BAND]
+    off = [r for r in rows if r not in moe and abs(r[1]) > P99_MEAN_BAND]
+    if not moe or not right or not off:
+        return []
+
+    def span(errors: list[float]) -> str:
+        return f"{min(errors):+.0%} to {max(errors):+.0%}"
+    out = ["## Why TTFT p99 misses", "",
+           "Each prompt's first use computes it whole (the load generator sent 100 prompts in turn, so about 2 % "
+           "of a run's requests are first uses, all in its first stage), and those requests set a run's p99: the "
+           "measured stage-0 p99 sits far above the stage-1 one, at about half the load, in 7 of the 8 two-stage "
+           "runs (inference-sim/sim-to-real-accuracy-validation results_trainval/error_records.csv, per stage). A first use is a prefill of some 550 "
+           "to 1,000 tokens, compute-bound on a dense model, so its time is the card's prefill MFU: the H100's "
+           "BF16 figure (0.70, carried from the A100's measured 0.67 by the two cards' GEMM ratio; until session "
+           "24 the H100 took its FP8 figure, 0.35, for every format, and the dense runs' p99s came out 30-38 % "
+           f"high). Per run, datasheet; a dense run's mean is 'right' within {P99_MEAN_BAND:.0%}:", "",
+           "| runs | mean TTFT error | TTFT p99 error | median abs. p99 error |", "|---|---:|---:|---:|"]
+    for words, group in (("dense, mean right", right), ("dense, mean off", off), ("Llama-4-Scout (MoE, FP8)", moe)):
+        names = ", ".join(r[0].split()[0] for r in group)
+        out.append(f"| {words}: {names} | {span([r[1] for r in group])} | {span([r[2] for r in group])} | "
+                   f"{statistics.median(abs(r[2]) for r in group):.1%} |")
+    right_max = max(abs(r[2]) for r in right)
+    out += ["", f"On the dense runs whose mean is right, the p99 is within {right_max:.0%} "
+            f"({'inside' if right_max <= 0.15 else 'outside'} the 15 % target). Where a dense run's whole "
+            "first-token distribution sits low (the 7B models' runs), the p99 sits low with it: it waits on what "
+            "moves those means (the gap per run above, and what is not modelled behind it), not on a term of its "
+            "own. The Llama-4-Scout runs' "
+            "measured first uses take about twice a warm request's time (stage-0 p99 against stage-1 p90), where "
+            "kvsim's first use costs a warm request's step: Scout's 16 experts are all read in every busy decode "
+            "step already, and 550 tokens at the FP8 figure hide under that read. What makes its real prefill "
+            "slower is not known here (not the fused MoE kernel: its measured time at 512 tokens is 1.1x its "
+            "time at 64, [AIC-DATA] vllm 0.24.0 moe tables). Per-step variance at the published spread moves "
+            "p99 by at most two points ([step variance](step-variance.md)).", ""]
+    return out
+
+
 def host_section(bound: list[tuple], gaps: list[tuple[str, int, float, float, float]] | None = None) -> list[str]:
     out = ["## What the vLLM H100 targets hinge on: the host's work and the front end", "",
            "The engine's own time between GPU steps is `engine.step_fixed_s` 0.5 ms, `step_per_seq_s` 10 us and "
@@ -222,11 +274,8 @@ def host_section(bound: list[tuple], gaps: list[tuple[str, int, float, float, fl
             "the bound: these runs keep their engine busy (7-47 requests in flight), so almost no step starts an "
             "idle engine and the defaults' host time (about 1 ms a step) hides behind decode steps of 6-28 ms. "
             "Alone it makes first tokens too early; the front end's tokeniser batching, a sourced 2 ms, brings "
-            "them back. TTFT p99 misses its 15 % target in every column, with a signed median near zero: kvsim's "
-            "p99 is too low on the Llama-4-Scout runs and too high on the 70B-class and Mistral-Nemo ones (the "
-            "validation page has each run), so no engine-wide term moves it there, and per-step variance at the "
-            "published spread moves it by at most two points ([step variance](step-variance.md)). What is left "
-            "of the mean per run, today's datasheet:", "",
+            "them back. TTFT p99 misses its 15 % target in every column; why, per run, is the next section. "
+            "What is left of the mean per run, today's datasheet:", "",
             "| run | TP | measured TTFT | kvsim | gap |", "|---|---:|---:|---:|---:|"]
     for label, tp, measured, predicted, gap in gaps or []:
         out.append(f"| {label} | {tp} | {measured:.1f} ms | {predicted:.1f} ms | {gap:+.1f} ms |")
@@ -234,7 +283,7 @@ def host_section(bound: list[tuple], gaps: list[tuple[str, int, float, float, fl
     short_out = [g[4] for g in gaps or [] if "reasoning" not in g[0]]
 
     def span(values: list[float]) -> str:
-        return f"{min(values):.0f} to {max(values):.0f} ms" if values else "none"
+        return f"{min(values) + 0.0:.0f} to {max(values) + 0.0:.0f} ms".replace("-0 ", "0 ") if values else "none"
     out += ["", f"The gap left is {span(short_out)} on the general, codegen and roleplay runs and {span(long_out)} "
             "on the reasoning-lite ones (1,448 output tokens a request, 1 request/s). Not modelled, both sourced: "
             "vLLM caches every full block, the generated ones too, and frees a finished request's blocks into one "
@@ -250,7 +299,8 @@ def host_section(bound: list[tuple], gaps: list[tuple[str, int, float, float, fl
 
 
 def page(results: list[WholeStep], excess: list[tuple[str, int, float, float]] | None = None,
-         bound: list[tuple] | None = None, gaps: list[tuple[str, int, float, float, float]] | None = None) -> str:
+         bound: list[tuple] | None = None, gaps: list[tuple[str, int, float, float, float]] | None = None,
+         p99: list[tuple[str, float, float]] | None = None) -> str:
     catalog = accelerator_catalog()
     out = ["<!-- generated by benchmarks/whole_step.py; do not edit by hand -->", "",
            "# Whole decode steps per card family", "",
@@ -313,6 +363,8 @@ def page(results: list[WholeStep], excess: list[tuple[str, int, float, float]] |
         out += splitwise_section(excess)
     if bound:
         out += host_section(bound, gaps)
+    if p99:
+        out += p99_section(p99)
     return "\n".join(out)
 
 
@@ -320,7 +372,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=PAGE, help="the page to write (default: %(default)s)")
     args = parser.parse_args()
-    args.out.write_text(page(rows(), splitwise_excess(), host_bound_rows(), ttft_gaps()), encoding="utf-8")
+    args.out.write_text(page(rows(), splitwise_excess(), host_bound_rows(), ttft_gaps(), p99_rows()), encoding="utf-8")
     print(f"wrote {args.out}")
 
 

@@ -140,11 +140,20 @@ def _basis_table(catalog) -> list[str]:
             return f"{value} (not stated)"
         if basis.kind == "sibling":
             how = f"from {basis.card}" + (f" x {basis.scale}" if basis.rule == "scaled" else "")
-            return f"{value} ({how})"
-        return f"{value} ({basis.kind})"
+            how += f" x {basis.scale}, GEMM ratio" if basis.rule == "gemm_scaled" else ""
+            text = f"{value} ({how})"
+        else:
+            text = f"{value} ({basis.kind})"
+        if figure == "compute":  # a format with its own MFU (FP8 on Hopper), and what it rests on
+            formats = card.efficiency_basis.get("compute_formats")
+            text += "".join(f"; {fmt} {mfu} ({formats.kind if formats else 'not stated'})"
+                            for fmt, mfu in card.efficiency.compute_formats.items())
+        return text
 
     out = ["Efficiency basis per card: *measured* on the card, carried *from* a measured card of the same "
-           "architecture and memory technology (times a measured ratio where shown), or an *assumption* "
+           "architecture and memory technology (times a measured ratio where shown; `compute` across "
+           "architectures by the two cards' GEMM ratio), or an *assumption*; a number format with an MFU "
+           "of its own follows `compute` "
            "([the rule](../how-to/add-a-card.md), [whole decode steps](../explanation/whole-step.md)).", "",
            "| card | architecture | memory | " + " | ".join(f"`{f}`" for f in BASIS_FIGURES) + " |",
            "|---|---|---|" + "---|" * len(BASIS_FIGURES)]

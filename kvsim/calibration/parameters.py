@@ -60,8 +60,9 @@ class Parameter:
 
 PARAMETERS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("efficiency.compute", "accelerator", "compute", 0.15, 0.9, "",
-              "achieved fraction of the dense peak in compute-bound work (MFU); FlashAttention-3 reaches "
-              "0.75 on H100 BF16, large GEMMs 0.7-0.9 (hardware_facts.md section 5)"),
+              "achieved fraction of the dense peak in compute-bound work (MFU), for every number format the "
+              "card's efficiency.compute_formats does not give a figure of its own (the H100's FP8 has one); "
+              "FlashAttention-3 reaches 0.75 on H100 BF16, large GEMMs 0.7-0.9 (hardware_facts.md section 5)"),
     Parameter("efficiency.compute_half_tokens", "accelerator", "compute_half_tokens", 0.0, 4096.0, "",
               "tokens in an iteration at which GEMMs reach half their large-batch efficiency (0: flat); "
               "small-m GEMMs reach 0.07-0.58 of peak (InferSim DeepGEMM data, hardware_facts.md section 5)"),

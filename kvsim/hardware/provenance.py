@@ -21,11 +21,19 @@ and the architecture's load path -- not by the peak it is a fraction of, so:
     same kernel (``scale``, cited in ``sources``): the sibling's fraction times that ratio (the
     H20's paged-KV reads from the H100's, by the H20/H800 ratio of one benchmark run on both).
 
-``compute`` has no sibling rule: a prefill iteration's MFU is not set by the architecture alone
-but by how much of the iteration is GEMM time at the card's peak, and a card whose peak is cut
-(the H20's 148 TFLOPS on the H100's die, the L20's 119.5 on the L40S's) spends a larger share of
-it in GEMMs -- InferSim takes 0.6 for the H20 against 0.35 for the H800 -- so a carried MFU would
-be wrong in a known direction. Such a card's ``compute`` stays an assumption until measured.
+``gemm_scaled`` (``compute`` only)
+    A prefill iteration's MFU is mostly GEMM time, so between two full-rate parts (neither a
+    cut-down die) it carries as the sibling's measured MFU times the measured ratio of the two
+    cards' GEMM efficiencies at the shapes of the sibling's measurement, in the same engines'
+    kernel tables (``scale``, cited in ``sources``). The ratio carries the architectures'
+    difference, so the cards need not share one: the H100's BF16 figure from the A100's.
+
+``compute`` has no other sibling rule, and none for a cut-down card: its MFU is not set by the
+architecture alone but by how much of the iteration is GEMM time at the card's peak, and a card
+whose peak is cut (the H20's 148 TFLOPS on the H100's die, the L20's 119.5 on the L40S's) spends
+a larger share of it in GEMMs -- InferSim takes 0.6 for the H20 against 0.35 for the H800 -- so a
+carried MFU would be wrong in a known direction. Such a card's ``compute`` stays an assumption
+until measured. The per-format figures (``compute_formats``) are never carried.
 
 A sibling's figure must itself be measured: a chain of carried figures would hide how far the
 evidence is. :func:`basis_problems` checks every carried figure of a catalog against its rule,
@@ -63,14 +71,14 @@ class EfficiencyBasis(FrozenSpec):
     card : str or None
         The sibling the figure is carried from (``sibling`` only).
     rule : str or None
-        ``same_memory_system`` or ``scaled`` (``sibling`` only).
+        ``same_memory_system``, ``scaled`` or ``gemm_scaled`` (``sibling`` only).
     scale : float or None
-        The measured ratio this card / the sibling (``scaled`` only), dimensionless.
+        The measured ratio this card / the sibling (``scaled`` and ``gemm_scaled``), dimensionless.
     """
 
     kind: Literal["measured", "sibling", "assumption"]
     card: str | None = None
-    rule: Literal["same_memory_system", "scaled"] | None = None
+    rule: Literal["same_memory_system", "scaled", "gemm_scaled"] | None = None
     scale: float | None = Field(default=None, gt=0.0)
 
     @model_validator(mode="after")
@@ -78,9 +86,10 @@ class EfficiencyBasis(FrozenSpec):
         if self.kind == "sibling":
             if self.card is None or self.rule is None:
                 raise ValueError("a sibling basis names the card it is carried from (card:) and the rule (rule: "
-                                 "same_memory_system or scaled)")
-            if (self.rule == "scaled") != (self.scale is not None):
-                raise ValueError("scale: is the measured ratio a `scaled` rule needs, and only it")
+                                 "same_memory_system, scaled or gemm_scaled)")
+            if (self.rule in ("scaled", "gemm_scaled")) != (self.scale is not None):
+                raise ValueError("scale: is the measured ratio the `scaled` and `gemm_scaled` rules need, and only "
+                                 "they")
         elif self.card is not None or self.rule is not None or self.scale is not None:
             raise ValueError(f"card, rule and scale belong to a sibling basis, not to kind {self.kind!r}")
         return self
@@ -88,6 +97,8 @@ class EfficiencyBasis(FrozenSpec):
 
 def _figure(card: AcceleratorSpec, figure: str) -> float:
     value = getattr(card.efficiency, figure)
+    if isinstance(value, dict):
+        raise ValueError(f"efficiency.{figure} is a figure per number format, measured per card: it is never carried")
     if value is None and figure == "kv_memory":  # an unstated paged-KV figure reads at the weights'
         value = card.efficiency.memory
     return float(value)
@@ -97,6 +108,10 @@ def carried_figure(card: AcceleratorSpec, sibling: AcceleratorSpec, figure: str,
     """What the rule of ``basis`` gives ``card`` for ``figure`` from ``sibling``'s figure.
 
     Raises ValueError when the two cards are not related as the rule requires."""
+    if basis.rule == "gemm_scaled":
+        if figure != "compute":
+            raise ValueError(f"the gemm_scaled rule carries compute (a prefill iteration's MFU), not {figure}")
+        return _figure(sibling, figure) * (basis.scale or 1.0)
     for attribute in ("architecture", "memory_kind"):
         mine, theirs = getattr(card, attribute), getattr(sibling, attribute)
         if mine is None or mine != theirs:

@@ -85,6 +85,10 @@ class EfficiencySpec(FrozenSpec):
     ----------
     compute : float
         Model FLOPs utilisation achieved by a compute-bound iteration (fraction of dense peak).
+    compute_formats : dict[str, float]
+        The MFU of number formats whose matrix multiplies reach another fraction of their own
+        peak than ``compute`` says (fraction of that format's dense peak): Hopper's FP8 doubles
+        the peak, not the rate a prefill iteration reaches. A format not listed takes ``compute``.
     compute_half_tokens : float
         Tokens in an iteration at which dense GEMMs reach half of ``compute`` (small GEMMs leave
         tiles partly empty); 0 keeps the efficiency flat.
@@ -111,12 +115,17 @@ class EfficiencySpec(FrozenSpec):
     """
 
     compute: Fraction = 0.6
+    compute_formats: dict[str, Fraction] = Field(default_factory=dict)
     compute_half_tokens: float = Field(default=0.0, ge=0.0)
     memory: Fraction = 0.8
     kv_memory: Fraction | None = None
     interconnect: Fraction = 0.8
     host_copy: Fraction = 0.87
     collective_latency_s: Seconds = 10e-6
+
+    def compute_for(self, dtype: str) -> float:
+        """The MFU of a compute-bound iteration whose matrix multiplies run in ``dtype``."""
+        return self.compute_formats.get(dtype, self.compute)
 
 
 class AcceleratorSpec(PricedSpec):
@@ -182,6 +191,10 @@ class AcceleratorSpec(PricedSpec):
             raise ValueError(f"unknown number format(s) in flops: {unknown}; known: {sorted(DTYPE_BYTES)}")
         if not self.flops:
             raise ValueError("flops must give the dense peak of at least one number format")
+        no_peak = sorted(set(self.efficiency.compute_formats) - set(self.flops))
+        if no_peak:
+            raise ValueError(f"efficiency.compute_formats names {no_peak}, for which flops gives no peak (has: "
+                             f"{', '.join(self.flops)})")
         return self
 
     def peak_flops(self, dtype: str) -> float:

@@ -7,6 +7,7 @@ or a learned model can replace the roofline without touching the engine.
 Roofline (per card of a TP group of ``t`` cards, ``n`` tokens in the iteration)::
 
     compute_s  = FLOPs / (t * peak_flops * efficiency.compute * n / (n + efficiency.compute_half_tokens))
+                 (efficiency.compute: the format's own figure where compute_formats gives one)
     memory_s   = weight_bytes_read / t / (memory_bandwidth * efficiency.memory)
                  + local_kv_bytes_per_card / (memory_bandwidth * efficiency.kv_memory)
                  (weights read: every matrix once; the input embedding is only looked up)
@@ -182,7 +183,7 @@ class AchievedRates:
 
     def __init__(self, accelerator: AcceleratorSpec, dtype: str, cards: int):
         eff = accelerator.efficiency
-        self.flops_per_s = cards * accelerator.peak_flops(dtype) * eff.compute
+        self.flops_per_s = cards * accelerator.peak_flops(dtype) * eff.compute_for(dtype)
         self.half_tokens = eff.compute_half_tokens
         self.weight_Bps = accelerator.memory_bandwidth * eff.memory
         self.kv_Bps = accelerator.memory_bandwidth * (eff.kv_memory if eff.kv_memory is not None else eff.memory)

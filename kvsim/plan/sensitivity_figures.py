@@ -29,7 +29,7 @@ host_power_w, power_w, tdp_w    x0.75 - x1.25      parts summed at TDP; typical 
 cost.energy_usd_per_kwh         0.068 - 0.21       EIA 2024 industrial low to commercial high
 cost.pue                        1.1 - 1.58         hyperscale to the 2023 industry average
 cost.amortisation               3 - 6 years        cloud depreciation before and after 2022
-efficiency.compute (assumed)    x0.75 - x1.25      measured cards sit 0.35-0.6 (catalog)
+efficiency.compute (assumed)    x0.75 - x1.25      measured cards sit 0.35-0.70 (catalog)
 efficiency.memory, kv_memory    x0.9 - x1.1        stand-ins from a sibling card's kernels
 engine.step_fixed_s (default)   x0.5 - x2          "assumption, L" (kvsim/models/engine.py)
 engine.kernel_s (default, on a  x0.5 - x2          measured (derived) on the H100 only; another
