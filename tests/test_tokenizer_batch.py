@@ -117,6 +117,15 @@ def test_the_measured_engine_version_sets_the_micro_batching(engine, version, on
     assert low < high
 
 
+@pytest.mark.parametrize("text, parsed", [
+    ("0.15.1", (0, 15, 1)), ("v0.23.1", (0, 23, 1)), ("0.15", (0, 15, 0)), (" 0.10.0rc1", (0, 10, 0)),
+    ("0.11.0+cu128", (0, 11, 0)), ("15", None), ("", None), ("latest", None)])
+def test_one_reader_parses_an_engine_version_for_the_rule_and_the_sidecar_check(text, parsed):
+    from kvsim.calibration.checks import engine_version
+
+    assert engine_version(text) == parsed
+
+
 def test_the_shipped_vllm_runs_reproduce_their_tokeniser():
     from pathlib import Path
 

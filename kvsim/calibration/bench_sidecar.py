@@ -33,12 +33,11 @@ Fields (unknown ones are refused, as are wrong types, each with its line)::
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvsim.calibration.checks import MAX_BATCHED_TOKENS, MAX_CARDS, MAX_PROMPTS, MAX_SEQS
+from kvsim.calibration.checks import MAX_BATCHED_TOKENS, MAX_CARDS, MAX_PROMPTS, MAX_SEQS, engine_version
 from kvsim.workload.trace_csv import MAX_TOKENS
 from kvsim.yaml_io import Located, SpecError, did_you_mean, load_yaml, read_utf8
 
@@ -136,7 +135,7 @@ def read_sidecar(measurement: Path, needs_model: bool) -> Engine:
     version = data.get("engine_version")
     if isinstance(version, (int, float)) and not isinstance(version, bool):
         version = str(version)  # (YAML reads 0.15 as a number)
-    if version is not None and not (isinstance(version, str) and re.match(r"\s*v?\d+\.\d+", version)):
+    if version is not None and not (isinstance(version, str) and engine_version(version) is not None):
         get.bad(("engine_version",), f"expected a version such as 0.15.1, got {version!r}")
     if problems:
         raise SpecError(problems)

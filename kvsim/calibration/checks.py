@@ -27,7 +27,7 @@ from pathlib import Path
 from kvsim.input_files import cell_text
 from kvsim.workload.trace_csv import MAX_TOKENS, TIME_TEXT
 
-__all__ = ["LATENCY_S", "ITERATION_S", "STAGE_S", "MAX_RATE_PER_S", "MAX_REQUESTS", "MAX_CARDS", "MAX_SEQS",
+__all__ = ["engine_version", "LATENCY_S", "ITERATION_S", "STAGE_S", "MAX_RATE_PER_S", "MAX_REQUESTS", "MAX_CARDS", "MAX_SEQS",
            "MAX_BATCHED_TOKENS", "MAX_PROMPTS", "MAX_TOKENS_PER_S", "MAX_TOKENS", "MAX_PROBLEMS", "COUNT_TEXT",
            "RowCells", "capped"]
 
@@ -87,6 +87,14 @@ negative count is refused as out of range)."""
 
 _COUNT_DIGITS = 18
 """Digits of the largest count converted (beyond every bound here; a longer one is out of range)."""
+
+
+def engine_version(text: str) -> tuple[int, ...] | None:
+    """An engine's release as numbers (``"v0.15.1"`` -> ``(0, 15, 1)``, ``"0.15"`` -> ``(0, 15, 0)``;
+    anything after the third part, such as ``rc1`` or ``+cu128``, is ignored); None if ``text`` does
+    not start with major.minor. The one reader of a measured run's ``engine_version``."""
+    parts = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(p or 0) for p in parts.groups()) if parts else None
 
 
 def capped(problems: list[str], limit: int = MAX_PROBLEMS) -> list[str]:

@@ -42,6 +42,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kvsim.calibration.bench_files import BenchRun
+from kvsim.calibration.checks import engine_version
 from kvsim.calibration.measurements import METRICS, VllmRun
 from kvsim.calibration.parameters import apply_to_raw
 from kvsim.models import model_catalog
@@ -86,15 +87,10 @@ release, absent from 0.9.2) to before 0.24.0 (removed by pull 45759; in
 ``vllm/utils/async_utils.py`` of 0.23.0, absent from 0.24.0). Read in the releases' source (H)."""
 
 
-def _version(text: str) -> tuple[int, ...] | None:
-    parts = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    return tuple(int(p or 0) for p in parts.groups()) if parts else None
-
-
 def engine_settings(engine: str, version: str) -> dict[str, Any]:
     """The ``engine`` fields a measured engine's name and version fix (not fitted: read in its
     source): vLLM 0.10.0-0.23.x's micro-batching tokeniser. Empty for anything else."""
-    found = _version(version)
+    found = engine_version(version)
     if engine.strip().lower() != "vllm" or found is None:
         return {}
     low, high = MICROBATCH_TOKENIZER_VERSIONS
