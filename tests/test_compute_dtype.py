@@ -52,3 +52,37 @@ def test_the_compute_format_sets_the_peak_and_leaves_the_weights(compute):
 def test_a_compute_format_the_card_lacks_is_refused(refused):
     err = refused("node: l20-8x\n    compute_dtype: mxfp4")
     assert "systems.s.compute_dtype" in err and "has no mxfp4 peak in the catalog to compute in" in err
+
+
+H100 = """name: h100-formats
+duration: 10 s
+model: llama-3.1-8b
+dtype: DTYPE
+workload:
+  arrival: {kind: poisson, rate: 1/s}
+  input_tokens: {kind: fixed, value: 100}
+  output_tokens: {kind: fixed, value: 10}
+systems:
+  a: {node: h100-8x, instance: {tp: 1}}
+"""
+
+
+def test_each_format_prefills_at_its_own_mfu_on_the_h100():
+    """FP8 doubles the H100's peak, not its prefill rate: BF16 runs at the carried 0.70 of 989 TFLOPS,
+    FP8 at its measured 0.35 of 1979 (efficiency.compute_formats), so a compute-bound prefill takes
+    FLOPs / (peak x MFU) in each, by hand, and the FP8 one is barely faster."""
+    from kvsim.sim.sizing import size_system
+
+    prefill = BatchShape(prefill_tokens=8192, prefill_pairs=8192 * 8193 / 2, prefill_seqs=1)
+    times = {}
+    for dtype, peak, mfu in (("bf16", 989e12, 0.70), ("fp8", 1979e12, 0.35)):
+        scenario = kvsim.parse_scenario(H100.replace("DTYPE", dtype), "h100.yaml")
+        point = scenario.points[0]
+        pool = size_system(point.spec, "a", scenario.catalogs_for(point)).pools[0]
+        assert pool.accelerator.efficiency.compute_for(dtype) == mfu
+        step = pool.step_model()
+        parts = step.breakdown(prefill)
+        flops = step._body_flops * 8192 + step._attn_prefill * 8192 * 8193 / 2  # no token sampled in this shape
+        assert parts.compute_s == pytest.approx(flops / (peak * mfu), rel=1e-9)
+        times[dtype] = parts.compute_s
+    assert times["fp8"] / times["bf16"] == pytest.approx((989e12 * 0.70) / (1979e12 * 0.35), rel=1e-9)
