@@ -95,7 +95,8 @@ def evaluate(path: Path, only: set[str] | None, timeout: float | None = None) ->
         }
         rows.append(entry)
         print(f"  simulated {run.label} in {seconds:.0f} s", file=sys.stderr, flush=True)
-    return {"csv": str(path), "sha256": measurements.sha256, "values": "datasheet (none fitted)",
+    shown = path.resolve().relative_to(HERE.parent) if path.resolve().is_relative_to(HERE.parent) else path
+    return {"csv": str(shown), "sha256": measurements.sha256, "values": "datasheet (none fitted)",
             "client_timeout_s": timeout,
             "error": "predicted / measured - 1", "runs": rows, "summary": summarise(rows)}
 
