@@ -1,7 +1,7 @@
 """The routing study's table: scenarios/routing_mooncake.yaml (the whole Mooncake conversation
 trace on 128 instances), one row per system, written into docs/routing.md.
 
-Run on demand (not part of the test suite; about one minute per system), from the repository root:
+Run on demand (not part of the test suite; 4-12 s per system on the compiled engine in session 24), from the repository root:
 
     .venv/bin/python benchmarks/routing_table.py [--out docs/routing.md]
 
