@@ -38,36 +38,27 @@ OVERLOAD = 0.01
 """A run whose failed requests exceed this share of those sent is overloaded (reported apart)."""
 
 
-def kv_blocks(run) -> int:
-    from kvsim.calibration.runs import run_scenario
-    from kvsim.sim import check_scenario
-
-    (sizing,) = check_scenario(run_scenario(run)).values()
-    return int(sizing.pools[0].kv_blocks_per_instance)
-
-
 def predict(run, timeout: float | None) -> tuple[dict[str, float], dict]:
-    """kvsim's datasheet prediction of ``run`` (:func:`predict_run`; with ``timeout``, the same
-    scenario whose clients give up after that many seconds) and the request counts."""
-    from kvsim.calibration.runs import SUMMARY_COLUMNS, run_scenario_raw
-    from kvsim.scenario.load import build_scenario
+    """kvsim's datasheet prediction of ``run`` (the scenario :func:`predict_run` simulates; with
+    ``timeout``, its clients give up after that many seconds) and the request counts: one
+    simulation."""
+    from kvsim.calibration.runs import SUMMARY_COLUMNS, run_scenario
     from kvsim.sim import run_scenario as simulate
-    from kvsim.yaml_io import Located
 
-    raw = run_scenario_raw(run)
+    scenario = run_scenario(run)
     if timeout is not None:
-        raw["workload"]["timeout"] = timeout
-    result = simulate(build_scenario(raw, Located(raw, f"<run {run.run_id}>"), None, strict=False))
-    row = result.summary_frame().iloc[0]
+        scenario = scenario.with_changes({"workload.timeout": timeout})
+    row = simulate(scenario).summary_frame().iloc[0]
     counts = {k: int(row[k]) for k in ("requests_arrived", "requests_aborted", "requests_undrained")}
     return {m: float(row[SUMMARY_COLUMNS[m]]) for m in METRICS}, counts
 
 
 def evaluate(path: Path, only: set[str] | None, timeout: float | None = None) -> dict:
     from kvsim.calibration.measurements import read_measurements
-    from kvsim.calibration.runs import predict_run
+    from kvsim.calibration.memory_check import kv_capacity_rows
 
     measurements = read_measurements(path)
+    blocks = {r["run"]: (r["vllm_blocks"], r["kvsim_blocks"]) for r in kv_capacity_rows(path)}
     with path.open(encoding="utf-8", newline="") as handle:
         cells = {row["exp_id"]: row for row in csv.DictReader(handle)}
     rows = []
@@ -77,20 +68,17 @@ def evaluate(path: Path, only: set[str] | None, timeout: float | None = None) ->
         row = cells[run.run_id]
         sent, failed = int(float(row["num_requests"])), int(float(row["num_failed"] or 0))
         start = time.perf_counter()
-        if timeout is None:
-            predicted = predict_run(run)
-            _, counts = predict(run, None) if failed else ({}, {})
-        else:
-            predicted, counts = predict(run, timeout)
+        predicted, counts = predict(run, timeout)
+        if timeout is None and not failed:
+            counts = {}  # the counts matter where the measured run lost requests
         seconds = time.perf_counter() - start
-        stated = float(row["gpu_kv_blocks"]) if row.get("gpu_kv_blocks") else None
-        ours = kv_blocks(run)
+        stated, ours = blocks.get(run.run_id, (None, None))
         entry = {
             "run": run.run_id, "model": run.model, "tp": run.tp, "workload": run.workload,
             "overloaded": failed > OVERLOAD * sent, "failed": failed, "sent": sent,
             "measured": {m: run.measured[m] for m in METRICS}, "predicted": {m: predicted[m] for m in METRICS},
             "error": {m: (predicted[m] / run.measured[m] - 1.0) if run.measured[m] else None for m in METRICS},
-            "kv_blocks": {"stated": stated, "kvsim": ours, "error": (ours / stated - 1.0) if stated else None},
+            "kv_blocks": {"stated": stated, "kvsim": ours, "error": (ours / stated - 1.0) if stated and ours else None},
             "simulated_s": round(seconds, 1), "kvsim_counts": counts,
         }
         rows.append(entry)
@@ -145,7 +133,8 @@ def report(result: dict) -> None:
     for r in result["runs"]:
         k = r["kv_blocks"]
         stated = "-" if k["stated"] is None else f"{k['stated']:.0f}"
-        print(f"  {r['run']} {r['model'].split('/')[-1]:<26} {k['kvsim']:>7} / {stated:>7}  {pct(k['error'])}")
+        ours = "-" if k["kvsim"] is None else str(k["kvsim"])
+        print(f"  {r['run']} {r['model'].split('/')[-1]:<26} {ours:>7} / {stated:>7}  {pct(k['error'])}")
 
 
 def main(argv: list[str] | None = None) -> int:

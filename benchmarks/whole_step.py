@@ -283,7 +283,7 @@ def host_section(bound: list[tuple], gaps: list[tuple[str, int, float, float, fl
     short_out = [g[4] for g in gaps or [] if "reasoning" not in g[0]]
 
     def span(values: list[float]) -> str:
-        return f"{min(values) + 0.0:.0f} to {max(values) + 0.0:.0f} ms".replace("-0 ", "0 ") if values else "none"
+        return f"{round(min(values))} to {round(max(values))} ms" if values else "none"  # round(): no "-0"
     out += ["", f"The gap left is {span(short_out)} on the general, codegen and roleplay runs and {span(long_out)} "
             "on the reasoning-lite ones (1,448 output tokens a request, 1 request/s). Not modelled, both sourced: "
             "vLLM caches every full block, the generated ones too, and frees a finished request's blocks into one "
